@@ -1,0 +1,106 @@
+// Package fault is the typed error every Triad surface speaks: a kind, a message and a suggestion.
+package fault
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+)
+
+// Kind names a class of failure. Callers (agents especially) branch on it, so
+// kinds are stable API: add new ones, never rename.
+type Kind string
+
+// The kinds Triad answers with, and the HTTP status each maps to (see Status).
+const (
+	BadInput         Kind = "bad_input"         // 400: the caller sent something malformed.
+	MissingRun       Kind = "missing_run_id"    // 400: a tool call without X-Run-Id.
+	InvalidRun       Kind = "invalid_run_id"    // 400: an X-Run-Id of the wrong shape.
+	NotFound         Kind = "not_found"         // 404: no such file, blob, run or recipe.
+	Conflict         Kind = "conflict"          // 409: the request clashes with existing state.
+	TooLarge         Kind = "too_large"         // 413: a body or file over a configured limit.
+	Unsupported      Kind = "unsupported"       // 422: valid, but not possible on this backend.
+	Reserved         Kind = "reserved"          // 403: a path the journal owns.
+	Quota            Kind = "quota"             // 429: an upstream quota or rate limit is exhausted.
+	Timeout          Kind = "timeout"           // 504: a deadline passed.
+	KernelDied       Kind = "kernel_died"       // 200 inside an exec result; 502 elsewhere.
+	Auth             Kind = "auth"              // 502: an upstream refused our credentials.
+	Upstream         Kind = "upstream"          // 502: an upstream answered with an error.
+	NotConfigured    Kind = "not_configured"    // 503: the tool needs configuration it lacks.
+	StoreUnavailable Kind = "store_unavailable" // 503: the file store does not answer.
+	Unavailable      Kind = "unavailable"       // 503: a backend (Docker, the sandbox) does not answer.
+	Internal         Kind = "internal"          // 500: a bug in Triad, never the caller's input.
+)
+
+// Error is a failure with everything a caller needs to correct itself.
+type Error struct {
+	Kind       Kind
+	Message    string
+	Suggestion string
+	// Err is the underlying cause, kept for logs and errors.Is; it is never
+	// shown to callers because it may name host paths.
+	Err error
+}
+
+// Error implements error.
+func (e *Error) Error() string {
+	if e.Err != nil {
+		return fmt.Sprintf("%s: %s: %v", e.Kind, e.Message, e.Err)
+	}
+	return fmt.Sprintf("%s: %s", e.Kind, e.Message)
+}
+
+// Unwrap exposes the cause to errors.Is and errors.As.
+func (e *Error) Unwrap() error { return e.Err }
+
+// New returns an Error of kind k.
+func New(k Kind, message, suggestion string) *Error {
+	return &Error{Kind: k, Message: message, Suggestion: suggestion}
+}
+
+// Wrap returns an Error of kind k that keeps cause for logs.
+func Wrap(k Kind, cause error, message, suggestion string) *Error {
+	return &Error{Kind: k, Message: message, Suggestion: suggestion, Err: cause}
+}
+
+// Badf returns a BadInput error with a formatted message.
+func Badf(suggestion, format string, args ...any) *Error {
+	return &Error{Kind: BadInput, Message: fmt.Sprintf(format, args...), Suggestion: suggestion}
+}
+
+// As returns the *Error in err's chain, or nil.
+func As(err error) *Error {
+	var fe *Error
+	if errors.As(err, &fe) {
+		return fe
+	}
+	return nil
+}
+
+// Status maps a kind to the HTTP status it is answered with.
+func Status(k Kind) int {
+	switch k {
+	case BadInput, MissingRun, InvalidRun:
+		return http.StatusBadRequest
+	case NotFound:
+		return http.StatusNotFound
+	case Conflict:
+		return http.StatusConflict
+	case TooLarge:
+		return http.StatusRequestEntityTooLarge
+	case Unsupported:
+		return http.StatusUnprocessableEntity
+	case Reserved:
+		return http.StatusForbidden
+	case Quota:
+		return http.StatusTooManyRequests
+	case Timeout:
+		return http.StatusGatewayTimeout
+	case KernelDied, Auth, Upstream:
+		return http.StatusBadGateway
+	case NotConfigured, StoreUnavailable, Unavailable:
+		return http.StatusServiceUnavailable
+	default:
+		return http.StatusInternalServerError
+	}
+}

@@ -1,0 +1,88 @@
+// Package safepath is the one validator for run file paths, shared by every surface.
+package safepath
+
+import (
+	"strings"
+	"unicode/utf8"
+
+	"github.com/triadhq/triad/internal/fault"
+)
+
+// Limits on a path. Names longer than most filesystems allow are refused up
+// front so that a path accepted by the store can always be materialised in a
+// kernel's working directory.
+const (
+	MaxPath      = 1024
+	MaxComponent = 255
+)
+
+const suggestion = "use a relative path such as \"data/kpis.csv\": no leading '/', no '..', no control characters, at most 1024 bytes"
+
+// Clean validates p as a run file path and returns its cleaned form
+// ("a//b/./c" becomes "a/b/c"). It refuses, rather than resolves, anything
+// that could point outside the run: "..", absolute paths, NUL and control
+// characters, backslashes and over-long names.
+func Clean(p string) (string, error) {
+	return clean(p, false)
+}
+
+// CleanPrefix validates a listing prefix. The empty prefix is allowed and a
+// trailing slash is kept, so "artifacts/" matches only that directory.
+func CleanPrefix(p string) (string, error) {
+	if p == "" {
+		return "", nil
+	}
+	return clean(p, true)
+}
+
+func clean(p string, prefix bool) (string, error) {
+	if p == "" {
+		return "", fault.New(fault.BadInput, "path is empty", suggestion)
+	}
+	if len(p) > MaxPath {
+		return "", fault.Badf(suggestion, "path is %d bytes long; the limit is %d", len(p), MaxPath)
+	}
+	if !utf8.ValidString(p) {
+		return "", fault.New(fault.BadInput, "path is not valid UTF-8", suggestion)
+	}
+	for _, r := range p {
+		if r < 0x20 || r == 0x7f {
+			if r == 0 {
+				return "", fault.New(fault.BadInput, "path contains a NUL byte", suggestion)
+			}
+			return "", fault.New(fault.BadInput, "path contains a control character", suggestion)
+		}
+		if r == '\\' {
+			return "", fault.New(fault.BadInput, "path contains a backslash", suggestion)
+		}
+	}
+	if strings.HasPrefix(p, "/") {
+		return "", fault.Badf(suggestion, "path %q is absolute", p)
+	}
+	trailing := strings.HasSuffix(p, "/")
+	parts := strings.Split(p, "/")
+	out := parts[:0]
+	for _, c := range parts {
+		switch c {
+		case "", ".":
+			continue
+		case "..":
+			return "", fault.Badf(suggestion, "path %q contains '..'", p)
+		}
+		if len(c) > MaxComponent {
+			return "", fault.Badf(suggestion, "a component of the path is %d bytes long; the limit is %d", len(c), MaxComponent)
+		}
+		out = append(out, c)
+	}
+	if len(out) == 0 {
+		return "", fault.Badf(suggestion, "path %q names no file", p)
+	}
+	cleaned := strings.Join(out, "/")
+	if trailing {
+		if !prefix {
+			return "", fault.Badf(suggestion, "path %q ends in '/', which names a directory, not a file", p)
+		}
+		cleaned += "/"
+	}
+	return cleaned, nil
+}
