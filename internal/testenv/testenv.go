@@ -1,0 +1,24 @@
+// Package testenv decides whether a test that needs a real engine (Docker, MinIO) runs, skips or fails.
+//
+// Locally a missing engine skips the test with a message naming what is
+// missing. Under CI (the CI variable is set, as .ci/run does) a missing engine
+// fails the test instead, so CI can never go green by skipping.
+package testenv
+
+import (
+	"os"
+	"testing"
+)
+
+// InCI reports whether the tests run under CI, where nothing may be skipped.
+func InCI() bool { return os.Getenv("CI") != "" }
+
+// Missing stops the test because a dependency is absent: a skip locally, a
+// failure under CI. what names the daemon or variable that is missing.
+func Missing(t testing.TB, what string) {
+	t.Helper()
+	if InCI() {
+		t.Fatalf("%s is required under CI but missing; .ci/run must install and start it", what)
+	}
+	t.Skipf("skipping: %s is missing (set it up, or run .ci/run)", what)
+}
