@@ -1,0 +1,178 @@
+// Package local keeps a tmpfs store on local disk: blobs as files named by sha256, each run's index as an append-only log.
+//
+// Layout under the data directory:
+//
+//	blobs/sha256/ab/abcdef…   immutable blob files, written atomically
+//	runs/<run>/index.jsonl    the run's index: one put or del record a line
+//	tmp/                      temp files for writes in flight
+//
+// Every write is durable when it returns: blobs are written to a temp file,
+// fsynced and renamed into place; index records are appended and fsynced.
+package local
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"syscall"
+
+	"github.com/triadhq/triad/tmpfs"
+)
+
+// Blobs stores blobs as files.
+type Blobs struct {
+	dir string
+}
+
+var _ tmpfs.Blobs = (*Blobs)(nil)
+
+// NewBlobs returns a blob store rooted at dataDir, creating its directories.
+func NewBlobs(dataDir string) (*Blobs, error) {
+	b := &Blobs{dir: dataDir}
+	for _, d := range []string{b.tmpDir(), filepath.Join(dataDir, "blobs", "sha256")} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			return nil, fmt.Errorf("create %s: %w", d, err)
+		}
+	}
+	return b, nil
+}
+
+func (b *Blobs) tmpDir() string { return filepath.Join(b.dir, "tmp") }
+
+func (b *Blobs) path(d tmpfs.Digest) string {
+	h := d.String()
+	return filepath.Join(b.dir, "blobs", "sha256", h[:2], h)
+}
+
+// Put implements tmpfs.Blobs.
+func (b *Blobs) Put(ctx context.Context, r io.Reader, limit int64) (tmpfs.Digest, int64, error) {
+	tmp, err := os.CreateTemp(b.tmpDir(), "put-*")
+	if err != nil {
+		return tmpfs.Digest{}, 0, fmt.Errorf("temp file: %w", err)
+	}
+	done := false
+	defer func() {
+		if !done {
+			tmp.Close()
+			os.Remove(tmp.Name())
+		}
+	}()
+	h := tmpfs.NewHasher()
+	src := r
+	if limit > 0 {
+		src = io.LimitReader(r, limit+1)
+	}
+	n, err := io.CopyBuffer(io.MultiWriter(tmp, h), ctxReader{ctx, src}, make([]byte, 1<<20))
+	if err != nil {
+		return tmpfs.Digest{}, 0, fmt.Errorf("write blob: %w", err)
+	}
+	if limit > 0 && n > limit {
+		return tmpfs.Digest{}, 0, fmt.Errorf("%w: more than %d bytes", tmpfs.ErrTooLarge, limit)
+	}
+	d := tmpfs.DigestFromHash(h)
+	dst := b.path(d)
+	if st, err := os.Stat(dst); err == nil && st.Size() == n {
+		// Already stored: content addressing makes the second copy redundant.
+		return d, n, nil
+	}
+	if err := tmp.Sync(); err != nil {
+		return tmpfs.Digest{}, 0, fmt.Errorf("fsync blob: %w", err)
+	}
+	if err := tmp.Close(); err != nil {
+		return tmpfs.Digest{}, 0, fmt.Errorf("close blob: %w", err)
+	}
+	if err := os.Chmod(tmp.Name(), 0o400); err != nil {
+		return tmpfs.Digest{}, 0, err
+	}
+	if err := os.MkdirAll(filepath.Dir(dst), 0o700); err != nil {
+		return tmpfs.Digest{}, 0, err
+	}
+	if err := os.Rename(tmp.Name(), dst); err != nil {
+		return tmpfs.Digest{}, 0, fmt.Errorf("rename blob into place: %w", err)
+	}
+	done = true
+	if err := syncDir(filepath.Dir(dst)); err != nil {
+		return tmpfs.Digest{}, 0, err
+	}
+	return d, n, nil
+}
+
+// Open implements tmpfs.Blobs.
+func (b *Blobs) Open(ctx context.Context, d tmpfs.Digest) (tmpfs.Blob, error) {
+	f, err := os.Open(b.path(d))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("%w: blob %s", tmpfs.ErrNotFound, d)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("open blob %s: %w", d.Short(), err)
+	}
+	st, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	var ino uint64
+	if sys, ok := st.Sys().(*syscall.Stat_t); ok {
+		ino = sys.Ino
+	}
+	return &fileBlob{File: f, size: st.Size(), version: fmt.Sprintf("%d-%d-%d", ino, st.ModTime().UnixNano(), st.Size())}, nil
+}
+
+// Stat implements tmpfs.Blobs.
+func (b *Blobs) Stat(ctx context.Context, d tmpfs.Digest) (int64, error) {
+	st, err := os.Stat(b.path(d))
+	if errors.Is(err, os.ErrNotExist) {
+		return 0, fmt.Errorf("%w: blob %s", tmpfs.ErrNotFound, d)
+	}
+	if err != nil {
+		return 0, err
+	}
+	return st.Size(), nil
+}
+
+// Ping implements tmpfs.Blobs: the data directory must be writable.
+func (b *Blobs) Ping(ctx context.Context) error {
+	f, err := os.CreateTemp(b.tmpDir(), "ping-*")
+	if err != nil {
+		return fmt.Errorf("%w: %v", tmpfs.ErrUnavailable, err)
+	}
+	f.Close()
+	return os.Remove(f.Name())
+}
+
+type fileBlob struct {
+	*os.File
+	size    int64
+	version string
+}
+
+func (f *fileBlob) Size() int64     { return f.size }
+func (f *fileBlob) Version() string { return f.version }
+
+// ctxReader stops a long copy when its context ends (a client hung up).
+type ctxReader struct {
+	ctx context.Context
+	r   io.Reader
+}
+
+func (c ctxReader) Read(p []byte) (int, error) {
+	if err := c.ctx.Err(); err != nil {
+		return 0, err
+	}
+	return c.r.Read(p)
+}
+
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	if err := d.Sync(); err != nil && !errors.Is(err, syscall.EINVAL) {
+		return fmt.Errorf("fsync %s: %w", dir, err)
+	}
+	return nil
+}
