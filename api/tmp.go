@@ -1,0 +1,233 @@
+package api
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"net/http"
+	"net/url"
+	"path"
+	"strconv"
+	"time"
+
+	"github.com/gorilla/mux"
+
+	"github.com/triadhq/triad/internal/fault"
+	"github.com/triadhq/triad/internal/orchestrator"
+	"github.com/triadhq/triad/tmpfs"
+)
+
+func (s *Server) tmpWrite(w http.ResponseWriter, r *http.Request) error {
+	id, err := run(r)
+	if err != nil {
+		return err
+	}
+	var in orchestrator.WriteInput
+	if err := s.decode(w, r, &in); err != nil {
+		return err
+	}
+	out, err := s.orch.Write(r.Context(), id, in)
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusOK, out)
+}
+
+func (s *Server) tmpRead(w http.ResponseWriter, r *http.Request) error {
+	id, err := run(r)
+	if err != nil {
+		return err
+	}
+	p, err := query(r, "path", true)
+	if err != nil {
+		return err
+	}
+	out, err := s.orch.Read(r.Context(), id, p)
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusOK, out)
+}
+
+func (s *Server) tmpList(w http.ResponseWriter, r *http.Request) error {
+	id, err := run(r)
+	if err != nil {
+		return err
+	}
+	p, err := query(r, "prefix", false)
+	if err != nil {
+		return err
+	}
+	out, err := s.orch.List(r.Context(), id, p)
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusOK, out)
+}
+
+func (s *Server) tmpDelete(w http.ResponseWriter, r *http.Request) error {
+	id, err := run(r)
+	if err != nil {
+		return err
+	}
+	var in struct {
+		Path string `json:"path"`
+	}
+	if err := s.decode(w, r, &in); err != nil {
+		return err
+	}
+	out, err := s.orch.Delete(r.Context(), id, in.Path)
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusOK, out)
+}
+
+// filePut streams a raw body into the run: hashed on the fly, never whole in
+// memory.
+func (s *Server) filePut(w http.ResponseWriter, r *http.Request) error {
+	id, err := run(r)
+	if err != nil {
+		return err
+	}
+	p, err := pathVar(r)
+	if err != nil {
+		return err
+	}
+	if limit := s.orch.Limits().StreamBody; r.ContentLength > limit {
+		return fault.New(fault.TooLarge, fmt.Sprintf("the body is %d bytes; the streamed limit is %d", r.ContentLength, limit),
+			"split the file, or raise --max-stream-bytes (TRIAD_MAX_STREAM_BYTES)")
+	}
+	out, err := s.orch.WriteStream(r.Context(), id, p, r.Body)
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusOK, out)
+}
+
+// fileGet serves a run file's raw bytes with Content-Type, a strong ETag (its
+// sha256) and Range support.
+func (s *Server) fileGet(w http.ResponseWriter, r *http.Request) error {
+	id, err := run(r)
+	if err != nil {
+		return err
+	}
+	p, err := pathVar(r)
+	if err != nil {
+		return err
+	}
+	f, rd, err := s.orch.Open(r.Context(), id, p)
+	if err != nil {
+		return err
+	}
+	defer rd.Close()
+	w.Header().Set("X-Content-SHA256", f.SHA256.String())
+	return s.serveBlob(w, r, path.Base(f.Path), f.SHA256, rd, f.ModifiedAt.Unix())
+}
+
+// blobGet serves a blob by sha256: immutable, so cacheable forever.
+func (s *Server) blobGet(w http.ResponseWriter, r *http.Request) error {
+	raw := mux.Vars(r)["sha256"]
+	d, err := tmpfs.ParseDigest(raw)
+	if err != nil {
+		return fault.Wrap(fault.BadInput, err, fmt.Sprintf("%q is not a sha256", raw),
+			"use the 64 hex digits that tmp.write, tmp.list or files_out reported")
+	}
+	rd, err := s.orch.Store().OpenBlob(r.Context(), d)
+	if errors.Is(err, tmpfs.ErrNotFound) {
+		return fault.Wrap(fault.NotFound, err, fmt.Sprintf("no blob %s", d),
+			"check the hash against tmp.list; blobs exist once some run has written those bytes")
+	}
+	if errors.Is(err, tmpfs.ErrUnavailable) {
+		return fault.Wrap(fault.StoreUnavailable, err, "the file store does not answer", "retry in a few seconds; GET /healthz shows the store's state")
+	}
+	if err != nil {
+		return err
+	}
+	defer rd.Close()
+	w.Header().Set("Cache-Control", "public, max-age=31536000, immutable")
+	return s.serveBlob(w, r, "", d, rd, 0)
+}
+
+// serveBlob writes a verified blob. Full reads are hashed as they stream and
+// aborted on a mismatch; ranged reads verify the whole blob first, because a
+// range alone cannot be checked against the digest.
+func (s *Server) serveBlob(w http.ResponseWriter, r *http.Request, name string, d tmpfs.Digest, rd *tmpfs.Reader, modUnix int64) error {
+	w.Header().Set("ETag", strconv.Quote(d.String()))
+	w.Header().Set("Accept-Ranges", "bytes")
+	ct := ""
+	if name != "" {
+		ct = mime.TypeByExtension(path.Ext(name))
+	}
+	if ct == "" {
+		ct = "application/octet-stream"
+	}
+	w.Header().Set("Content-Type", ct)
+	if r.Header.Get("Range") != "" && r.Method == http.MethodGet {
+		if err := s.orch.Store().Verify(r.Context(), d); err != nil {
+			if errors.Is(err, tmpfs.ErrDigestMismatch) {
+				return fault.Wrap(fault.Internal, err, "stored bytes do not match their sha256", "the blob is corrupt and was not served; re-upload the file")
+			}
+			return err
+		}
+	}
+	cr := &checkedReader{r: rd}
+	http.ServeContent(w, r, "", modTime(modUnix), cr)
+	if cr.err != nil && errors.Is(cr.err, tmpfs.ErrDigestMismatch) {
+		// Headers and part of the body are out: the only honest answer is
+		// to cut the connection so the client sees a broken transfer.
+		s.log.ErrorContext(r.Context(), "aborted a download whose bytes do not match their sha256", "sha256", d.String())
+		panic(http.ErrAbortHandler)
+	}
+	return nil
+}
+
+// checkedReader remembers the first read error, which http.ServeContent swallows.
+type checkedReader struct {
+	r   io.ReadSeeker
+	err error
+}
+
+func (c *checkedReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	if err != nil && err != io.EOF && c.err == nil {
+		c.err = err
+	}
+	return n, err
+}
+
+func (c *checkedReader) Seek(off int64, whence int) (int64, error) { return c.r.Seek(off, whence) }
+
+// pathVar returns the {path} route variable, unescaped but not cleaned: the
+// orchestrator's validator decides.
+func pathVar(r *http.Request) (string, error) {
+	raw := mux.Vars(r)["path"]
+	p, err := url.PathUnescape(raw)
+	if err != nil {
+		return "", fault.Wrap(fault.BadInput, err, "the path in the URL is not validly escaped", "percent-encode the path (RFC 3986)")
+	}
+	return p, nil
+}
+
+func query(r *http.Request, name string, required bool) (string, error) {
+	q, err := url.ParseQuery(r.URL.RawQuery)
+	if err != nil {
+		return "", fault.Wrap(fault.BadInput, err, "the query string is malformed", "percent-encode query parameters")
+	}
+	v, ok := q[name]
+	if !ok || len(v) == 0 {
+		if required {
+			return "", fault.New(fault.BadInput, fmt.Sprintf("query parameter %q is missing", name), fmt.Sprintf("add ?%s=... to the URL", name))
+		}
+		return "", nil
+	}
+	return v[0], nil
+}
+
+func modTime(unix int64) time.Time {
+	if unix <= 0 {
+		return time.Time{}
+	}
+	return time.Unix(unix, 0)
+}

@@ -1,0 +1,118 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"strconv"
+	"strings"
+)
+
+// config is the binary's one flat configuration, filled from flags and their
+// TRIAD_* environment twins (a flag on the command line wins) and validated
+// once by validate.
+type config struct {
+	Addr     string
+	Store    string
+	Data     string
+	LogLevel string
+
+	S3Endpoint  string
+	S3Bucket    string
+	S3AccessKey string
+	S3SecretKey string
+	S3Region    string
+
+	MaxJSONBytes   int64
+	MaxStreamBytes int64
+}
+
+// envName maps a flag name to its environment twin: --s3-endpoint is TRIAD_S3_ENDPOINT.
+func envName(flagName string) string {
+	return "TRIAD_" + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
+}
+
+// flagSet wraps flag.FlagSet so each flag reads its default from its twin.
+type flagSet struct {
+	*flag.FlagSet
+	errs []error
+}
+
+func newFlagSet(name string) *flagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	return &flagSet{FlagSet: fs}
+}
+
+func (f *flagSet) str(p *string, name, def, usage string) {
+	if v, ok := os.LookupEnv(envName(name)); ok {
+		def = v
+	}
+	f.StringVar(p, name, def, usage+" ["+envName(name)+"]")
+}
+
+func (f *flagSet) bytes(p *int64, name string, def int64, usage string) {
+	if v, ok := os.LookupEnv(envName(name)); ok {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			f.errs = append(f.errs, fmt.Errorf("%s=%q: want a byte count", envName(name), v))
+		} else {
+			def = n
+		}
+	}
+	f.Int64Var(p, name, def, usage+" ["+envName(name)+"]")
+}
+
+// common registers the flags every subcommand that opens a store shares.
+func (c *config) common(f *flagSet) {
+	f.str(&c.Store, "store", "local", "file store: local or s3")
+	f.str(&c.Data, "data", "./.triad", "data directory (blobs and indexes for --store local; caches and kernel working directories always)")
+	f.str(&c.LogLevel, "log-level", "info", "log level: debug, info, warn or error")
+	f.str(&c.S3Endpoint, "s3-endpoint", "", "S3 endpoint URL for --store s3; its scheme (http or https) decides TLS")
+	f.str(&c.S3Bucket, "s3-bucket", "", "S3 bucket for --store s3; created if missing")
+	f.str(&c.S3AccessKey, "s3-access-key", "", "S3 access key for --store s3")
+	f.str(&c.S3SecretKey, "s3-secret-key", "", "S3 secret key for --store s3")
+	f.str(&c.S3Region, "s3-region", "", "S3 region (optional)")
+	f.bytes(&c.MaxJSONBytes, "max-json-bytes", 32<<20, "largest JSON body and inline file content")
+	f.bytes(&c.MaxStreamBytes, "max-stream-bytes", 5<<30, "largest streamed upload (PUT /tmp/files)")
+}
+
+func (c *config) validate(f *flagSet) error {
+	if len(f.errs) > 0 {
+		return f.errs[0]
+	}
+	switch c.Store {
+	case "local":
+		if c.Data == "" {
+			return fmt.Errorf("--data (TRIAD_DATA) must name a directory")
+		}
+	case "s3":
+		for _, req := range []struct{ v, name string }{
+			{c.S3Endpoint, "s3-endpoint"}, {c.S3Bucket, "s3-bucket"}, {c.S3AccessKey, "s3-access-key"}, {c.S3SecretKey, "s3-secret-key"},
+		} {
+			if req.v == "" {
+				return fmt.Errorf("--store s3 needs --%s (%s)", req.name, envName(req.name))
+			}
+		}
+		if !strings.HasPrefix(c.S3Endpoint, "http://") && !strings.HasPrefix(c.S3Endpoint, "https://") {
+			return fmt.Errorf("--s3-endpoint %q: want a URL starting with http:// or https://", c.S3Endpoint)
+		}
+	default:
+		return fmt.Errorf("--store %q: want local or s3", c.Store)
+	}
+	if c.MaxJSONBytes <= 0 || c.MaxStreamBytes <= 0 {
+		return fmt.Errorf("--max-json-bytes and --max-stream-bytes must be positive")
+	}
+	if _, err := c.level(); err != nil {
+		return err
+	}
+	return nil
+}
+
+func (c *config) level() (slog.Level, error) {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(c.LogLevel)); err != nil {
+		return 0, fmt.Errorf("--log-level %q: want debug, info, warn or error", c.LogLevel)
+	}
+	return l, nil
+}

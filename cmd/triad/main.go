@@ -1,0 +1,130 @@
+// Command triad serves the three tools (sandbox.exec, browser.search, tmp files) over HTTP and runs recipes.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"github.com/triadhq/triad/api"
+	"github.com/triadhq/triad/internal/orchestrator"
+	"github.com/triadhq/triad/internal/version"
+	"github.com/triadhq/triad/tmpfs"
+	"github.com/triadhq/triad/tmpfs/local"
+)
+
+const usage = `triad: three tools for AI agents: sandbox.exec, browser.search and tmp files.
+
+Usage:
+  triad serve [flags]     serve the HTTP API
+  triad version           print the version
+
+Run "triad COMMAND -h" for a command's flags. Every flag has a TRIAD_* twin
+in the environment (--data is TRIAD_DATA); a flag on the command line wins.
+`
+
+func main() {
+	if len(os.Args) < 2 {
+		fmt.Fprint(os.Stderr, usage)
+		os.Exit(2)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	var err error
+	switch os.Args[1] {
+	case "serve":
+		err = serve(ctx, os.Args[2:])
+	case "version", "--version", "-v":
+		fmt.Println(version.String())
+	case "help", "-h", "--help":
+		fmt.Print(usage)
+	default:
+		fmt.Fprintf(os.Stderr, "triad: unknown command %q\n\n%s", os.Args[1], usage)
+		os.Exit(2)
+	}
+	if errors.Is(err, flag.ErrHelp) {
+		os.Exit(0)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "triad:", err)
+		os.Exit(1)
+	}
+}
+
+func serve(ctx context.Context, args []string) error {
+	var c config
+	fs := newFlagSet("serve")
+	fs.str(&c.Addr, "addr", "127.0.0.1:8080", "listen address")
+	c.common(fs)
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if err := c.validate(fs); err != nil {
+		return err
+	}
+	log := newLogger(&c)
+	store, closeStore, err := openStore(ctx, &c, log)
+	if err != nil {
+		return err
+	}
+	defer closeStore()
+	orch := orchestrator.New(orchestrator.Config{
+		Store:  store,
+		Limits: orchestrator.Limits{JSONBody: c.MaxJSONBytes, StreamBody: c.MaxStreamBytes},
+		Logger: log,
+	})
+	srv := &http.Server{
+		Handler:           api.New(api.Config{Orchestrator: orch, Logger: log}),
+		ReadHeaderTimeout: 10 * time.Second,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+	ln, err := net.Listen("tcp", c.Addr)
+	if err != nil {
+		return err
+	}
+	log.Info("triad serving", "addr", ln.Addr().String(), "store", c.Store, "version", version.String())
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	log.Info("shutting down")
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 15*time.Second)
+	defer cancel()
+	return srv.Shutdown(sctx)
+}
+
+func newLogger(c *config) *slog.Logger {
+	lvl, _ := c.level()
+	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lvl}))
+}
+
+// openStore builds the configured file store.
+func openStore(ctx context.Context, c *config, log *slog.Logger) (*tmpfs.Store, func(), error) {
+	switch c.Store {
+	case "local":
+		dir := filepath.Join(c.Data, "store")
+		b, err := local.NewBlobs(dir)
+		if err != nil {
+			return nil, nil, err
+		}
+		x, err := local.NewIndex(dir)
+		if err != nil {
+			return nil, nil, err
+		}
+		return tmpfs.New(b, x, log), func() { x.Close() }, nil
+	default:
+		return nil, nil, fmt.Errorf("--store %s is not available in this build", c.Store)
+	}
+}

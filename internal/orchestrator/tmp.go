@@ -1,0 +1,242 @@
+package orchestrator
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/triadhq/triad/internal/fault"
+	"github.com/triadhq/triad/internal/runid"
+	"github.com/triadhq/triad/internal/safepath"
+	"github.com/triadhq/triad/tmpfs"
+)
+
+// WriteInput is tmp.write's input: exactly one of Text and BytesB64.
+type WriteInput struct {
+	Path     string  `json:"path"`
+	Text     *string `json:"text,omitempty"`
+	BytesB64 *string `json:"bytes_b64,omitempty"`
+}
+
+// FileRef is a file's content address: tmp.write's output.
+type FileRef struct {
+	Path   string       `json:"path"`
+	Size   int64        `json:"size"`
+	SHA256 tmpfs.Digest `json:"sha256"`
+}
+
+// ReadOutput is tmp.read's output: Text when the bytes are valid UTF-8,
+// otherwise BytesB64.
+type ReadOutput struct {
+	Path     string       `json:"path"`
+	Size     int64        `json:"size"`
+	SHA256   tmpfs.Digest `json:"sha256"`
+	Text     *string      `json:"text,omitempty"`
+	BytesB64 *string      `json:"bytes_b64,omitempty"`
+}
+
+// ListOutput is tmp.list's output.
+type ListOutput struct {
+	Files []tmpfs.File `json:"files"`
+}
+
+// DeleteOutput is tmp.delete's output.
+type DeleteOutput struct {
+	OK bool `json:"ok"`
+}
+
+func ref(f tmpfs.File) FileRef { return FileRef{Path: f.Path, Size: f.Size, SHA256: f.SHA256} }
+
+// Write is tmp.write.
+func (o *Orchestrator) Write(ctx context.Context, run runid.ID, in WriteInput) (FileRef, error) {
+	var out FileRef
+	p, err := safepath.Clean(in.Path)
+	if err != nil {
+		return out, err
+	}
+	var data []byte
+	switch {
+	case in.Text != nil && in.BytesB64 != nil:
+		return out, fault.New(fault.BadInput, "both text and bytes_b64 are set",
+			"send exactly one: text for UTF-8 content, bytes_b64 for binary")
+	case in.Text != nil:
+		data = []byte(*in.Text)
+	case in.BytesB64 != nil:
+		data, err = base64.StdEncoding.DecodeString(*in.BytesB64)
+		if err != nil {
+			return out, fault.Wrap(fault.BadInput, err, "bytes_b64 is not valid standard base64",
+				"encode the bytes with standard base64 (RFC 4648, with padding), or send UTF-8 content as text")
+		}
+	default:
+		return out, fault.New(fault.BadInput, "neither text nor bytes_b64 is set",
+			"send the content as text (UTF-8) or bytes_b64 (base64); an empty file is text \"\"")
+	}
+	if int64(len(data)) > o.limits.JSONBody {
+		return out, fault.New(fault.TooLarge, fmt.Sprintf("content is %d bytes; the inline limit is %d", len(data), o.limits.JSONBody),
+			"upload large files with PUT /tmp/files/{path}, which streams")
+	}
+	err = o.call(ctx, run, ToolWrite, map[string]any{"path": p, "bytes": len(data)}, func(ctx context.Context, s *Step) error {
+		f, err := o.store.Write(ctx, run, p, bytes.NewReader(data), 0)
+		if err != nil {
+			return storeErr(err, run, p)
+		}
+		s.Artifacts = append(s.Artifacts, f)
+		out = ref(f)
+		return nil
+	})
+	return out, err
+}
+
+// WriteStream is tmp.write for a streamed body: r is hashed and stored as
+// it arrives, never held whole in memory, up to the stream limit.
+func (o *Orchestrator) WriteStream(ctx context.Context, run runid.ID, path string, r io.Reader) (FileRef, error) {
+	var out FileRef
+	p, err := safepath.Clean(path)
+	if err != nil {
+		return out, err
+	}
+	err = o.call(ctx, run, ToolWrite, map[string]any{"path": p, "streamed": true}, func(ctx context.Context, s *Step) error {
+		f, err := o.store.Write(ctx, run, p, r, o.limits.StreamBody)
+		if err != nil {
+			return storeErr(err, run, p)
+		}
+		s.Artifacts = append(s.Artifacts, f)
+		out = ref(f)
+		return nil
+	})
+	return out, err
+}
+
+// Read is tmp.read with the content inline, for files up to the JSON limit.
+func (o *Orchestrator) Read(ctx context.Context, run runid.ID, path string) (ReadOutput, error) {
+	var out ReadOutput
+	p, err := safepath.Clean(path)
+	if err != nil {
+		return out, err
+	}
+	err = o.call(ctx, run, ToolRead, map[string]any{"path": p}, func(ctx context.Context, s *Step) error {
+		f, err := o.store.Stat(ctx, run, p)
+		if err != nil {
+			return storeErr(err, run, p)
+		}
+		if f.Size > o.limits.JSONBody {
+			return fault.New(fault.TooLarge, fmt.Sprintf("%q is %d bytes; tmp.read inlines at most %d", p, f.Size, o.limits.JSONBody),
+				fmt.Sprintf("download it raw with GET /tmp/files/%s or GET /blobs/%s", p, f.SHA256))
+		}
+		b, f, err := o.store.ReadAll(ctx, run, p)
+		if err != nil {
+			return storeErr(err, run, p)
+		}
+		out = ReadOutput{Path: f.Path, Size: f.Size, SHA256: f.SHA256}
+		if utf8.Valid(b) {
+			t := string(b)
+			out.Text = &t
+		} else {
+			e := base64.StdEncoding.EncodeToString(b)
+			out.BytesB64 = &e
+		}
+		return nil
+	})
+	return out, err
+}
+
+// Open is tmp.read for streaming: it resolves the file (recorded as a step)
+// and returns a reader that verifies the bytes as they stream. The stream
+// itself runs outside the run's lock, so a slow download never holds up the
+// run's next call; blobs are immutable, so that is safe.
+func (o *Orchestrator) Open(ctx context.Context, run runid.ID, path string) (tmpfs.File, *tmpfs.Reader, error) {
+	var (
+		f tmpfs.File
+		r *tmpfs.Reader
+	)
+	p, err := safepath.Clean(path)
+	if err != nil {
+		return f, nil, err
+	}
+	err = o.call(ctx, run, ToolRead, map[string]any{"path": p, "streamed": true}, func(ctx context.Context, s *Step) error {
+		var err error
+		f, r, err = o.store.Open(ctx, run, p)
+		if err != nil {
+			return storeErr(err, run, p)
+		}
+		return nil
+	})
+	return f, r, err
+}
+
+// List is tmp.list.
+func (o *Orchestrator) List(ctx context.Context, run runid.ID, prefix string) (ListOutput, error) {
+	out := ListOutput{Files: []tmpfs.File{}}
+	p, err := safepath.CleanPrefix(prefix)
+	if err != nil {
+		return out, err
+	}
+	err = o.call(ctx, run, ToolList, map[string]any{"prefix": p}, func(ctx context.Context, s *Step) error {
+		files, err := o.store.List(ctx, run, p)
+		if err != nil {
+			return storeErr(err, run, p)
+		}
+		out.Files = files
+		return nil
+	})
+	return out, err
+}
+
+// Delete is tmp.delete.
+func (o *Orchestrator) Delete(ctx context.Context, run runid.ID, path string) (DeleteOutput, error) {
+	var out DeleteOutput
+	p, err := safepath.Clean(path)
+	if err != nil {
+		return out, err
+	}
+	err = o.call(ctx, run, ToolDelete, map[string]any{"path": p}, func(ctx context.Context, s *Step) error {
+		if err := o.store.Delete(ctx, run, p); err != nil {
+			return storeErr(err, run, p)
+		}
+		out.OK = true
+		return nil
+	})
+	return out, err
+}
+
+// storeErr turns a tmpfs error into a fault a caller can act on.
+func storeErr(err error, run runid.ID, path string) error {
+	switch {
+	case err == nil:
+		return nil
+	case fault.As(err) != nil:
+		return err
+	case errors.Is(err, tmpfs.ErrNotFound):
+		return fault.Wrap(fault.NotFound, err, fmt.Sprintf("no file %q in run %s", path, run),
+			"tmp.list (GET /tmp/list) shows what the run has; write it first with tmp.write")
+	case errors.Is(err, tmpfs.ErrTooLarge):
+		return fault.Wrap(fault.TooLarge, err, fmt.Sprintf("%q is over the size limit", path),
+			"split the file, or raise the limit with --max-stream-bytes (TRIAD_MAX_STREAM_BYTES)")
+	case errors.Is(err, tmpfs.ErrConflict):
+		return fault.Wrap(fault.Conflict, err, conflictMessage(err),
+			"a path cannot be both a file and a directory; delete the clashing file first or pick another path")
+	case errors.Is(err, tmpfs.ErrUnavailable):
+		return fault.Wrap(fault.StoreUnavailable, err, "the file store does not answer",
+			"retry in a few seconds; if it persists, check the S3 endpoint (TRIAD_S3_ENDPOINT) and GET /healthz")
+	case errors.Is(err, tmpfs.ErrDigestMismatch):
+		return fault.Wrap(fault.Internal, err, fmt.Sprintf("stored bytes of %q do not match their sha256", path),
+			"the blob is corrupt and was not served; re-upload the file")
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return fault.Wrap(fault.Timeout, err, "the request ended before the store answered", "retry the call")
+	default:
+		return fault.Wrap(fault.Internal, err, "file store error", "retry; if it persists, report it with the server log")
+	}
+}
+
+// conflictMessage keeps the part of a conflict error that names the paths.
+func conflictMessage(err error) string {
+	if _, after, ok := strings.Cut(err.Error(), tmpfs.ErrConflict.Error()+": "); ok {
+		return after
+	}
+	return err.Error()
+}
