@@ -1,0 +1,309 @@
+// Package image builds and imports the sandbox image without a container registry: debootstrap, apt-get in a chroot, docker import.
+//
+// One package list (packages.txt, embedded) drives both this builder and the
+// Dockerfile next to it. The image tag is derived from that list and the
+// builder's recipe, so a changed list means a new image, and the built root
+// filesystem is cached as a tarball outside the repository so that a missing
+// image costs only a docker import.
+package image
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/sha256"
+	_ "embed"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	cerrdefs "github.com/containerd/errdefs"
+	"github.com/docker/docker/api/types/image"
+	"github.com/docker/docker/client"
+)
+
+//go:embed packages.txt
+var packagesTxt []byte
+
+// Recipe constants. They are part of the tag hash: change any of them (or
+// the build steps in build.go, then bump recipeVersion) and the tag changes.
+const (
+	// recipeVersion names the build steps in build.go. Bump it whenever those
+	// steps change what ends up in the root filesystem.
+	recipeVersion = "triad-sandbox-builder/3"
+	// Suite is the Debian release the image is built from.
+	Suite = "trixie"
+	// Repository is the image name; the tag is the recipe hash.
+	Repository = "triad-sandbox"
+	// UID and GID are the sandbox user's ids in the image. The Docker
+	// backend may run kernels under another uid (the service's own, so it can
+	// reach their sockets); the image does not depend on a passwd entry.
+	UID = 1000
+	GID = 1000
+	// Home is the sandbox user's home. It lives on the container's /tmp
+	// tmpfs because the root filesystem is read-only at run time.
+	Home = "/tmp/home"
+	// MPLSeed holds a matplotlib font cache built at image build time; the
+	// kernel copies it into MPLCONFIGDIR at start so that the first plot
+	// does not spend a second scanning fonts.
+	MPLSeed = "/opt/triad/mplconfig"
+)
+
+// Packages returns the Debian packages the image holds, in file order,
+// without comments and blank lines.
+func Packages() []string {
+	var out []string
+	sc := bufio.NewScanner(bytes.NewReader(packagesTxt))
+	for sc.Scan() {
+		line := strings.TrimSpace(sc.Text())
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		out = append(out, line)
+	}
+	return out
+}
+
+// Hash is the hex sha256 of the package list and the builder's recipe. It
+// names both the image tag and the cached tarball.
+func Hash() string {
+	h := sha256.New()
+	fmt.Fprintf(h, "%s\nsuite=%s uid=%d gid=%d home=%s mplseed=%s\n", recipeVersion, Suite, UID, GID, Home, MPLSeed)
+	for _, c := range changes() {
+		fmt.Fprintln(h, c)
+	}
+	h.Write(packagesTxt)
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+// Tag returns the image reference for the current package list and recipe,
+// for example "triad-sandbox:0123456789ab".
+func Tag() string { return Repository + ":" + Hash()[:12] }
+
+// changes are the Dockerfile instructions applied on docker import; a plain
+// import has no config at all.
+func changes() []string {
+	return []string{
+		"ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+		"ENV LANG=C.UTF-8",
+		"ENV HOME=" + Home,
+		"ENV MPLCONFIGDIR=" + Home + "/.config/matplotlib",
+		"ENV MPLBACKEND=module://matplotlib_inline.backend_inline",
+		"ENV PYTHONDONTWRITEBYTECODE=1",
+		"WORKDIR /work",
+		fmt.Sprintf("USER %d:%d", UID, GID),
+		`CMD ["python3"]`,
+	}
+}
+
+// Options configure Ensure and Build. The zero value works.
+type Options struct {
+	// CacheDir holds the built root filesystem tarballs, under
+	// CacheDir/image. Empty means ${TRIAD_CACHE:-$HOME/.cache/triad}.
+	CacheDir string
+	// Mirror is the Debian mirror debootstrap and apt use. Empty means the
+	// first Debian mirror configured in /etc/apt, else deb.debian.org.
+	Mirror string
+	// Progress receives human-readable progress lines (steps and the
+	// output of debootstrap and apt-get). Nil discards them.
+	Progress io.Writer
+	// Logger receives structured logs; nil is silent.
+	Logger *slog.Logger
+}
+
+func (o Options) withDefaults() (Options, error) {
+	if o.CacheDir == "" {
+		o.CacheDir = os.Getenv("TRIAD_CACHE")
+	}
+	if o.CacheDir == "" {
+		home, err := os.UserHomeDir()
+		if err != nil {
+			return o, fmt.Errorf("no cache dir: set TRIAD_CACHE: %w", err)
+		}
+		o.CacheDir = filepath.Join(home, ".cache", "triad")
+	}
+	if o.Progress == nil {
+		o.Progress = io.Discard
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	return o, nil
+}
+
+// TarballPath is where the root filesystem tarball for the current recipe is
+// cached.
+func TarballPath(cacheDir string) string {
+	return filepath.Join(cacheDir, "image", Hash()+".tar")
+}
+
+// Client is the part of the moby client this package uses;
+// *client.Client satisfies it.
+type Client interface {
+	ImageInspect(ctx context.Context, imageID string, opts ...client.ImageInspectOption) (image.InspectResponse, error)
+	ImageImport(ctx context.Context, source image.ImportSource, ref string, options image.ImportOptions) (io.ReadCloser, error)
+}
+
+var _ Client = (*client.Client)(nil)
+
+// Ensure makes sure the engine has the image for the current recipe and
+// returns its tag. It imports the cached tarball when there is one and
+// builds it first when there is not (which needs root, debootstrap and the
+// Debian mirror, and takes minutes). Concurrent callers on one machine wait
+// for each other instead of building twice.
+func Ensure(ctx context.Context, cli Client, opts Options) (string, error) {
+	opts, err := opts.withDefaults()
+	if err != nil {
+		return "", err
+	}
+	tag := Tag()
+	if ok, err := present(ctx, cli, tag); err != nil || ok {
+		return tag, err
+	}
+	unlock, err := lock(ctx, opts.CacheDir)
+	if err != nil {
+		return "", err
+	}
+	defer unlock()
+	// Another process may have imported it while we waited for the lock.
+	if ok, err := present(ctx, cli, tag); err != nil || ok {
+		return tag, err
+	}
+	tarball := TarballPath(opts.CacheDir)
+	if _, err := os.Stat(tarball); err != nil {
+		fmt.Fprintf(opts.Progress, "image: %s is missing and no cached root filesystem at %s; building it (several minutes)\n", tag, tarball)
+		if err := buildRootfs(ctx, opts, tarball); err != nil {
+			return "", err
+		}
+	} else {
+		fmt.Fprintf(opts.Progress, "image: %s is missing; importing the cached root filesystem %s\n", tag, tarball)
+	}
+	if err := importTarball(ctx, cli, opts, tarball, tag); err != nil {
+		return "", err
+	}
+	return tag, nil
+}
+
+// Build builds the root filesystem afresh (even when a tarball is cached),
+// caches it and imports it as Tag(), replacing an image of that tag.
+func Build(ctx context.Context, cli Client, opts Options) (string, error) {
+	opts, err := opts.withDefaults()
+	if err != nil {
+		return "", err
+	}
+	unlock, err := lock(ctx, opts.CacheDir)
+	if err != nil {
+		return "", err
+	}
+	defer unlock()
+	tag := Tag()
+	tarball := TarballPath(opts.CacheDir)
+	if err := buildRootfs(ctx, opts, tarball); err != nil {
+		return "", err
+	}
+	if err := importTarball(ctx, cli, opts, tarball, tag); err != nil {
+		return "", err
+	}
+	return tag, nil
+}
+
+func present(ctx context.Context, cli Client, tag string) (bool, error) {
+	_, err := cli.ImageInspect(ctx, tag)
+	switch {
+	case err == nil:
+		return true, nil
+	case cerrdefs.IsNotFound(err):
+		return false, nil
+	default:
+		return false, fmt.Errorf("inspect image %s: %w", tag, err)
+	}
+}
+
+// lock takes an exclusive flock on the cache so two processes (two test
+// binaries, a server and `triad image build`) never build at once. The wait
+// is bounded by ctx.
+func lock(ctx context.Context, cacheDir string) (func(), error) {
+	dir := filepath.Join(cacheDir, "image")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("image cache: %w", err)
+	}
+	f, err := os.OpenFile(filepath.Join(dir, "build.lock"), os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("image cache lock: %w", err)
+	}
+	for {
+		err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
+		if err == nil {
+			return func() {
+				_ = syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
+				_ = f.Close()
+			}, nil
+		}
+		if !errors.Is(err, syscall.EWOULDBLOCK) {
+			f.Close()
+			return nil, fmt.Errorf("image cache lock: %w", err)
+		}
+		select {
+		case <-ctx.Done():
+			f.Close()
+			return nil, fmt.Errorf("wait for another image build: %w", ctx.Err())
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+}
+
+// importTarball streams the cached root filesystem into the engine.
+func importTarball(ctx context.Context, cli Client, opts Options, tarball, tag string) error {
+	f, err := os.Open(tarball)
+	if err != nil {
+		return fmt.Errorf("open image tarball: %w", err)
+	}
+	defer f.Close()
+	start := time.Now()
+	fmt.Fprintf(opts.Progress, "image: docker import %s as %s\n", tarball, tag)
+	rc, err := cli.ImageImport(ctx, image.ImportSource{Source: f, SourceName: "-"}, tag, image.ImportOptions{
+		Message: "triad sandbox image, " + recipeVersion + ", built by debootstrap " + Suite,
+		Changes: changes(),
+	})
+	if err != nil {
+		return fmt.Errorf("docker import %s: %w", tag, err)
+	}
+	defer rc.Close()
+	// The engine answers with a JSON message stream; an error mid-stream
+	// arrives as a message, not as an HTTP status.
+	dec := json.NewDecoder(rc)
+	for {
+		var msg struct {
+			Status      string `json:"status"`
+			Error       string `json:"error"`
+			ErrorDetail *struct {
+				Message string `json:"message"`
+			} `json:"errorDetail"`
+		}
+		if err := dec.Decode(&msg); err == io.EOF {
+			break
+		} else if err != nil {
+			return fmt.Errorf("docker import %s: read reply: %w", tag, err)
+		}
+		if msg.Error != "" {
+			return fmt.Errorf("docker import %s: %s", tag, msg.Error)
+		}
+	}
+	if ok, err := present(ctx, cli, tag); err != nil {
+		return err
+	} else if !ok {
+		return fmt.Errorf("docker import %s: the engine did not keep the image", tag)
+	}
+	d := time.Since(start).Round(100 * time.Millisecond)
+	fmt.Fprintf(opts.Progress, "image: imported %s in %s\n", tag, d)
+	opts.Logger.InfoContext(ctx, "sandbox image imported", "tag", tag, "tarball", tarball, "duration", d)
+	return nil
+}
