@@ -302,7 +302,9 @@ func TestBadInputs(t *testing.T) {
 		{"missing run", func() answer { return c.post("/tmp/write", "", map[string]string{"path": "x", "text": "x"}) }, 400, "missing_run_id"},
 		{"invalid run", func() answer { return c.post("/tmp/write", "r/../../x", map[string]string{"path": "x", "text": "x"}) }, 400, "invalid_run_id"},
 		{"long run", func() answer { return c.do("GET", "/tmp/list", strings.Repeat("a", 65), nil) }, 400, "invalid_run_id"},
-		{"bad base64", func() answer { return c.post("/tmp/write", run, map[string]string{"path": "x", "bytes_b64": "not base64!"}) }, 400, "bad_input"},
+		{"bad base64", func() answer {
+			return c.post("/tmp/write", run, map[string]string{"path": "x", "bytes_b64": "not base64!"})
+		}, 400, "bad_input"},
 		{"text and bytes", func() answer {
 			return c.post("/tmp/write", run, map[string]string{"path": "x", "text": "a", "bytes_b64": "YQ=="})
 		}, 400, "bad_input"},
