@@ -26,6 +26,8 @@ const usage = `triad: three tools for AI agents: sandbox.exec, browser.search an
 
 Usage:
   triad serve [flags]     serve the HTTP API
+  triad image build       build the sandbox image (offline, from Debian packages)
+  triad image tag         print the sandbox image tag for this build
   triad version           print the version
 
 Run "triad COMMAND -h" for a command's flags. Every flag has a TRIAD_* twin
@@ -43,6 +45,8 @@ func main() {
 	switch os.Args[1] {
 	case "serve":
 		err = serve(ctx, os.Args[2:])
+	case "image":
+		err = imageCmd(ctx, os.Args[2:])
 	case "version", "--version", "-v":
 		fmt.Println(version.String())
 	case "help", "-h", "--help":
