@@ -186,9 +186,9 @@ func decodeFault(err error, suggestion string) error {
 	var syntaxErr *json.SyntaxError
 	switch {
 	case errors.As(err, &typeErr) && typeErr.Field != "":
-		return fault.Badf(fieldSuggestion(typeErr.Field), "%s must be %s, not a JSON %s", typeErr.Field, fieldType(typeErr.Field), typeErr.Value)
+		return fault.Badf(fieldSuggestion(typeErr.Field), "%s must be %s; got a JSON %s", typeErr.Field, fieldType(typeErr.Field), typeErr.Value)
 	case errors.As(err, &typeErr):
-		return fault.Badf(suggestion, "request body must be a JSON object, not a JSON %s", typeErr.Value)
+		return fault.Badf(suggestion, "request body must be a JSON object; got a JSON %s", typeErr.Value)
 	case errors.As(err, &syntaxErr):
 		return fault.Badf(suggestion, "request body is not valid JSON (at byte %d)", syntaxErr.Offset)
 	case errors.Is(err, io.ErrUnexpectedEOF):
@@ -212,7 +212,7 @@ func fieldType(field string) string {
 	case field == "include_page":
 		return "true or false"
 	case field == "allow_domains":
-		return "an array of hostnames"
+		return "an array of hostname strings"
 	case strings.HasPrefix(field, "allow_domains"):
 		return "a string"
 	default:
@@ -277,7 +277,7 @@ func parseDay(s string) (time.Time, error) {
 	}
 	t, err := time.Parse(time.DateOnly, s)
 	if err != nil {
-		return time.Time{}, fmt.Errorf("%q is not a date in the form YYYY-MM-DD", s)
+		return time.Time{}, fmt.Errorf("%q is not a calendar date", s)
 	}
 	return t, nil
 }
