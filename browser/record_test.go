@@ -151,7 +151,9 @@ func TestParseRecordRefuses(t *testing.T) {
 		{"not JSON", func(string) string { return "nope" }},
 		{"other format", func(s string) string { return strings.Replace(s, "triad.citations/v1", "triad.citations/v0", 1) }},
 		{"no provider", func(s string) string { return strings.Replace(s, `"provider":"fake"`, `"provider":""`, 1) }},
-		{"input edited", func(s string) string { return strings.Replace(s, `"input":{"query":"acme`, `"input":{"query":"globex`, 1) }},
+		{"input edited", func(s string) string {
+			return strings.Replace(s, `"input":{"query":"acme`, `"input":{"query":"globex`, 1)
+		}},
 		{"key not hex", func(s string) string {
 			var m map[string]any
 			_ = json.Unmarshal([]byte(s), &m)
