@@ -69,6 +69,9 @@ func New(c Config) *Server {
 	r.Handle("/tmp/files/{path:.+}", s.handle(s.filePut)).Methods(http.MethodPut)
 	r.Handle("/tmp/files/{path:.+}", s.handle(s.fileGet)).Methods(http.MethodGet, http.MethodHead)
 	r.Handle("/blobs/{sha256}", s.handle(s.blobGet)).Methods(http.MethodGet, http.MethodHead)
+
+	r.Handle("/sandbox/exec", s.handle(s.sandboxExec)).Methods(http.MethodPost)
+	r.Handle("/sandbox/restart", s.handle(s.sandboxRestart)).Methods(http.MethodPost)
 	return s
 }
 

@@ -7,6 +7,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // config is the binary's one flat configuration, filled from flags and their
@@ -26,6 +27,8 @@ type config struct {
 
 	MaxJSONBytes   int64
 	MaxStreamBytes int64
+
+	Sandbox sandboxConfig
 }
 
 // envName maps a flag name to its environment twin: --s3-endpoint is TRIAD_S3_ENDPOINT.
@@ -75,6 +78,7 @@ func (c *config) common(f *flagSet) {
 	f.str(&c.S3Region, "s3-region", "", "S3 region (optional)")
 	f.bytes(&c.MaxJSONBytes, "max-json-bytes", 32<<20, "largest JSON body and inline file content")
 	f.bytes(&c.MaxStreamBytes, "max-stream-bytes", 5<<30, "largest streamed upload (PUT /tmp/files)")
+	c.Sandbox.flags(f)
 }
 
 func (c *config) validate(f *flagSet) error {
@@ -106,7 +110,7 @@ func (c *config) validate(f *flagSet) error {
 	if _, err := c.level(); err != nil {
 		return err
 	}
-	return nil
+	return c.Sandbox.validate()
 }
 
 func (c *config) level() (slog.Level, error) {
@@ -115,4 +119,44 @@ func (c *config) level() (slog.Level, error) {
 		return 0, fmt.Errorf("--log-level %q: want debug, info, warn or error", c.LogLevel)
 	}
 	return l, nil
+}
+
+func (f *flagSet) float(p *float64, name string, def float64, usage string) {
+	if v, ok := os.LookupEnv(envName(name)); ok {
+		n, err := strconv.ParseFloat(v, 64)
+		if err != nil {
+			f.errs = append(f.errs, fmt.Errorf("%s=%q: want a number", envName(name), v))
+		} else {
+			def = n
+		}
+	}
+	f.Float64Var(p, name, def, usage+" ["+envName(name)+"]")
+}
+
+func (f *flagSet) int64(p *int64, name string, def int64, usage string) {
+	f.bytes(p, name, def, usage)
+}
+
+func (f *flagSet) int(p *int, name string, def int, usage string) {
+	if v, ok := os.LookupEnv(envName(name)); ok {
+		n, err := strconv.Atoi(v)
+		if err != nil {
+			f.errs = append(f.errs, fmt.Errorf("%s=%q: want an integer", envName(name), v))
+		} else {
+			def = n
+		}
+	}
+	f.IntVar(p, name, def, usage+" ["+envName(name)+"]")
+}
+
+func (f *flagSet) duration(p *time.Duration, name string, def time.Duration, usage string) {
+	if v, ok := os.LookupEnv(envName(name)); ok {
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			f.errs = append(f.errs, fmt.Errorf("%s=%q: want a duration like 60s", envName(name), v))
+		} else {
+			def = d
+		}
+	}
+	f.DurationVar(p, name, def, usage+" ["+envName(name)+"]")
 }

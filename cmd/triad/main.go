@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/triadhq/triad/api"
+	"github.com/triadhq/triad/internal/kernels"
 	"github.com/triadhq/triad/internal/orchestrator"
 	"github.com/triadhq/triad/internal/version"
 	"github.com/triadhq/triad/tmpfs"
@@ -81,10 +82,23 @@ func serve(ctx context.Context, args []string) error {
 		return err
 	}
 	defer closeStore()
+	backend, err := openSandbox(ctx, &c, log, os.Stderr)
+	if err != nil {
+		return err
+	}
+	var km *kernels.Manager
+	if backend != nil {
+		defer backend.Close()
+		km = kernels.New(kernels.Config{Backend: backend, Store: store, Warm: c.Sandbox.Warm, IdleTTL: c.Sandbox.IdleTTL, Limits: c.Sandbox.limits(), Logger: log})
+		defer km.Close()
+		log.Info("sandbox ready", "backend", backend.Name(), "warm", c.Sandbox.Warm)
+	}
 	orch := orchestrator.New(orchestrator.Config{
-		Store:  store,
-		Limits: orchestrator.Limits{JSONBody: c.MaxJSONBytes, StreamBody: c.MaxStreamBytes},
-		Logger: log,
+		Store:   store,
+		Kernels: km,
+		Exec:    orchestrator.ExecConfig{DefaultTimeout: c.Sandbox.CellTimeout, MaxTimeout: c.Sandbox.MaxCellTimeout},
+		Limits:  orchestrator.Limits{JSONBody: c.MaxJSONBytes, StreamBody: c.MaxStreamBytes},
+		Logger:  log,
 	})
 	srv := &http.Server{
 		Handler:           api.New(api.Config{Orchestrator: orch, Logger: log}),

@@ -14,6 +14,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/triadhq/triad/internal/kernels"
 	"github.com/triadhq/triad/internal/runid"
 	"github.com/triadhq/triad/tmpfs"
 )
@@ -57,6 +58,8 @@ type Recorder interface {
 // Orchestrator runs tool calls.
 type Orchestrator struct {
 	store     *tmpfs.Store
+	kernels   *kernels.Manager
+	exec      ExecConfig
 	limits    Limits
 	log       *slog.Logger
 	recorders []Recorder
@@ -78,9 +81,12 @@ var DefaultLimits = Limits{JSONBody: 32 << 20, StreamBody: 5 << 30}
 
 // Config configures an Orchestrator.
 type Config struct {
-	Store  *tmpfs.Store
-	Limits Limits
-	Logger *slog.Logger
+	Store *tmpfs.Store
+	// Kernels runs sandbox.exec; nil leaves the sandbox off.
+	Kernels *kernels.Manager
+	Exec    ExecConfig
+	Limits  Limits
+	Logger  *slog.Logger
 }
 
 // New returns an Orchestrator.
@@ -94,7 +100,8 @@ func New(c Config) *Orchestrator {
 	if c.Limits.StreamBody == 0 {
 		c.Limits.StreamBody = DefaultLimits.StreamBody
 	}
-	return &Orchestrator{store: c.Store, limits: c.Limits, log: c.Logger}
+	c.Exec.defaults()
+	return &Orchestrator{store: c.Store, kernels: c.Kernels, exec: c.Exec, limits: c.Limits, log: c.Logger}
 }
 
 // AddRecorder appends r to the recorders every step is handed to.

@@ -87,7 +87,7 @@ func (o *Orchestrator) Write(ctx context.Context, run runid.ID, in WriteInput) (
 		}
 		s.Artifacts = append(s.Artifacts, f)
 		out = ref(f)
-		return nil
+		return o.mirrorPut(ctx, run, f)
 	})
 	return out, err
 }
@@ -107,7 +107,7 @@ func (o *Orchestrator) WriteStream(ctx context.Context, run runid.ID, path strin
 		}
 		s.Artifacts = append(s.Artifacts, f)
 		out = ref(f)
-		return nil
+		return o.mirrorPut(ctx, run, f)
 	})
 	return out, err
 }
@@ -199,9 +199,34 @@ func (o *Orchestrator) Delete(ctx context.Context, run runid.ID, path string) (D
 			return storeErr(err, run, p)
 		}
 		out.OK = true
+		if o.kernels != nil {
+			if sess := o.kernels.Peek(run); sess != nil {
+				if err := sess.Dir.Remove(p); err != nil {
+					o.log.ErrorContext(ctx, "remove from working directory", "run", run, "path", p, "err", err)
+				}
+			}
+		}
 		return nil
 	})
 	return out, err
+}
+
+// mirrorPut copies a file just written to the run into its live kernel's
+// working directory, so the next cell can open it: the run's files and the
+// kernel's cwd are one namespace.
+func (o *Orchestrator) mirrorPut(ctx context.Context, run runid.ID, f tmpfs.File) error {
+	if o.kernels == nil {
+		return nil
+	}
+	sess := o.kernels.Peek(run)
+	if sess == nil {
+		return nil // materialised when the kernel starts
+	}
+	if err := sess.Dir.Put(ctx, f); err != nil {
+		return fault.Wrap(fault.Internal, err, fmt.Sprintf("%q was stored but could not be copied into the kernel's working directory", f.Path),
+			"the disk quota may be full: delete files from the run, or restart the kernel with POST /sandbox/restart")
+	}
+	return nil
 }
 
 // storeErr turns a tmpfs error into a fault a caller can act on.

@@ -1,0 +1,265 @@
+// Package kernels keeps one sandbox kernel per run: started on the run's first cell, drawn from a warm pool, reaped when idle.
+//
+// The pool is generic over sandbox.Backend: it holds kernels started with no
+// owner, each with its own fresh working directory, and a run that claims
+// one has its files materialised into that directory. Reaping a kernel
+// loses its interpreter state but never the run's files, which live in the
+// store.
+package kernels
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/triadhq/triad/internal/runid"
+	"github.com/triadhq/triad/internal/workspace"
+	"github.com/triadhq/triad/sandbox"
+	"github.com/triadhq/triad/tmpfs"
+)
+
+// Config configures a Manager.
+type Config struct {
+	Backend sandbox.Backend
+	Store   *tmpfs.Store
+	// Warm is how many ready kernels the pool keeps (0 disables it).
+	Warm int
+	// IdleTTL is how long a run's kernel may sit unused before it is
+	// stopped (0 never).
+	IdleTTL time.Duration
+	// Limits are passed to every kernel.
+	Limits sandbox.Limits
+	// Protect names run paths a cell may not change (the journal).
+	Protect func(path string) bool
+	Logger  *slog.Logger
+}
+
+// Session is a run's live kernel and its working directory.
+type Session struct {
+	Kernel sandbox.Kernel
+	Dir    *workspace.Dir
+	// Fresh is true on the first Acquire after the kernel started: no
+	// cell has run in it yet.
+	Fresh    bool
+	lastUsed time.Time
+}
+
+// Manager maps runs to kernels.
+type Manager struct {
+	c    Config
+	log  *slog.Logger
+	pool chan sandbox.Kernel
+
+	mu       sync.Mutex
+	sessions map[runid.ID]*Session
+	closed   bool
+
+	stop chan struct{}
+	done sync.WaitGroup
+}
+
+// New returns a Manager and starts its pool filler and idle reaper.
+func New(c Config) *Manager {
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	m := &Manager{c: c, log: c.Logger, sessions: map[runid.ID]*Session{}, stop: make(chan struct{}), pool: make(chan sandbox.Kernel, max(c.Warm, 0))}
+	if c.Warm > 0 {
+		m.done.Add(1)
+		go m.fill()
+	}
+	if c.IdleTTL > 0 {
+		m.done.Add(1)
+		go m.reap()
+	}
+	return m
+}
+
+// Backend returns the backend's name ("docker" or "wasm").
+func (m *Manager) Backend() string { return m.c.Backend.Name() }
+
+// Acquire returns the run's session, starting a kernel (from the pool when
+// one is ready) and materialising the run's files on first use. Callers
+// serialize Acquire and use of the session per run.
+func (m *Manager) Acquire(ctx context.Context, run runid.ID) (*Session, error) {
+	m.mu.Lock()
+	if m.closed {
+		m.mu.Unlock()
+		return nil, sandbox.ErrClosed
+	}
+	if s, ok := m.sessions[run]; ok {
+		s.lastUsed = time.Now()
+		s.Fresh = false
+		m.mu.Unlock()
+		return s, nil
+	}
+	m.mu.Unlock()
+
+	k, err := m.kernel(ctx, run)
+	if err != nil {
+		return nil, err
+	}
+	dir, err := workspace.Open(m.c.Store, run, k.WorkDir(), m.log)
+	if err != nil {
+		k.Close()
+		return nil, err
+	}
+	dir.Protect = m.c.Protect
+	if err := dir.Materialize(ctx); err != nil {
+		dir.Close()
+		k.Close()
+		return nil, fmt.Errorf("materialise run %s into its kernel: %w", run, err)
+	}
+	s := &Session{Kernel: k, Dir: dir, Fresh: true, lastUsed: time.Now()}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		dir.Close()
+		k.Close()
+		return nil, sandbox.ErrClosed
+	}
+	m.sessions[run] = s
+	return s, nil
+}
+
+// kernel claims a pooled kernel or starts one.
+func (m *Manager) kernel(ctx context.Context, run runid.ID) (sandbox.Kernel, error) {
+	select {
+	case k := <-m.pool:
+		m.log.DebugContext(ctx, "claimed a warm kernel", "run", run, "kernel", k.ID())
+		return k, nil
+	default:
+	}
+	k, err := m.c.Backend.Start(ctx, sandbox.Spec{Owner: run.String(), Limits: m.c.Limits})
+	if err != nil {
+		return nil, fmt.Errorf("start kernel for run %s: %w", run, err)
+	}
+	return k, nil
+}
+
+// Peek returns the run's session if a kernel is live, without starting one.
+func (m *Manager) Peek(run runid.ID) *Session {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.sessions[run]
+}
+
+// Drop stops the run's kernel, if any. Its files stay in the store.
+func (m *Manager) Drop(run runid.ID) {
+	m.mu.Lock()
+	s := m.sessions[run]
+	delete(m.sessions, run)
+	m.mu.Unlock()
+	if s != nil {
+		s.Dir.Close()
+		s.Kernel.Close()
+	}
+}
+
+// Live returns the number of runs with a live kernel.
+func (m *Manager) Live() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return len(m.sessions)
+}
+
+// Pooled returns the number of ready kernels in the pool.
+func (m *Manager) Pooled() int { return len(m.pool) }
+
+// fill keeps the pool topped up.
+func (m *Manager) fill() {
+	defer m.done.Done()
+	backoff := time.Second
+	for {
+		select {
+		case <-m.stop:
+			return
+		default:
+		}
+		if len(m.pool) >= m.c.Warm {
+			select {
+			case <-m.stop:
+				return
+			case <-time.After(50 * time.Millisecond):
+			}
+			continue
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		k, err := m.c.Backend.Start(ctx, sandbox.Spec{Limits: m.c.Limits})
+		cancel()
+		if err != nil {
+			m.log.Warn("warm pool: start kernel", "err", err, "retry_in", backoff)
+			select {
+			case <-m.stop:
+				return
+			case <-time.After(backoff):
+			}
+			backoff = min(2*backoff, time.Minute)
+			continue
+		}
+		backoff = time.Second
+		select {
+		case m.pool <- k:
+		case <-m.stop:
+			k.Close()
+			return
+		}
+	}
+}
+
+// reap stops kernels idle past the TTL.
+func (m *Manager) reap() {
+	defer m.done.Done()
+	tick := time.NewTicker(max(min(m.c.IdleTTL/4, 30*time.Second), 100*time.Millisecond))
+	defer tick.Stop()
+	for {
+		select {
+		case <-m.stop:
+			return
+		case <-tick.C:
+		}
+		var idle []runid.ID
+		m.mu.Lock()
+		for run, s := range m.sessions {
+			if time.Since(s.lastUsed) > m.c.IdleTTL {
+				idle = append(idle, run)
+			}
+		}
+		m.mu.Unlock()
+		for _, run := range idle {
+			m.log.Info("stopping idle kernel; the run's files stay", "run", run)
+			m.Drop(run)
+		}
+	}
+}
+
+// Close stops every kernel, pooled or live. It is safe to call twice.
+func (m *Manager) Close() error {
+	m.mu.Lock()
+	if m.closed {
+		m.mu.Unlock()
+		return nil
+	}
+	m.closed = true
+	sessions := m.sessions
+	m.sessions = map[runid.ID]*Session{}
+	m.mu.Unlock()
+	close(m.stop)
+	m.done.Wait()
+	var errs []error
+	for _, s := range sessions {
+		s.Dir.Close()
+		errs = append(errs, s.Kernel.Close())
+	}
+	for {
+		select {
+		case k := <-m.pool:
+			errs = append(errs, k.Close())
+		default:
+			return errors.Join(errs...)
+		}
+	}
+}
