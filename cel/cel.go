@@ -1,0 +1,360 @@
+// Package cel keeps a run's Context Engineering Log: CEL.md, a markdown journal with a Step Block after every tool call.
+//
+// The journal lives in the run's own file space, so cells can read it for
+// context and people can download it. Format writes the spec's Step Block;
+// Journal appends blocks, operator notes and the closing summary, keeping a
+// checkpoint copy CEL.step_{n}.md before each append (free, because the store
+// is content-addressed: the checkpoint is a second name for the old blob).
+package cel
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/triadhq/triad/internal/runid"
+	"github.com/triadhq/triad/tmpfs"
+)
+
+// Path is the journal's path in the run.
+const Path = "CEL.md"
+
+// Journal files a cell must not change: the journal, its checkpoints and
+// the machine-readable records kept beside it.
+var protected = regexp.MustCompile(`^(CEL\.md|CEL\.step_\d+\.md|trace\.jsonl|evaluations\.jsonl)$`)
+
+// Protected reports whether p is one of the journal's own files. Cells may
+// read them; a cell that changes or deletes one has it restored.
+func Protected(p string) bool { return protected.MatchString(p) }
+
+// Artifact is one file a step produced.
+type Artifact struct {
+	Path   string
+	Size   int64
+	SHA256 tmpfs.Digest
+}
+
+// Evaluation is the evaluator's verdict on a step.
+type Evaluation struct {
+	Pass         bool
+	Score        float64
+	Completeness float64
+	Correctness  float64
+	Evidence     float64
+	Hygiene      float64
+	Critique     string
+}
+
+// Line renders the verdict for the Evaluation line.
+func (e Evaluation) Line() string {
+	v := "FAIL"
+	if e.Pass {
+		v = "PASS"
+	}
+	s := fmt.Sprintf("%s — score=%.2f (completeness=%.2f, correctness=%.2f, evidence=%.2f, hygiene=%.2f)",
+		v, e.Score, e.Completeness, e.Correctness, e.Evidence, e.Hygiene)
+	if c := strings.TrimSpace(e.Critique); c != "" {
+		s += ". " + oneLine(c)
+	}
+	return s
+}
+
+// Block is one Step Block.
+type Block struct {
+	N     int
+	Tool  string
+	When  time.Time
+	Input []KV // salient inputs, in order
+	Did   []string
+	// Artifacts are listed by path; Name defaults to the path's base.
+	Artifacts []Artifact
+	Next      []string
+	Eval      Evaluation
+}
+
+// KV is one salient input.
+type KV struct {
+	Key   string
+	Value string
+}
+
+// Format renders b in the spec's Step Block format.
+func Format(b Block) string {
+	var w strings.Builder
+	fmt.Fprintf(&w, "\n## Step %d: %s\n", b.N, b.Tool)
+	fmt.Fprintf(&w, "**When:** %s\n", b.When.UTC().Format(time.RFC3339))
+	in := make([]string, 0, len(b.Input))
+	for _, kv := range b.Input {
+		in = append(in, kv.Key+"="+oneLine(kv.Value))
+	}
+	if len(in) == 0 {
+		in = append(in, "(none)")
+	}
+	fmt.Fprintf(&w, "**Inputs:** %s\n", strings.Join(in, ", "))
+	w.WriteString("**What I did:**\n")
+	for _, d := range b.Did {
+		fmt.Fprintf(&w, "- %s\n", oneLine(d))
+	}
+	w.WriteString("**Artifacts:**\n")
+	if len(b.Artifacts) == 0 {
+		w.WriteString("- (none)\n")
+	}
+	for _, a := range b.Artifacts {
+		fmt.Fprintf(&w, "- %s: `tmp/%s` (size=%d, sha256=%s)\n", baseName(a.Path), a.Path, a.Size, a.SHA256)
+	}
+	w.WriteString("**Next steps:**\n")
+	if len(b.Next) == 0 {
+		w.WriteString("- [ ] (none)\n")
+	}
+	for _, n := range b.Next {
+		fmt.Fprintf(&w, "- [ ] %s\n", oneLine(n))
+	}
+	fmt.Fprintf(&w, "**Evaluation (by Evaluator):** %s\n", b.Eval.Line())
+	return w.String()
+}
+
+// Header is the journal's opening section.
+type Header struct {
+	Run       runid.ID
+	Started   time.Time
+	Recipe    string
+	Objective string
+}
+
+// FormatHeader renders h.
+func FormatHeader(h Header) string {
+	var w strings.Builder
+	w.WriteString("# Context Engineering Log (CEL)\n\n")
+	fmt.Fprintf(&w, "- **Run:** %s\n", h.Run)
+	fmt.Fprintf(&w, "- **Started:** %s\n", h.Started.UTC().Format(time.RFC3339))
+	if h.Recipe != "" {
+		fmt.Fprintf(&w, "- **Recipe:** %s\n", oneLine(h.Recipe))
+	}
+	if h.Objective != "" {
+		fmt.Fprintf(&w, "- **Objective:** %s\n", oneLine(h.Objective))
+	}
+	return w.String()
+}
+
+// Note is an operator's note.
+type Note struct {
+	When   time.Time
+	Author string
+	Text   string
+}
+
+// FormatNote renders a timestamped operator note block.
+func FormatNote(n Note) string {
+	var w strings.Builder
+	by := ""
+	if n.Author != "" {
+		by = " by " + oneLine(n.Author)
+	}
+	fmt.Fprintf(&w, "\n### Operator note%s — %s\n", by, n.When.UTC().Format(time.RFC3339))
+	for _, l := range strings.Split(strings.TrimRight(n.Text, "\n"), "\n") {
+		fmt.Fprintf(&w, "> %s\n", strings.TrimRight(l, "\r"))
+	}
+	return w.String()
+}
+
+// Summary closes a run.
+type Summary struct {
+	When      time.Time
+	Status    string
+	Steps     int
+	Passed    int
+	Failed    int
+	Artifacts []Artifact
+}
+
+// FormatSummary renders the closing summary section.
+func FormatSummary(s Summary) string {
+	var w strings.Builder
+	fmt.Fprintf(&w, "\n## Summary\n**When:** %s\n", s.When.UTC().Format(time.RFC3339))
+	if s.Status != "" {
+		fmt.Fprintf(&w, "**Status:** %s\n", s.Status)
+	}
+	fmt.Fprintf(&w, "**Steps:** %d (%d PASS, %d FAIL)\n**Artifacts:**\n", s.Steps, s.Passed, s.Failed)
+	if len(s.Artifacts) == 0 {
+		w.WriteString("- (none)\n")
+	}
+	for _, a := range s.Artifacts {
+		fmt.Fprintf(&w, "- %s: `tmp/%s` (size=%d, sha256=%s)\n", baseName(a.Path), a.Path, a.Size, a.SHA256)
+	}
+	return w.String()
+}
+
+func baseName(p string) string {
+	if i := strings.LastIndexByte(p, '/'); i >= 0 {
+		return p[i+1:]
+	}
+	return p
+}
+
+// oneLine keeps a value on one markdown line.
+func oneLine(s string) string {
+	s = strings.ReplaceAll(s, "\r", "")
+	s = strings.ReplaceAll(s, "\n", " ⏎ ")
+	if len(s) > 300 {
+		s = s[:300] + "…"
+	}
+	return s
+}
+
+// Journal reads and appends run journals in a store. Callers serialize
+// calls per run (the orchestrator's run lock); the journal trusts that.
+type Journal struct {
+	store *tmpfs.Store
+
+	mu   sync.Mutex
+	runs map[runid.ID]*state
+}
+
+type state struct {
+	steps  int    // Step Blocks written
+	notes  []Note // notes since the last step, which the next step sees
+	header bool
+}
+
+// New returns a Journal over store.
+func New(store *tmpfs.Store) *Journal {
+	return &Journal{store: store, runs: map[runid.ID]*state{}}
+}
+
+var stepRE = regexp.MustCompile(`(?m)^## Step (\d+): `)
+
+func (j *Journal) state(ctx context.Context, run runid.ID) (*state, error) {
+	j.mu.Lock()
+	st, ok := j.runs[run]
+	j.mu.Unlock()
+	if ok {
+		return st, nil
+	}
+	st = &state{}
+	b, _, err := j.store.ReadAll(ctx, run, Path)
+	switch {
+	case errors.Is(err, tmpfs.ErrNotFound):
+	case err != nil:
+		return nil, err
+	default:
+		st.header = true
+		for _, m := range stepRE.FindAllSubmatch(b, -1) {
+			if n, _ := strconv.Atoi(string(m[1])); n > st.steps {
+				st.steps = n
+			}
+		}
+	}
+	j.mu.Lock()
+	j.runs[run] = st
+	j.mu.Unlock()
+	return st, nil
+}
+
+// Started reports whether the run's journal exists.
+func (j *Journal) Started(ctx context.Context, run runid.ID) (bool, error) {
+	st, err := j.state(ctx, run)
+	if err != nil {
+		return false, err
+	}
+	return st.header, nil
+}
+
+// Start writes the header if the journal does not exist yet.
+func (j *Journal) Start(ctx context.Context, h Header) ([]tmpfs.File, error) {
+	st, err := j.state(ctx, h.Run)
+	if err != nil || st.header {
+		return nil, err
+	}
+	f, err := j.store.WriteBytes(ctx, h.Run, Path, []byte(FormatHeader(h)))
+	if err != nil {
+		return nil, err
+	}
+	st.header = true
+	return []tmpfs.File{f}, nil
+}
+
+// Next returns the number the run's next Step Block will carry, and the
+// operator notes it must see.
+func (j *Journal) Next(ctx context.Context, run runid.ID) (int, []Note, error) {
+	st, err := j.state(ctx, run)
+	if err != nil {
+		return 0, nil, err
+	}
+	return st.steps + 1, append([]Note(nil), st.notes...), nil
+}
+
+// Append checkpoints the journal as CEL.step_{n}.md and appends b. It
+// returns the files it wrote (the checkpoint and the journal).
+func (j *Journal) Append(ctx context.Context, run runid.ID, b Block) ([]tmpfs.File, error) {
+	st, err := j.state(ctx, run)
+	if err != nil {
+		return nil, err
+	}
+	if b.N != st.steps+1 {
+		return nil, fmt.Errorf("journal of run %s: step %d appended after step %d", run, b.N, st.steps)
+	}
+	files, err := j.append(ctx, run, fmt.Sprintf("CEL.step_%d.md", b.N), Format(b))
+	if err != nil {
+		return nil, err
+	}
+	st.steps = b.N
+	st.notes = nil
+	return files, nil
+}
+
+// AddNote appends an operator note; the next Step Block sees it.
+func (j *Journal) AddNote(ctx context.Context, run runid.ID, n Note) ([]tmpfs.File, error) {
+	st, err := j.state(ctx, run)
+	if err != nil {
+		return nil, err
+	}
+	files, err := j.append(ctx, run, "", FormatNote(n))
+	if err != nil {
+		return nil, err
+	}
+	st.notes = append(st.notes, n)
+	return files, nil
+}
+
+// Finalize appends the summary section.
+func (j *Journal) Finalize(ctx context.Context, run runid.ID, s Summary) ([]tmpfs.File, error) {
+	sort.Slice(s.Artifacts, func(a, b int) bool { return s.Artifacts[a].Path < s.Artifacts[b].Path })
+	return j.append(ctx, run, "", FormatSummary(s))
+}
+
+// Read returns the journal's text.
+func (j *Journal) Read(ctx context.Context, run runid.ID) ([]byte, error) {
+	b, _, err := j.store.ReadAll(ctx, run, Path)
+	return b, err
+}
+
+func (j *Journal) append(ctx context.Context, run runid.ID, checkpoint, text string) ([]tmpfs.File, error) {
+	old, f, err := j.store.ReadAll(ctx, run, Path)
+	if err != nil {
+		return nil, fmt.Errorf("read journal of run %s: %w", run, err)
+	}
+	var out []tmpfs.File
+	if checkpoint != "" {
+		cp, err := j.store.Link(ctx, run, checkpoint, f.SHA256, f.Size)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, cp)
+	}
+	var buf bytes.Buffer
+	buf.Grow(len(old) + len(text))
+	buf.Write(old)
+	buf.WriteString(text)
+	nf, err := j.store.WriteBytes(ctx, run, Path, buf.Bytes())
+	if err != nil {
+		return nil, err
+	}
+	return append(out, nf), nil
+}

@@ -1,0 +1,126 @@
+package cel_test
+
+import (
+	"flag"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/triadhq/triad/cel"
+	"github.com/triadhq/triad/internal/runid"
+	"github.com/triadhq/triad/tmpfs"
+	"github.com/triadhq/triad/tmpfs/local"
+)
+
+var update = flag.Bool("update", false, "rewrite golden files")
+
+func golden(t *testing.T, name, got string) {
+	t.Helper()
+	p := filepath.Join("testdata", name)
+	if *update {
+		if err := os.WriteFile(p, []byte(got), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatalf("%v (run go test ./cel -update to create it)", err)
+	}
+	if got != string(want) {
+		t.Fatalf("%s differs from golden file:\n--- got ---\n%s\n--- want ---\n%s", name, got, want)
+	}
+}
+
+var when = time.Date(2026, 11, 22, 9, 30, 0, 0, time.UTC)
+
+func TestFormatGolden(t *testing.T) {
+	cases := []struct {
+		name  string
+		block cel.Block
+	}{
+		{"step_exec.md", cel.Block{
+			N: 3, Tool: "sandbox.exec", When: when,
+			Input: []cel.KV{{"code", `"import pandas as pd" (12 lines, sha256:0123456789ab)`}, {"timeout_s", "60"}},
+			Did:   []string{"Ran a 12-line Python cell in the docker kernel: ok", "Wrote 1 file"},
+			Artifacts: []cel.Artifact{{Path: "kpis.csv", Size: 1234, SHA256: tmpfs.DigestOf([]byte("kpis"))},
+				{Path: "artifacts/charts/cac.png", Size: 20000, SHA256: tmpfs.DigestOf([]byte("png"))}},
+			Next: []string{"Forecast 12m horizon with SARIMA"},
+			Eval: cel.Evaluation{Pass: true, Score: 0.95, Completeness: 1, Correctness: 1, Evidence: 0.8, Hygiene: 1, Critique: "All expected artifacts present and parse."},
+		}},
+		{"step_fail.md", cel.Block{
+			N: 7, Tool: "sandbox.exec", When: when,
+			Input: []cel.KV{{"code", `"1/0" (1 lines, sha256:aaaaaaaaaaaa)`}},
+			Did:   []string{"Ran a 1-line Python cell: failed with ZeroDivisionError: division by zero"},
+			Next:  []string{"Fix the cell and run it again"},
+			Eval:  cel.Evaluation{Pass: false, Score: 0.25, Completeness: 0, Correctness: 0, Evidence: 1, Hygiene: 0, Critique: "The cell raised ZeroDivisionError.\nstderr has a traceback."},
+		}},
+		{"step_none.md", cel.Block{N: 1, Tool: "tmp.list", When: when, Eval: cel.Evaluation{Pass: true, Score: 1, Completeness: 1, Correctness: 1, Evidence: 1, Hygiene: 1}}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) { golden(t, tc.name, cel.Format(tc.block)) })
+	}
+	t.Run("header", func(t *testing.T) {
+		golden(t, "header.md", cel.FormatHeader(cel.Header{Run: "r-1", Started: when, Recipe: "market-scan", Objective: "Size the EU market"}))
+	})
+	t.Run("note", func(t *testing.T) {
+		golden(t, "note.md", cel.FormatNote(cel.Note{When: when, Author: "ana", Text: "Use the 2025 price list.\nIgnore vendor blogs."}))
+	})
+	t.Run("summary", func(t *testing.T) {
+		golden(t, "summary.md", cel.FormatSummary(cel.Summary{When: when, Status: "succeeded", Steps: 4, Passed: 3, Failed: 1,
+			Artifacts: []cel.Artifact{{Path: "artifacts/brief.pdf", Size: 99, SHA256: tmpfs.DigestOf([]byte("pdf"))}}}))
+	})
+}
+
+func TestJournalNumbersStepsAndSurvivesRestart(t *testing.T) {
+	dir := t.TempDir()
+	open := func() *cel.Journal {
+		b, _ := local.NewBlobs(dir)
+		x, _ := local.NewIndex(dir)
+		t.Cleanup(func() { x.Close() })
+		return cel.New(tmpfs.New(b, x, nil))
+	}
+	ctx := t.Context()
+	run := runid.New()
+	j := open()
+	if _, err := j.Start(ctx, cel.Header{Run: run, Started: when}); err != nil {
+		t.Fatal(err)
+	}
+	for i := 1; i <= 3; i++ {
+		n, _, err := j.Next(ctx, run)
+		if err != nil || n != i {
+			t.Fatalf("Next: got %d, %v, want %d", n, err, i)
+		}
+		files, err := j.Append(ctx, run, cel.Block{N: n, Tool: "tmp.list", When: when})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(files) != 2 || files[0].Path != "CEL.step_"+string(rune('0'+i))+".md" {
+			t.Fatalf("got %+v, want a checkpoint and the journal", files)
+		}
+	}
+	if _, err := j.Append(ctx, run, cel.Block{N: 5, Tool: "tmp.list", When: when}); err == nil {
+		t.Fatal("appending step 5 after 3 succeeded; want an error")
+	}
+	if _, err := j.AddNote(ctx, run, cel.Note{When: when, Text: "look here"}); err != nil {
+		t.Fatal(err)
+	}
+	j2 := open()
+	n, _, err := j2.Next(ctx, run)
+	if err != nil || n != 4 {
+		t.Fatalf("after restart: got %d, %v, want 4", n, err)
+	}
+	text, err := j2.Read(ctx, run)
+	if err != nil || strings.Count(string(text), "\n## Step ") != 3 || !strings.Contains(string(text), "> look here") {
+		t.Fatalf("journal: %s", text)
+	}
+	for _, p := range []string{"CEL.md", "CEL.step_12.md", "trace.jsonl", "evaluations.jsonl"} {
+		if !cel.Protected(p) {
+			t.Errorf("Protected(%q) = false", p)
+		}
+	}
+	if cel.Protected("artifacts/CEL.md") || cel.Protected("notes.md") {
+		t.Error("Protected is too broad")
+	}
+}
