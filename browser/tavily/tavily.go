@@ -272,7 +272,8 @@ func (c *Client) Search(ctx context.Context, req browser.Request) (*browser.Reco
 		if spent := c.cfg.Now().Sub(start); spent+wait > c.cfg.RetryBudget {
 			return nil, aerr.exhausted(attempt, fmt.Sprintf("the next retry (in %s) would pass the %s retry budget", wait.Round(time.Millisecond), c.cfg.RetryBudget))
 		}
-		if dl, ok := ctx.Deadline(); ok && c.cfg.Now().Add(wait).After(dl) {
+		// The deadline is on the real clock whatever Now is.
+		if dl, ok := ctx.Deadline(); ok && wait > time.Until(dl) {
 			return nil, aerr.exhausted(attempt, fmt.Sprintf("the next retry (in %s) would pass the %s timeout", wait.Round(time.Millisecond), c.cfg.Timeout))
 		}
 		c.log.WarnContext(ctx, "tavily search retrying", "request_key", key, "attempt", attempt, "status", aerr.status, "wait", wait)

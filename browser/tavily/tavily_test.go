@@ -380,6 +380,8 @@ func TestErrors(t *testing.T) {
 			fault.Quota, 429, 4, "4 attempts", "wait"},
 		{"429 asking for longer than the retry budget", []tavilytest.Fault{tavilytest.RateLimited("60")}, nil,
 			fault.Quota, 429, 1, "retry budget", "wait"},
+		{"429 asking for longer than the timeout", []tavilytest.Fault{tavilytest.RateLimited("5")}, func(c *tavily.Config) { c.Timeout = time.Second },
+			fault.Quota, 429, 1, "would pass the 1s timeout", "wait"},
 		{"500 until attempts run out", []tavilytest.Fault{tavilytest.ServerError(), tavilytest.ServerError(), tavilytest.ServerError()},
 			func(c *tavily.Config) { c.MaxAttempts = 3 },
 			fault.Upstream, 502, 3, "Internal Server Error", "try again"},
