@@ -274,7 +274,7 @@ func (c *Client) Search(ctx context.Context, req browser.Request) (*browser.Reco
 		}
 		// The deadline is on the real clock whatever Now is.
 		if dl, ok := ctx.Deadline(); ok && wait > time.Until(dl) {
-			return nil, aerr.exhausted(attempt, fmt.Sprintf("the next retry (in %s) would pass the %s timeout", wait.Round(time.Millisecond), c.cfg.Timeout))
+			return nil, aerr.exhausted(attempt, fmt.Sprintf("the next retry (in %s) would pass the %s timeout", wait.Round(time.Millisecond), limit.Round(time.Millisecond)))
 		}
 		c.log.WarnContext(ctx, "tavily search retrying", "request_key", key, "attempt", attempt, "status", aerr.status, "wait", wait)
 		if err := c.cfg.Sleep(ctx, wait); err != nil {
