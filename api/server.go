@@ -61,6 +61,11 @@ func New(c Config) *Server {
 	r.Handle("/healthz", s.handle(s.healthz)).Methods(http.MethodGet, http.MethodHead)
 	r.Handle("/version", s.handle(s.version)).Methods(http.MethodGet)
 	r.Handle("/runs", s.handle(s.newRun)).Methods(http.MethodPost)
+	r.Handle("/runs/{id}", s.handle(s.runGet)).Methods(http.MethodGet)
+
+	r.Handle("/cel", s.handle(s.celGet)).Methods(http.MethodGet)
+	r.Handle("/cel/note", s.handle(s.celNote)).Methods(http.MethodPost)
+	r.Handle("/cel/finalize", s.handle(s.celFinalize)).Methods(http.MethodPost)
 
 	r.Handle("/tmp/write", s.handle(s.tmpWrite)).Methods(http.MethodPost)
 	r.Handle("/tmp/read", s.handle(s.tmpRead)).Methods(http.MethodGet)

@@ -237,6 +237,7 @@ func (o *Orchestrator) exec1(ctx context.Context, run runid.ID, in ExecInput, ti
 	if res.Error != nil {
 		out.Error = execError(res.Error, timeout)
 	}
+	s.Detail["backend"] = out.Kernel.Backend
 	s.Detail["ok"] = out.OK
 	s.Detail["stderr"] = res.Stderr
 	s.Detail["error"] = out.Error

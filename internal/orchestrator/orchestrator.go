@@ -3,8 +3,8 @@
 // For each call it resolves the run, serializes the call behind the run's
 // earlier calls (the journal's single-writer policy), calls the tool, records
 // the metadata (path, size, sha256) of every file the call produced or
-// changed, and hands the finished step to the run's Recorders (the journal,
-// the evaluator, the trace), in that order. There is no second path: a
+// changed, appends the Step Block to CEL.md with the evaluator's verdict on
+// its Evaluation line, and records the trace, in that order. There is no second path: a
 // surface that bypassed this package would leave calls out of the journal.
 package orchestrator
 
@@ -14,6 +14,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/triadhq/triad/cel"
+	"github.com/triadhq/triad/evaluator"
 	"github.com/triadhq/triad/internal/kernels"
 	"github.com/triadhq/triad/internal/runid"
 	"github.com/triadhq/triad/tmpfs"
@@ -30,6 +32,8 @@ const (
 )
 
 // Step is one finished tool call, as the journal, evaluator and trace see it.
+// Detail keys: "ok", "stderr", "error", "restarted", "tampered", "timeout",
+// "backend" (sandbox.exec); "results", "domains" (browser.search).
 type Step struct {
 	Run  runid.ID
 	Tool string
@@ -48,13 +52,6 @@ type Step struct {
 	Detail map[string]any
 }
 
-// Recorder is told about every finished step, in step order per run. The
-// journal, the evaluator and the trace are Recorders. A Recorder's error is
-// logged and does not fail the call: the tool's effect already happened.
-type Recorder interface {
-	Record(ctx context.Context, s *Step) error
-}
-
 // Orchestrator runs tool calls.
 type Orchestrator struct {
 	store     *tmpfs.Store
@@ -62,7 +59,7 @@ type Orchestrator struct {
 	exec      ExecConfig
 	limits    Limits
 	log       *slog.Logger
-	recorders []Recorder
+	j         *journal
 
 	runs sync.Map // runid.ID -> *sync.Mutex
 }
@@ -87,6 +84,11 @@ type Config struct {
 	Exec    ExecConfig
 	Limits  Limits
 	Logger  *slog.Logger
+	// Journal keeps CEL.md, trace.jsonl and the rest; nil records nothing
+	// (only for tests of the tools themselves).
+	Journal *cel.Journal
+	// Evaluator grades every step; nil writes a FAIL line that says so.
+	Evaluator *evaluator.Evaluator
 }
 
 // New returns an Orchestrator.
@@ -101,11 +103,12 @@ func New(c Config) *Orchestrator {
 		c.Limits.StreamBody = DefaultLimits.StreamBody
 	}
 	c.Exec.defaults()
-	return &Orchestrator{store: c.Store, kernels: c.Kernels, exec: c.Exec, limits: c.Limits, log: c.Logger}
+	o := &Orchestrator{store: c.Store, kernels: c.Kernels, exec: c.Exec, limits: c.Limits, log: c.Logger}
+	if c.Journal != nil {
+		o.j = &journal{cel: c.Journal, eval: c.Evaluator, cites: map[runid.ID]map[string]bool{}, meta: map[runid.ID]cel.Header{}}
+	}
+	return o
 }
-
-// AddRecorder appends r to the recorders every step is handed to.
-func (o *Orchestrator) AddRecorder(r Recorder) { o.recorders = append(o.recorders, r) }
 
 // Store returns the file store.
 func (o *Orchestrator) Store() *tmpfs.Store { return o.store }
@@ -122,12 +125,7 @@ func (o *Orchestrator) call(ctx context.Context, run runid.ID, tool string, inpu
 	s.Err = fn(ctx, s)
 	s.Elapsed = time.Since(s.Started)
 	// The journal must be written even if the caller hung up mid-call.
-	rctx := context.WithoutCancel(ctx)
-	for _, r := range o.recorders {
-		if err := r.Record(rctx, s); err != nil {
-			o.log.ErrorContext(rctx, "record step", "run", run, "tool", tool, "err", err)
-		}
-	}
+	o.record(context.WithoutCancel(ctx), s)
 	return s.Err
 }
 

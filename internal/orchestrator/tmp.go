@@ -10,6 +10,7 @@ import (
 	"strings"
 	"unicode/utf8"
 
+	"github.com/triadhq/triad/cel"
 	"github.com/triadhq/triad/internal/fault"
 	"github.com/triadhq/triad/internal/runid"
 	"github.com/triadhq/triad/internal/safepath"
@@ -55,7 +56,7 @@ func ref(f tmpfs.File) FileRef { return FileRef{Path: f.Path, Size: f.Size, SHA2
 // Write is tmp.write.
 func (o *Orchestrator) Write(ctx context.Context, run runid.ID, in WriteInput) (FileRef, error) {
 	var out FileRef
-	p, err := safepath.Clean(in.Path)
+	p, err := writable(in.Path)
 	if err != nil {
 		return out, err
 	}
@@ -96,7 +97,7 @@ func (o *Orchestrator) Write(ctx context.Context, run runid.ID, in WriteInput) (
 // it arrives, never held whole in memory, up to the stream limit.
 func (o *Orchestrator) WriteStream(ctx context.Context, run runid.ID, path string, r io.Reader) (FileRef, error) {
 	var out FileRef
-	p, err := safepath.Clean(path)
+	p, err := writable(path)
 	if err != nil {
 		return out, err
 	}
@@ -190,7 +191,7 @@ func (o *Orchestrator) List(ctx context.Context, run runid.ID, prefix string) (L
 // Delete is tmp.delete.
 func (o *Orchestrator) Delete(ctx context.Context, run runid.ID, path string) (DeleteOutput, error) {
 	var out DeleteOutput
-	p, err := safepath.Clean(path)
+	p, err := writable(path)
 	if err != nil {
 		return out, err
 	}
@@ -209,6 +210,20 @@ func (o *Orchestrator) Delete(ctx context.Context, run runid.ID, path string) (D
 		return nil
 	})
 	return out, err
+}
+
+// writable validates a path a caller wants to change: the journal's own
+// files are refused.
+func writable(path string) (string, error) {
+	p, err := safepath.Clean(path)
+	if err != nil {
+		return "", err
+	}
+	if cel.Protected(p) {
+		return "", fault.New(fault.Reserved, fmt.Sprintf("%q is the run's journal, which only the orchestrator writes", p),
+			"read it with GET /cel; add to it with POST /cel/note {text}")
+	}
+	return p, nil
 }
 
 // mirrorPut copies a file just written to the run into its live kernel's

@@ -1,0 +1,64 @@
+package api
+
+import (
+	"net/http"
+
+	"github.com/gorilla/mux"
+
+	"github.com/triadhq/triad/internal/runid"
+)
+
+func (s *Server) celGet(w http.ResponseWriter, r *http.Request) error {
+	id, err := run(r)
+	if err != nil {
+		return err
+	}
+	b, err := s.orch.Journal(r.Context(), id)
+	if err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "text/markdown; charset=utf-8")
+	_, err = w.Write(b)
+	return err
+}
+
+func (s *Server) celNote(w http.ResponseWriter, r *http.Request) error {
+	id, err := run(r)
+	if err != nil {
+		return err
+	}
+	var in struct {
+		Text   string `json:"text"`
+		Author string `json:"author,omitempty"`
+	}
+	if err := s.decode(w, r, &in); err != nil {
+		return err
+	}
+	if err := s.orch.Note(r.Context(), id, in.Text, in.Author); err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusOK, map[string]bool{"ok": true})
+}
+
+func (s *Server) celFinalize(w http.ResponseWriter, r *http.Request) error {
+	id, err := run(r)
+	if err != nil {
+		return err
+	}
+	if err := s.orch.Finalize(r.Context(), id, ""); err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusOK, map[string]bool{"ok": true})
+}
+
+func (s *Server) runGet(w http.ResponseWriter, r *http.Request) error {
+	id, err := runid.Parse(mux.Vars(r)["id"])
+	if err != nil {
+		return err
+	}
+	st, err := s.orch.Status(r.Context(), id)
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusOK, st)
+}

@@ -1,0 +1,174 @@
+package orchestrator
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/triadhq/triad/cel"
+	"github.com/triadhq/triad/internal/fault"
+	"github.com/triadhq/triad/internal/runid"
+	"github.com/triadhq/triad/tmpfs"
+)
+
+// Note appends an operator note to the run's journal; the next Step Block
+// records that it saw it.
+func (o *Orchestrator) Note(ctx context.Context, run runid.ID, text, author string) error {
+	if strings.TrimSpace(text) == "" {
+		return fault.New(fault.BadInput, "text is empty", "send the note in text")
+	}
+	if len(text) > 64<<10 {
+		return fault.New(fault.TooLarge, "the note is over 64 KiB", "shorten it, or write a file with tmp.write and mention its path")
+	}
+	if len(author) > 200 {
+		return fault.New(fault.BadInput, "author is over 200 characters", "send a short name")
+	}
+	if o.j == nil {
+		return fault.New(fault.NotConfigured, "the journal is off", "start triad normally; the journal is always on in triad serve")
+	}
+	unlock := o.lockRun(run)
+	defer unlock()
+	files, err := o.j.cel.Start(ctx, cel.Header{Run: run, Started: time.Now().UTC()})
+	if err != nil {
+		return storeErr(err, run, cel.Path)
+	}
+	more, err := o.j.cel.AddNote(ctx, run, cel.Note{When: time.Now().UTC(), Author: author, Text: text})
+	if err != nil {
+		return storeErr(err, run, cel.Path)
+	}
+	for _, f := range append(files, more...) {
+		if err := o.mirrorPut(ctx, run, f); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Journal returns the run's CEL.md.
+func (o *Orchestrator) Journal(ctx context.Context, run runid.ID) ([]byte, error) {
+	b, _, err := o.store.ReadAll(ctx, run, cel.Path)
+	if errors.Is(err, tmpfs.ErrNotFound) {
+		return nil, fault.Wrap(fault.NotFound, err, fmt.Sprintf("run %s has no journal yet", run),
+			"the journal starts with the run's first tool call; make one, or check the run id")
+	}
+	if err != nil {
+		return nil, storeErr(err, run, cel.Path)
+	}
+	return b, nil
+}
+
+// Finalize appends the summary section to the run's journal.
+func (o *Orchestrator) Finalize(ctx context.Context, run runid.ID, status string) error {
+	if o.j == nil {
+		return nil
+	}
+	unlock := o.lockRun(run)
+	defer unlock()
+	trace, err := o.Trace(ctx, run)
+	if err != nil {
+		return err
+	}
+	sum := cel.Summary{When: time.Now().UTC(), Status: status, Steps: len(trace)}
+	for _, t := range trace {
+		if t.Eval != nil && t.Eval.Pass {
+			sum.Passed++
+		} else {
+			sum.Failed++
+		}
+	}
+	arts, _ := o.store.List(ctx, run, "artifacts/")
+	for _, a := range arts {
+		sum.Artifacts = append(sum.Artifacts, cel.Artifact{Path: a.Path, Size: a.Size, SHA256: a.SHA256})
+	}
+	files, err := o.j.cel.Finalize(ctx, run, sum)
+	if err != nil {
+		return storeErr(err, run, cel.Path)
+	}
+	for _, f := range files {
+		o.mirrorPut(ctx, run, f)
+	}
+	return nil
+}
+
+// Trace returns the run's trace records.
+func (o *Orchestrator) Trace(ctx context.Context, run runid.ID) ([]TraceRecord, error) {
+	b, _, err := o.store.ReadAll(ctx, run, TracePath)
+	if errors.Is(err, tmpfs.ErrNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, storeErr(err, run, TracePath)
+	}
+	var out []TraceRecord
+	sc := bufio.NewScanner(bytes.NewReader(b))
+	sc.Buffer(make([]byte, 1<<20), 64<<20)
+	for sc.Scan() {
+		var t TraceRecord
+		if err := json.Unmarshal(sc.Bytes(), &t); err != nil {
+			return nil, fmt.Errorf("trace of run %s: %w", run, err)
+		}
+		out = append(out, t)
+	}
+	return out, sc.Err()
+}
+
+// RunStatus is a run's state as GET /runs/{id} reports it.
+type RunStatus struct {
+	RunID     string       `json:"run_id"`
+	Status    string       `json:"status"`
+	Steps     []StepStatus `json:"steps"`
+	Artifacts []IndexEntry `json:"artifacts"`
+}
+
+// StepStatus is one step of a run.
+type StepStatus struct {
+	Step       int     `json:"step"`
+	Tool       string  `json:"tool"`
+	OK         bool    `json:"ok"`
+	Evaluation string  `json:"evaluation"`
+	Score      float64 `json:"score"`
+	DurationMs int64   `json:"duration_ms"`
+	Label      string  `json:"label,omitempty"`
+}
+
+// Status reports a run from its trace and artifact index. A run with no
+// calls yet is not found.
+func (o *Orchestrator) Status(ctx context.Context, run runid.ID) (RunStatus, error) {
+	st := RunStatus{RunID: run.String(), Status: "open", Steps: []StepStatus{}, Artifacts: []IndexEntry{}}
+	trace, err := o.Trace(ctx, run)
+	if err != nil {
+		return st, err
+	}
+	files, err := o.store.List(ctx, run, "")
+	if err != nil {
+		return st, storeErr(err, run, "")
+	}
+	if len(trace) == 0 && len(files) == 0 {
+		return st, fault.New(fault.NotFound, fmt.Sprintf("run %s has no calls and no files", run),
+			"runs start at their first tool call; POST /runs gives a fresh id, POST /run starts a recipe")
+	}
+	for _, t := range trace {
+		ss := StepStatus{Step: t.Step, Tool: t.Tool, OK: t.OK, DurationMs: t.ElapsedMs, Label: t.Label, Evaluation: "FAIL"}
+		if t.Eval != nil {
+			ss.Score = t.Eval.Score
+			if t.Eval.Pass {
+				ss.Evaluation = "PASS"
+			}
+		}
+		st.Steps = append(st.Steps, ss)
+	}
+	if b, _, err := o.store.ReadAll(ctx, run, IndexPath); err == nil {
+		var idx struct {
+			Artifacts []IndexEntry `json:"artifacts"`
+		}
+		if json.Unmarshal(b, &idx) == nil && idx.Artifacts != nil {
+			st.Artifacts = idx.Artifacts
+		}
+	}
+	return st, nil
+}
