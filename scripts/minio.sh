@@ -77,21 +77,30 @@ resolve_bin() {
 	cmd_install
 }
 
-# live PORT: GET /minio/health/live answers 200. Uses curl when present and
-# bash's /dev/tcp otherwise, so a machine with only Go and bash works.
+# live PORT: MinIO is up and serving S3. GET /minio/health/live answers 200
+# before the object layer is initialized, marking that state only with an
+# "X-Minio-Server-Status: unavailable" header (S3 requests then get 503
+# XMinioServerNotInitialized), so the header must be absent too. Uses curl
+# when present and bash's /dev/tcp otherwise: a machine with only Go works.
 live() {
+	local head
 	if command -v curl >/dev/null; then
-		curl -fsS -o /dev/null --max-time 2 "http://127.0.0.1:$1/minio/health/live" 2>/dev/null
-		return
+		head=$(curl -sS -D - -o /dev/null --max-time 2 "http://127.0.0.1:$1/minio/health/live" 2>/dev/null) || return 1
+	else
+		head=$(
+			exec 2>/dev/null
+			exec 3<>"/dev/tcp/127.0.0.1/$1" || exit 1
+			printf 'GET /minio/health/live HTTP/1.0\r\nHost: 127.0.0.1:%s\r\n\r\n' "$1" >&3
+			while IFS= read -r -t 2 line <&3; do
+				line=${line%$'\r'}
+				[ -z "$line" ] && break
+				echo "$line"
+			done
+		) || return 1
 	fi
-	local status
-	status=$(
-		exec 2>/dev/null
-		exec 3<>"/dev/tcp/127.0.0.1/$1" || exit 1
-		printf 'GET /minio/health/live HTTP/1.0\r\nHost: 127.0.0.1:%s\r\n\r\n' "$1" >&3
-		IFS= read -r -t 2 line <&3 && echo "$line"
-	) || return 1
-	[[ $status == "HTTP/1."?" 200"* ]]
+	head=${head//$'\r'/}
+	[[ $head == "HTTP/1."?" 200"* ]] || return 1
+	[[ ${head,,} != *$'\n'x-minio-server-status:* ]]
 }
 
 running() { [ -f "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null; }

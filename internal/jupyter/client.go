@@ -601,7 +601,7 @@ func (c *Client) heartbeatLoop() {
 func (c *Client) Close() error {
 	c.closeOnce.Do(func() {
 		close(c.closing)
-		c.closeSockets()
+		_ = c.hb.Close()
 		c.wg.Wait()
 	})
 	return nil

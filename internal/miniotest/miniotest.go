@@ -289,7 +289,7 @@ func freePort() (int, error) {
 	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
-// start launches MinIO and waits until GET /minio/health/live answers 200.
+// start launches MinIO and waits until it is ready for S3 requests.
 func (p *proc) start() error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -343,16 +343,18 @@ func (p *proc) start() error {
 
 	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
 	defer cancel()
-	url := "http://" + p.addr() + "/minio/health/live"
-	client := &http.Client{Timeout: 2 * time.Second}
+	client, err := minio.New(p.addr(), &minio.Options{
+		Creds:      credentials.NewStaticV4(AccessKey, SecretKey, ""),
+		Region:     "us-east-1",
+		MaxRetries: 1,
+	})
+	if err != nil {
+		p.kill()
+		return err
+	}
 	for {
-		if req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil); err == nil {
-			if res, err := client.Do(req); err == nil {
-				res.Body.Close()
-				if res.StatusCode == http.StatusOK {
-					return nil
-				}
-			}
+		if p.ready(ctx, client) {
+			return nil
 		}
 		select {
 		case <-done:
@@ -363,6 +365,30 @@ func (p *proc) start() error {
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
+}
+
+// ready reports whether the server answers S3 requests. MinIO's liveness
+// check answers 200 before its object layer is up (it only adds an
+// "X-Minio-Server-Status: unavailable" header), and requests made then fail
+// with 503 XMinioServerNotInitialized, so readiness is a live check without
+// that header followed by a signed ListBuckets that succeeds.
+func (p *proc) ready(ctx context.Context, c *minio.Client) bool {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+p.addr()+"/minio/health/live", nil)
+	if err != nil {
+		return false
+	}
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return false
+	}
+	res.Body.Close()
+	if res.StatusCode != http.StatusOK || res.Header.Get("X-Minio-Server-Status") != "" {
+		return false
+	}
+	_, err = c.ListBuckets(ctx)
+	return err == nil
 }
 
 // stop sends SIGTERM and waits for the process to exit, killing it if it

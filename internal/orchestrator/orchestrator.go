@@ -54,12 +54,12 @@ type Step struct {
 
 // Orchestrator runs tool calls.
 type Orchestrator struct {
-	store     *tmpfs.Store
-	kernels   *kernels.Manager
-	exec      ExecConfig
-	limits    Limits
-	log       *slog.Logger
-	j         *journal
+	store   *tmpfs.Store
+	kernels *kernels.Manager
+	exec    ExecConfig
+	limits  Limits
+	log     *slog.Logger
+	j       *journal
 
 	runs sync.Map // runid.ID -> *sync.Mutex
 }
