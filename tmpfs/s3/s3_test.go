@@ -1,0 +1,468 @@
+package s3_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"os"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/minio/minio-go/v7"
+
+	"github.com/triadhq/triad/internal/miniotest"
+	"github.com/triadhq/triad/internal/runid"
+	"github.com/triadhq/triad/tmpfs"
+	"github.com/triadhq/triad/tmpfs/s3"
+	"github.com/triadhq/triad/tmpfs/tmpfstest"
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	miniotest.StopShared()
+	os.Exit(code)
+}
+
+func config(t testing.TB, srv *miniotest.Server) s3.Config {
+	return s3.Config{
+		Endpoint:  srv.Endpoint,
+		Bucket:    srv.Bucket,
+		AccessKey: srv.AccessKey,
+		SecretKey: srv.SecretKey,
+		SpoolDir:  t.TempDir(),
+	}
+}
+
+// open builds a Store as a freshly started triad would: a new client, an
+// empty cache and a new, empty spool directory.
+func open(t testing.TB, srv *miniotest.Server) (*tmpfs.Store, *s3.Blobs) {
+	t.Helper()
+	b, x, err := s3.New(t.Context(), config(t, srv))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close(); x.Close() })
+	return tmpfs.New(b, x, nil), b
+}
+
+// Every store newStore returns shares only the bucket, so the suite's
+// restart checks prove the bucket alone holds the data.
+func TestConformance(t *testing.T) {
+	srv := miniotest.Shared(t)
+	tmpfstest.Run(t, func(t *testing.T) *tmpfs.Store {
+		s, _ := open(t, srv)
+		return s
+	})
+}
+
+func TestNewCreatesBucket(t *testing.T) {
+	srv := miniotest.Shared(t)
+	c := srv.Client()
+	if ok, err := c.BucketExists(t.Context(), srv.Bucket); err != nil || ok {
+		t.Fatalf("before New: got exists=%v, %v, want a missing bucket", ok, err)
+	}
+	open(t, srv)
+	if ok, err := c.BucketExists(t.Context(), srv.Bucket); err != nil || !ok {
+		t.Fatalf("after New: got exists=%v, %v, want the bucket", ok, err)
+	}
+	open(t, srv) // and an existing bucket is fine
+}
+
+func TestConfigErrors(t *testing.T) {
+	ok := s3.Config{Endpoint: "http://127.0.0.1:1", Bucket: "b", AccessKey: "a", SecretKey: "s"}
+	for _, tc := range []struct {
+		name string
+		edit func(*s3.Config)
+		want string
+	}{
+		{"no scheme", func(c *s3.Config) { c.Endpoint = "127.0.0.1:9000" }, "http:// or https://"},
+		{"ftp", func(c *s3.Config) { c.Endpoint = "ftp://127.0.0.1:9000" }, "http:// or https://"},
+		{"path", func(c *s3.Config) { c.Endpoint = "http://127.0.0.1:9000/bucket" }, "must not have a path"},
+		{"no bucket", func(c *s3.Config) { c.Bucket = "" }, "bucket"},
+		{"no secret", func(c *s3.Config) { c.SecretKey = "" }, "secret key"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			cfg := ok
+			tc.edit(&cfg)
+			_, _, err := s3.New(t.Context(), cfg)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("got %v, want an error mentioning %q", err, tc.want)
+			}
+		})
+	}
+}
+
+// listKeys lists the bucket under prefix with a raw client.
+func listKeys(t *testing.T, srv *miniotest.Server, prefix string) []string {
+	t.Helper()
+	var keys []string
+	for o := range srv.Client().ListObjectsIter(t.Context(), srv.Bucket, minio.ListObjectsOptions{Prefix: prefix, Recursive: true}) {
+		if o.Err != nil {
+			t.Fatal(o.Err)
+		}
+		keys = append(keys, o.Key)
+	}
+	return keys
+}
+
+// The same bytes written in two runs, by two processes, are one object. The
+// sizes cover both the in-memory and the spooled upload path.
+func TestDedupStoresOneObject(t *testing.T) {
+	for _, size := range []int{3 << 10, 12 << 20} {
+		t.Run(fmt.Sprint(size), func(t *testing.T) {
+			srv := miniotest.Shared(t)
+			data := make([]byte, size)
+			rand.NewChaCha8([32]byte{byte(size)}).Read(data)
+			s1, _ := open(t, srv)
+			s2, _ := open(t, srv)
+			f1, err := s1.WriteBytes(t.Context(), runid.New(), "a.bin", data)
+			if err != nil {
+				t.Fatal(err)
+			}
+			f2, err := s2.Write(t.Context(), runid.New(), "b/c.bin", bytes.NewReader(data), 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if f1.SHA256 != f2.SHA256 || f1.SHA256 != tmpfs.DigestOf(data) {
+				t.Fatalf("got digests %s and %s, want %s twice", f1.SHA256, f2.SHA256, tmpfs.DigestOf(data))
+			}
+			want := []string{"blobs/sha256/" + f1.SHA256.String()}
+			if got := listKeys(t, srv, "blobs/"); !slicesEqual(got, want) {
+				t.Fatalf("got blob objects %v, want %v", got, want)
+			}
+			if got := listKeys(t, srv, "runs/"); len(got) != 2 {
+				t.Fatalf("got index objects %v, want one per run", got)
+			}
+		})
+	}
+}
+
+func slicesEqual(a, b []string) bool { return fmt.Sprint(a) == fmt.Sprint(b) }
+
+// hashingReader yields n pseudo-random bytes and hashes them as it goes, so a
+// big body is checked without being held.
+type hashingReader struct {
+	src  *rand.ChaCha8
+	left int64
+	h    interface{ Write([]byte) (int, error) }
+}
+
+func (r *hashingReader) Read(p []byte) (int, error) {
+	if r.left == 0 {
+		return 0, io.EOF
+	}
+	if int64(len(p)) > r.left {
+		p = p[:r.left]
+	}
+	r.src.Read(p)
+	r.h.Write(p)
+	r.left -= int64(len(p))
+	return len(p), nil
+}
+
+// A 50 MiB body is streamed: its digest is crypto/sha256's, it reads back
+// identical, and Put allocates a fraction of it.
+func TestStreamed50MiB(t *testing.T) {
+	srv := miniotest.Shared(t)
+	s, blobs := open(t, srv)
+	ctx := t.Context()
+	run := runid.New()
+	const size = 50 << 20
+	h := sha256.New()
+	body := &hashingReader{src: rand.NewChaCha8([32]byte{50}), left: size, h: h}
+
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	f, err := s.Write(ctx, run, "big.bin", body, 0)
+	runtime.ReadMemStats(&after)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := tmpfs.DigestFromHash(h)
+	if f.SHA256 != want || f.Size != size {
+		t.Fatalf("got %s size %d, want %s size %d", f.SHA256, f.Size, want, size)
+	}
+	if alloc := after.TotalAlloc - before.TotalAlloc; alloc > size/2 {
+		t.Errorf("Write allocated %d MiB for a %d MiB body, want it streamed (under half)", alloc>>20, size>>20)
+	} else {
+		t.Logf("Write allocated %.1f MiB for a %d MiB body", float64(alloc)/(1<<20), size>>20)
+	}
+	if n, err := blobs.Stat(ctx, f.SHA256); err != nil || n != size {
+		t.Fatalf("Stat: got %d, %v, want %d", n, err, size)
+	}
+
+	_, r, err := s.Open(ctx, run, "big.bin")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	h2 := sha256.New()
+	if n, err := io.Copy(h2, r); err != nil || n != size {
+		t.Fatalf("read back: got %d bytes, %v, want %d", n, err, size)
+	}
+	if got := tmpfs.DigestFromHash(h2); got != want {
+		t.Fatalf("read back: got %s, want %s", got, want)
+	}
+}
+
+// Ranged reads go through Seek: each lands on the right bytes, and a seek
+// back to the start still yields the whole, verified blob.
+func TestSeek(t *testing.T) {
+	srv := miniotest.Shared(t)
+	s, _ := open(t, srv)
+	ctx := t.Context()
+	data := make([]byte, 1<<20)
+	rand.NewChaCha8([32]byte{7}).Read(data)
+	f, err := s.WriteBytes(ctx, runid.New(), "r.bin", data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := s.OpenBlob(ctx, f.SHA256)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	for _, off := range []int64{1000, 10, 700_000, 1<<20 - 5} {
+		if _, err := r.Seek(off, io.SeekStart); err != nil {
+			t.Fatal(err)
+		}
+		got := make([]byte, 5)
+		if _, err := io.ReadFull(r, got); err != nil {
+			t.Fatalf("at %d: %v", off, err)
+		}
+		if !bytes.Equal(got, data[off:off+5]) {
+			t.Fatalf("at %d: got %x, want %x", off, got, data[off:off+5])
+		}
+	}
+	if end, err := r.Seek(0, io.SeekEnd); err != nil || end != int64(len(data)) {
+		t.Fatalf("seek end: got %d, %v, want %d", end, err, len(data))
+	}
+	if n, err := r.Read(make([]byte, 1)); n != 0 || err != io.EOF {
+		t.Fatalf("read at end: got %d, %v, want 0, EOF", n, err)
+	}
+	r2, err := s.OpenBlob(ctx, f.SHA256)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r2.Close()
+	r2.Seek(0, io.SeekEnd) // as http.ServeContent does to learn the size
+	r2.Seek(0, io.SeekStart)
+	got, err := io.ReadAll(r2)
+	if err != nil || !bytes.Equal(got, data) {
+		t.Fatalf("whole read after seeks: got %d bytes, %v, want the %d written", len(got), err, len(data))
+	}
+}
+
+// With MinIO down every call fails fast with ErrUnavailable; once it is
+// back, everything written before is intact.
+func TestMinIODown(t *testing.T) {
+	srv := miniotest.New(t)
+	s, blobs := open(t, srv)
+	ctx := t.Context()
+	run := runid.New()
+	before := map[string][]byte{"a.txt": []byte("alpha"), "d/b.bin": bytes.Repeat([]byte{7}, 9<<20)}
+	var files []tmpfs.File
+	for p, b := range before {
+		f, err := s.WriteBytes(ctx, run, p, b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		files = append(files, f)
+	}
+
+	srv.Stop()
+	// Generous bound: the store should answer in about a second; this only
+	// turns a hang into a failure instead of a stuck test.
+	down, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	checks := []struct {
+		name string
+		call func() error
+	}{
+		{"write", func() error { _, err := s.WriteBytes(down, run, "new.txt", []byte("new")); return err }},
+		{"write big", func() error {
+			_, err := s.Write(down, run, "new.bin", bytes.NewReader(make([]byte, 10<<20)), 0)
+			return err
+		}},
+		{"read", func() error { _, _, err := s.ReadAll(down, run, "a.txt"); return err }},
+		{"verify", func() error { return s.Verify(down, files[0].SHA256) }},
+		{"stat blob", func() error { _, err := blobs.Stat(down, files[0].SHA256); return err }},
+		{"ping", func() error { return s.Ping(down) }},
+		{"list after restart", func() error {
+			// A triad started while MinIO is down: its index cache is
+			// empty, so the list must reach the bucket.
+			b, x, err := s3.New(down, config(t, srv))
+			if err != nil {
+				return err
+			}
+			_, err = tmpfs.New(b, x, nil).List(down, run, "")
+			return err
+		}},
+		{"list fresh index", func() error {
+			_, err := s.List(down, runid.New(), "")
+			return err
+		}},
+	}
+	for _, c := range checks {
+		start := time.Now()
+		err := c.call()
+		if !errors.Is(err, tmpfs.ErrUnavailable) {
+			t.Errorf("%s with MinIO down: got %v, want ErrUnavailable", c.name, err)
+		}
+		t.Logf("%s with MinIO down failed after %v: %v", c.name, time.Since(start).Round(time.Millisecond), err)
+	}
+	if down.Err() != nil {
+		t.Fatal("the store hung until the test's bound")
+	}
+	// The failed writes left no entry behind in the cache.
+	if _, err := s.Stat(ctx, run, "new.txt"); !errors.Is(err, tmpfs.ErrNotFound) {
+		t.Errorf("failed write: got %v, want no entry", err)
+	}
+
+	srv.Start()
+	// Both the store that saw the outage and a fresh one find everything.
+	fresh, _ := open(t, srv)
+	for i, st := range []*tmpfs.Store{s, fresh} {
+		list, err := st.List(ctx, run, "")
+		if err != nil || len(list) != len(before) {
+			t.Fatalf("store %d after MinIO restart: got %v, %v, want %d files", i, list, err, len(before))
+		}
+		for p, want := range before {
+			got, f, err := st.ReadAll(ctx, run, p)
+			if err != nil || !bytes.Equal(got, want) || f.SHA256 != tmpfs.DigestOf(want) {
+				t.Fatalf("store %d after MinIO restart, %s: got %d bytes, %v, want %d", i, p, len(got), err, len(want))
+			}
+		}
+	}
+	if _, err := s.WriteBytes(ctx, run, "after.txt", []byte("up again")); err != nil {
+		t.Fatalf("write after MinIO restart: %v", err)
+	}
+}
+
+// A blob overwritten in the bucket behind the store's back is never served.
+func TestTamperedBlob(t *testing.T) {
+	srv := miniotest.Shared(t)
+	s, _ := open(t, srv)
+	ctx := t.Context()
+	run := runid.New()
+	for _, tc := range []struct{ name, orig, tampered string }{
+		{"same size", "original bytes", "tampered bytes"},
+		{"other size", "original", "a longer replacement"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f, err := s.WriteBytes(ctx, run, tc.name, []byte(tc.orig))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := s.Verify(ctx, f.SHA256); err != nil {
+				t.Fatalf("before tampering: %v", err)
+			}
+			key := "blobs/sha256/" + f.SHA256.String()
+			if _, err := srv.Client().PutObject(ctx, srv.Bucket, key, strings.NewReader(tc.tampered), int64(len(tc.tampered)), minio.PutObjectOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			if err := s.Verify(ctx, f.SHA256); !errors.Is(err, tmpfs.ErrDigestMismatch) {
+				t.Fatalf("Verify: got %v, want ErrDigestMismatch", err)
+			}
+			_, r, err := s.Open(ctx, run, tc.name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := io.ReadAll(r)
+			r.Close()
+			if !errors.Is(err, tmpfs.ErrDigestMismatch) {
+				t.Fatalf("streaming read: got %q, %v, want ErrDigestMismatch", got, err)
+			}
+		})
+	}
+}
+
+// Two processes writing one run at once lose nothing: each entry is its own
+// object.
+func TestConcurrentWritersShareARun(t *testing.T) {
+	srv := miniotest.Shared(t)
+	ctx := t.Context()
+	run := runid.New()
+	stores := make([]*tmpfs.Store, 2)
+	for i := range stores {
+		stores[i], _ = open(t, srv)
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, 64)
+	for i := range 64 {
+		wg.Go(func() {
+			_, err := stores[i%2].WriteBytes(ctx, run, fmt.Sprintf("p%d/%02d", i%2, i), []byte(fmt.Sprint(i)))
+			errs <- err
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	fresh, _ := open(t, srv)
+	if l, err := fresh.List(ctx, run, ""); err != nil || len(l) != 64 {
+		t.Fatalf("got %d entries, %v, want 64", len(l), err)
+	}
+}
+
+// A damaged index entry drops out of its run's listing instead of making
+// the whole run unreadable.
+func TestCorruptIndexEntry(t *testing.T) {
+	srv := miniotest.Shared(t)
+	s, _ := open(t, srv)
+	ctx := t.Context()
+	run := runid.New()
+	for _, p := range []string{"good.txt", "bad.txt"} {
+		if _, err := s.WriteBytes(ctx, run, p, []byte(p)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	keys := listKeys(t, srv, "runs/"+run.String()+"/")
+	if len(keys) != 2 {
+		t.Fatalf("got index objects %v, want 2", keys)
+	}
+	// Overwrite bad.txt's entry with garbage, and copy good.txt's entry to
+	// a key its path does not hash to: both must be refused.
+	c := srv.Client()
+	put := func(k, v string) {
+		t.Helper()
+		if _, err := c.PutObject(ctx, srv.Bucket, k, strings.NewReader(v), int64(len(v)), minio.PutObjectOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var bad int
+	for _, k := range keys {
+		o, err := c.GetObject(ctx, srv.Bucket, k, minio.GetObjectOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(o)
+		o.Close()
+		if bytes.Contains(b, []byte(`"bad.txt"`)) {
+			bad++
+			put(k, "{not json")
+		} else {
+			put("runs/"+run.String()+"/index/"+strings.Repeat("0", 64), strings.Replace(string(b), "good.txt", "stray.txt", 1))
+		}
+	}
+	if bad != 1 {
+		t.Fatalf("found %d entries for bad.txt, want 1", bad)
+	}
+	fresh, _ := open(t, srv)
+	l, err := fresh.List(ctx, run, "")
+	if err != nil || len(l) != 1 || l[0].Path != "good.txt" {
+		t.Fatalf("got %v, %v, want only good.txt", l, err)
+	}
+}
