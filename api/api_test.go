@@ -388,12 +388,14 @@ func TestHealthAndVersion(t *testing.T) {
 	if v["version"] == "" {
 		t.Fatalf("version: got %v", v)
 	}
-	var r map[string]string
+	var r struct {
+		RunID string `json:"run_id"`
+	}
 	a := c.do("POST", "/runs", "", nil)
 	a.json(t, &r)
-	if a.status != 201 || !strings.HasPrefix(r["run_id"], "r-") {
-		t.Fatalf("POST /runs: got %d %v", a.status, r)
+	if a.status != 201 || !strings.HasPrefix(r.RunID, "r-") {
+		t.Fatalf("POST /runs: got %d %s", a.status, a.body)
 	}
 	// The fresh id is usable.
-	c.write(r["run_id"], "x.txt", "x")
+	c.write(r.RunID, "x.txt", "x")
 }

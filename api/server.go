@@ -75,6 +75,7 @@ func New(c Config) *Server {
 	r.Handle("/tmp/files/{path:.+}", s.handle(s.fileGet)).Methods(http.MethodGet, http.MethodHead)
 	r.Handle("/blobs/{sha256}", s.handle(s.blobGet)).Methods(http.MethodGet, http.MethodHead)
 
+	r.Handle("/browser/search", s.handle(s.browserSearch)).Methods(http.MethodPost)
 	r.Handle("/sandbox/exec", s.handle(s.sandboxExec)).Methods(http.MethodPost)
 	r.Handle("/sandbox/restart", s.handle(s.sandboxRestart)).Methods(http.MethodPost)
 	return s
@@ -198,6 +199,30 @@ func (s *Server) version(w http.ResponseWriter, r *http.Request) error {
 	return writeJSON(w, http.StatusOK, map[string]string{"version": version.String()})
 }
 
+// newRun mints a run id. The optional body {"replay": true} or
+// {"replay_from": "<run id>"} makes the run answer its searches from
+// recorded citations (its own, or copied from another run).
 func (s *Server) newRun(w http.ResponseWriter, r *http.Request) error {
-	return writeJSON(w, http.StatusCreated, map[string]string{"run_id": runid.New().String()})
+	var in struct {
+		Replay     bool   `json:"replay,omitempty"`
+		ReplayFrom string `json:"replay_from,omitempty"`
+	}
+	if r.ContentLength != 0 {
+		if err := s.decode(w, r, &in); err != nil {
+			return err
+		}
+	}
+	id := runid.New()
+	if in.ReplayFrom != "" {
+		src, err := runid.Parse(in.ReplayFrom)
+		if err != nil {
+			return err
+		}
+		if err := s.orch.ReplayFrom(r.Context(), id, src); err != nil {
+			return err
+		}
+	} else if in.Replay {
+		s.orch.SetReplay(id, true)
+	}
+	return writeJSON(w, http.StatusCreated, map[string]any{"run_id": id.String(), "replay": in.Replay || in.ReplayFrom != ""})
 }

@@ -14,6 +14,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/triadhq/triad/browser"
 	"github.com/triadhq/triad/cel"
 	"github.com/triadhq/triad/evaluator"
 	"github.com/triadhq/triad/internal/kernels"
@@ -60,6 +61,12 @@ type Orchestrator struct {
 	limits  Limits
 	log     *slog.Logger
 	j       *journal
+	search0 browser.Provider
+
+	rmu         sync.Mutex
+	replayAll   bool
+	replayRuns  map[runid.ID]bool
+	replayCount map[runid.ID]map[string]int // replayed calls per request key
 
 	runs sync.Map // runid.ID -> *sync.Mutex
 }
@@ -89,6 +96,10 @@ type Config struct {
 	Journal *cel.Journal
 	// Evaluator grades every step; nil writes a FAIL line that says so.
 	Evaluator *evaluator.Evaluator
+	// Search answers browser.search; nil answers not_configured.
+	Search browser.Provider
+	// Replay answers every run's searches from its recorded citations.
+	Replay bool
 }
 
 // New returns an Orchestrator.
@@ -103,7 +114,8 @@ func New(c Config) *Orchestrator {
 		c.Limits.StreamBody = DefaultLimits.StreamBody
 	}
 	c.Exec.defaults()
-	o := &Orchestrator{store: c.Store, kernels: c.Kernels, exec: c.Exec, limits: c.Limits, log: c.Logger}
+	o := &Orchestrator{store: c.Store, kernels: c.Kernels, exec: c.Exec, limits: c.Limits, log: c.Logger,
+		search0: c.Search, replayAll: c.Replay, replayRuns: map[runid.ID]bool{}, replayCount: map[runid.ID]map[string]int{}}
 	if c.Journal != nil {
 		o.j = &journal{cel: c.Journal, eval: c.Evaluator, cites: map[runid.ID]map[string]bool{}, meta: map[runid.ID]cel.Header{}}
 	}

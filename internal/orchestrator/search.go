@@ -1,0 +1,228 @@
+package orchestrator
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/triadhq/triad/browser"
+	"github.com/triadhq/triad/browser/replay"
+	"github.com/triadhq/triad/internal/fault"
+	"github.com/triadhq/triad/internal/runid"
+	"github.com/triadhq/triad/internal/safepath"
+	"github.com/triadhq/triad/tmpfs"
+)
+
+// CitationsDir holds a run's citations records, one per search.
+const CitationsDir = "citations/"
+
+// SearchOptions are per-call knobs beyond the contract.
+type SearchOptions struct {
+	// SaveAs also writes the answer ({results, citations_id}) to this run
+	// path, for the cells that read it (a recipe's search block).
+	SaveAs string
+}
+
+// Search is browser.search. The raw upstream answer is kept as a citations
+// record under citations/, and citations_id is that record's sha256. When
+// replay is on for the run (or the server), the answer comes from the run's
+// recorded records instead of the provider, so a replayed run sees exactly
+// the evidence the original saw.
+func (o *Orchestrator) Search(ctx context.Context, run runid.ID, req browser.Request, opt SearchOptions) (browser.Response, error) {
+	var out browser.Response
+	if err := req.Validate(); err != nil {
+		return out, err
+	}
+	if opt.SaveAs != "" {
+		p, err := writable(opt.SaveAs)
+		if err != nil {
+			return out, err
+		}
+		opt.SaveAs = p
+	}
+	inputs := map[string]any{"query": req.Query}
+	if req.TopK != 0 {
+		inputs["top_k"] = req.TopK
+	}
+	if req.IncludePage {
+		inputs["include_page"] = true
+	}
+	if len(req.AllowDomains) > 0 {
+		inputs["allow_domains"] = req.AllowDomains
+	}
+	if req.DateRange != "" {
+		inputs["date_range"] = req.DateRange
+	}
+	if opt.SaveAs != "" {
+		inputs["save_as"] = opt.SaveAs
+	}
+	err := o.call(ctx, run, ToolSearch, inputs, func(ctx context.Context, s *Step) error {
+		rec, stored, err := o.search(ctx, run, req)
+		if err != nil {
+			return err
+		}
+		out = rec.Response()
+		out.CitationsID = stored.SHA256.String()
+		s.Artifacts = append(s.Artifacts, stored)
+		s.Detail["results"] = len(out.Results)
+		var doms []string
+		for i, d := range rec.TopDomains {
+			if i == 3 {
+				break
+			}
+			doms = append(doms, d.Domain)
+		}
+		s.Detail["domains"] = strings.Join(doms, ", ")
+		urls := make([]string, 0, len(out.Results))
+		for _, r := range out.Results {
+			urls = append(urls, r.URL)
+		}
+		o.addCitations(run, urls)
+		if err := o.mirrorPut(ctx, run, stored); err != nil {
+			return err
+		}
+		if opt.SaveAs != "" {
+			b, err := json.MarshalIndent(out, "", "  ")
+			if err != nil {
+				return err
+			}
+			f, err := o.store.WriteBytes(ctx, run, opt.SaveAs, append(b, '\n'))
+			if err != nil {
+				return storeErr(err, run, opt.SaveAs)
+			}
+			s.Artifacts = append(s.Artifacts, f)
+			return o.mirrorPut(ctx, run, f)
+		}
+		return nil
+	})
+	return out, err
+}
+
+// search answers req live or from the run's records, and returns the
+// stored record.
+func (o *Orchestrator) search(ctx context.Context, run runid.ID, req browser.Request) (*browser.Record, tmpfs.File, error) {
+	if o.replaying(run) {
+		rec, f, err := o.replayed(ctx, run, req)
+		return rec, f, err
+	}
+	if o.search0 == nil {
+		return nil, tmpfs.File{}, fault.New(fault.NotConfigured, "no search provider is configured",
+			"set TAVILY_API_KEY (and TRIAD_TAVILY_URL for a proxy) and restart triad")
+	}
+	rec, err := o.search0.Search(ctx, req)
+	if err != nil {
+		if fault.As(err) != nil {
+			return nil, tmpfs.File{}, err
+		}
+		return nil, tmpfs.File{}, fault.Wrap(fault.Upstream, err, "the search failed: "+err.Error(), "retry the search")
+	}
+	b, err := rec.Marshal()
+	if err != nil {
+		return nil, tmpfs.File{}, err
+	}
+	existing, err := o.store.List(ctx, run, CitationsDir)
+	if err != nil {
+		return nil, tmpfs.File{}, storeErr(err, run, CitationsDir)
+	}
+	key := rec.RequestKey
+	if len(key) > 12 {
+		key = key[:12]
+	}
+	p := fmt.Sprintf("%s%04d-%s.json", CitationsDir, len(existing)+1, key)
+	f, err := o.store.WriteBytes(ctx, run, p, b)
+	if err != nil {
+		return nil, tmpfs.File{}, storeErr(err, run, p)
+	}
+	return rec, f, nil
+}
+
+// replayed answers from the run's citations records, in the order the
+// original run made its searches.
+func (o *Orchestrator) replayed(ctx context.Context, run runid.ID, req browser.Request) (*browser.Record, tmpfs.File, error) {
+	files, err := o.store.List(ctx, run, CitationsDir)
+	if err != nil {
+		return nil, tmpfs.File{}, storeErr(err, run, CitationsDir)
+	}
+	rp := replay.New(nil)
+	byDigest := map[tmpfs.Digest]tmpfs.File{}
+	for _, f := range files {
+		b, _, err := o.store.ReadAll(ctx, run, f.Path)
+		if err != nil {
+			return nil, tmpfs.File{}, storeErr(err, run, f.Path)
+		}
+		if rp.AddBytes(b) == nil {
+			byDigest[f.SHA256] = f
+		}
+	}
+	// Each earlier replayed call of the same request consumed one record.
+	o.rmu.Lock()
+	seen := o.replayCount[run][browser.RequestKey(req)]
+	o.rmu.Unlock()
+	var rec *browser.Record
+	for i := 0; i <= seen; i++ {
+		if rec, err = rp.Search(ctx, req); err != nil {
+			if errors.Is(err, replay.ErrNotRecorded) {
+				return nil, tmpfs.File{}, fault.Wrap(fault.NotFound, err, fmt.Sprintf("replay: run %s recorded no search for %q", run, req.Query),
+					"replay answers only searches the original run made, with the same arguments; turn replay off to search live")
+			}
+			return nil, tmpfs.File{}, err
+		}
+	}
+	o.rmu.Lock()
+	if o.replayCount[run] == nil {
+		o.replayCount[run] = map[string]int{}
+	}
+	o.replayCount[run][browser.RequestKey(req)]++
+	o.rmu.Unlock()
+	b, err := rec.Marshal()
+	if err != nil {
+		return nil, tmpfs.File{}, err
+	}
+	f, ok := byDigest[tmpfs.DigestOf(b)]
+	if !ok {
+		return nil, tmpfs.File{}, fault.New(fault.Internal, "replay: a recorded citations record did not round-trip", "report this with the run id")
+	}
+	return rec, f, nil
+}
+
+// SetReplay turns replay of recorded searches on or off for one run.
+func (o *Orchestrator) SetReplay(run runid.ID, on bool) {
+	o.rmu.Lock()
+	defer o.rmu.Unlock()
+	o.replayRuns[run] = on
+	delete(o.replayCount, run)
+}
+
+func (o *Orchestrator) replaying(run runid.ID) bool {
+	o.rmu.Lock()
+	defer o.rmu.Unlock()
+	if on, ok := o.replayRuns[run]; ok {
+		return on
+	}
+	return o.replayAll
+}
+
+// ReplayFrom copies the citations records of run src into run dst and turns
+// replay on for dst, so dst's searches answer as src's did.
+func (o *Orchestrator) ReplayFrom(ctx context.Context, dst, src runid.ID) error {
+	files, err := o.store.List(ctx, src, CitationsDir)
+	if err != nil {
+		return storeErr(err, src, CitationsDir)
+	}
+	if len(files) == 0 {
+		return fault.New(fault.NotFound, fmt.Sprintf("run %s has no recorded searches to replay", src),
+			"check the run id; GET /tmp/list?prefix=citations/ with its X-Run-Id shows its records")
+	}
+	for _, f := range files {
+		if _, err := safepath.Clean(f.Path); err != nil {
+			continue
+		}
+		if _, err := o.store.Link(ctx, dst, f.Path, f.SHA256, f.Size); err != nil {
+			return storeErr(err, dst, f.Path)
+		}
+	}
+	o.SetReplay(dst, true)
+	return nil
+}
