@@ -29,6 +29,9 @@ type config struct {
 	MaxStreamBytes int64
 
 	Sandbox sandboxConfig
+
+	TavilyURL      string
+	ReplaySearches bool
 }
 
 // envName maps a flag name to its environment twin: --s3-endpoint is TRIAD_S3_ENDPOINT.
@@ -79,6 +82,8 @@ func (c *config) common(f *flagSet) {
 	f.bytes(&c.MaxJSONBytes, "max-json-bytes", 32<<20, "largest JSON body and inline file content")
 	f.bytes(&c.MaxStreamBytes, "max-stream-bytes", 5<<30, "largest streamed upload (PUT /tmp/files)")
 	c.Sandbox.flags(f)
+	f.str(&c.TavilyURL, "tavily-url", "", "Tavily API base URL, for proxies and tests (default https://api.tavily.com); the key is read from TAVILY_API_KEY")
+	f.boolean(&c.ReplaySearches, "replay-searches", false, "answer every browser.search from the run's recorded citations instead of Tavily")
 }
 
 func (c *config) validate(f *flagSet) error {
@@ -159,4 +164,16 @@ func (f *flagSet) duration(p *time.Duration, name string, def time.Duration, usa
 		}
 	}
 	f.DurationVar(p, name, def, usage+" ["+envName(name)+"]")
+}
+
+func (f *flagSet) boolean(p *bool, name string, def bool, usage string) {
+	if v, ok := os.LookupEnv(envName(name)); ok {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			f.errs = append(f.errs, fmt.Errorf("%s=%q: want true or false", envName(name), v))
+		} else {
+			def = b
+		}
+	}
+	f.BoolVar(p, name, def, usage+" ["+envName(name)+"]")
 }

@@ -16,8 +16,6 @@ import (
 	"time"
 
 	"github.com/triadhq/triad/api"
-	"github.com/triadhq/triad/internal/kernels"
-	"github.com/triadhq/triad/internal/orchestrator"
 	"github.com/triadhq/triad/internal/version"
 	"github.com/triadhq/triad/tmpfs"
 	"github.com/triadhq/triad/tmpfs/local"
@@ -77,29 +75,12 @@ func serve(ctx context.Context, args []string) error {
 		return err
 	}
 	log := newLogger(&c)
-	store, closeStore, err := openStore(ctx, &c, log)
+	st, err := openStack(ctx, &c, log)
 	if err != nil {
 		return err
 	}
-	defer closeStore()
-	backend, err := openSandbox(ctx, &c, log, os.Stderr)
-	if err != nil {
-		return err
-	}
-	var km *kernels.Manager
-	if backend != nil {
-		defer backend.Close()
-		km = kernels.New(kernels.Config{Backend: backend, Store: store, Warm: c.Sandbox.Warm, IdleTTL: c.Sandbox.IdleTTL, Limits: c.Sandbox.limits(), Logger: log})
-		defer km.Close()
-		log.Info("sandbox ready", "backend", backend.Name(), "warm", c.Sandbox.Warm)
-	}
-	orch := orchestrator.New(orchestrator.Config{
-		Store:   store,
-		Kernels: km,
-		Exec:    orchestrator.ExecConfig{DefaultTimeout: c.Sandbox.CellTimeout, MaxTimeout: c.Sandbox.MaxCellTimeout},
-		Limits:  orchestrator.Limits{JSONBody: c.MaxJSONBytes, StreamBody: c.MaxStreamBytes},
-		Logger:  log,
-	})
+	defer st.Close()
+	orch := st.orch
 	srv := &http.Server{
 		Handler:           api.New(api.Config{Orchestrator: orch, Logger: log}),
 		ReadHeaderTimeout: 10 * time.Second,

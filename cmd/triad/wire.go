@@ -1,0 +1,81 @@
+package main
+
+import (
+	"context"
+	"log/slog"
+	"os"
+
+	"github.com/triadhq/triad/browser/tavily"
+	"github.com/triadhq/triad/cel"
+	"github.com/triadhq/triad/internal/kernels"
+	"github.com/triadhq/triad/internal/orchestrator"
+	"github.com/triadhq/triad/tmpfs"
+)
+
+// stack is everything a command that makes tool calls needs, opened from
+// the config and closed in reverse.
+type stack struct {
+	store  *tmpfs.Store
+	orch   *orchestrator.Orchestrator
+	closes []func()
+}
+
+func (s *stack) Close() {
+	for i := len(s.closes) - 1; i >= 0; i-- {
+		s.closes[i]()
+	}
+}
+
+// openStack opens the store, the sandbox, the search provider, the journal
+// and the evaluator, and joins them in an orchestrator.
+func openStack(ctx context.Context, c *config, log *slog.Logger) (*stack, error) {
+	s := &stack{}
+	store, closeStore, err := openStore(ctx, c, log)
+	if err != nil {
+		return nil, err
+	}
+	s.store = store
+	s.closes = append(s.closes, closeStore)
+	backend, err := openSandbox(ctx, c, log, os.Stderr)
+	if err != nil {
+		s.Close()
+		return nil, err
+	}
+	var km *kernels.Manager
+	if backend != nil {
+		s.closes = append(s.closes, func() { backend.Close() })
+		km = kernels.New(kernels.Config{Backend: backend, Store: store, Warm: c.Sandbox.Warm, IdleTTL: c.Sandbox.IdleTTL,
+			Limits: c.Sandbox.limits(), Protect: cel.Protected, Logger: log})
+		s.closes = append(s.closes, func() { km.Close() })
+		log.Info("sandbox ready", "backend", backend.Name(), "warm", c.Sandbox.Warm)
+	}
+	search, err := tavily.New(tavily.Config{APIKey: os.Getenv("TAVILY_API_KEY"), BaseURL: c.TavilyURL, Logger: log})
+	if err != nil {
+		s.Close()
+		return nil, err
+	}
+	s.closes = append(s.closes, func() { search.Close() })
+	if !search.Configured() {
+		log.Warn("browser.search is not configured: set TAVILY_API_KEY to enable it; every other tool works")
+	}
+	eval, err := openEvaluator(ctx, c, store, log)
+	if err != nil {
+		s.Close()
+		return nil, err
+	}
+	if eval != nil {
+		s.closes = append(s.closes, func() { eval.Close() })
+	}
+	s.orch = orchestrator.New(orchestrator.Config{
+		Store:     store,
+		Kernels:   km,
+		Exec:      orchestrator.ExecConfig{DefaultTimeout: c.Sandbox.CellTimeout, MaxTimeout: c.Sandbox.MaxCellTimeout},
+		Limits:    orchestrator.Limits{JSONBody: c.MaxJSONBytes, StreamBody: c.MaxStreamBytes},
+		Logger:    log,
+		Journal:   cel.New(store),
+		Evaluator: eval,
+		Search:    search,
+		Replay:    c.ReplaySearches,
+	})
+	return s, nil
+}
