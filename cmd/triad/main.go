@@ -19,6 +19,7 @@ import (
 	"github.com/triadhq/triad/internal/version"
 	"github.com/triadhq/triad/tmpfs"
 	"github.com/triadhq/triad/tmpfs/local"
+	"github.com/triadhq/triad/tmpfs/s3"
 )
 
 const usage = `triad: three tools for AI agents: sandbox.exec, browser.search and tmp files.
@@ -123,7 +124,16 @@ func openStore(ctx context.Context, c *config, log *slog.Logger) (*tmpfs.Store, 
 			return nil, nil, err
 		}
 		return tmpfs.New(b, x, log), func() { x.Close() }, nil
+	case "s3":
+		b, x, err := s3.New(ctx, s3.Config{
+			Endpoint: c.S3Endpoint, Bucket: c.S3Bucket, AccessKey: c.S3AccessKey, SecretKey: c.S3SecretKey,
+			Region: c.S3Region, SpoolDir: filepath.Join(c.Data, "spool"), Logger: log,
+		})
+		if err != nil {
+			return nil, nil, fmt.Errorf("open S3 store %s/%s: %w", c.S3Endpoint, c.S3Bucket, err)
+		}
+		return tmpfs.New(b, x, log), func() { x.Close(); b.Close() }, nil
 	default:
-		return nil, nil, fmt.Errorf("--store %s is not available in this build", c.Store)
+		return nil, nil, fmt.Errorf("--store %q: want local or s3", c.Store)
 	}
 }
