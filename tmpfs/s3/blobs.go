@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash"
 	"io"
 	"net/http"
 	"os"
@@ -139,13 +140,13 @@ func (b *Blobs) spoolBody(ctx context.Context, r io.Reader, limit int64) (*spool
 			sp.close()
 		}
 	}()
-	w := io.MultiWriter(f, h)
-	if _, err := w.Write(head); err != nil {
+	if _, err := f.Write(head); err != nil {
 		return nil, fmt.Errorf("spool upload: %w", err)
 	}
+	h.Write(head)
 	n := int64(len(head))
 	head = nil // let the collector have it during a long copy
-	m, err := io.CopyBuffer(w, src, make([]byte, 256<<10))
+	m, err := spoolCopy(f, h, src)
 	n += m
 	if err != nil {
 		return nil, fmt.Errorf("spool upload: %w", err)
@@ -156,6 +157,50 @@ func (b *Blobs) spoolBody(ctx context.Context, r io.Reader, limit int64) (*spool
 	sp.digest, sp.size = tmpfs.DigestFromHash(h), n
 	ok = true
 	return sp, nil
+}
+
+// spoolCopy copies src to dst and into h, hashing on a second goroutine so
+// that sha256 (the costliest step) overlaps reading and writing. Chunks
+// circulate through a fixed set of buffers, so memory stays at 1 MiB.
+func spoolCopy(dst io.Writer, h hash.Hash, src io.Reader) (int64, error) {
+	const nbuf, size = 4, 256 << 10
+	free := make(chan []byte, nbuf)
+	for range nbuf {
+		free <- make([]byte, size)
+	}
+	full := make(chan []byte, nbuf)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for b := range full {
+			h.Write(b)
+			free <- b[:cap(b)]
+		}
+	}()
+	var n int64
+	var err error
+	for {
+		buf := <-free
+		m, rerr := io.ReadFull(src, buf)
+		if m > 0 {
+			if _, werr := dst.Write(buf[:m]); werr != nil {
+				err = werr
+				break
+			}
+			n += int64(m)
+			full <- buf[:m]
+		}
+		if rerr == io.EOF || rerr == io.ErrUnexpectedEOF {
+			break
+		}
+		if rerr != nil {
+			err = rerr
+			break
+		}
+	}
+	close(full)
+	<-done
+	return n, err
 }
 
 // readUpTo reads r until EOF or until it holds max bytes, growing its buffer
