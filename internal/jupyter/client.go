@@ -601,7 +601,7 @@ func (c *Client) heartbeatLoop() {
 func (c *Client) Close() error {
 	c.closeOnce.Do(func() {
 		close(c.closing)
-		_ = c.hb.Close()
+		c.closeSockets()
 		c.wg.Wait()
 	})
 	return nil
