@@ -23,9 +23,10 @@
 // run through the same bucket is seen only after a restart.
 //
 // Every error that leaves the package is a tmpfs sentinel or plain text: a
-// missing object or bucket becomes tmpfs.ErrNotFound, and a refused
-// connection, a timeout, a DNS failure, a 5xx or refused credentials become
-// tmpfs.ErrUnavailable with the cause kept in the message. minio-go's retries
+// missing object becomes tmpfs.ErrNotFound, and a refused connection, a
+// timeout, a DNS failure, a 5xx, refused credentials or a bucket deleted
+// under a running store become tmpfs.ErrUnavailable with the cause kept in
+// the message. minio-go's retries
 // are bounded and dials are short, so an unreachable store fails within
 // seconds rather than minutes.
 package s3
@@ -217,7 +218,11 @@ func (c *conn) fail(ctx context.Context, op string, err error) error {
 			msg += ": " + er.Message
 		}
 		switch {
-		case er.Code == "NoSuchKey" || er.Code == "NoSuchBucket" || er.StatusCode == http.StatusNotFound:
+		case er.Code == "NoSuchBucket":
+			// The bucket existed at startup (New creates it), so this is a
+			// broken store, not a missing file.
+			return fmt.Errorf("%w: %s: bucket %s does not exist: %s", tmpfs.ErrUnavailable, op, c.bucket, msg)
+		case er.Code == "NoSuchKey" || er.StatusCode == http.StatusNotFound:
 			return fmt.Errorf("%w: %s: %s", tmpfs.ErrNotFound, op, msg)
 		case er.StatusCode >= 500 || er.Code == "SlowDown" || er.Code == "RequestTimeout":
 			return fmt.Errorf("%w: %s: S3 answered %d %s", tmpfs.ErrUnavailable, op, er.StatusCode, msg)

@@ -214,6 +214,48 @@ func TestStreamed50MiB(t *testing.T) {
 	}
 }
 
+// An empty file is a blob like any other: stored, listed and read back.
+func TestEmptyFile(t *testing.T) {
+	srv := miniotest.Shared(t)
+	s, blobs := open(t, srv)
+	ctx := t.Context()
+	run := runid.New()
+	f, err := s.Write(ctx, run, "empty", strings.NewReader(""), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f.Size != 0 || f.SHA256 != tmpfs.DigestOf(nil) {
+		t.Fatalf("got %+v, want size 0 and the empty digest", f)
+	}
+	if n, err := blobs.Stat(ctx, f.SHA256); err != nil || n != 0 {
+		t.Fatalf("Stat: got %d, %v, want 0", n, err)
+	}
+	b, _, err := s.ReadAll(ctx, run, "empty")
+	if err != nil || len(b) != 0 {
+		t.Fatalf("got %q, %v, want empty", b, err)
+	}
+	if err := s.Verify(ctx, f.SHA256); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A bucket deleted under a running store makes it unavailable, not a source
+// of "not found" answers.
+func TestBucketDeleted(t *testing.T) {
+	srv := miniotest.Shared(t)
+	s, _ := open(t, srv)
+	ctx := t.Context()
+	if err := srv.Client().RemoveBucket(ctx, srv.Bucket); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Ping(ctx); !errors.Is(err, tmpfs.ErrUnavailable) {
+		t.Errorf("Ping: got %v, want ErrUnavailable", err)
+	}
+	if _, err := s.WriteBytes(ctx, runid.New(), "x", []byte("x")); !errors.Is(err, tmpfs.ErrUnavailable) {
+		t.Errorf("write: got %v, want ErrUnavailable", err)
+	}
+}
+
 // Ranged reads go through Seek: each lands on the right bytes, and a seek
 // back to the start still yields the whole, verified blob.
 func TestSeek(t *testing.T) {
