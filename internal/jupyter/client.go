@@ -205,11 +205,18 @@ func probe(ctx context.Context, ep endpoint) error {
 			_ = conn.Close()
 			return nil
 		}
-		if ctx.Err() == nil {
+		// The dialer takes ctx's deadline as its own and may report
+		// "i/o timeout" just before ctx itself says it ended.
+		var ne net.Error
+		ended := ctx.Err() != nil || (errors.As(err, &ne) && ne.Timeout())
+		if !ended {
 			if !errors.Is(err, syscall.ENOENT) && !errors.Is(err, syscall.ECONNREFUSED) {
 				return err
 			}
 			last = err
+		}
+		if ended {
+			<-ctx.Done()
 		}
 		select {
 		case <-ctx.Done():
