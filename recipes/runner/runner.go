@@ -1,0 +1,741 @@
+// Package runner executes recipes: each step a tool call through the one orchestration path, with resume, progress events and a run notebook.
+//
+// A run's state lives in its own files (run.json), so a server that was
+// killed mid-run can report the run as interrupted and resume it: every step
+// is keyed by its templated definition plus the hashes of the run's files
+// before it, and a step whose key matches a recorded success and whose
+// outputs are still present by hash is skipped.
+package runner
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/triadhq/triad/evaluator"
+	"github.com/triadhq/triad/internal/fault"
+	"github.com/triadhq/triad/internal/orchestrator"
+	"github.com/triadhq/triad/internal/runid"
+	"github.com/triadhq/triad/recipes"
+	"github.com/triadhq/triad/sandbox"
+	"github.com/triadhq/triad/tmpfs"
+)
+
+// Files the runner keeps in the run.
+const (
+	StatePath    = orchestrator.RunStatePath
+	NotebookPath = orchestrator.RunNotebookPath
+)
+
+// Run and step statuses.
+const (
+	Queued    = "queued"
+	Running   = "running"
+	Succeeded = "succeeded"
+	Failed    = "failed"
+	Pending   = "pending"
+	Skipped   = "skipped"
+)
+
+// Request starts or resumes a recipe run.
+type Request struct {
+	Recipe    string         `json:"recipe"`
+	Objective string         `json:"objective,omitempty"`
+	Params    map[string]any `json:"params,omitempty"`
+	// RunID names the run: a fresh id, or a failed or interrupted run to
+	// resume. Empty mints one.
+	RunID string `json:"run_id,omitempty"`
+	// Inputs overrides the recipe's inputs by name (the CLI's --input);
+	// not part of the HTTP body.
+	Inputs map[string][]byte `json:"-"`
+}
+
+// State is a run as run.json records it.
+type State struct {
+	RunID     string         `json:"run_id"`
+	Recipe    string         `json:"recipe"`
+	Objective string         `json:"objective,omitempty"`
+	Params    map[string]any `json:"params"`
+	Status    string         `json:"status"`
+	Error     string         `json:"error,omitempty"`
+	Created   time.Time      `json:"created"`
+	Finished  *time.Time     `json:"finished,omitempty"`
+	// Resumes counts the times the run was resumed.
+	Resumes int         `json:"resumes"`
+	Steps   []StepState `json:"steps"`
+}
+
+// StepState is one recipe step's progress.
+type StepState struct {
+	N      int    `json:"n"`
+	ID     string `json:"id"`
+	Title  string `json:"title"`
+	Kind   string `json:"kind"`
+	Status string `json:"status"`
+	// Key identifies what the step did: its definition and the files it
+	// started from. Resume skips a step whose key is unchanged.
+	Key string `json:"key,omitempty"`
+	// Outputs are the declared outputs the step left, by hash.
+	Outputs    map[string]string `json:"outputs,omitempty"`
+	DurationMs int64             `json:"duration_ms,omitempty"`
+	Error      string            `json:"error,omitempty"`
+	// Evaluation is the evaluator's verdict on the step's last tool call.
+	Evaluation string `json:"evaluation,omitempty"`
+}
+
+// Event is a progress event, streamed as Server-Sent Events.
+type Event struct {
+	Type   string    `json:"type"` // "step" or "run"
+	RunID  string    `json:"run_id"`
+	Status string    `json:"status"`
+	Step   int       `json:"step,omitempty"`
+	ID     string    `json:"id,omitempty"`
+	Title  string    `json:"title,omitempty"`
+	Error  string    `json:"error,omitempty"`
+	Time   time.Time `json:"time"`
+}
+
+// Config configures a Runner.
+type Config struct {
+	Orchestrator *orchestrator.Orchestrator
+	Catalog      *recipes.Catalog
+	// Backend is the sandbox backend's name ("docker" or "wasm"), which
+	// decides whether Docker-only recipes can run; "" means no sandbox.
+	Backend string
+	Logger  *slog.Logger
+}
+
+// Runner runs recipes in the background and reports on them.
+type Runner struct {
+	c   Config
+	o   *orchestrator.Orchestrator
+	log *slog.Logger
+
+	ctx    context.Context // the runner's lifetime: runs outlive requests
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	mu     sync.Mutex
+	active map[runid.ID]*active
+}
+
+type active struct {
+	state State
+	subs  map[chan Event]struct{}
+	done  chan struct{}
+}
+
+// New returns a Runner.
+func New(c Config) *Runner {
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	return &Runner{c: c, o: c.Orchestrator, log: c.Logger, ctx: ctx, cancel: cancel, active: map[runid.ID]*active{}}
+}
+
+// Catalog returns the recipes the runner knows.
+func (r *Runner) Catalog() *recipes.Catalog { return r.c.Catalog }
+
+// Close stops every run in flight (they are left interrupted, resumable)
+// and waits for them. It is safe to call twice.
+func (r *Runner) Close() error {
+	r.cancel()
+	r.wg.Wait()
+	return nil
+}
+
+// Start validates req, records the run as queued and runs it in the
+// background. It returns the run's state as queued.
+func (r *Runner) Start(ctx context.Context, req Request) (State, error) {
+	p, err := r.prepare(ctx, req)
+	if err != nil {
+		return State{}, err
+	}
+	r.wg.Add(1)
+	go func() {
+		defer r.wg.Done()
+		r.execute(r.ctx, p)
+	}()
+	return p.state, nil
+}
+
+// Run runs req to the end in the caller's goroutine and returns the final
+// state. The CLI uses it.
+func (r *Runner) Run(ctx context.Context, req Request, progress func(Event)) (State, error) {
+	p, err := r.prepare(ctx, req)
+	if err != nil {
+		return State{}, err
+	}
+	if progress != nil {
+		ch, cancel := r.Subscribe(p.run)
+		defer cancel()
+		go func() {
+			for e := range ch {
+				progress(e)
+			}
+		}()
+	}
+	r.execute(ctx, p)
+	return r.Status(context.WithoutCancel(ctx), p.run)
+}
+
+type prepared struct {
+	run    runid.ID
+	plan   *recipes.Plan
+	state  State
+	resume bool
+	inputs map[string][]byte
+}
+
+func (r *Runner) prepare(ctx context.Context, req Request) (*prepared, error) {
+	if r.c.Backend == "" {
+		return nil, fault.New(fault.NotConfigured, "no sandbox backend is configured, and recipes need one",
+			"start triad with --sandbox docker, wasm or auto")
+	}
+	run := runid.New()
+	if req.RunID != "" {
+		id, err := runid.Parse(req.RunID)
+		if err != nil {
+			return nil, err
+		}
+		run = id
+	}
+	prev, hasPrev, err := r.load(ctx, run)
+	if err != nil {
+		return nil, err
+	}
+	if req.Recipe == "" && hasPrev {
+		req.Recipe = prev.Recipe
+	}
+	if req.Recipe == "" {
+		return nil, fault.New(fault.BadInput, "recipe is empty", "name a recipe; GET /recipes lists them")
+	}
+	rec, err := r.c.Catalog.Get(req.Recipe)
+	if err != nil {
+		if fe := fault.As(err); fe != nil && fe.Kind == fault.NotFound {
+			return nil, &fault.Error{Kind: fault.BadInput, Message: fe.Message, Suggestion: fe.Suggestion, Err: err}
+		}
+		return nil, err
+	}
+	if rec.Backend == recipes.BackendDocker && r.c.Backend != "docker" {
+		return nil, fault.New(fault.Unsupported,
+			fmt.Sprintf("recipe %s needs the Docker sandbox (numpy, pandas and more), and this server runs the %s sandbox", rec.Name, r.c.Backend),
+			"start triad with --sandbox docker (or auto, with a Docker engine running), or run a recipe whose backend is any")
+	}
+	if hasPrev {
+		r.mu.Lock()
+		_, busy := r.active[run]
+		r.mu.Unlock()
+		if busy {
+			return nil, fault.New(fault.Conflict, fmt.Sprintf("run %s is still running", run), "wait for it: GET /runs/"+run.String())
+		}
+		if prev.Recipe != rec.Name {
+			return nil, fault.New(fault.Conflict, fmt.Sprintf("run %s ran recipe %s, not %s", run, prev.Recipe, rec.Name),
+				"resume it with its own recipe, or start a new run without run_id")
+		}
+	}
+	params := map[string]any{}
+	if hasPrev && len(req.Params) == 0 {
+		for k, v := range prev.Params {
+			params[k] = v
+		}
+	}
+	for k, v := range req.Params {
+		params[k] = v
+	}
+	objective := req.Objective
+	if objective == "" && hasPrev {
+		objective = prev.Objective
+	}
+	if _, ok := rec.Param("objective"); ok && objective != "" {
+		params["objective"] = objective
+	}
+	plan, err := rec.Bind(params)
+	if err != nil {
+		return nil, err
+	}
+	if objective == "" {
+		if v, ok := plan.Params["objective"].(string); ok {
+			objective = v
+		}
+	}
+	for name := range req.Inputs {
+		found := false
+		for _, in := range rec.Inputs {
+			found = found || in.Name == name
+		}
+		if !found {
+			return nil, fault.Badf("the recipe's inputs are listed by GET /recipes/"+rec.Name, "recipe %s has no input %q", rec.Name, name)
+		}
+	}
+	st := State{RunID: run.String(), Recipe: rec.Name, Objective: objective, Params: plan.Params, Status: Queued, Created: time.Now().UTC()}
+	if hasPrev {
+		st.Created = prev.Created
+		st.Resumes = prev.Resumes + 1
+	}
+	for _, s := range plan.Steps {
+		ss := StepState{N: s.N, ID: s.ID, Title: s.Title, Kind: string(s.Kind), Status: Pending}
+		if hasPrev {
+			for _, old := range prev.Steps {
+				if old.ID == s.ID && old.Status == Succeeded || old.ID == s.ID && old.Status == Skipped {
+					ss.Key, ss.Outputs = old.Key, old.Outputs
+				}
+			}
+		}
+		st.Steps = append(st.Steps, ss)
+	}
+	p := &prepared{run: run, plan: plan, state: st, resume: hasPrev, inputs: req.Inputs}
+	r.mu.Lock()
+	r.active[run] = &active{state: st, subs: map[chan Event]struct{}{}, done: make(chan struct{})}
+	r.mu.Unlock()
+	if err := r.save(ctx, run, st); err != nil {
+		r.mu.Lock()
+		delete(r.active, run)
+		r.mu.Unlock()
+		return nil, err
+	}
+	return p, nil
+}
+
+// execute runs a prepared plan to its end.
+func (r *Runner) execute(ctx context.Context, p *prepared) {
+	run := p.run
+	defer func() {
+		r.mu.Lock()
+		a := r.active[run]
+		delete(r.active, run)
+		r.mu.Unlock()
+		if a != nil {
+			for ch := range a.subs {
+				close(ch)
+			}
+			close(a.done)
+		}
+	}()
+	st := &p.state
+	r.o.SetRunInfo(run, p.plan.Recipe.Name, st.Objective)
+	st.Status = Running
+	r.update(ctx, run, st, Event{Type: "run", Status: Running})
+
+	fail := func(msg string) {
+		st.Status, st.Error = Failed, msg
+		now := time.Now().UTC()
+		st.Finished = &now
+		if ctx.Err() != nil {
+			st.Error = "interrupted: " + msg
+		}
+		wctx := context.WithoutCancel(ctx)
+		r.update(wctx, run, st, Event{Type: "run", Status: Failed, Error: st.Error})
+		if err := r.o.Finalize(wctx, run, Failed); err != nil {
+			r.log.Error("finalize journal", "run", run, "err", err)
+		}
+	}
+
+	if err := r.seed(ctx, run, p); err != nil {
+		fail("seeding inputs: " + errText(err))
+		return
+	}
+	results := make([]*sandbox.Result, len(p.plan.Steps))
+	defer func() {
+		if err := r.writeNotebook(context.WithoutCancel(ctx), run, p.plan, results); err != nil {
+			r.log.Error("write run notebook", "run", run, "err", err)
+		}
+	}()
+
+	skipped := []string{}
+	announced := false
+	for i := range p.plan.Steps {
+		step := &p.plan.Steps[i]
+		ss := &st.Steps[i]
+		if ctx.Err() != nil {
+			fail(fmt.Sprintf("the server stopped before step %d (%s)", step.N, step.ID))
+			return
+		}
+		key, err := r.key(ctx, run, step)
+		if err != nil {
+			fail(errText(err))
+			return
+		}
+		if p.resume && !step.Rerun && ss.Key == key && r.outputsPresent(ctx, run, ss.Outputs) {
+			ss.Status = Skipped
+			skipped = append(skipped, fmt.Sprintf("%d (%s)", step.N, step.ID))
+			r.update(ctx, run, st, Event{Type: "step", Step: step.N, ID: step.ID, Title: step.Title, Status: Skipped})
+			continue
+		}
+		if p.resume && !announced && !step.Rerun {
+			// The first step that runs again: say in the journal what the
+			// resume skipped and where it continues.
+			announced = true
+			note := fmt.Sprintf("Resumed (resume %d): no step could be skipped; running again from step %d (%s).", st.Resumes, step.N, step.ID)
+			if len(skipped) > 0 {
+				note = fmt.Sprintf("Resumed (resume %d): skipped step(s) %s, whose inputs are unchanged and whose outputs are present by hash; continuing at step %d (%s).",
+					st.Resumes, strings.Join(skipped, ", "), step.N, step.ID)
+			}
+			if err := r.o.Note(ctx, run, note, "triad resume"); err != nil {
+				r.log.Error("journal resume note", "run", run, "err", err)
+			}
+		}
+		ss.Status, ss.Key, ss.Error = Running, key, ""
+		r.update(ctx, run, st, Event{Type: "step", Step: step.N, ID: step.ID, Title: step.Title, Status: Running})
+		t0 := time.Now()
+		res, err := r.step(ctx, run, p.plan, i)
+		ss.DurationMs = time.Since(t0).Milliseconds()
+		results[i] = res
+		ss.Evaluation = r.lastEvaluation(context.WithoutCancel(ctx), run)
+		if err == nil {
+			ss.Outputs, err = r.outputs(ctx, run, step)
+		}
+		if err != nil {
+			ss.Status, ss.Error = Failed, errText(err)
+			r.update(context.WithoutCancel(ctx), run, st, Event{Type: "step", Step: step.N, ID: step.ID, Title: step.Title, Status: Failed, Error: ss.Error})
+			fail(fmt.Sprintf("step %d (%s) failed: %s", step.N, step.ID, ss.Error))
+			return
+		}
+		ss.Status = Succeeded
+		r.update(ctx, run, st, Event{Type: "step", Step: step.N, ID: step.ID, Title: step.Title, Status: Succeeded})
+	}
+	if p.resume && !announced {
+		r.o.Note(ctx, run, fmt.Sprintf("Resumed (resume %d): every step was unchanged with its outputs present by hash; skipped %s.",
+			st.Resumes, strings.Join(skipped, ", ")), "triad resume")
+	}
+	st.Status = Succeeded
+	now := time.Now().UTC()
+	st.Finished = &now
+	r.update(ctx, run, st, Event{Type: "run", Status: Succeeded})
+	if err := r.o.Finalize(ctx, run, Succeeded); err != nil {
+		r.log.Error("finalize journal", "run", run, "err", err)
+	}
+}
+
+// seed writes the recipe's inputs through tmp.write: the caller's files,
+// else what the run already has, else the bundled sample data.
+func (r *Runner) seed(ctx context.Context, run runid.ID, p *prepared) error {
+	for _, in := range p.plan.Recipe.Inputs {
+		data, given := p.inputs[in.Name]
+		if !given {
+			if _, err := r.o.Store().Stat(ctx, run, in.Path); err == nil {
+				continue
+			}
+			if in.Default == "" {
+				if in.Required {
+					return fault.Badf("upload it first with tmp.write, or pass --input "+in.Name+"=FILE", "input %s (%s) is required", in.Name, in.Path)
+				}
+				continue
+			}
+			b, err := in.DefaultData()
+			if err != nil {
+				return err
+			}
+			data = b
+		}
+		text := string(data)
+		wctx := orchestrator.WithStepInfo(ctx, orchestrator.StepInfo{Label: fmt.Sprintf("Seeded recipe input %s", in.Name),
+			Expected: []evaluator.Expect{{Path: in.Path}}})
+		if _, err := r.o.Write(wctx, run, orchestrator.WriteInput{Path: in.Path, Text: &text}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// step runs one plan step through the orchestrator.
+func (r *Runner) step(ctx context.Context, run runid.ID, plan *recipes.Plan, i int) (*sandbox.Result, error) {
+	s := plan.Steps[i]
+	info := orchestrator.StepInfo{Label: fmt.Sprintf("Recipe %s, step %d/%d: %s (%s)", plan.Recipe.Name, s.N, len(plan.Steps), s.Title, s.ID)}
+	for _, o := range s.Outputs {
+		info.Expected = append(info.Expected, evaluator.Expect{Path: o.Path, Columns: o.Columns, MinRows: o.MinRows, Keys: o.Keys, Contains: o.Contains})
+	}
+	if i+1 < len(plan.Steps) {
+		n := plan.Steps[i+1]
+		info.Next = []string{fmt.Sprintf("Step %d: %s (%s)", n.N, n.Title, n.ID)}
+	} else {
+		info.Next = []string{"Read the deliverables under artifacts/ (artifacts/index.json lists them)"}
+	}
+	ctx = orchestrator.WithStepInfo(ctx, info)
+	switch s.Kind {
+	case recipes.KindExec:
+		out, err := r.o.Exec(ctx, run, orchestrator.ExecInput{Code: s.Code, TimeoutS: s.Timeout.Seconds()})
+		if err != nil {
+			return nil, err
+		}
+		res := r.toResult(ctx, out)
+		if !out.OK {
+			msg := "the cell failed"
+			if out.Error != nil {
+				msg = out.Error.Message
+			}
+			return res, errors.New(msg)
+		}
+		return res, nil
+	case recipes.KindSearch:
+		_, err := r.o.Search(ctx, run, *s.Search, orchestrator.SearchOptions{SaveAs: s.SaveAs})
+		return nil, err
+	case recipes.KindWrite:
+		text := s.Write.Text
+		_, err := r.o.Write(ctx, run, orchestrator.WriteInput{Path: s.Write.Path, Text: &text})
+		return nil, err
+	}
+	return nil, fmt.Errorf("unknown step kind %q", s.Kind)
+}
+
+// internal reports files the runner and journal keep, which do not count
+// as a step's inputs.
+func internal(p string) bool {
+	return orchestrator.Protected(p) || p == orchestrator.IndexPath ||
+		strings.HasPrefix(p, "outputs/") || strings.HasPrefix(p, orchestrator.CitationsDir)
+}
+
+// key is the step's resume key: its definition plus the run's files
+// before it.
+func (r *Runner) key(ctx context.Context, run runid.ID, s *recipes.Step) (string, error) {
+	files, err := r.o.Store().List(ctx, run, "")
+	if err != nil {
+		return "", err
+	}
+	h := sha256.New()
+	h.Write(s.Definition())
+	h.Write([]byte{0})
+	for _, f := range files {
+		if internal(f.Path) {
+			continue
+		}
+		fmt.Fprintf(h, "%s\x00%s\n", f.Path, f.SHA256)
+	}
+	return hex.EncodeToString(h.Sum(nil)), nil
+}
+
+// outputs checks the step's declared outputs exist and returns their hashes.
+func (r *Runner) outputs(ctx context.Context, run runid.ID, s *recipes.Step) (map[string]string, error) {
+	out := map[string]string{}
+	var missing []string
+	for _, o := range s.Outputs {
+		f, err := r.o.Store().Stat(ctx, run, o.Path)
+		if err != nil || f.Size == 0 {
+			missing = append(missing, o.Path)
+			continue
+		}
+		out[o.Path] = f.SHA256.String()
+	}
+	if len(missing) > 0 {
+		return nil, fmt.Errorf("the step did not leave its declared output(s) %s", strings.Join(missing, ", "))
+	}
+	return out, nil
+}
+
+func (r *Runner) outputsPresent(ctx context.Context, run runid.ID, want map[string]string) bool {
+	for p, sha := range want {
+		f, err := r.o.Store().Stat(ctx, run, p)
+		if err != nil || f.SHA256.String() != sha {
+			return false
+		}
+	}
+	return true
+}
+
+func (r *Runner) lastEvaluation(ctx context.Context, run runid.ID) string {
+	tr, err := r.o.Trace(ctx, run)
+	if err != nil || len(tr) == 0 || tr[len(tr)-1].Eval == nil {
+		return ""
+	}
+	v := tr[len(tr)-1].Eval
+	if v.Pass {
+		return fmt.Sprintf("PASS %.2f", v.Score)
+	}
+	return fmt.Sprintf("FAIL %.2f", v.Score)
+}
+
+// update saves the state and tells subscribers.
+func (r *Runner) update(ctx context.Context, run runid.ID, st *State, e Event) {
+	e.RunID, e.Time = run.String(), time.Now().UTC()
+	r.mu.Lock()
+	a := r.active[run]
+	if a != nil {
+		a.state = cloneState(*st)
+		for ch := range a.subs {
+			select {
+			case ch <- e:
+			default: // a subscriber that does not keep up misses events, not the run
+			}
+		}
+	}
+	r.mu.Unlock()
+	if err := r.save(ctx, run, *st); err != nil {
+		r.log.Error("save run state", "run", run, "err", err)
+	}
+}
+
+func (r *Runner) save(ctx context.Context, run runid.ID, st State) error {
+	b, err := json.MarshalIndent(st, "", "  ")
+	if err != nil {
+		return err
+	}
+	_, err = r.o.PutInternal(ctx, run, StatePath, append(b, '\n'))
+	return err
+}
+
+func (r *Runner) load(ctx context.Context, run runid.ID) (State, bool, error) {
+	b, _, err := r.o.Store().ReadAll(ctx, run, StatePath)
+	if errors.Is(err, tmpfs.ErrNotFound) {
+		return State{}, false, nil
+	}
+	if err != nil {
+		return State{}, false, err
+	}
+	var st State
+	if err := json.Unmarshal(b, &st); err != nil {
+		return State{}, false, fmt.Errorf("run %s: corrupt %s: %w", run, StatePath, err)
+	}
+	return st, true, nil
+}
+
+// Status reports a recipe run. A run recorded as queued or running that no
+// goroutine of this process owns was interrupted (the server stopped): it
+// is reported failed, and POST /run with its id resumes it.
+func (r *Runner) Status(ctx context.Context, run runid.ID) (State, error) {
+	r.mu.Lock()
+	a := r.active[run]
+	r.mu.Unlock()
+	if a != nil {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		return cloneState(a.state), nil
+	}
+	st, ok, err := r.load(ctx, run)
+	if err != nil {
+		return State{}, err
+	}
+	if !ok {
+		return State{}, fault.New(fault.NotFound, fmt.Sprintf("run %s has no recipe run", run), "POST /run starts one")
+	}
+	if st.Status == Queued || st.Status == Running {
+		st.Status = Failed
+		st.Error = "interrupted: the server stopped during the run; POST /run with this run_id resumes it"
+	}
+	return st, nil
+}
+
+// Subscribe returns a channel of the run's events, closed when the run
+// ends (at once if it is not running), and a cancel func.
+func (r *Runner) Subscribe(run runid.ID) (<-chan Event, func()) {
+	ch := make(chan Event, 256)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	a := r.active[run]
+	if a == nil {
+		close(ch)
+		return ch, func() {}
+	}
+	a.subs[ch] = struct{}{}
+	return ch, func() {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		if _, ok := a.subs[ch]; ok {
+			delete(a.subs, ch)
+			close(ch)
+		}
+	}
+}
+
+// Wait blocks until the run ends or ctx is done.
+func (r *Runner) Wait(ctx context.Context, run runid.ID) error {
+	r.mu.Lock()
+	a := r.active[run]
+	r.mu.Unlock()
+	if a == nil {
+		return nil
+	}
+	select {
+	case <-a.done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// writeNotebook writes run.ipynb from the cells this session executed.
+func (r *Runner) writeNotebook(ctx context.Context, run runid.ID, plan *recipes.Plan, results []*sandbox.Result) error {
+	b, err := plan.RunNotebook(results, map[string]any{"run_id": run.String()})
+	if err != nil {
+		return err
+	}
+	_, err = r.o.PutInternal(ctx, run, NotebookPath, b)
+	return err
+}
+
+// toResult turns an exec answer back into a sandbox.Result with images
+// inline, for the notebook.
+func (r *Runner) toResult(ctx context.Context, out orchestrator.ExecOutput) *sandbox.Result {
+	res := &sandbox.Result{OK: out.OK, Stdout: out.Stdout, Stderr: out.Stderr, ExecutionCount: out.ExecutionCount, Restarted: out.Kernel.Restarted}
+	conv := func(b orchestrator.Bundle) sandbox.Bundle {
+		sb := sandbox.Bundle{Data: map[string]json.RawMessage{}, Metadata: b.Metadata}
+		for mime, v := range b.Data {
+			switch x := v.(type) {
+			case orchestrator.ImageRef:
+				blob, err := r.o.Store().OpenBlob(ctx, x.SHA256)
+				if err != nil {
+					continue
+				}
+				data := make([]byte, 0, x.Size)
+				buf := make([]byte, 32<<10)
+				for {
+					n, err := blob.Read(buf)
+					data = append(data, buf[:n]...)
+					if err != nil {
+						break
+					}
+				}
+				blob.Close()
+				s := base64.StdEncoding.EncodeToString(data)
+				if mime == "image/svg+xml" {
+					s = string(data)
+				}
+				sb.Data[mime], _ = json.Marshal(s)
+			case json.RawMessage:
+				sb.Data[mime] = x
+			default:
+				sb.Data[mime], _ = json.Marshal(x)
+			}
+		}
+		return sb
+	}
+	for _, d := range out.Display {
+		res.Display = append(res.Display, conv(d))
+	}
+	if out.Result != nil {
+		v := conv(*out.Result)
+		res.Value = &v
+	}
+	if out.Error != nil {
+		res.Error = &sandbox.ExecError{Kind: out.Error.Kind, Ename: out.Error.Ename, Evalue: out.Error.Evalue, Traceback: out.Error.Traceback, Reason: out.Error.Reason}
+	}
+	return res
+}
+
+func cloneState(s State) State {
+	s.Steps = append([]StepState(nil), s.Steps...)
+	return s
+}
+
+func errText(err error) string {
+	if fe := fault.As(err); fe != nil {
+		return string(fe.Kind) + ": " + fe.Message
+	}
+	return err.Error()
+}
+
+// List returns the recipes, sorted by name.
+func (r *Runner) List() []*recipes.Recipe {
+	l := r.c.Catalog.List()
+	sort.Slice(l, func(i, j int) bool { return l[i].Name < l[j].Name })
+	return l
+}
