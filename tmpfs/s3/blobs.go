@@ -24,10 +24,15 @@ type Blobs struct {
 var _ tmpfs.Blobs = (*Blobs)(nil)
 
 // memMax is the largest body Put keeps in memory; bigger ones spool to a temp
-// file so a 1 GiB upload costs kilobytes of memory, not a gigabyte.
+// file, so a 1 GiB upload costs a few MiB of memory, not a gigabyte.
 const memMax = 8 << 20
 
 func blobKey(d tmpfs.Digest) string { return "blobs/sha256/" + d.String() }
+
+// metaSHA256 is the header under which Put records a blob's digest in its
+// object's metadata. An object under a blob's name without it was not
+// written by Put.
+const metaSHA256 = "X-Amz-Meta-Sha256"
 
 // Put implements tmpfs.Blobs. The name of an object is the hash of its
 // bytes, which is known only at the end of the stream, so the body is
@@ -46,29 +51,36 @@ func (b *Blobs) Put(ctx context.Context, r io.Reader, limit int64) (tmpfs.Digest
 	sctx, cancel := withTimeout(ctx)
 	info, err := b.c.core.StatObject(sctx, b.c.bucket, key, minio.StatObjectOptions{})
 	cancel()
+	hexsum := sp.digest.String()
 	switch err := b.c.fail(ctx, "stat blob "+sp.digest.Short(), err); {
-	case err == nil && info.Size == sp.size:
+	case err == nil && info.Size == sp.size && info.Metadata.Get(metaSHA256) == hexsum:
 		// Content addressing makes a second copy redundant.
-		b.c.log.DebugContext(ctx, "blob already stored", "sha256", sp.digest.String(), "size", sp.size)
+		b.c.log.DebugContext(ctx, "blob already stored", "sha256", hexsum, "size", sp.size)
 		return sp.digest, sp.size, nil
 	case err == nil:
-		// Same name, wrong size: the stored object is damaged. Replace it
-		// with the bytes that really have this digest.
-		b.c.log.WarnContext(ctx, "replacing a stored blob whose size does not match its digest",
-			"sha256", sp.digest.String(), "stored_size", info.Size, "size", sp.size)
+		// The object under this name was not written by Put (it lacks the
+		// digest Put records, or has the wrong size): it was replaced or
+		// damaged behind our back. Heal it with bytes that really have
+		// this digest.
+		b.c.log.WarnContext(ctx, "replacing a stored blob that was not written by this store",
+			"sha256", hexsum, "stored_size", info.Size, "size", sp.size)
 	case !errors.Is(err, tmpfs.ErrNotFound):
 		return tmpfs.Digest{}, 0, err
 	}
 
+	opts := minio.PutObjectOptions{
+		ContentType:  contentTypeBin,
+		UserMetadata: map[string]string{"sha256": hexsum},
+	}
 	if sp.size <= maxSinglePut {
-		_, err = b.c.core.PutObject(ctx, b.c.bucket, key, sp.reader(), sp.size, "", sp.digest.String(),
-			minio.PutObjectOptions{ContentType: contentTypeBin, DisableContentSha256: true})
+		opts.DisableContentSha256 = true // the payload hash is given, not recomputed
+		_, err = b.c.core.PutObject(ctx, b.c.bucket, key, sp.reader(), sp.size, "", hexsum, opts)
 	} else {
 		// Past S3's single-PUT limit. Multipart cannot carry a whole-object
 		// sha256, so this path relies on the per-part checks and on reads
 		// verifying the digest.
-		_, err = b.c.core.Client.PutObject(ctx, b.c.bucket, key, sp.reader(), sp.size,
-			minio.PutObjectOptions{ContentType: contentTypeBin, NumThreads: 2})
+		opts.NumThreads = 2
+		_, err = b.c.core.Client.PutObject(ctx, b.c.bucket, key, sp.reader(), sp.size, opts)
 	}
 	if err != nil {
 		return tmpfs.Digest{}, 0, b.c.fail(ctx, "upload blob "+sp.digest.Short(), err)

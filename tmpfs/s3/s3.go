@@ -2,7 +2,8 @@
 //
 // Layout in the bucket:
 //
-//	blobs/sha256/<hex>             immutable blob objects, named by the sha256 of their bytes
+//	blobs/sha256/<hex>              immutable blob objects, named by the sha256 of their
+//	                                bytes, which is also in their x-amz-meta-sha256
 //	runs/<run>/index/<sha256(path)> one small JSON object per index entry: a tmpfs.File
 //
 // The bucket is the only durable state: a process started with an empty

@@ -390,7 +390,8 @@ func TestMinIODown(t *testing.T) {
 	}
 }
 
-// A blob overwritten in the bucket behind the store's back is never served.
+// A blob overwritten in the bucket behind the store's back is never served,
+// and writing its true bytes again repairs it.
 func TestTamperedBlob(t *testing.T) {
 	srv := miniotest.Shared(t)
 	s, _ := open(t, srv)
@@ -423,6 +424,17 @@ func TestTamperedBlob(t *testing.T) {
 			r.Close()
 			if !errors.Is(err, tmpfs.ErrDigestMismatch) {
 				t.Fatalf("streaming read: got %q, %v, want ErrDigestMismatch", got, err)
+			}
+			// Writing the true bytes again heals the blob instead of
+			// deduplicating against the damaged object.
+			if _, err := s.WriteBytes(ctx, run, tc.name+".again", []byte(tc.orig)); err != nil {
+				t.Fatal(err)
+			}
+			if err := s.Verify(ctx, f.SHA256); err != nil {
+				t.Fatalf("Verify after rewrite: got %v, want the blob healed", err)
+			}
+			if got, _, err := s.ReadAll(ctx, run, tc.name); err != nil || string(got) != tc.orig {
+				t.Fatalf("read after rewrite: got %q, %v, want %q", got, err, tc.orig)
 			}
 		})
 	}
