@@ -1,0 +1,445 @@
+package mcp
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/json"
+	"image"
+	"image/color"
+	"image/png"
+	"net/http"
+	"reflect"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/triadhq/triad/browser"
+	"github.com/triadhq/triad/internal/fault"
+	"github.com/triadhq/triad/internal/orchestrator"
+	"github.com/triadhq/triad/internal/runid"
+	"github.com/triadhq/triad/tmpfs"
+)
+
+// TestToolsAndSchemas: a client lists the tools with their schemas, over
+// both transports, and each schema's properties are the HTTP contract's
+// fields (plus run_id where the call is run-scoped).
+func TestToolsAndSchemas(t *testing.T) {
+	type contract struct {
+		in, out reflect.Type // out nil: text only (journal_read)
+		runArg  bool
+	}
+	want := map[string]contract{
+		ToolExec:      {reflect.TypeFor[orchestrator.ExecInput](), reflect.TypeFor[orchestrator.ExecOutput](), true},
+		ToolRestart:   {reflect.TypeFor[struct{}](), reflect.TypeFor[restartOutput](), true},
+		ToolSearch:    {reflect.TypeFor[browser.Request](), reflect.TypeFor[browser.Response](), true},
+		ToolWrite:     {reflect.TypeFor[orchestrator.WriteInput](), reflect.TypeFor[orchestrator.FileRef](), true},
+		ToolRead:      {reflect.TypeFor[struct{ Path string }](), reflect.TypeFor[orchestrator.ReadOutput](), true},
+		ToolList:      {reflect.TypeFor[struct{ Prefix string }](), reflect.TypeFor[orchestrator.ListOutput](), true},
+		ToolDelete:    {reflect.TypeFor[struct{ Path string }](), reflect.TypeFor[orchestrator.DeleteOutput](), true},
+		ToolJournal:   {reflect.TypeFor[struct{}](), nil, true},
+		ToolNote:      {reflect.TypeFor[struct{ Text, Author string }](), reflect.TypeFor[okOutput](), true},
+		ToolRecipe:    {reflect.TypeFor[struct{ Recipe, Params string }](), reflect.TypeFor[orchestrator.RunStatus](), false},
+		ToolRunStatus: {reflect.TypeFor[struct{}](), reflect.TypeFor[orchestrator.RunStatus](), true},
+	}
+	name := regexp.MustCompile(`^[a-zA-Z0-9_-]{1,64}$`)
+	s := newStack(t, stackOptions{})
+	for _, tr := range transports {
+		t.Run(tr.name, func(t *testing.T) {
+			cs := tr.connect(t, s)
+			res, err := cs.ListTools(t.Context(), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got []string
+			for _, tool := range res.Tools {
+				got = append(got, tool.Name)
+				if !name.MatchString(tool.Name) {
+					t.Errorf("tool name %q does not match %s", tool.Name, name)
+				}
+				c, ok := want[tool.Name]
+				if !ok {
+					continue
+				}
+				if !strings.Contains(tool.Description, "Example: "+examples[tool.Name].Args) {
+					t.Errorf("%s: description has no worked example: %q", tool.Name, tool.Description)
+				}
+				in := fieldNames(c.in)
+				if c.runArg {
+					in = append(in, "run_id")
+					slices.Sort(in)
+				}
+				if diff := cmp.Diff(in, schemaProps(t, tool.InputSchema)); diff != "" {
+					t.Errorf("%s: input schema properties differ from the HTTP request's fields (-want +got):\n%s", tool.Name, diff)
+				}
+				if c.out == nil {
+					if tool.OutputSchema != nil {
+						t.Errorf("%s: got output schema %v, want none (the answer is text)", tool.Name, tool.OutputSchema)
+					}
+					continue
+				}
+				if diff := cmp.Diff(fieldNames(c.out), schemaProps(t, tool.OutputSchema)); diff != "" {
+					t.Errorf("%s: output schema properties differ from the HTTP answer's fields (-want +got):\n%s", tool.Name, diff)
+				}
+			}
+			wantNames := make([]string, 0, len(want))
+			for n := range want {
+				wantNames = append(wantNames, n)
+			}
+			slices.Sort(wantNames)
+			slices.Sort(got)
+			if diff := cmp.Diff(wantNames, got); diff != "" {
+				t.Errorf("tools differ (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// fieldNames is jsonFields, with the snake_case names of the anonymous
+// structs above spelled as the HTTP API spells them.
+func fieldNames(rt reflect.Type) []string {
+	names := jsonFields(rt)
+	for i, n := range names {
+		names[i] = strings.ToLower(n)
+	}
+	slices.Sort(names)
+	return names
+}
+
+// TestSchemaTypes pins the schemas' types where inference alone would get
+// them wrong: digests are strings, MIME bundle metadata is any JSON.
+func TestSchemaTypes(t *testing.T) {
+	s := schemaFor[orchestrator.ExecOutput](nil)
+	b, err := json.Marshal(property(s, "files_out[].sha256"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := string(b), `{"type":"string","description":"sha256 of the content: 64 lower-case hex digits","pattern":"^[0-9a-f]{64}$"}`; got != want {
+		t.Errorf("got sha256 schema %s, want %s", got, want)
+	}
+	b, err = json.Marshal(property(s, "display[].metadata"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := string(b), `{"type":"object","additionalProperties":true}`; got != want {
+		t.Errorf("got metadata schema %s, want %s", got, want)
+	}
+}
+
+// TestFiles runs the tmp tools over both transports against the real
+// orchestrator and store (no sandbox: the files tools do not need one),
+// and checks each answer equals the HTTP API's answer for the same run.
+func TestFiles(t *testing.T) {
+	s := newStack(t, stackOptions{})
+	for _, tr := range transports {
+		t.Run(tr.name, func(t *testing.T) {
+			cs := tr.connect(t, s)
+			res := call(t, cs, ToolWrite, map[string]any{"path": "notes/a.txt", "text": "hello\n"})
+			ref := ok[orchestrator.FileRef](t, res)
+			run := runOf(t, res)
+			if ref.Path != "notes/a.txt" || ref.Size != 6 || ref.SHA256 != tmpfs.DigestOf([]byte("hello\n")) {
+				t.Errorf("got %+v, want notes/a.txt, 6 bytes, sha256 of the text", ref)
+			}
+
+			res = call(t, cs, ToolRead, map[string]any{"path": "notes/a.txt"})
+			read := ok[orchestrator.ReadOutput](t, res)
+			if read.Text == nil || *read.Text != "hello\n" || read.SHA256 != ref.SHA256 {
+				t.Errorf("got %+v, want the text back with the same sha256", read)
+			}
+			if got := runOf(t, res); got != run {
+				t.Errorf("got run %s for the second call, want the session's run %s", got, run)
+			}
+			status, body := s.httpDo(t, http.MethodGet, "/tmp/read?path=notes/a.txt", run, nil)
+			if status != http.StatusOK {
+				t.Fatalf("GET /tmp/read: %d %v", status, body)
+			}
+			if diff := cmp.Diff(body, generic(t, res.StructuredContent)); diff != "" {
+				t.Errorf("tmp_read differs from GET /tmp/read (-http +mcp):\n%s", diff)
+			}
+
+			res = call(t, cs, ToolList, map[string]any{"prefix": "notes/"})
+			list := ok[orchestrator.ListOutput](t, res)
+			if len(list.Files) != 1 || list.Files[0].Path != "notes/a.txt" {
+				t.Errorf("got %+v, want notes/a.txt alone", list.Files)
+			}
+			_, body = s.httpDo(t, http.MethodGet, "/tmp/list?prefix=notes/", run, nil)
+			if diff := cmp.Diff(body, generic(t, res.StructuredContent)); diff != "" {
+				t.Errorf("tmp_list differs from GET /tmp/list (-http +mcp):\n%s", diff)
+			}
+
+			// A binary image comes back as structured base64 and as image
+			// content with the same bytes.
+			pngBytes := tinyPNG(t)
+			b64 := base64.StdEncoding.EncodeToString(pngBytes)
+			ok[orchestrator.FileRef](t, call(t, cs, ToolWrite, map[string]any{"path": "img/dot.png", "bytes_b64": b64}))
+			res = call(t, cs, ToolRead, map[string]any{"path": "img/dot.png"})
+			read = ok[orchestrator.ReadOutput](t, res)
+			if read.BytesB64 == nil || *read.BytesB64 != b64 {
+				t.Errorf("got bytes_b64 %v, want the PNG back", read.BytesB64)
+			}
+			if len(res.Content) != 2 {
+				t.Fatalf("got %d content blocks, want text and image", len(res.Content))
+			}
+			if img, isImg := res.Content[1].(*sdk.ImageContent); !isImg || img.MIMEType != "image/png" || !bytes.Equal(img.Data, pngBytes) {
+				t.Errorf("got %#v, want image/png content with the file's bytes", res.Content[1])
+			}
+
+			res = call(t, cs, ToolDelete, map[string]any{"path": "notes/a.txt"})
+			if del := ok[orchestrator.DeleteOutput](t, res); !del.OK {
+				t.Errorf("got %+v, want ok", del)
+			}
+			if e := failed(t, call(t, cs, ToolRead, map[string]any{"path": "notes/a.txt"})); e.Kind != fault.NotFound {
+				t.Errorf("read after delete: got kind %s, want not_found", e.Kind)
+			}
+
+			// Refusals are results with the kind, message and suggestion.
+			for _, c := range []struct {
+				name string
+				tool string
+				args map[string]any
+				kind fault.Kind
+			}{
+				{"write traversal", ToolWrite, map[string]any{"path": "../../etc/passwd", "text": "x"}, fault.BadInput},
+				{"read traversal", ToolRead, map[string]any{"path": "../../etc/passwd"}, fault.BadInput},
+				{"read absolute", ToolRead, map[string]any{"path": "/etc/passwd"}, fault.BadInput},
+				{"delete traversal", ToolDelete, map[string]any{"path": "a/../../x"}, fault.BadInput},
+				{"list traversal", ToolList, map[string]any{"prefix": "../"}, fault.BadInput},
+				{"journal is reserved", ToolWrite, map[string]any{"path": "CEL.md", "text": "forged"}, fault.Reserved},
+				{"both contents", ToolWrite, map[string]any{"path": "x", "text": "a", "bytes_b64": "YQ=="}, fault.BadInput},
+				{"bad base64", ToolWrite, map[string]any{"path": "x", "bytes_b64": "!!"}, fault.BadInput},
+				{"unknown field", ToolWrite, map[string]any{"path": "x", "text": "a", "mode": "0644"}, fault.BadInput},
+				{"wrong type", ToolRead, map[string]any{"path": 7}, fault.BadInput},
+				{"missing field", ToolRead, map[string]any{}, fault.BadInput},
+				{"bad run_id", ToolList, map[string]any{"run_id": "../other"}, fault.InvalidRun},
+				{"no such run", ToolRunStatus, map[string]any{"run_id": "never-used"}, fault.NotFound},
+				{"no recipes", ToolRecipe, map[string]any{"recipe": "forecast-pack"}, fault.NotConfigured},
+				{"no sandbox", ToolExec, map[string]any{"code": "1"}, fault.NotConfigured},
+				{"empty note", ToolNote, map[string]any{"text": " "}, fault.BadInput},
+			} {
+				t.Run(c.name, func(t *testing.T) {
+					e := failed(t, call(t, cs, c.tool, c.args))
+					if e.Kind != c.kind {
+						t.Errorf("got kind %s (%s), want %s", e.Kind, e.Message, c.kind)
+					}
+				})
+			}
+			if _, err := s.store.Stat(t.Context(), runid.ID(run), "x"); err == nil {
+				t.Errorf("a refused write left a file behind")
+			}
+
+			// The journal: a note, then Step Blocks for the calls that
+			// reached the orchestrator, as GET /cel shows them.
+			ok[okOutput](t, call(t, cs, ToolNote, map[string]any{"text": "operator was here", "author": "test"}))
+			res = call(t, cs, ToolJournal, map[string]any{})
+			if res.IsError || res.StructuredContent != nil {
+				t.Fatalf("journal_read: got %s (structured %v), want CEL.md as text", text(res), res.StructuredContent)
+			}
+			cel := text(res)
+			steps := regexp.MustCompile(`(?m)^## Step (\d+): (\S+)$`).FindAllStringSubmatch(cel, -1)
+			var tools []string
+			for _, m := range steps {
+				tools = append(tools, m[2])
+			}
+			// GET /tmp/read and /tmp/list above are calls in the same run.
+			wantTools := []string{"tmp.write", "tmp.read", "tmp.read", "tmp.list", "tmp.list", "tmp.write", "tmp.read", "tmp.delete", "tmp.read"}
+			if diff := cmp.Diff(wantTools, tools); diff != "" {
+				t.Errorf("Step Blocks differ (-want +got):\n%s\n%s", diff, cel)
+			}
+			if !strings.Contains(cel, "operator was here") {
+				t.Errorf("CEL.md lacks the note:\n%s", cel)
+			}
+			req, _ := http.NewRequestWithContext(t.Context(), http.MethodGet, s.url+"/cel", nil)
+			req.Header.Set("X-Run-Id", run)
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var buf bytes.Buffer
+			buf.ReadFrom(resp.Body)
+			resp.Body.Close()
+			if buf.String() != cel {
+				t.Errorf("journal_read differs from GET /cel")
+			}
+
+			st := ok[orchestrator.RunStatus](t, call(t, cs, ToolRunStatus, map[string]any{}))
+			if st.RunID != run || len(st.Steps) != len(wantTools) {
+				t.Errorf("got run_status %+v, want run %s with %d steps", st, run, len(wantTools))
+			}
+		})
+	}
+}
+
+func tinyPNG(t *testing.T) []byte {
+	t.Helper()
+	img := image.NewRGBA(image.Rect(0, 0, 2, 2))
+	img.Set(0, 0, color.RGBA{R: 255, A: 255})
+	var b bytes.Buffer
+	if err := png.Encode(&b, img); err != nil {
+		t.Fatal(err)
+	}
+	return b.Bytes()
+}
+
+// TestSessionIsOneRun is the issue's must-show list, over both transports,
+// with the real Docker sandbox: state persists within a session, a plot
+// comes back as image/png, files round-trip, traversal is refused, 1/0 is
+// an error, and CEL.md has a Step Block for every call.
+func TestSessionIsOneRun(t *testing.T) {
+	s := newStack(t, stackOptions{sandbox: true})
+	for _, tr := range transports {
+		t.Run(tr.name, func(t *testing.T) {
+			cs := tr.connect(t, s)
+			res := call(t, cs, ToolExec, map[string]any{"code": "x = 21"})
+			out := ok[orchestrator.ExecOutput](t, res)
+			run := runOf(t, res)
+			if !out.OK {
+				t.Fatalf("x = 21: %+v", out)
+			}
+			res = call(t, cs, ToolExec, map[string]any{"code": "x*2"})
+			out = ok[orchestrator.ExecOutput](t, res)
+			if out.Result == nil || out.Result.Data["text/plain"] != "42" {
+				t.Errorf("x*2: got result %+v, want 42", out.Result)
+			}
+			if got := runOf(t, res); got != run {
+				t.Errorf("got run %s, want the session's run %s", got, run)
+			}
+
+			res = call(t, cs, ToolExec, map[string]any{"code": "%matplotlib inline\nimport matplotlib.pyplot as plt\nplt.plot([1, 3, 2])\nplt.title('trend')\nplt.show()"})
+			out = ok[orchestrator.ExecOutput](t, res)
+			if len(out.Display) != 1 {
+				t.Fatalf("got %d display outputs, want the figure: %+v", len(out.Display), out)
+			}
+			ref, isRef := out.Display[0].Data["image/png"].(map[string]any)
+			if !isRef {
+				t.Fatalf("got display %+v, want an image/png reference", out.Display[0].Data)
+			}
+			var imgs []*sdk.ImageContent
+			for _, c := range res.Content {
+				if ic, isImg := c.(*sdk.ImageContent); isImg {
+					imgs = append(imgs, ic)
+				}
+			}
+			if len(imgs) != 1 || imgs[0].MIMEType != "image/png" {
+				t.Fatalf("got image content %v, want one image/png", imgs)
+			}
+			if !bytes.HasPrefix(imgs[0].Data, []byte("\x89PNG\r\n\x1a\n")) {
+				t.Errorf("image content starts %q, want the PNG signature", imgs[0].Data[:min(8, len(imgs[0].Data))])
+			}
+			if sum := sha256.Sum256(imgs[0].Data); tmpfs.DigestOf(imgs[0].Data).String() != ref["sha256"] || int(ref["size"].(float64)) != len(imgs[0].Data) {
+				t.Errorf("image content (sha256 %x, %d bytes) is not the stored file %v", sum, len(imgs[0].Data), ref)
+			}
+			// The plot is a run file too.
+			if _, err := s.store.Stat(t.Context(), runid.ID(run), ref["path"].(string)); err != nil {
+				t.Errorf("the plot %v is not a run file: %v", ref["path"], err)
+			}
+
+			ok[orchestrator.FileRef](t, call(t, cs, ToolWrite, map[string]any{"path": "data/n.txt", "text": "17"}))
+			read := ok[orchestrator.ReadOutput](t, call(t, cs, ToolRead, map[string]any{"path": "data/n.txt"}))
+			if read.Text == nil || *read.Text != "17" {
+				t.Errorf("got %+v, want 17", read)
+			}
+			// The cell sees the file the session wrote.
+			out = ok[orchestrator.ExecOutput](t, call(t, cs, ToolExec, map[string]any{"code": "int(open('data/n.txt').read()) + x"}))
+			if out.Result == nil || out.Result.Data["text/plain"] != "38" {
+				t.Errorf("got %+v, want 38", out.Result)
+			}
+			if e := failed(t, call(t, cs, ToolWrite, map[string]any{"path": "../../etc/passwd", "text": "root::0:0::/:/bin/sh"})); e.Kind != fault.BadInput {
+				t.Errorf("../../etc/passwd: got kind %s, want bad_input", e.Kind)
+			}
+
+			// A cell that raises is an error result that still carries the
+			// whole exec answer.
+			res = call(t, cs, ToolExec, map[string]any{"code": "print('before')\n1/0"})
+			if !res.IsError {
+				t.Fatalf("1/0: got success, want isError")
+			}
+			out = decode[orchestrator.ExecOutput](t, res)
+			if out.OK || out.Error == nil || out.Error.Ename != "ZeroDivisionError" || out.Error.Message == "" || out.Error.Suggestion == "" {
+				t.Errorf("1/0: got %+v (error %+v), want ok:false with ZeroDivisionError, message and suggestion", out, out.Error)
+			}
+			if out.Stdout != "before\n" {
+				t.Errorf("1/0: got stdout %q, want the output before the error", out.Stdout)
+			}
+			if !strings.Contains(text(res), "ZeroDivisionError") {
+				t.Errorf("1/0: the text content %q does not name the error", text(res))
+			}
+			// The failure did not lose the kernel.
+			out = ok[orchestrator.ExecOutput](t, call(t, cs, ToolExec, map[string]any{"code": "x"}))
+			if out.Result == nil || out.Result.Data["text/plain"] != "21" {
+				t.Errorf("x after the error: got %+v, want 21", out.Result)
+			}
+
+			cel := text(call(t, cs, ToolJournal, map[string]any{}))
+			var tools []string
+			for _, m := range regexp.MustCompile(`(?m)^## Step (\d+): (\S+)$`).FindAllStringSubmatch(cel, -1) {
+				tools = append(tools, m[2])
+			}
+			want := []string{"sandbox.exec", "sandbox.exec", "sandbox.exec", "tmp.write", "tmp.read", "sandbox.exec", "sandbox.exec", "sandbox.exec"}
+			if diff := cmp.Diff(want, tools); diff != "" {
+				t.Errorf("Step Blocks differ (-want +got):\n%s\n%s", diff, cel)
+			}
+			if n := strings.Count(cel, "**Evaluation (by Evaluator):** "); n != len(want) {
+				t.Errorf("got %d Evaluation lines, want %d", n, len(want))
+			}
+			if strings.Contains(cel, "PENDING") {
+				t.Errorf("CEL.md has an Evaluation left PENDING:\n%s", cel)
+			}
+		})
+	}
+
+	// Sessions are runs: a second session has its own kernel, and reaches
+	// the first one's only by naming its run.
+	t.Run("two sessions", func(t *testing.T) {
+		a, b := connectHTTP(t, s), connectHTTP(t, s)
+		runA := runOf(t, call(t, a, ToolExec, map[string]any{"code": "secret = 'a'"}))
+		res := call(t, b, ToolExec, map[string]any{"code": "secret"})
+		if runOf(t, res) == runA {
+			t.Fatalf("two HTTP sessions share run %s", runA)
+		}
+		if out := decode[orchestrator.ExecOutput](t, res); !res.IsError || out.Error == nil || out.Error.Ename != "NameError" {
+			t.Errorf("session b sees session a's variable: %+v", out)
+		}
+		out := ok[orchestrator.ExecOutput](t, call(t, b, ToolExec, map[string]any{"code": "secret", "run_id": runA}))
+		if out.Result == nil || out.Result.Data["text/plain"] != "'a'" {
+			t.Errorf("run_id %s: got %+v, want 'a'", runA, out.Result)
+		}
+	})
+}
+
+// TestExamples runs every tool's worked example, as its description shows
+// it, against a real server and checks the answer matches.
+func TestExamples(t *testing.T) {
+	s := newStack(t, stackOptions{sandbox: true})
+	cs := connectHTTP(t, s)
+	// Order matters: the files examples build on each other, and the
+	// journal and status examples read what came before.
+	order := []string{ToolWrite, ToolRead, ToolList, ToolExec, ToolSearch, ToolNote, ToolJournal, ToolRunStatus, ToolDelete, ToolRestart}
+	for _, tool := range order {
+		ex := examples[tool]
+		var args map[string]any
+		if err := json.Unmarshal([]byte(ex.Args), &args); err != nil {
+			t.Fatalf("%s: example args are not JSON: %v", tool, err)
+		}
+		res := call(t, cs, tool, args)
+		if res.IsError {
+			t.Fatalf("%s: example failed: %s", tool, text(res))
+		}
+		if tool == ToolJournal {
+			if err := matchText(ex.Answer, text(res)); err != nil {
+				t.Errorf("%s: %v", tool, err)
+			}
+			continue
+		}
+		var want any
+		if err := json.Unmarshal([]byte(ex.Answer), &want); err != nil {
+			t.Fatalf("%s: example answer is not JSON: %v", tool, err)
+		}
+		if err := match(want, generic(t, res.StructuredContent), tool); err != nil {
+			t.Errorf("example answer does not match: %v\ngot %s", err, text(res))
+		}
+	}
+}

@@ -1,0 +1,503 @@
+package mcp
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+
+	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/triadhq/triad/browser"
+	"github.com/triadhq/triad/internal/fault"
+	"github.com/triadhq/triad/internal/orchestrator"
+	"github.com/triadhq/triad/internal/runid"
+)
+
+// Tool names: the spec's names with "_" for ".", because common clients
+// accept only ^[a-zA-Z0-9_-]{1,64}$.
+const (
+	ToolExec        = "sandbox_exec"
+	ToolRestart     = "sandbox_restart"
+	ToolSearch      = "browser_search"
+	ToolWrite       = "tmp_write"
+	ToolRead        = "tmp_read"
+	ToolList        = "tmp_list"
+	ToolDelete      = "tmp_delete"
+	ToolJournal     = "journal_read"
+	ToolNote        = "journal_note"
+	ToolRecipe      = "recipe_run"
+	ToolRunStatus   = "run_status"
+	metaRunID       = "triad/run_id"
+	runIDDesc       = "Optional: the run to work in, 1-64 characters from [A-Za-z0-9._-]. Omit it to use this MCP session's run; name another run to read or continue it (its kernel, files and journal)."
+	wildcardExplain = "(abridged; … stands for any value)"
+)
+
+// runArg is the optional run_id argument every run-scoped tool takes. It
+// stands in for the HTTP API's X-Run-Id header.
+type runArg struct {
+	RunID string `json:"run_id,omitempty"`
+}
+
+// The tools' arguments: the HTTP API's request types plus run_id.
+type (
+	execArgs struct {
+		orchestrator.ExecInput
+		runArg
+	}
+	searchArgs struct {
+		browser.Request
+		runArg
+	}
+	writeArgs struct {
+		orchestrator.WriteInput
+		runArg
+	}
+	pathArgs struct {
+		Path string `json:"path"`
+		runArg
+	}
+	listArgs struct {
+		Prefix string `json:"prefix,omitempty"`
+		runArg
+	}
+	noteArgs struct {
+		Text   string `json:"text"`
+		Author string `json:"author,omitempty"`
+		runArg
+	}
+	recipeArgs struct {
+		Recipe string         `json:"recipe"`
+		Params map[string]any `json:"params,omitempty"`
+	}
+)
+
+// okOutput is the {"ok": true} answer of POST /cel/note.
+type okOutput struct {
+	OK bool `json:"ok"`
+}
+
+// restartOutput is the answer of POST /sandbox/restart.
+type restartOutput struct {
+	OK     bool `json:"ok"`
+	Kernel struct {
+		Restarted bool `json:"restarted"`
+	} `json:"kernel"`
+}
+
+// example is a tool's worked example: arguments and the answer they give.
+// The package's tests run every example against a real server and check
+// the answer, so the examples in the descriptions cannot go stale.
+type example struct {
+	Args   string
+	Answer string
+}
+
+// Examples holds each tool's worked example; the answer is abridged, with
+// "…" for any value.
+var examples = map[string]example{
+	ToolExec: {
+		Args:   `{"code": "import pandas as pd\ndf = pd.DataFrame({'a': [1, 2]})\ndf.to_csv('a.csv', index=False)\nint(df.a.sum())"}`,
+		Answer: `{"ok": true, "stdout": "", "stderr": "", "result": {"data": {"text/plain": "3"}}, "files_out": [{"path": "a.csv", "size": 6, "sha256": "…"}], "truncated": false, "kernel": {"backend": "…", "restarted": false}}`,
+	},
+	ToolRestart: {Args: `{}`, Answer: `{"ok": true, "kernel": {"restarted": true}}`},
+	ToolSearch: {
+		Args:   `{"query": "heat pump sales Europe", "top_k": 3}`,
+		Answer: `{"results": [{"url": "…", "title": "…", "snippet": "…"}], "citations_id": "…"}`,
+	},
+	ToolWrite: {
+		Args:   `{"path": "notes/brief.md", "text": "# Brief\n"}`,
+		Answer: `{"path": "notes/brief.md", "size": 8, "sha256": "…"}`,
+	},
+	ToolRead: {
+		Args:   `{"path": "notes/brief.md"}`,
+		Answer: `{"path": "notes/brief.md", "size": 8, "sha256": "…", "text": "# Brief\n"}`,
+	},
+	ToolList: {
+		Args:   `{"prefix": "notes/"}`,
+		Answer: `{"files": [{"path": "notes/brief.md", "size": 8, "sha256": "…", "modified_at": "…"}]}`,
+	},
+	ToolDelete: {Args: `{"path": "notes/brief.md"}`, Answer: `{"ok": true}`},
+	ToolJournal: {
+		Args:   `{}`,
+		Answer: "# Context Engineering Log (CEL)\n\n- **Run:** …\n\n## Step 1: tmp.write\n**When:** …\n**Inputs:** …\n…\n**Evaluation (by Evaluator):** …",
+	},
+	ToolNote: {Args: `{"text": "Use 2024 prices only", "author": "analyst"}`, Answer: `{"ok": true}`},
+	ToolRecipe: {
+		Args:   `{"recipe": "forecast-pack", "params": {"objective": "Forecast next year's leads"}}`,
+		Answer: `{"run_id": "…", "status": "…", "steps": "…", "artifacts": "…"}`,
+	},
+	ToolRunStatus: {
+		Args:   `{}`,
+		Answer: `{"run_id": "…", "status": "…", "steps": [{"step": 1, "tool": "tmp.write", "ok": true, "evaluation": "…", "score": "…", "duration_ms": "…"}], "artifacts": "…"}`,
+	},
+}
+
+func describe(name, what string) string {
+	ex := examples[name]
+	return what + "\n\nExample: " + ex.Args + "\nAnswer " + wildcardExplain + ": " + ex.Answer
+}
+
+// addTool registers a tool whose failures become error results in the one
+// shape (see toolErr).
+func addTool[In, Out any](s *Server, t *sdk.Tool, h func(ctx context.Context, req *sdk.CallToolRequest, in In) (*sdk.CallToolResult, Out, error)) {
+	sdk.AddTool(s.mcp, t, func(ctx context.Context, req *sdk.CallToolRequest, in In) (*sdk.CallToolResult, Out, error) {
+		res, out, err := h(ctx, req, in)
+		if err != nil {
+			var zero Out
+			return nil, zero, s.toolErr(ctx, t.Name, err)
+		}
+		return res, out, nil
+	})
+}
+
+// result starts a successful result; _meta names the run the call worked
+// in, so a client can hand it to an operator (GET /cel with X-Run-Id).
+func result(run runid.ID) *sdk.CallToolResult {
+	return &sdk.CallToolResult{Meta: sdk.Meta{metaRunID: run.String()}}
+}
+
+// jsonText is the structured answer as text content, for clients that
+// read only content. The SDK adds it by itself unless the result has other
+// content (images), in which case we add it first.
+func jsonText(v any) (*sdk.TextContent, error) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return nil, err
+	}
+	return &sdk.TextContent{Text: string(b)}, nil
+}
+
+func ptr[T any](v T) *T { return &v }
+
+var (
+	execIn = map[string]string{
+		"code":            "Python source of the cell. The value of its last expression comes back in result.",
+		"language":        `Optional: "python", the only language.`,
+		"files_in":        "Optional: files to place in the working directory before the cell runs.",
+		"files_in[].name": "Where the file appears, relative to the working directory.",
+		"files_in[].path": "A run file's path, or sha256:<hex> for any stored blob.",
+		"timeout_s":       "Optional: the cell's deadline in seconds; omitted means the server default (60 s), and values over the server maximum are capped.",
+		"run_id":          runIDDesc,
+	}
+	execOut = map[string]string{
+		"ok":              "True when the cell ran to the end without raising.",
+		"stdout":          "Printed output, capped; see truncated and stdout_file.",
+		"stderr":          "Error stream output, capped; see truncated and stderr_file.",
+		"display":         "display_data bundles in order. Images are stored as run files and appear as {path, sha256, size}; they also come back as image content.",
+		"result":          "The last expression's value as a MIME bundle (data[\"text/plain\"] is its repr).",
+		"error":           "Why the cell failed: kind (execution, timeout, kernel_died), ename, evalue, traceback, message and suggestion.",
+		"files_out":       "Files the cell created or changed in the working directory, now run files.",
+		"files_deleted":   "Run files the cell removed.",
+		"execution_count": "The kernel's cell counter.",
+		"duration_ms":     "How long the cell ran.",
+		"truncated":       "True when some text was cut at the server's cap; the full text is in stdout_file / stderr_file.",
+		"stdout_file":     "The full stdout as a run file, when it was truncated.",
+		"stderr_file":     "The full stderr as a run file, when it was truncated.",
+		"kernel":          "Which backend ran the cell, and whether the kernel was restarted (its variables lost) during the call.",
+	}
+	searchIn = map[string]string{
+		"query":         "What to search for, 1-400 characters.",
+		"top_k":         "Optional: how many results, 1-20 (default 5).",
+		"include_page":  "Optional: also return each result's page text in content.",
+		"allow_domains": "Optional: only results from these hostnames and their subdomains, e.g. \"gartner.com\".",
+		"date_range":    "Optional: day, week, month, year, or YYYY-MM-DD..YYYY-MM-DD (inclusive).",
+		"run_id":        runIDDesc,
+	}
+	searchOut = map[string]string{
+		"results":      "Results, best first.",
+		"citations_id": "sha256 of the stored raw-results record (citations/ in the run); cite it.",
+	}
+	fileRef = map[string]string{
+		"path":   "The run path.",
+		"size":   "Size in bytes.",
+		"sha256": "sha256 of the content.",
+	}
+)
+
+func (s *Server) addTools() {
+	addTool(s, &sdk.Tool{
+		Name:  ToolExec,
+		Title: "Run Python (sandbox.exec)",
+		Description: describe(ToolExec, "Run a Python cell in this run's persistent, jailed Jupyter kernel (no network). Variables, imports and files persist between calls; "+
+			"the working directory holds the run's files. Answers stdout, stderr, the last expression's value (result), display outputs and the files the cell wrote. "+
+			"Plots (matplotlib inline, IPython display) come back as image content too. Long output is cut with truncated:true and kept whole in stdout_file. "+
+			"A cell that raises comes back with isError:true and ok:false, error {kind, ename, evalue, traceback, message, suggestion}; its earlier output and files are still there."),
+		InputSchema:  schemaFor[execArgs](execIn),
+		OutputSchema: schemaFor[orchestrator.ExecOutput](execOut),
+		Annotations:  &sdk.ToolAnnotations{OpenWorldHint: ptr(false)},
+	}, s.exec)
+
+	addTool(s, &sdk.Tool{
+		Name:         ToolRestart,
+		Title:        "Restart the kernel",
+		Description:  describe(ToolRestart, "Restart this run's kernel: its variables are lost, its files stay. Use it when the kernel is wedged or its state is confused."),
+		InputSchema:  schemaFor[struct{ runArg }](map[string]string{"run_id": runIDDesc}),
+		OutputSchema: schemaFor[restartOutput](nil),
+		Annotations:  &sdk.ToolAnnotations{DestructiveHint: ptr(true), IdempotentHint: true, OpenWorldHint: ptr(false)},
+	}, s.restart)
+
+	addTool(s, &sdk.Tool{
+		Name:  ToolSearch,
+		Title: "Search the web (browser.search)",
+		Description: describe(ToolSearch, "Search the web (Tavily). Answers results {url, title, snippet, published_at, content} and citations_id, the sha256 of the raw answer kept in the run under citations/ for audit and replay. "+
+			"Save what you need with tmp_write or read it from citations/ in a cell."),
+		InputSchema:  schemaFor[searchArgs](searchIn),
+		OutputSchema: schemaFor[browser.Response](searchOut),
+		Annotations:  &sdk.ToolAnnotations{ReadOnlyHint: true, OpenWorldHint: ptr(true)},
+	}, s.search)
+
+	addTool(s, &sdk.Tool{
+		Name:  ToolWrite,
+		Title: "Write a run file (tmp.write)",
+		Description: describe(ToolWrite, "Write a file into the run: text for UTF-8 content or bytes_b64 for binary (exactly one). The next cell sees it in its working directory. "+
+			"Paths are relative, without .. or a leading /; CEL.md and the journal's files are reserved."),
+		InputSchema: schemaFor[writeArgs](map[string]string{
+			"path":      "Relative path in the run, e.g. data/leads.csv.",
+			"text":      "The content as UTF-8 text.",
+			"bytes_b64": "The content as standard base64, for binary files.",
+			"run_id":    runIDDesc,
+		}),
+		OutputSchema: schemaFor[orchestrator.FileRef](fileRef),
+		Annotations:  &sdk.ToolAnnotations{DestructiveHint: ptr(true), IdempotentHint: true, OpenWorldHint: ptr(false)},
+	}, s.write)
+
+	addTool(s, &sdk.Tool{
+		Name:  ToolRead,
+		Title: "Read a run file (tmp.read)",
+		Description: describe(ToolRead, "Read a run file: text when it is UTF-8, else bytes_b64. Images also come back as image content. "+
+			"Files over the inline limit are refused; read big files in a cell instead."),
+		InputSchema: schemaFor[pathArgs](map[string]string{"path": "Relative path in the run.", "run_id": runIDDesc}),
+		OutputSchema: schemaFor[orchestrator.ReadOutput](map[string]string{
+			"path": "The run path.", "size": "Size in bytes.", "sha256": "sha256 of the content.",
+			"text": "The content, when it is valid UTF-8.", "bytes_b64": "The content as standard base64, when it is not UTF-8.",
+		}),
+		Annotations: &sdk.ToolAnnotations{ReadOnlyHint: true, OpenWorldHint: ptr(false)},
+	}, s.read)
+
+	addTool(s, &sdk.Tool{
+		Name:        ToolList,
+		Title:       "List run files (tmp.list)",
+		Description: describe(ToolList, "List the run's files under a prefix (all of them without one), with size, sha256 and modification time."),
+		InputSchema: schemaFor[listArgs](map[string]string{"prefix": "Optional: a directory prefix such as artifacts/.", "run_id": runIDDesc}),
+		OutputSchema: schemaFor[orchestrator.ListOutput](map[string]string{
+			"files": "The files, sorted by path.",
+		}),
+		Annotations: &sdk.ToolAnnotations{ReadOnlyHint: true, OpenWorldHint: ptr(false)},
+	}, s.list)
+
+	addTool(s, &sdk.Tool{
+		Name:         ToolDelete,
+		Title:        "Delete a run file (tmp.delete)",
+		Description:  describe(ToolDelete, "Delete a run file, from the run and from the kernel's working directory. The journal's files are reserved."),
+		InputSchema:  schemaFor[pathArgs](map[string]string{"path": "Relative path in the run.", "run_id": runIDDesc}),
+		OutputSchema: schemaFor[orchestrator.DeleteOutput](map[string]string{"ok": "True when the file was deleted."}),
+		Annotations:  &sdk.ToolAnnotations{DestructiveHint: ptr(true), IdempotentHint: false, OpenWorldHint: ptr(false)},
+	}, s.delete)
+
+	addTool(s, &sdk.Tool{
+		Name:  ToolJournal,
+		Title: "Read the journal (CEL.md)",
+		Description: describe(ToolJournal, "Read the run's journal, CEL.md, as Markdown: one Step Block per tool call (inputs, artifacts with sha256, next steps, the evaluator's verdict) and operator notes. "+
+			"Read it to recover context: what was done, where each artifact is, what failed."),
+		InputSchema: schemaFor[struct{ runArg }](map[string]string{"run_id": runIDDesc}),
+		Annotations: &sdk.ToolAnnotations{ReadOnlyHint: true, OpenWorldHint: ptr(false)},
+	}, s.journal)
+
+	addTool(s, &sdk.Tool{
+		Name:        ToolNote,
+		Title:       "Add a journal note",
+		Description: describe(ToolNote, "Append a note to the run's journal (CEL.md). The next Step Block records that it saw the note."),
+		InputSchema: schemaFor[noteArgs](map[string]string{
+			"text": "The note, up to 64 KiB.", "author": "Optional: who wrote it.", "run_id": runIDDesc,
+		}),
+		OutputSchema: schemaFor[okOutput](nil),
+		Annotations:  &sdk.ToolAnnotations{OpenWorldHint: ptr(false)},
+	}, s.note)
+
+	runStatusOut := map[string]string{
+		"run_id":    "The run.",
+		"status":    "The run's state; a recipe run is running until its last step ends.",
+		"steps":     "One entry per tool call, in order, with the evaluator's verdict (PASS or FAIL) and score.",
+		"artifacts": "The run's artifact index (artifacts/index.json).",
+	}
+	addTool(s, &sdk.Tool{
+		Name:  ToolRecipe,
+		Title: "Run a recipe",
+		Description: describe(ToolRecipe, "Start a recipe (a predefined workflow of searches, cells and writes) in a fresh run and answer at once with its run_id and status. "+
+			"Follow it with run_status, journal_read, tmp_list and tmp_read, passing that run_id. Every recipe takes an objective param; others are the recipe's own."),
+		InputSchema: schemaFor[recipeArgs](map[string]string{
+			"recipe": "The recipe's name, e.g. forecast-pack.",
+			"params": "The recipe's params by name; omitted params take their defaults.",
+		}),
+		OutputSchema: schemaFor[orchestrator.RunStatus](runStatusOut),
+		Annotations:  &sdk.ToolAnnotations{OpenWorldHint: ptr(true)},
+	}, s.recipe)
+
+	addTool(s, &sdk.Tool{
+		Name:         ToolRunStatus,
+		Title:        "Run status",
+		Description:  describe(ToolRunStatus, "Report a run (this session's, or the one run_id names, such as a recipe run): its status, each step's tool, outcome and evaluation, and its artifacts."),
+		InputSchema:  schemaFor[struct{ runArg }](map[string]string{"run_id": runIDDesc}),
+		OutputSchema: schemaFor[orchestrator.RunStatus](runStatusOut),
+		Annotations:  &sdk.ToolAnnotations{ReadOnlyHint: true, OpenWorldHint: ptr(false)},
+	}, s.runStatus)
+}
+
+func (s *Server) exec(ctx context.Context, req *sdk.CallToolRequest, in execArgs) (*sdk.CallToolResult, orchestrator.ExecOutput, error) {
+	run, err := s.run(req, in.RunID)
+	if err != nil {
+		return nil, orchestrator.ExecOutput{}, err
+	}
+	out, err := s.orch.Exec(ctx, run, in.ExecInput)
+	if err != nil {
+		return nil, out, err
+	}
+	res := result(run)
+	// A cell that raised, timed out or killed its kernel is an error the
+	// agent must notice: isError, with the whole answer still structured.
+	res.IsError = !out.OK
+	text, err := jsonText(out)
+	if err != nil {
+		return nil, out, err
+	}
+	res.Content = append([]sdk.Content{text}, s.images(ctx, out)...)
+	return res, out, nil
+}
+
+func (s *Server) restart(ctx context.Context, req *sdk.CallToolRequest, in struct{ runArg }) (*sdk.CallToolResult, restartOutput, error) {
+	var out restartOutput
+	run, err := s.run(req, in.RunID)
+	if err != nil {
+		return nil, out, err
+	}
+	if err := s.orch.Restart(ctx, run); err != nil {
+		return nil, out, err
+	}
+	out.OK, out.Kernel.Restarted = true, true
+	return result(run), out, nil
+}
+
+func (s *Server) search(ctx context.Context, req *sdk.CallToolRequest, in searchArgs) (*sdk.CallToolResult, browser.Response, error) {
+	run, err := s.run(req, in.RunID)
+	if err != nil {
+		return nil, browser.Response{}, err
+	}
+	out, err := s.orch.Search(ctx, run, in.Request, orchestrator.SearchOptions{})
+	return result(run), out, err
+}
+
+func (s *Server) write(ctx context.Context, req *sdk.CallToolRequest, in writeArgs) (*sdk.CallToolResult, orchestrator.FileRef, error) {
+	run, err := s.run(req, in.RunID)
+	if err != nil {
+		return nil, orchestrator.FileRef{}, err
+	}
+	out, err := s.orch.Write(ctx, run, in.WriteInput)
+	return result(run), out, err
+}
+
+func (s *Server) read(ctx context.Context, req *sdk.CallToolRequest, in pathArgs) (*sdk.CallToolResult, orchestrator.ReadOutput, error) {
+	run, err := s.run(req, in.RunID)
+	if err != nil {
+		return nil, orchestrator.ReadOutput{}, err
+	}
+	out, err := s.orch.Read(ctx, run, in.Path)
+	if err != nil {
+		return nil, out, err
+	}
+	res := result(run)
+	if img := imageOf(out); img != nil {
+		text, err := jsonText(out)
+		if err != nil {
+			return nil, out, err
+		}
+		res.Content = []sdk.Content{text, img}
+	}
+	return res, out, nil
+}
+
+func (s *Server) list(ctx context.Context, req *sdk.CallToolRequest, in listArgs) (*sdk.CallToolResult, orchestrator.ListOutput, error) {
+	run, err := s.run(req, in.RunID)
+	if err != nil {
+		return nil, orchestrator.ListOutput{}, err
+	}
+	out, err := s.orch.List(ctx, run, in.Prefix)
+	return result(run), out, err
+}
+
+func (s *Server) delete(ctx context.Context, req *sdk.CallToolRequest, in pathArgs) (*sdk.CallToolResult, orchestrator.DeleteOutput, error) {
+	run, err := s.run(req, in.RunID)
+	if err != nil {
+		return nil, orchestrator.DeleteOutput{}, err
+	}
+	out, err := s.orch.Delete(ctx, run, in.Path)
+	return result(run), out, err
+}
+
+// journal answers CEL.md as text content, as GET /cel answers it as
+// text/markdown; there is no structured form.
+func (s *Server) journal(ctx context.Context, req *sdk.CallToolRequest, in struct{ runArg }) (*sdk.CallToolResult, any, error) {
+	run, err := s.run(req, in.RunID)
+	if err != nil {
+		return nil, nil, err
+	}
+	b, err := s.orch.Journal(ctx, run)
+	if err != nil {
+		return nil, nil, err
+	}
+	res := result(run)
+	res.Content = []sdk.Content{&sdk.TextContent{Text: string(b)}}
+	return res, nil, nil
+}
+
+func (s *Server) note(ctx context.Context, req *sdk.CallToolRequest, in noteArgs) (*sdk.CallToolResult, okOutput, error) {
+	run, err := s.run(req, in.RunID)
+	if err != nil {
+		return nil, okOutput{}, err
+	}
+	if err := s.orch.Note(ctx, run, in.Text, in.Author); err != nil {
+		return nil, okOutput{}, err
+	}
+	return result(run), okOutput{OK: true}, nil
+}
+
+func (s *Server) recipe(ctx context.Context, req *sdk.CallToolRequest, in recipeArgs) (*sdk.CallToolResult, orchestrator.RunStatus, error) {
+	var out orchestrator.RunStatus
+	if s.recipes == nil {
+		return nil, out, fault.New(fault.NotConfigured, "this server runs no recipes",
+			"make the same calls yourself with sandbox_exec, browser_search and tmp_write, or use a triad server started with recipes")
+	}
+	if in.Recipe == "" {
+		return nil, out, fault.New(fault.BadInput, "recipe is empty", "name the recipe to run, e.g. forecast-pack")
+	}
+	run, err := s.recipes.StartRecipe(ctx, in.Recipe, in.Params)
+	if err != nil {
+		return nil, out, err
+	}
+	out, err = s.recipes.RecipeStatus(ctx, run)
+	if err != nil {
+		fe := asFault(err)
+		return nil, out, fault.Wrap(fe.Kind, err, fmt.Sprintf("recipe %s started as run %s, but its status could not be read: %s", in.Recipe, run, fe.Message),
+			fmt.Sprintf("call run_status with run_id %q", run))
+	}
+	return result(run), out, nil
+}
+
+// runStatus asks the recipe runner first, which knows whether a recipe run
+// is still going, and the orchestrator for every other run.
+func (s *Server) runStatus(ctx context.Context, req *sdk.CallToolRequest, in struct{ runArg }) (*sdk.CallToolResult, orchestrator.RunStatus, error) {
+	run, err := s.run(req, in.RunID)
+	if err != nil {
+		return nil, orchestrator.RunStatus{}, err
+	}
+	if s.recipes != nil {
+		st, err := s.recipes.RecipeStatus(ctx, run)
+		if err == nil {
+			return result(run), st, nil
+		}
+		if fe := fault.As(err); fe == nil || fe.Kind != fault.NotFound {
+			return nil, st, err
+		}
+	}
+	st, err := s.orch.Status(ctx, run)
+	return result(run), st, err
+}
