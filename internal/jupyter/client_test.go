@@ -147,18 +147,25 @@ func TestCells(t *testing.T) {
 	}
 }
 
-// waitStdout polls a running cell until its stdout contains want.
-func waitStdout(t *testing.T, ex *Execution, want string) {
+// eventually polls cond until it holds, failing the test if it does not
+// within 30 s. It bounds waits for the kernel; it measures nothing.
+func eventually(t *testing.T, what string, cond func() bool) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
-	for !strings.Contains(ex.Output().Stdout, want) {
+	for !cond() {
 		select {
 		case <-ctx.Done():
-			t.Fatalf("cell never printed %q; stdout %q", want, ex.Output().Stdout)
-		case <-time.After(10 * time.Millisecond):
+			t.Fatalf("gave up waiting: %s", what)
+		case <-time.After(5 * time.Millisecond):
 		}
 	}
+}
+
+// waitStdout waits until a running cell's stdout contains want.
+func waitStdout(t *testing.T, ex *Execution, want string) {
+	t.Helper()
+	eventually(t, fmt.Sprintf("cell printing %q", want), func() bool { return strings.Contains(ex.Output().Stdout, want) })
 }
 
 // TestInterrupt stops an endless cell and checks that the kernel keeps its
@@ -323,10 +330,14 @@ func TestCloseTwice(t *testing.T) {
 	if err := c.Heartbeat(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	pending, err := c.Execute(t.Context(), "import time\ntime.sleep(30)", ExecOptions{})
+	// A cell flooding iopub while the client closes: zmq4 must not be
+	// left blocked delivering messages nobody reads.
+	pending, err := c.Execute(t.Context(), "print('flood', flush=True)\nfor i in range(10**6): display(i)", ExecOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
+	waitStdout(t, pending, "flood")
+	eventually(t, "100 displays", func() bool { return len(pending.Output().Displays) >= 100 })
 
 	if err := c.Close(); err != nil {
 		t.Errorf("first Close: %v", err)
