@@ -3,9 +3,6 @@ package api
 import (
 	"net/http"
 
-	"github.com/gorilla/mux"
-
-	"github.com/triadhq/triad/internal/runid"
 )
 
 func (s *Server) celGet(w http.ResponseWriter, r *http.Request) error {
@@ -51,14 +48,3 @@ func (s *Server) celFinalize(w http.ResponseWriter, r *http.Request) error {
 	return writeJSON(w, http.StatusOK, map[string]bool{"ok": true})
 }
 
-func (s *Server) runGet(w http.ResponseWriter, r *http.Request) error {
-	id, err := runid.Parse(mux.Vars(r)["id"])
-	if err != nil {
-		return err
-	}
-	st, err := s.orch.Status(r.Context(), id)
-	if err != nil {
-		return err
-	}
-	return writeJSON(w, http.StatusOK, st)
-}

@@ -17,6 +17,7 @@ import (
 	"github.com/triadhq/triad/internal/orchestrator"
 	"github.com/triadhq/triad/internal/runid"
 	"github.com/triadhq/triad/internal/version"
+	"github.com/triadhq/triad/recipes/runner"
 )
 
 // RunHeader is the header that selects the run, as the spec's implicit
@@ -26,6 +27,7 @@ const RunHeader = "X-Run-Id"
 // Server is the HTTP surface.
 type Server struct {
 	orch   *orchestrator.Orchestrator
+	runner *runner.Runner
 	log    *slog.Logger
 	router *mux.Router
 }
@@ -33,6 +35,8 @@ type Server struct {
 // Config configures a Server.
 type Config struct {
 	Orchestrator *orchestrator.Orchestrator
+	// Runner runs recipes (POST /run); nil answers not_configured.
+	Runner *runner.Runner
 	Logger       *slog.Logger
 }
 
@@ -41,7 +45,7 @@ func New(c Config) *Server {
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
-	s := &Server{orch: c.Orchestrator, log: c.Logger}
+	s := &Server{orch: c.Orchestrator, runner: c.Runner, log: c.Logger}
 	r := mux.NewRouter()
 	// Paths are validated, not cleaned: "/tmp/files/../x" must be refused
 	// with a structured 400, not redirected somewhere else.
@@ -62,6 +66,10 @@ func New(c Config) *Server {
 	r.Handle("/version", s.handle(s.version)).Methods(http.MethodGet)
 	r.Handle("/runs", s.handle(s.newRun)).Methods(http.MethodPost)
 	r.Handle("/runs/{id}", s.handle(s.runGet)).Methods(http.MethodGet)
+	r.Handle("/runs/{id}/events", s.handle(s.runEvents)).Methods(http.MethodGet)
+	r.Handle("/run", s.handle(s.postRun)).Methods(http.MethodPost)
+	r.Handle("/recipes", s.handle(s.recipesList)).Methods(http.MethodGet)
+	r.Handle("/recipes/{name}", s.handle(s.recipeGet)).Methods(http.MethodGet)
 
 	r.Handle("/cel", s.handle(s.celGet)).Methods(http.MethodGet)
 	r.Handle("/cel/note", s.handle(s.celNote)).Methods(http.MethodPost)

@@ -60,6 +60,8 @@ type Expect struct {
 	Columns []string `json:"columns,omitempty"`
 	MinRows int      `json:"min_rows,omitempty"`
 	Keys    []string `json:"keys,omitempty"`
+	// Contains are substrings a text artifact (Markdown, HTML) must hold.
+	Contains []string `json:"contains,omitempty"`
 }
 
 // Request describes one step to grade.

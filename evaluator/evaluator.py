@@ -108,6 +108,10 @@ def check_html(data, expect):
     p = html_text(data)
     if p.tags == 0 or not p.text:
         return False, "has no markup or no text"
+    text = " ".join(p.text)
+    missing = [c for c in expect.get("contains", []) if c not in text]
+    if missing:
+        return False, "lacks %s" % ", ".join(repr(m) for m in missing)
     return True, "%d tags" % p.tags
 
 
@@ -115,6 +119,9 @@ def check_text(data, expect):
     text = data.decode("utf-8")
     if not text.strip():
         return False, "is blank"
+    missing = [c for c in expect.get("contains", []) if c not in text]
+    if missing:
+        return False, "lacks %s" % ", ".join(repr(m) for m in missing)
     return True, "%d lines" % (text.count("\n") + 1)
 
 

@@ -17,6 +17,7 @@ import (
 
 	"github.com/triadhq/triad/api"
 	"github.com/triadhq/triad/internal/version"
+	"github.com/triadhq/triad/recipes/runner"
 	"github.com/triadhq/triad/tmpfs"
 	"github.com/triadhq/triad/tmpfs/local"
 	"github.com/triadhq/triad/tmpfs/s3"
@@ -26,6 +27,11 @@ const usage = `triad: three tools for AI agents: sandbox.exec, browser.search an
 
 Usage:
   triad serve [flags]     serve the HTTP API
+  triad run RECIPE [--param k=v] [--input name=FILE] [--server URL] [--resume RUN_ID]
+                          run a recipe (in-process with the embedded defaults, or on a server)
+  triad recipes [list]    list the recipes
+  triad recipes export NAME [-o FILE]
+                          write a recipe's starter notebook
   triad image build       build the sandbox image (offline, from Debian packages)
   triad image tag         print the sandbox image tag for this build
   triad version           print the version
@@ -45,6 +51,10 @@ func main() {
 	switch os.Args[1] {
 	case "serve":
 		err = serve(ctx, os.Args[2:])
+	case "run":
+		err = runCmd(ctx, os.Args[2:])
+	case "recipes":
+		err = recipesCmd(ctx, os.Args[2:])
 	case "image":
 		err = imageCmd(ctx, os.Args[2:])
 	case "version", "--version", "-v":
@@ -67,7 +77,9 @@ func main() {
 func serve(ctx context.Context, args []string) error {
 	var c config
 	fs := newFlagSet("serve")
+	var recipesDir string
 	fs.str(&c.Addr, "addr", "127.0.0.1:8080", "listen address")
+	fs.str(&recipesDir, "recipes", "", "directory of user recipes (*.md) added to the standard ones")
 	c.common(fs)
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -82,8 +94,17 @@ func serve(ctx context.Context, args []string) error {
 	}
 	defer st.Close()
 	orch := st.orch
+	cat, err := catalog(recipesDir)
+	if err != nil {
+		return err
+	}
+	var rn *runner.Runner
+	if st.backend != "" {
+		rn = runner.New(runner.Config{Orchestrator: orch, Catalog: cat, Backend: st.backend, Logger: log})
+		defer rn.Close()
+	}
 	srv := &http.Server{
-		Handler:           api.New(api.Config{Orchestrator: orch, Logger: log}),
+		Handler:           api.New(api.Config{Orchestrator: orch, Runner: rn, Logger: log}),
 		ReadHeaderTimeout: 10 * time.Second,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}

@@ -15,9 +15,10 @@ import (
 // stack is everything a command that makes tool calls needs, opened from
 // the config and closed in reverse.
 type stack struct {
-	store  *tmpfs.Store
-	orch   *orchestrator.Orchestrator
-	closes []func()
+	store   *tmpfs.Store
+	backend string // the sandbox's name, "" for none
+	orch    *orchestrator.Orchestrator
+	closes  []func()
 }
 
 func (s *stack) Close() {
@@ -45,9 +46,10 @@ func openStack(ctx context.Context, c *config, log *slog.Logger) (*stack, error)
 	if backend != nil {
 		s.closes = append(s.closes, func() { backend.Close() })
 		km = kernels.New(kernels.Config{Backend: backend, Store: store, Warm: c.Sandbox.Warm, IdleTTL: c.Sandbox.IdleTTL,
-			Limits: c.Sandbox.limits(), Protect: cel.Protected, Logger: log})
+			Limits: c.Sandbox.limits(), Protect: orchestrator.Protected, Logger: log})
 		s.closes = append(s.closes, func() { km.Close() })
 		log.Info("sandbox ready", "backend", backend.Name(), "warm", c.Sandbox.Warm)
+		s.backend = backend.Name()
 	}
 	search, err := tavily.New(tavily.Config{APIKey: os.Getenv("TAVILY_API_KEY"), BaseURL: c.TavilyURL, Logger: log})
 	if err != nil {

@@ -172,3 +172,14 @@ func (o *Orchestrator) Status(ctx context.Context, run runid.ID) (RunStatus, err
 	}
 	return st, nil
 }
+
+// PutInternal writes a file the server keeps in the run for its own
+// bookkeeping (a recipe run's state and notebook): not a tool call, so no
+// Step Block, but mirrored into the live kernel like every run file.
+func (o *Orchestrator) PutInternal(ctx context.Context, run runid.ID, path string, data []byte) (tmpfs.File, error) {
+	f, err := o.store.WriteBytes(ctx, run, path, data)
+	if err != nil {
+		return f, storeErr(err, run, path)
+	}
+	return f, o.mirrorPut(ctx, run, f)
+}

@@ -314,13 +314,14 @@ func (r *Runner) execute(ctx context.Context, p *prepared) {
 		r.mu.Lock()
 		a := r.active[run]
 		delete(r.active, run)
-		r.mu.Unlock()
 		if a != nil {
 			for ch := range a.subs {
 				close(ch)
+				delete(a.subs, ch)
 			}
 			close(a.done)
 		}
+		r.mu.Unlock()
 	}()
 	st := &p.state
 	r.o.SetRunInfo(run, p.plan.Recipe.Name, st.Objective)

@@ -1,0 +1,309 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/triadhq/triad/internal/runid"
+	"github.com/triadhq/triad/recipes"
+	"github.com/triadhq/triad/recipes/runner"
+)
+
+// multi is a repeatable flag.
+type multi []string
+
+func (m *multi) String() string     { return strings.Join(*m, ",") }
+func (m *multi) Set(v string) error { *m = append(*m, v); return nil }
+
+// runCmd is "triad run RECIPE": in-process with the embedded defaults, or
+// against a server with --server.
+func runCmd(ctx context.Context, args []string) error {
+	var c config
+	var params, inputs multi
+	var server, resume, objective, out, recipesDir string
+	fs := newFlagSet("run")
+	c.common(fs)
+	fs.Var(&params, "param", "recipe param as name=value (repeatable)")
+	fs.Var(&inputs, "input", "recipe input as name=FILE (repeatable)")
+	fs.StringVar(&server, "server", "", "run on this triad server (e.g. http://127.0.0.1:8080) instead of in-process")
+	fs.StringVar(&resume, "resume", "", "resume this failed or interrupted run id")
+	fs.StringVar(&objective, "objective", "", "the run's objective (the recipe's objective param)")
+	fs.StringVar(&out, "out", "", "copy the run's artifacts/ here when it ends (default triad-out/<run id>; \"-\" for none)")
+	fs.str(&recipesDir, "recipes", "", "directory of user recipes (*.md) added to the standard ones")
+	// Flags may follow the recipe name.
+	var name string
+	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
+		name, args = args[0], args[1:]
+	}
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if name == "" && fs.NArg() > 0 {
+		name = fs.Arg(0)
+	}
+	if name == "" && resume == "" {
+		return fmt.Errorf("usage: triad run RECIPE [--param k=v] [--input name=FILE] [--server URL] [--resume RUN_ID]; triad recipes lists them")
+	}
+	if err := c.validate(fs); err != nil {
+		return err
+	}
+	req := runner.Request{Recipe: name, Objective: objective, RunID: resume, Params: map[string]any{}, Inputs: map[string][]byte{}}
+	for _, in := range inputs {
+		k, path, ok := strings.Cut(in, "=")
+		if !ok {
+			return fmt.Errorf("--input %q: want name=FILE", in)
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return fmt.Errorf("--input %s: %w", k, err)
+		}
+		req.Inputs[k] = b
+	}
+	if server != "" {
+		return runRemote(ctx, server, req, params, out)
+	}
+	log := newLogger(&c)
+	st, err := openStack(ctx, &c, log)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	cat, err := catalog(recipesDir)
+	if err != nil {
+		return err
+	}
+	if len(params) > 0 {
+		rec, err := cat.Get(name)
+		if err != nil {
+			return err
+		}
+		for _, kv := range params {
+			k, v, ok := strings.Cut(kv, "=")
+			if !ok {
+				return fmt.Errorf("--param %q: want name=value", kv)
+			}
+			val, err := rec.ParamFromText(k, v)
+			if err != nil {
+				return err
+			}
+			req.Params[k] = val
+		}
+	}
+	rn := runner.New(runner.Config{Orchestrator: st.orch, Catalog: cat, Backend: st.backend, Logger: log})
+	defer rn.Close()
+	fmt.Fprintf(os.Stderr, "triad: running recipe %s (data in %s)\n", orDefault(name, "(resumed)"), c.Data)
+	final, err := rn.Run(ctx, req, printEvent)
+	if err != nil {
+		return err
+	}
+	files, err := st.orch.Store().List(context.WithoutCancel(ctx), runid.ID(final.RunID), "artifacts/")
+	if err != nil {
+		return err
+	}
+	fmt.Printf("\nrun %s %s\n", final.RunID, final.Status)
+	for _, f := range files {
+		fmt.Printf("  %-48s %10d  sha256:%s\n", f.Path, f.Size, f.SHA256)
+	}
+	if out != "-" {
+		if out == "" {
+			out = filepath.Join("triad-out", final.RunID)
+		}
+		for _, f := range files {
+			b, _, err := st.orch.Store().ReadAll(ctx, runid.ID(final.RunID), f.Path)
+			if err != nil {
+				return err
+			}
+			dst := filepath.Join(out, filepath.FromSlash(f.Path))
+			os.MkdirAll(filepath.Dir(dst), 0o755)
+			if err := os.WriteFile(dst, b, 0o644); err != nil {
+				return err
+			}
+		}
+		for _, extra := range []string{"CEL.md", "run.ipynb"} {
+			if b, _, err := st.orch.Store().ReadAll(ctx, runid.ID(final.RunID), extra); err == nil {
+				os.WriteFile(filepath.Join(out, extra), b, 0o644)
+			}
+		}
+		fmt.Printf("artifacts, CEL.md and run.ipynb copied to %s\n", out)
+	}
+	if final.Status != runner.Succeeded {
+		return fmt.Errorf("run %s %s: %s (resume it with: triad run --resume %s)", final.RunID, final.Status, final.Error, final.RunID)
+	}
+	return nil
+}
+
+func orDefault(s, d string) string {
+	if s == "" {
+		return d
+	}
+	return s
+}
+
+func printEvent(e runner.Event) {
+	ts := e.Time.Local().Format("15:04:05")
+	switch e.Type {
+	case "step":
+		line := fmt.Sprintf("%s  step %2d  %-10s %s", ts, e.Step, e.Status, e.Title)
+		if e.Error != "" {
+			line += "\n           " + e.Error
+		}
+		fmt.Fprintln(os.Stderr, line)
+	case "run":
+		fmt.Fprintf(os.Stderr, "%s  run      %s %s\n", ts, e.Status, e.Error)
+	}
+}
+
+// runRemote starts the run on a server and follows its events.
+func runRemote(ctx context.Context, server string, req runner.Request, params multi, out string) error {
+	server = strings.TrimRight(server, "/")
+	for _, kv := range params {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok {
+			return fmt.Errorf("--param %q: want name=value", kv)
+		}
+		var val any
+		if err := json.Unmarshal([]byte(v), &val); err != nil {
+			val = v // not JSON: a string
+		}
+		req.Params[k] = val
+	}
+	if len(req.Inputs) > 0 {
+		return fmt.Errorf("--input with --server: upload the files first (PUT %s/tmp/files/PATH with X-Run-Id), then POST /run with that run_id", server)
+	}
+	body, _ := json.Marshal(req)
+	resp, err := http.Post(server+"/run", "application/json", bytes.NewReader(body))
+	if err != nil {
+		return err
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusAccepted {
+		return fmt.Errorf("POST /run: %d %s", resp.StatusCode, b)
+	}
+	var started struct {
+		RunID string `json:"run_id"`
+	}
+	json.Unmarshal(b, &started)
+	fmt.Fprintf(os.Stderr, "triad: run %s started on %s\n", started.RunID, server)
+	er, err := http.Get(server + "/runs/" + started.RunID + "/events")
+	if err == nil {
+		sc := bufio.NewScanner(er.Body)
+		event := ""
+		for sc.Scan() {
+			line := sc.Text()
+			switch {
+			case strings.HasPrefix(line, "event: "):
+				event = strings.TrimPrefix(line, "event: ")
+			case strings.HasPrefix(line, "data: ") && (event == "step" || event == "run"):
+				var e runner.Event
+				if json.Unmarshal([]byte(strings.TrimPrefix(line, "data: ")), &e) == nil {
+					printEvent(e)
+				}
+			}
+		}
+		er.Body.Close()
+	}
+	for {
+		resp, err := http.Get(server + "/runs/" + started.RunID)
+		if err != nil {
+			return err
+		}
+		var v struct {
+			Status    string `json:"status"`
+			Error     string `json:"error"`
+			Artifacts []struct {
+				Path   string `json:"path"`
+				Size   int64  `json:"size"`
+				SHA256 string `json:"sha256"`
+				URL    string `json:"url"`
+			} `json:"artifacts"`
+		}
+		json.NewDecoder(resp.Body).Decode(&v)
+		resp.Body.Close()
+		if v.Status == runner.Queued || v.Status == runner.Running {
+			time.Sleep(500 * time.Millisecond)
+			continue
+		}
+		sort.Slice(v.Artifacts, func(i, j int) bool { return v.Artifacts[i].Path < v.Artifacts[j].Path })
+		fmt.Printf("\nrun %s %s\n", started.RunID, v.Status)
+		for _, a := range v.Artifacts {
+			fmt.Printf("  %-48s %10d  %s%s\n", a.Path, a.Size, server, a.URL)
+		}
+		if v.Status != runner.Succeeded {
+			return fmt.Errorf("run %s %s: %s", started.RunID, v.Status, v.Error)
+		}
+		return nil
+	}
+}
+
+// recipesCmd is "triad recipes [export NAME]".
+func recipesCmd(ctx context.Context, args []string) error {
+	var dir, outFile string
+	fs := newFlagSet("recipes")
+	fs.str(&dir, "recipes", "", "directory of user recipes (*.md) added to the standard ones")
+	fs.StringVar(&outFile, "o", "", "with export: write the notebook here instead of NAME.ipynb")
+	sub := ""
+	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
+		sub, args = args[0], args[1:]
+	}
+	var name string
+	if sub == "export" && len(args) > 0 && !strings.HasPrefix(args[0], "-") {
+		name, args = args[0], args[1:]
+	}
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	cat, err := catalog(dir)
+	if err != nil {
+		return err
+	}
+	switch sub {
+	case "", "list":
+		for _, r := range cat.List() {
+			fmt.Printf("%-22s %-7s %s\n", r.Name, r.Backend, r.Title)
+		}
+		return nil
+	case "export":
+		if name == "" {
+			return fmt.Errorf("usage: triad recipes export NAME [-o FILE]")
+		}
+		r, err := cat.Get(name)
+		if err != nil {
+			return err
+		}
+		nb, err := recipes.ExportNotebook(r)
+		if err != nil {
+			return err
+		}
+		if outFile == "" {
+			outFile = name + ".ipynb"
+		}
+		if err := os.WriteFile(outFile, nb, 0o644); err != nil {
+			return err
+		}
+		fmt.Println(outFile)
+		return nil
+	}
+	return fmt.Errorf("usage: triad recipes [list] | triad recipes export NAME [-o FILE]")
+}
+
+func catalog(dir string) (*recipes.Catalog, error) {
+	var user []*recipes.Recipe
+	if dir != "" {
+		var err error
+		if user, err = recipes.LoadDir(dir); err != nil {
+			return nil, err
+		}
+	}
+	return recipes.NewCatalog(user...)
+}
