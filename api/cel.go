@@ -2,7 +2,6 @@ package api
 
 import (
 	"net/http"
-
 )
 
 func (s *Server) celGet(w http.ResponseWriter, r *http.Request) error {
@@ -47,4 +46,3 @@ func (s *Server) celFinalize(w http.ResponseWriter, r *http.Request) error {
 	}
 	return writeJSON(w, http.StatusOK, map[string]bool{"ok": true})
 }
-

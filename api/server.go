@@ -37,7 +37,7 @@ type Config struct {
 	Orchestrator *orchestrator.Orchestrator
 	// Runner runs recipes (POST /run); nil answers not_configured.
 	Runner *runner.Runner
-	Logger       *slog.Logger
+	Logger *slog.Logger
 }
 
 // New returns a Server with every route registered.
