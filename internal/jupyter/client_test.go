@@ -173,6 +173,11 @@ func waitStdout(t *testing.T, ex *Execution, want string) {
 func TestInterrupt(t *testing.T) {
 	_, c := startKernel(t, Options{})
 	run(t, c, "x = 21")
+	// Between cells ipykernel ignores SIGINT, so an interrupt then is
+	// answered and harmless.
+	if err := c.Interrupt(t.Context()); err != nil {
+		t.Fatalf("Interrupt while idle: %v", err)
+	}
 
 	ex, err := c.Execute(t.Context(), "print('started', flush=True)\nwhile True: pass", ExecOptions{})
 	if err != nil {
@@ -269,32 +274,37 @@ func TestKernelKilled(t *testing.T) {
 }
 
 // TestShutdown asks the kernel to exit and checks that it does and that the
-// death is reported as a shutdown.
+// death is reported as a shutdown. ipykernel exits either way; restart only
+// informs it.
 func TestShutdown(t *testing.T) {
-	k, c := startKernel(t, Options{})
-	if err := c.Heartbeat(t.Context()); err != nil {
-		t.Fatalf("Heartbeat: %v", err)
-	}
-	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
-	defer cancel()
-	if err := c.Shutdown(ctx, false); err != nil {
-		t.Fatalf("Shutdown: %v", err)
-	}
-	select {
-	case <-k.exited:
-	case <-ctx.Done():
-		t.Fatal("kernel process still running after shutdown_reply")
-	}
-	if state := k.cmd.ProcessState; state == nil || !state.Success() {
-		t.Errorf("got exit %v, want a clean exit", state)
-	}
-	select {
-	case <-c.Dead():
-	case <-ctx.Done():
-		t.Fatal("Dead not closed after the kernel exited")
-	}
-	if err := c.Err(); !errors.Is(err, ErrKernelDead) || !strings.Contains(err.Error(), "shut down") {
-		t.Errorf("got Err %v, want ErrKernelDead noting the shutdown", err)
+	for _, restart := range []bool{false, true} {
+		t.Run(fmt.Sprintf("restart=%v", restart), func(t *testing.T) {
+			k, c := startKernel(t, Options{})
+			if err := c.Heartbeat(t.Context()); err != nil {
+				t.Fatalf("Heartbeat: %v", err)
+			}
+			ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+			defer cancel()
+			if err := c.Shutdown(ctx, restart); err != nil {
+				t.Fatalf("Shutdown: %v", err)
+			}
+			select {
+			case <-k.exited:
+			case <-ctx.Done():
+				t.Fatal("kernel process still running after shutdown_reply")
+			}
+			if state := k.cmd.ProcessState; state == nil || !state.Success() {
+				t.Errorf("got exit %v, want a clean exit", state)
+			}
+			select {
+			case <-c.Dead():
+			case <-ctx.Done():
+				t.Fatal("Dead not closed after the kernel exited")
+			}
+			if err := c.Err(); !errors.Is(err, ErrKernelDead) || !strings.Contains(err.Error(), "shut down") {
+				t.Errorf("got Err %v, want ErrKernelDead noting the shutdown", err)
+			}
+		})
 	}
 }
 
