@@ -21,6 +21,7 @@ import (
 
 	"github.com/docker/docker/client"
 
+	"github.com/triadhq/triad/browser"
 	"github.com/triadhq/triad/browser/tavily"
 	"github.com/triadhq/triad/browser/tavilytest"
 	"github.com/triadhq/triad/internal/testenv"
@@ -213,15 +214,20 @@ func runRecipe(t *testing.T, r *Recipe, run cellRunner, search *tavily.Client) s
 			if err != nil {
 				t.Fatal(err)
 			}
-			resp := rec.Response()
+			// What a search step saves: the browser.search answer plus
+			// the request that produced it.
+			saved := struct {
+				Request browser.Request `json:"request"`
+				browser.Response
+			}{rec.Input, rec.Response()}
 			sum := sha256.Sum256(raw)
-			resp.CitationsID = hex.EncodeToString(sum[:])
-			b, err := json.MarshalIndent(resp, "", "  ")
+			saved.CitationsID = hex.EncodeToString(sum[:])
+			b, err := json.MarshalIndent(saved, "", "  ")
 			if err != nil {
 				t.Fatal(err)
 			}
 			writeFile(t, dir, s.SaveAs, b)
-			t.Logf("step %d %s: %q -> %d results in %s", s.N, s.ID, s.Search.Query, len(resp.Results), s.SaveAs)
+			t.Logf("step %d %s: %q -> %d results in %s", s.N, s.ID, s.Search.Query, len(saved.Results), s.SaveAs)
 		case KindWrite:
 			writeFile(t, dir, s.Write.Path, []byte(s.Write.Text))
 		}
