@@ -443,6 +443,7 @@ func TestDialErrors(t *testing.T) {
 		{"path too long", func() ConnInfo { return NewConnInfo(tooLong) }, "", "unix socket limit"},
 		{"not a socket", func() ConnInfo { return NewConnInfo(prefix) }, "", "connection refused"},
 		{"no socket", func() ConnInfo { return NewConnInfo(filepath.Join(dir, "absent")) }, "", "no such file or directory"},
+		{"parent not a directory", func() ConnInfo { return NewConnInfo(prefix + "-2/k") }, "", "not a directory"},
 		{"bad transport", func() ConnInfo { i := NewConnInfo(prefix); i.Transport = "udp"; return i }, "", "transport"},
 		{"bad scheme", func() ConnInfo { i := NewConnInfo(prefix); i.SignatureScheme = "hmac-md5"; return i }, "", "signature scheme"},
 		{"no port", func() ConnInfo { i := NewConnInfo(prefix); i.HBPort = 0; return i }, "", "hb_port"},
@@ -457,6 +458,11 @@ func TestDialErrors(t *testing.T) {
 			}
 			if !strings.Contains(err.Error(), tc.want) {
 				t.Errorf("got %v, want an error mentioning %q", err, tc.want)
+			}
+			// Errors that waiting cannot fix are returned without waiting.
+			retried := strings.Contains(err.Error(), "not answering before")
+			if wantRetried := tc.want == "connection refused" || tc.want == "no such file or directory"; retried != wantRetried {
+				t.Errorf("got %v, want retried until ctx ended: %v", err, wantRetried)
 			}
 		})
 	}
