@@ -1,0 +1,457 @@
+// Package docker runs sandbox kernels as ipykernel processes in jailed Docker containers, one container per kernel.
+//
+// Each kernel is one container from the sandbox image (see sandbox/docker/image)
+// with no network, no capabilities, a read-only root filesystem, a non-root
+// uid, pids/memory/CPU limits, a size-capped /tmp and one writable working
+// directory (a loop-mounted ext4 image sized to the disk quota) at /work. The
+// host speaks the Jupyter protocol to the kernel over ZMQ ipc sockets in a
+// bind-mounted directory (internal/jupyter). Containers carry labels naming
+// the backend's WorkRoot, so a process restarted after a crash removes what
+// its predecessor left behind.
+package docker
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"os"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"time"
+
+	cerrdefs "github.com/containerd/errdefs"
+	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/filters"
+	"github.com/docker/docker/client"
+
+	"github.com/triadhq/triad/sandbox"
+)
+
+// Labels every container of this package carries.
+const (
+	// LabelManaged marks a container as Triad's sandbox kernel.
+	LabelManaged = "dev.triad.managed"
+	// LabelRoot holds a hash of the backend's WorkRoot: the containers a
+	// backend owns, and removes at New, are those with its root label.
+	LabelRoot = "dev.triad.root"
+	// LabelOwner holds Spec.Owner (a run id).
+	LabelOwner = "dev.triad.owner"
+	// LabelInstance holds Config.Instance, for operators.
+	LabelInstance = "dev.triad.instance"
+)
+
+// Defaults of Config.
+const (
+	DefaultMemory      = 2 << 30 // bytes, swap included
+	DefaultCPUs        = 1.0
+	DefaultPids        = 256
+	DefaultDisk        = 2 << 30 // bytes
+	DefaultTmpSize     = 256 << 20
+	DefaultGrace       = 3 * time.Second
+	DefaultCellTimeout = 60 * time.Second
+	defaultUID         = 1000
+)
+
+// Config configures a Backend. Image and WorkRoot are required.
+type Config struct {
+	// Image is the sandbox image reference, e.g. image.Tag().
+	Image string
+	// WorkRoot is the host directory under which each kernel gets its own
+	// working directory. The backend owns it: New removes whatever an
+	// earlier process left there, and one process at a time may use it.
+	WorkRoot string
+	// SocketRoot is the host directory for the kernels' ZMQ ipc sockets.
+	// Unix socket paths must stay under about 100 bytes, so it must be
+	// short. Empty means os.TempDir()/triad-<hash of WorkRoot>.
+	SocketRoot string
+	// UID and GID run the kernel. Zero means the service's own uid/gid
+	// when that is not root, else 1000:1000 (the image's sandbox user).
+	UID, GID int
+	// Defaults are the limits for a Spec that leaves fields zero. Zero
+	// fields here mean 2 GiB memory (swap included), 1 CPU, 256 pids and
+	// a 2 GiB disk quota.
+	Defaults sandbox.Limits
+	// TmpSize caps the container's /tmp tmpfs (it counts against memory
+	// too). Zero means 256 MiB.
+	TmpSize int64
+	// InterruptGrace is how long a timed-out cell has, after the
+	// interrupt, to end before the kernel is restarted. Zero means 3 s.
+	InterruptGrace time.Duration
+	// CellTimeout bounds a cell when Execute is given no timeout. Zero
+	// means 60 s.
+	CellTimeout time.Duration
+	// Instance names this Triad instance in a label, for operators.
+	Instance string
+	// Labels are extra container labels.
+	Labels map[string]string
+	// Logger receives structured logs; nil is silent.
+	Logger *slog.Logger
+}
+
+// Backend starts jailed ipykernel containers. It implements
+// sandbox.Backend.
+type Backend struct {
+	cfg     Config
+	cli     *client.Client
+	log     *slog.Logger
+	rootTag string // value of LabelRoot
+	quota   quotaFS
+	quotaOK bool // loop-mounted quotas work here
+	lock    *os.File
+
+	mu      sync.Mutex
+	kernels map[*Kernel]struct{}
+	closed  bool
+}
+
+var _ sandbox.Backend = (*Backend)(nil)
+
+// New connects to the Docker engine (DOCKER_HOST and friends, with API
+// version negotiation), checks the image is present, takes ownership of
+// WorkRoot and removes the containers, mounts and directories an earlier
+// process of the same WorkRoot left behind. An engine that does not answer
+// or a missing image is an error wrapping sandbox.ErrUnavailable.
+func New(ctx context.Context, cfg Config) (*Backend, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	cli, err := client.NewClientWithOpts(client.FromEnv, client.WithAPIVersionNegotiation())
+	if err != nil {
+		return nil, fmt.Errorf("docker client: %w: %w", sandbox.ErrUnavailable, err)
+	}
+	b := &Backend{
+		cfg:     cfg,
+		cli:     cli,
+		log:     cfg.Logger,
+		rootTag: rootHash(cfg.WorkRoot),
+		quota:   quotaFS{root: cfg.WorkRoot, uid: cfg.UID, gid: cfg.GID},
+		kernels: map[*Kernel]struct{}{},
+	}
+	if err := b.open(ctx); err != nil {
+		b.release()
+		return nil, err
+	}
+	return b, nil
+}
+
+func (b *Backend) open(ctx context.Context) error {
+	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if _, err := b.cli.Ping(pctx); err != nil {
+		return fmt.Errorf("docker engine does not answer (start dockerd): %w: %w", sandbox.ErrUnavailable, err)
+	}
+	if _, err := b.cli.ImageInspect(pctx, b.cfg.Image); err != nil {
+		if cerrdefs.IsNotFound(err) {
+			return fmt.Errorf("sandbox image %s is not in the engine (run `triad image build`): %w", b.cfg.Image, sandbox.ErrUnavailable)
+		}
+		return fmt.Errorf("inspect sandbox image %s: %w: %w", b.cfg.Image, sandbox.ErrUnavailable, err)
+	}
+	for _, d := range []string{b.cfg.WorkRoot, filepath.Join(b.cfg.WorkRoot, diskDir), b.cfg.SocketRoot} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return fmt.Errorf("create %s: %w", d, err)
+		}
+	}
+	// An exclusive lock on WorkRoot: cleaning up "leftovers" under a
+	// WorkRoot that another live process uses would kill its kernels. The
+	// kernel drops the lock when its holder dies, kill -9 included.
+	lock, err := os.OpenFile(filepath.Join(b.cfg.WorkRoot, ".lock"), os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		return fmt.Errorf("lock work root: %w", err)
+	}
+	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		lock.Close()
+		return fmt.Errorf("work root %s is in use by another live backend (one per WorkRoot): %w", b.cfg.WorkRoot, err)
+	}
+	b.lock = lock
+	if err := b.removeLeftovers(ctx); err != nil {
+		return err
+	}
+	if err := b.quota.probe(ctx); err != nil {
+		b.log.WarnContext(ctx, "sandbox disk quota unavailable: working directories are plain directories limited only by the host disk", "err", err)
+	} else {
+		b.quotaOK = true
+	}
+	return nil
+}
+
+func (cfg Config) withDefaults() (Config, error) {
+	if cfg.Image == "" {
+		return cfg, errors.New("docker backend: Config.Image is required")
+	}
+	if cfg.WorkRoot == "" {
+		return cfg, errors.New("docker backend: Config.WorkRoot is required")
+	}
+	root, err := filepath.Abs(cfg.WorkRoot)
+	if err != nil {
+		return cfg, err
+	}
+	cfg.WorkRoot = root
+	if cfg.SocketRoot == "" {
+		cfg.SocketRoot = filepath.Join(os.TempDir(), "triad-"+rootHash(root)[:8])
+	}
+	if cfg.SocketRoot, err = filepath.Abs(cfg.SocketRoot); err != nil {
+		return cfg, err
+	}
+	// <SocketRoot>/<12-hex id>/k-5 must fit in sun_path with room to spare.
+	if n := len(cfg.SocketRoot) + len("/0123456789ab/k-5"); n > 100 {
+		return cfg, fmt.Errorf("docker backend: SocketRoot %q is too long for unix socket paths (%d bytes > 100); pick a shorter directory", cfg.SocketRoot, n)
+	}
+	if cfg.UID == 0 {
+		cfg.UID, cfg.GID = os.Getuid(), os.Getgid()
+		if cfg.UID == 0 {
+			cfg.UID, cfg.GID = defaultUID, defaultUID
+		}
+	}
+	if cfg.GID == 0 {
+		cfg.GID = cfg.UID
+	}
+	if cfg.Defaults.MemoryBytes == 0 {
+		cfg.Defaults.MemoryBytes = DefaultMemory
+	}
+	if cfg.Defaults.CPUs == 0 {
+		cfg.Defaults.CPUs = DefaultCPUs
+	}
+	if cfg.Defaults.Pids == 0 {
+		cfg.Defaults.Pids = DefaultPids
+	}
+	if cfg.Defaults.DiskBytes == 0 {
+		cfg.Defaults.DiskBytes = DefaultDisk
+	}
+	if cfg.TmpSize == 0 {
+		cfg.TmpSize = DefaultTmpSize
+	}
+	if cfg.InterruptGrace == 0 {
+		cfg.InterruptGrace = DefaultGrace
+	}
+	if cfg.CellTimeout == 0 {
+		cfg.CellTimeout = DefaultCellTimeout
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	return cfg, nil
+}
+
+// rootHash names a WorkRoot in labels and default socket paths.
+func rootHash(root string) string {
+	h := sha256.Sum256([]byte(root))
+	return hex.EncodeToString(h[:8])
+}
+
+// Name implements sandbox.Backend.
+func (b *Backend) Name() string { return "docker" }
+
+// Quota reports whether working directories carry a real disk quota (a
+// loop-mounted ext4 image) rather than being plain directories.
+func (b *Backend) Quota() bool { return b.quotaOK }
+
+// Start implements sandbox.Backend: it creates a working directory with the
+// spec's disk quota, starts a jailed container running ipykernel and
+// returns once the kernel answers. ctx bounds the wait only.
+func (b *Backend) Start(ctx context.Context, spec sandbox.Spec) (sandbox.Kernel, error) {
+	k, err := b.start(ctx, spec)
+	if err != nil {
+		return nil, err
+	}
+	return k, nil
+}
+
+func (b *Backend) start(ctx context.Context, spec sandbox.Spec) (*Kernel, error) {
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		return nil, sandbox.ErrClosed
+	}
+	b.mu.Unlock()
+
+	lim := b.limits(spec.Limits)
+	id := newID()
+	k := &Kernel{
+		b:       b,
+		id:      id,
+		owner:   spec.Owner,
+		limits:  lim,
+		sockDir: filepath.Join(b.cfg.SocketRoot, id),
+		closing: make(chan struct{}),
+	}
+	t0 := time.Now()
+	if err := k.setup(ctx); err != nil {
+		k.teardown()
+		return nil, fmt.Errorf("start kernel for %q: %w", spec.Owner, err)
+	}
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		k.teardown()
+		return nil, sandbox.ErrClosed
+	}
+	b.kernels[k] = struct{}{}
+	b.mu.Unlock()
+	b.log.InfoContext(ctx, "sandbox kernel started", "kernel", k.ID(), "owner", spec.Owner, "duration", time.Since(t0).Round(time.Millisecond))
+	return k, nil
+}
+
+func (b *Backend) limits(l sandbox.Limits) sandbox.Limits {
+	d := b.cfg.Defaults
+	if l.MemoryBytes == 0 {
+		l.MemoryBytes = d.MemoryBytes
+	}
+	if l.CPUs == 0 {
+		l.CPUs = d.CPUs
+	}
+	if l.Pids == 0 {
+		l.Pids = d.Pids
+	}
+	if l.DiskBytes == 0 {
+		l.DiskBytes = d.DiskBytes
+	}
+	return l
+}
+
+func (b *Backend) forget(k *Kernel) {
+	b.mu.Lock()
+	delete(b.kernels, k)
+	b.mu.Unlock()
+}
+
+// labels are the labels of a new container.
+func (b *Backend) labels(owner string) map[string]string {
+	l := maps.Clone(b.cfg.Labels)
+	if l == nil {
+		l = map[string]string{}
+	}
+	l[LabelManaged] = "1"
+	l[LabelRoot] = b.rootTag
+	l[LabelOwner] = owner
+	if b.cfg.Instance != "" {
+		l[LabelInstance] = b.cfg.Instance
+	}
+	return l
+}
+
+// removeLeftovers removes the containers, mounts, working directories and
+// socket directories of an earlier process of this WorkRoot (one that was
+// killed before it could Close).
+func (b *Backend) removeLeftovers(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	list, err := b.cli.ContainerList(ctx, container.ListOptions{
+		All:     true,
+		Filters: filters.NewArgs(filters.Arg("label", LabelRoot+"="+b.rootTag)),
+	})
+	if err != nil {
+		return fmt.Errorf("list leftover containers: %w", err)
+	}
+	for _, c := range list {
+		if err := b.cli.ContainerRemove(ctx, c.ID, container.RemoveOptions{Force: true, RemoveVolumes: true}); err != nil && !cerrdefs.IsNotFound(err) {
+			return fmt.Errorf("remove leftover container %s: %w", c.ID[:12], err)
+		}
+		b.log.InfoContext(ctx, "removed leftover sandbox container", "container", c.ID[:12], "owner", c.Labels[LabelOwner])
+	}
+	if err := unmountAll(b.cfg.WorkRoot); err != nil {
+		return err
+	}
+	entries, err := os.ReadDir(b.cfg.WorkRoot)
+	if err != nil {
+		return err
+	}
+	for _, e := range entries {
+		switch e.Name() {
+		case ".lock":
+			continue
+		case diskDir:
+			disks, _ := os.ReadDir(filepath.Join(b.cfg.WorkRoot, diskDir))
+			for _, d := range disks {
+				if err := os.Remove(filepath.Join(b.cfg.WorkRoot, diskDir, d.Name())); err != nil {
+					return fmt.Errorf("remove leftover disk image: %w", err)
+				}
+			}
+			continue
+		}
+		if err := os.RemoveAll(filepath.Join(b.cfg.WorkRoot, e.Name())); err != nil {
+			return fmt.Errorf("remove leftover workdir: %w", err)
+		}
+	}
+	socks, err := os.ReadDir(b.cfg.SocketRoot)
+	if err != nil {
+		return err
+	}
+	for _, s := range socks {
+		if err := os.RemoveAll(filepath.Join(b.cfg.SocketRoot, s.Name())); err != nil {
+			return fmt.Errorf("remove leftover socket dir: %w", err)
+		}
+	}
+	if len(list) > 0 {
+		b.log.InfoContext(ctx, "removed leftovers of an earlier process", "work_root", b.cfg.WorkRoot, "containers", len(list))
+	}
+	return nil
+}
+
+// Close implements sandbox.Backend: it closes every kernel this backend
+// started and releases the WorkRoot. It is safe to call twice.
+func (b *Backend) Close() error {
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		return nil
+	}
+	b.closed = true
+	kernels := make([]*Kernel, 0, len(b.kernels))
+	for k := range b.kernels {
+		kernels = append(kernels, k)
+	}
+	b.mu.Unlock()
+	var (
+		wg   sync.WaitGroup
+		mu   sync.Mutex
+		errs []error
+	)
+	for _, k := range kernels {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := k.Close(); err != nil {
+				mu.Lock()
+				errs = append(errs, err)
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	// The socket root is this backend's alone; it goes once it is empty
+	// (Remove fails harmlessly if a caller put something else there).
+	_ = os.Remove(b.cfg.SocketRoot)
+	b.release()
+	return errors.Join(errs...)
+}
+
+func (b *Backend) release() {
+	if b.lock != nil {
+		_ = b.lock.Close() // closing the descriptor drops the flock
+		b.lock = nil
+	}
+	if b.cli != nil {
+		_ = b.cli.Close()
+	}
+}
+
+func newID() string {
+	var r [6]byte
+	_, _ = rand.Read(r[:]) // crypto/rand.Read never fails (Go ≥ 1.24)
+	return hex.EncodeToString(r[:])
+}
+
+// shortID trims a container id for logs.
+func shortID(id string) string {
+	if len(id) > 12 {
+		return id[:12]
+	}
+	return id
+}

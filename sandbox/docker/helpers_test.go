@@ -1,0 +1,148 @@
+package docker
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/docker/docker/client"
+
+	"github.com/triadhq/triad/internal/testenv"
+	"github.com/triadhq/triad/sandbox"
+	"github.com/triadhq/triad/sandbox/docker/image"
+)
+
+var (
+	imageOnce sync.Once
+	imageTag  string
+	imageErr  error
+	engineErr error
+)
+
+// sandboxImage returns the real sandbox image, building or importing it on
+// first use (as CI does); it stops the test when no engine answers or the
+// image cannot be built.
+func sandboxImage(t testing.TB) string {
+	t.Helper()
+	imageOnce.Do(func() {
+		cli, err := client.NewClientWithOpts(client.FromEnv, client.WithAPIVersionNegotiation())
+		if err != nil {
+			engineErr = err
+			return
+		}
+		defer cli.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
+		defer cancel()
+		if _, err := cli.Ping(ctx); err != nil {
+			engineErr = err
+			return
+		}
+		imageTag, imageErr = image.Ensure(ctx, cli, image.Options{Progress: os.Stderr})
+	})
+	if engineErr != nil {
+		testenv.Missing(t, "a Docker engine (dockerd): "+engineErr.Error())
+	}
+	if imageErr != nil {
+		testenv.Missing(t, "the sandbox image (root + debootstrap to build it): "+imageErr.Error())
+	}
+	return imageTag
+}
+
+// newBackend starts a Backend on a fresh WorkRoot and closes it when the
+// test ends.
+func newBackend(t testing.TB, cfg Config) *Backend {
+	t.Helper()
+	cfg.Image = sandboxImage(t)
+	if cfg.WorkRoot == "" {
+		cfg.WorkRoot = t.TempDir()
+	}
+	b, err := New(context.Background(), cfg)
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := b.Close(); err != nil {
+			t.Errorf("Backend.Close: %v", err)
+		}
+	})
+	return b
+}
+
+func startKernel(t testing.TB, b *Backend, spec sandbox.Spec) sandbox.Kernel {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	k, err := b.Start(ctx, spec)
+	if err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	t.Cleanup(func() { _ = k.Close() })
+	return k
+}
+
+// run1 runs a cell and fails the test when the call itself errs.
+func run1(t testing.TB, k sandbox.Kernel, code string, timeout time.Duration) *sandbox.Result {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout+2*time.Minute)
+	defer cancel()
+	res, err := k.Execute(ctx, code, timeout)
+	if err != nil {
+		t.Fatalf("Execute(%q): %v", firstLine(code), err)
+	}
+	return res
+}
+
+// mustOK runs a cell that has to succeed and returns its stdout.
+func mustOK(t testing.TB, k sandbox.Kernel, code string) string {
+	t.Helper()
+	res := run1(t, k, code, 60*time.Second)
+	if !res.OK {
+		t.Fatalf("cell %q failed: %s", firstLine(code), describe(res))
+	}
+	return res.Stdout
+}
+
+// value returns the text/plain of a result's execute_result.
+func value(t testing.TB, res *sandbox.Result) string {
+	t.Helper()
+	if res.Value == nil {
+		t.Fatalf("no execute_result: %s", describe(res))
+	}
+	var s string
+	if err := json.Unmarshal(res.Value.Data["text/plain"], &s); err != nil {
+		t.Fatalf("text/plain of %v: %v", res.Value.Data, err)
+	}
+	return s
+}
+
+func describe(res *sandbox.Result) string {
+	b, _ := json.Marshal(res)
+	return string(b)
+}
+
+func firstLine(s string) string {
+	s, _, _ = strings.Cut(strings.TrimSpace(s), "\n")
+	return s
+}
+
+// syncBuffer is a bytes.Buffer a child process writes while the test reads.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}

@@ -1,0 +1,545 @@
+package docker
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	cerrdefs "github.com/containerd/errdefs"
+	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/mount"
+	"github.com/docker/go-units"
+
+	"github.com/triadhq/triad/internal/jupyter"
+	"github.com/triadhq/triad/sandbox"
+)
+
+// Paths inside the container.
+const (
+	ctrWork    = "/work"
+	ctrSockets = "/run/kernel"
+	ctrHome    = "/tmp/home"
+	mplSeed    = "/opt/triad/mplconfig" // image.MPLSeed: a prebuilt font cache
+)
+
+// kernelCmd starts ipykernel as the container's main process. The shell
+// only seeds matplotlib's font cache into the tmpfs home (the root
+// filesystem is read-only, so the image's copy cannot be used in place)
+// and then execs the kernel, so the kernel is PID 1 and its exit is the
+// container's exit. Plain tracebacks (NoColor) read better to an agent
+// than ANSI colour codes; the history database is pointless for a
+// throwaway kernel and costs a SQLite file per start. Figures show inline
+// by default because ipykernel sets MPLBACKEND to the inline backend (the
+// image sets it too).
+var kernelCmd = []string{"/bin/sh", "-c", `mkdir -p "$MPLCONFIGDIR" && cp -a ` + mplSeed + `/. "$MPLCONFIGDIR"/ 2>/dev/null; ` +
+	`exec python3 -m ipykernel_launcher -f ` + ctrSockets + `/conn.json ` +
+	`--InteractiveShell.colors=NoColor --HistoryManager.enabled=False --IPKernelApp.quiet=True`}
+
+// Kernel is one ipykernel in a jailed container. It implements
+// sandbox.Kernel.
+type Kernel struct {
+	b       *Backend
+	id      string // also the name of its work and socket directories
+	owner   string
+	limits  sandbox.Limits
+	sockDir string
+
+	// mu serializes Execute, Restart and the teardown in Close.
+	mu          sync.Mutex
+	wd          workdir
+	containerID string
+	client      *jupyter.Client // nil while the kernel is down
+	exited      chan struct{}   // closed when the current container process exits
+	stopWatch   context.CancelFunc
+
+	closing   chan struct{} // closed by Close; aborts waits in Execute
+	closeOnce sync.Once
+	closeErr  error
+}
+
+var _ sandbox.Kernel = (*Kernel)(nil)
+
+// ID implements sandbox.Kernel: the container's short id.
+func (k *Kernel) ID() string { return shortID(k.containerID) }
+
+// WorkDir implements sandbox.Kernel.
+func (k *Kernel) WorkDir() string { return k.wd.path }
+
+// setup creates the working directory, the socket directory and the
+// container, and starts the kernel. On error the caller tears down.
+func (k *Kernel) setup(ctx context.Context) error {
+	b := k.b
+	dir := filepath.Join(b.cfg.WorkRoot, k.id)
+	var err error
+	if b.quotaOK {
+		k.wd, err = b.quota.create(ctx, dir, k.limits.DiskBytes)
+	} else {
+		k.wd, err = b.quota.plain(dir)
+	}
+	if err != nil {
+		return err
+	}
+	// The kernel binds its sockets here and the host connects to them;
+	// connecting to a unix socket needs write permission on it, which the
+	// kernel's uid grants itself, so the directory is the uid's alone.
+	if err := os.Mkdir(k.sockDir, 0o700); err != nil {
+		return fmt.Errorf("create socket dir: %w", err)
+	}
+	if os.Geteuid() == 0 {
+		if err := os.Chown(k.sockDir, b.cfg.UID, b.cfg.GID); err != nil {
+			return fmt.Errorf("chown socket dir: %w", err)
+		}
+	}
+	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	resp, err := b.cli.ContainerCreate(cctx, k.containerConfig(), k.hostConfig(), nil, nil, "triad-"+b.rootTag[:8]+"-"+k.id)
+	if err != nil {
+		return fmt.Errorf("create container: %w", err)
+	}
+	k.containerID = resp.ID
+	return k.boot(ctx)
+}
+
+func (k *Kernel) containerConfig() *container.Config {
+	b := k.b
+	return &container.Config{
+		Image:           b.cfg.Image,
+		User:            fmt.Sprintf("%d:%d", b.cfg.UID, b.cfg.GID),
+		WorkingDir:      ctrWork,
+		Cmd:             kernelCmd,
+		Hostname:        "sandbox",
+		NetworkDisabled: true,
+		Env: []string{
+			"HOME=" + ctrHome,
+			"MPLCONFIGDIR=" + ctrHome + "/.config/matplotlib",
+			"MPLBACKEND=module://matplotlib_inline.backend_inline",
+			"LANG=C.UTF-8",
+			"PYTHONDONTWRITEBYTECODE=1",
+			// Numeric libraries size their thread pools by the host's CPUs,
+			// not the container's quota; one CPU wants one thread.
+			fmt.Sprintf("OMP_NUM_THREADS=%d", max(1, int(k.limits.CPUs+0.5))),
+			fmt.Sprintf("OPENBLAS_NUM_THREADS=%d", max(1, int(k.limits.CPUs+0.5))),
+		},
+		Labels: b.labels(k.owner),
+	}
+}
+
+func (k *Kernel) hostConfig() *container.HostConfig {
+	b := k.b
+	pids := k.limits.Pids
+	return &container.HostConfig{
+		NetworkMode:    "none",
+		CapDrop:        []string{"ALL"},
+		SecurityOpt:    []string{"no-new-privileges"},
+		ReadonlyRootfs: true,
+		IpcMode:        "private",
+		Tmpfs: map[string]string{
+			"/tmp": fmt.Sprintf("rw,nosuid,nodev,size=%d,mode=1777", b.cfg.TmpSize),
+		},
+		Mounts: []mount.Mount{
+			{Type: mount.TypeBind, Source: k.wd.path, Target: ctrWork},
+			{Type: mount.TypeBind, Source: k.sockDir, Target: ctrSockets},
+		},
+		Resources: container.Resources{
+			Memory:     k.limits.MemoryBytes,
+			MemorySwap: k.limits.MemoryBytes, // equal: no swap beyond the memory limit
+			NanoCPUs:   int64(k.limits.CPUs * 1e9),
+			PidsLimit:  &pids,
+			// A segfaulting cell would otherwise drop a core file into
+			// /work, eating the run's quota.
+			Ulimits: []*units.Ulimit{{Name: "core", Soft: 0, Hard: 0}},
+		},
+		// Under host memory pressure the sandbox dies before Triad does.
+		OomScoreAdj: 500,
+		// The kernel's own stdout is only diagnostics (cell output goes over
+		// ZMQ); cap it so a cell writing to fd 1 cannot fill the host disk.
+		LogConfig:     container.LogConfig{Type: "json-file", Config: map[string]string{"max-size": "1m", "max-file": "1"}},
+		RestartPolicy: container.RestartPolicy{Name: container.RestartPolicyDisabled},
+	}
+}
+
+// boot starts the (created or exited) container with a fresh connection
+// file, dials the kernel and waits until it answers.
+func (k *Kernel) boot(ctx context.Context) error {
+	b := k.b
+	// Stale sockets from an earlier life would let the dial succeed against
+	// nothing; ipykernel rewrites conn.json itself, so start from scratch.
+	entries, _ := os.ReadDir(k.sockDir)
+	for _, e := range entries {
+		_ = os.Remove(filepath.Join(k.sockDir, e.Name()))
+	}
+	info := jupyter.NewConnInfo(ctrSockets + "/k")
+	data, err := json.Marshal(info)
+	if err != nil {
+		return err
+	}
+	// ipykernel must be able to read this as the kernel uid, or it silently
+	// falls back to TCP with a new key.
+	conn := filepath.Join(k.sockDir, "conn.json")
+	if err := os.WriteFile(conn, data, 0o600); err != nil {
+		return fmt.Errorf("write connection file: %w", err)
+	}
+	if os.Geteuid() == 0 {
+		if err := os.Chown(conn, b.cfg.UID, b.cfg.GID); err != nil {
+			return fmt.Errorf("chown connection file: %w", err)
+		}
+	}
+	// Watch for the next exit before starting, so even an instant crash is
+	// seen. The watch lives until the kernel is restarted or closed.
+	wctx, stop := context.WithCancel(context.Background())
+	waitC, errC := b.cli.ContainerWait(wctx, k.containerID, container.WaitConditionNextExit)
+	exited := make(chan struct{})
+	go func() {
+		defer close(exited)
+		select {
+		case <-waitC:
+		case <-errC:
+			// The watch failed (engine gone, container removed, or we
+			// stopped it): treat the container as exited, which only makes
+			// the next Execute check harder.
+		}
+	}()
+	k.exited, k.stopWatch = exited, stop
+
+	sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if err := b.cli.ContainerStart(sctx, k.containerID, container.StartOptions{}); err != nil {
+		return fmt.Errorf("start container: %w", err)
+	}
+	// A kernel that dies while booting (a broken image, a too-small memory
+	// limit) must fail the boot at once rather than at ctx's deadline.
+	bctx, bcancel := context.WithCancelCause(ctx)
+	defer bcancel(nil)
+	go func() {
+		select {
+		case <-exited:
+			bcancel(errors.New("the kernel's container exited while booting"))
+		case <-bctx.Done():
+		}
+	}()
+	c, err := jupyter.Dial(bctx, info, filepath.Join(k.sockDir, "k"), jupyter.Options{Logger: b.log.With("kernel", k.ID())})
+	if err != nil {
+		return k.bootError(ctx, bctx, fmt.Errorf("dial kernel: %w", err))
+	}
+	if err := c.WaitReady(bctx); err != nil {
+		c.Close()
+		return k.bootError(ctx, bctx, fmt.Errorf("wait for kernel: %w", err))
+	}
+	k.client = c
+	return nil
+}
+
+// bootError adds why the container exited, when it did, to a boot failure.
+func (k *Kernel) bootError(ctx, bctx context.Context, err error) error {
+	if cause := context.Cause(bctx); cause != nil && !errors.Is(cause, context.Canceled) && !errors.Is(cause, context.DeadlineExceeded) {
+		reason := k.deathReason(ctx)
+		return fmt.Errorf("%w (%s; %s)", err, cause, reason)
+	}
+	return err
+}
+
+// Execute implements sandbox.Kernel.
+func (k *Kernel) Execute(ctx context.Context, code string, timeout time.Duration) (*sandbox.Result, error) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.isClosing() {
+		return nil, sandbox.ErrClosed
+	}
+	if timeout <= 0 {
+		timeout = k.b.cfg.CellTimeout
+	}
+	var restarted bool
+	if k.client == nil {
+		// An earlier death could not restart the kernel; try again now.
+		if err := k.restartLocked(ctx); err != nil {
+			return nil, fmt.Errorf("kernel %s is down and did not restart: %w", k.ID(), err)
+		}
+		restarted = true
+	}
+	start := time.Now()
+	ex, err := k.client.Execute(ctx, code, jupyter.ExecOptions{})
+	if err != nil {
+		if errors.Is(err, jupyter.ErrKernelDead) {
+			return k.died(ctx, jupyter.Output{}, start), nil
+		}
+		return nil, fmt.Errorf("execute on kernel %s: %w", k.ID(), err)
+	}
+
+	// ectx ends when the caller gives up, the kernel is closed, or the
+	// container exits (an OOM kill can beat the sockets' EOF).
+	ectx, ecancel := context.WithCancelCause(ctx)
+	defer ecancel(nil)
+	exited := k.exited
+	go func() {
+		select {
+		case <-k.closing:
+			ecancel(sandbox.ErrClosed)
+		case <-exited:
+			ecancel(jupyter.ErrKernelDead)
+		case <-ectx.Done():
+		}
+	}()
+	tctx, tcancel := context.WithTimeoutCause(ectx, timeout, errCellTimeout)
+	out, err := ex.Wait(tctx)
+	tcancel()
+	switch {
+	case err == nil:
+		res := toResult(out, start)
+		res.Restarted = restarted
+		return res, nil
+	case errors.Is(err, jupyter.ErrKernelDead) || errors.Is(context.Cause(ectx), jupyter.ErrKernelDead):
+		return k.died(ctx, out, start), nil
+	case errors.Is(context.Cause(ectx), sandbox.ErrClosed) || errors.Is(err, jupyter.ErrClosed):
+		return nil, sandbox.ErrClosed
+	case ctx.Err() != nil:
+		// The caller gave up; stop the cell so the kernel is free for the
+		// next one, but don't hold the caller for it.
+		ictx, icancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+		_ = k.client.Interrupt(ictx)
+		icancel()
+		return nil, fmt.Errorf("execute on kernel %s: %w", k.ID(), ctx.Err())
+	default: // the cell's deadline passed
+		return k.timedOut(ctx, ex, start, timeout), nil
+	}
+}
+
+var errCellTimeout = errors.New("cell timeout")
+
+// timedOut interrupts a cell past its deadline. If the cell ends within the
+// grace period the kernel keeps its state; if not, the kernel is restarted.
+func (k *Kernel) timedOut(ctx context.Context, ex *jupyter.Execution, start time.Time, timeout time.Duration) *sandbox.Result {
+	grace := k.b.cfg.InterruptGrace
+	gctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), grace)
+	defer cancel()
+	ierr := k.client.Interrupt(gctx)
+	out, err := ex.Wait(gctx)
+	if err == nil {
+		res := toResult(out, start)
+		res.OK = false
+		res.Error = &sandbox.ExecError{
+			Kind:   sandbox.KindTimeout,
+			Ename:  "TimeoutError",
+			Evalue: fmt.Sprintf("the cell ran past its %s timeout and was interrupted; the kernel kept its state", timeout),
+		}
+		if out.Error != nil {
+			res.Error.Traceback = out.Error.Traceback
+		}
+		return res
+	}
+	if errors.Is(err, jupyter.ErrKernelDead) {
+		return k.died(ctx, out, start)
+	}
+	k.b.log.WarnContext(ctx, "timed-out cell ignored the interrupt; restarting the kernel", "kernel", k.ID(), "interrupt_err", ierr)
+	res := toResult(out, start)
+	res.OK = false
+	res.Error = &sandbox.ExecError{
+		Kind:   sandbox.KindTimeout,
+		Ename:  "TimeoutError",
+		Evalue: fmt.Sprintf("the cell ran past its %s timeout and did not stop within %s of an interrupt; the kernel was restarted and its state is lost", timeout, grace),
+	}
+	if rerr := k.restartLocked(context.WithoutCancel(ctx)); rerr != nil {
+		res.Error.Evalue = fmt.Sprintf("the cell ran past its %s timeout and did not stop when interrupted; restarting the kernel failed (%v), the next cell will try again", timeout, rerr)
+		return res
+	}
+	res.Restarted = true
+	return res
+}
+
+// died reports a dead kernel (OOM, os._exit, a crash) with the reason the
+// engine gives, and brings up a fresh kernel for the next cell.
+func (k *Kernel) died(ctx context.Context, out jupyter.Output, start time.Time) *sandbox.Result {
+	ctx = context.WithoutCancel(ctx)
+	// The sockets can report EOF before the engine has recorded the exit;
+	// give it a moment so the reason (OOMKilled, the exit code) is known.
+	select {
+	case <-k.exited:
+	case <-time.After(5 * time.Second):
+	}
+	reason := k.deathReason(ctx)
+	k.b.log.WarnContext(ctx, "sandbox kernel died", "kernel", k.ID(), "owner", k.owner, "reason", reason)
+	res := toResult(out, start)
+	res.OK = false
+	res.Error = &sandbox.ExecError{
+		Kind:   sandbox.KindKernelDied,
+		Ename:  "KernelDied",
+		Evalue: "the kernel died (" + reason + "); its state is lost and a fresh kernel was started",
+		Reason: reason,
+	}
+	if err := k.restartLocked(ctx); err != nil {
+		res.Error.Evalue = fmt.Sprintf("the kernel died (%s) and restarting it failed (%v); the next cell will try again", reason, err)
+		return res
+	}
+	res.Restarted = true
+	return res
+}
+
+// deathReason asks the engine why the container's process ended.
+func (k *Kernel) deathReason(ctx context.Context) string {
+	ictx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	info, err := k.b.cli.ContainerInspect(ictx, k.containerID)
+	if err != nil {
+		return "unknown: " + err.Error()
+	}
+	st := info.State
+	switch {
+	case st == nil:
+		return "unknown"
+	case st.OOMKilled:
+		return "OOMKilled"
+	case st.Running:
+		return "the kernel stopped answering"
+	case st.ExitCode > 128:
+		return fmt.Sprintf("killed by signal %d (exit code %d)", st.ExitCode-128, st.ExitCode)
+	default:
+		return fmt.Sprintf("exited with code %d", st.ExitCode)
+	}
+}
+
+// Restart implements sandbox.Kernel: the container's process is replaced,
+// the working directory kept.
+func (k *Kernel) Restart(ctx context.Context) error {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.isClosing() {
+		return sandbox.ErrClosed
+	}
+	return k.restartLocked(ctx)
+}
+
+// restartLocked kills the container's process and boots the kernel again
+// in the same container: same mounts and labels, a fresh /tmp, a fresh
+// interpreter.
+func (k *Kernel) restartLocked(ctx context.Context) error {
+	k.stopKernel()
+	kctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if err := k.b.cli.ContainerKill(kctx, k.containerID, "KILL"); err != nil && !isNotRunning(err) {
+		return fmt.Errorf("kill kernel container: %w", err)
+	}
+	select {
+	case <-k.exited:
+	case <-kctx.Done():
+		return fmt.Errorf("kernel container did not exit after SIGKILL: %w", kctx.Err())
+	}
+	k.stopWatch()
+	// The exit watch can fire (on a watch error) a moment before the
+	// engine marks the container stopped; starting it then would fail.
+	for {
+		info, err := k.b.cli.ContainerInspect(kctx, k.containerID)
+		if err != nil {
+			return fmt.Errorf("inspect kernel container: %w", err)
+		}
+		if info.State == nil || !info.State.Running {
+			break
+		}
+		select {
+		case <-kctx.Done():
+			return fmt.Errorf("kernel container still running after SIGKILL: %w", kctx.Err())
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	return k.boot(ctx)
+}
+
+// isNotRunning reports the engine's "container is not running" answer to a
+// kill, which means the work is already done.
+func isNotRunning(err error) bool {
+	return cerrdefs.IsConflict(err) || strings.Contains(err.Error(), "is not running")
+}
+
+// stopKernel drops the host side of the current kernel: the client and the
+// exit watch's context (its goroutine ends when the watch errors out).
+func (k *Kernel) stopKernel() {
+	if k.client != nil {
+		_ = k.client.Close()
+		k.client = nil
+	}
+}
+
+func (k *Kernel) isClosing() bool {
+	select {
+	case <-k.closing:
+		return true
+	default:
+		return false
+	}
+}
+
+// Close implements sandbox.Kernel: it removes the container, unmounts and
+// deletes the working directory and removes the socket directory. A cell
+// running at the time ends with sandbox.ErrClosed. Close is safe to call
+// twice.
+func (k *Kernel) Close() error {
+	k.closeOnce.Do(func() {
+		close(k.closing)
+		k.mu.Lock()
+		defer k.mu.Unlock()
+		k.closeErr = k.teardown()
+		k.b.forget(k)
+	})
+	return k.closeErr
+}
+
+// teardown releases everything setup made, whatever state it reached.
+func (k *Kernel) teardown() error {
+	var errs []error
+	k.stopKernel()
+	if k.containerID != "" {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		err := k.b.cli.ContainerRemove(ctx, k.containerID, container.RemoveOptions{Force: true, RemoveVolumes: true})
+		cancel()
+		if err != nil && !cerrdefs.IsNotFound(err) {
+			errs = append(errs, fmt.Errorf("remove kernel container: %w", err))
+		}
+	}
+	if k.stopWatch != nil {
+		k.stopWatch()
+	}
+	if err := k.wd.remove(); err != nil {
+		errs = append(errs, err)
+	}
+	if err := os.RemoveAll(k.sockDir); err != nil {
+		errs = append(errs, fmt.Errorf("remove socket dir: %w", err))
+	}
+	return errors.Join(errs...)
+}
+
+// toResult maps a cell's Jupyter output onto sandbox.Result.
+func toResult(out jupyter.Output, start time.Time) *sandbox.Result {
+	res := &sandbox.Result{
+		OK:             out.Status == jupyter.StatusOK && out.Error == nil,
+		Stdout:         out.Stdout,
+		Stderr:         out.Stderr,
+		ExecutionCount: out.ExecutionCount,
+		Duration:       time.Since(start),
+	}
+	for _, d := range out.Displays {
+		res.Display = append(res.Display, sandbox.Bundle{Data: d.Data, Metadata: d.Metadata})
+	}
+	if out.Result != nil {
+		res.Value = &sandbox.Bundle{Data: out.Result.Data, Metadata: out.Result.Metadata}
+	}
+	switch {
+	case out.Error != nil:
+		res.Error = &sandbox.ExecError{
+			Kind:      sandbox.KindExecution,
+			Ename:     out.Error.Ename,
+			Evalue:    out.Error.Evalue,
+			Traceback: out.Error.Traceback,
+		}
+	case out.Aborted:
+		res.Error = &sandbox.ExecError{
+			Kind:   sandbox.KindExecution,
+			Ename:  "CellAborted",
+			Evalue: "the kernel skipped this cell because an earlier one failed",
+		}
+	}
+	return res
+}
