@@ -161,13 +161,36 @@ func (s *Server) Start() {
 	}
 }
 
+// Freeze suspends the server process (SIGSTOP): it keeps its port and
+// accepts connections but answers nothing, like a hung or overloaded
+// service. Thaw resumes it; Stop thaws first. Not available on Windows.
+func (s *Server) Freeze() {
+	s.t.Helper()
+	if s.shared {
+		s.t.Fatal("miniotest: cannot freeze the shared MinIO server; use miniotest.New for a server of your own")
+	}
+	if err := s.p.signal(true); err != nil {
+		s.t.Fatalf("freeze MinIO: %v", err)
+	}
+}
+
+// Thaw resumes a frozen server (SIGCONT).
+func (s *Server) Thaw() {
+	s.t.Helper()
+	if err := s.p.signal(false); err != nil {
+		s.t.Fatalf("thaw MinIO: %v", err)
+	}
+}
+
 // Client returns a minio-go client for the server with root credentials,
-// for tests that inspect or tamper with the bucket directly.
+// for tests that inspect or tamper with the bucket directly. It retries a
+// failed request once, so a call to a stopped server fails at once.
 func (s *Server) Client() *minio.Client {
 	s.t.Helper()
 	c, err := minio.New(strings.TrimPrefix(s.Endpoint, "http://"), &minio.Options{
-		Creds:  credentials.NewStaticV4(s.AccessKey, s.SecretKey, ""),
-		Region: "us-east-1",
+		Creds:      credentials.NewStaticV4(s.AccessKey, s.SecretKey, ""),
+		Region:     "us-east-1",
+		MaxRetries: 2,
 	})
 	if err != nil {
 		s.t.Fatalf("minio client: %v", err)
@@ -404,6 +427,10 @@ func (p *proc) stop() error {
 		return nil
 	default:
 	}
+	// A frozen process would hold SIGTERM until resumed.
+	if err := suspend(p.cmd.Process, false); err != nil {
+		return err
+	}
 	if err := terminate(p.cmd.Process); err != nil {
 		return err
 	}
@@ -414,6 +441,21 @@ func (p *proc) stop() error {
 		p.kill()
 		return fmt.Errorf("MinIO ignored SIGTERM for %s and was killed", stopTimeout)
 	}
+}
+
+// signal suspends (stop) or resumes the running process.
+func (p *proc) signal(stop bool) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.cmd == nil {
+		return errors.New("MinIO is not running")
+	}
+	select {
+	case <-p.done:
+		return errors.New("MinIO is not running")
+	default:
+	}
+	return suspend(p.cmd.Process, stop)
 }
 
 // kill ends the process hard and waits for it. Called with p.mu held.

@@ -3,9 +3,11 @@ package miniotest_test
 import (
 	"bytes"
 	"io"
+	"net/http"
 	"os"
 	"regexp"
 	"testing"
+	"time"
 
 	"github.com/minio/minio-go/v7"
 
@@ -43,6 +45,27 @@ func TestStopStartKeepsData(t *testing.T) {
 	b, err := io.ReadAll(o)
 	if err != nil || string(b) != "kept" {
 		t.Fatalf("after restart: got %q, %v, want kept", b, err)
+	}
+}
+
+// A frozen server holds connections without answering; a thawed one answers.
+func TestFreezeThaw(t *testing.T) {
+	s := miniotest.New(t)
+	client := &http.Client{Timeout: time.Second}
+	live := func() error {
+		res, err := client.Get(s.Endpoint + "/minio/health/live")
+		if err == nil {
+			res.Body.Close()
+		}
+		return err
+	}
+	s.Freeze()
+	if err := live(); err == nil {
+		t.Fatal("frozen server answered, want a timeout")
+	}
+	s.Thaw()
+	if err := live(); err != nil {
+		t.Fatalf("thawed server: %v", err)
 	}
 }
 

@@ -1,6 +1,9 @@
 package miniotest
 
-import "os"
+import (
+	"errors"
+	"os"
+)
 
 const sharedPrefix = "triad-miniotest-"
 
@@ -8,3 +11,11 @@ const sharedPrefix = "triad-miniotest-"
 func terminate(p *os.Process) error { return p.Kill() }
 
 func sweepStale() {}
+
+// suspend is not possible on Windows: resuming is a no-op, stopping fails.
+func suspend(p *os.Process, stop bool) error {
+	if stop {
+		return errors.New("suspending a process is not supported on Windows")
+	}
+	return nil
+}

@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"time"
 
 	"github.com/minio/minio-go/v7"
 
@@ -48,7 +49,7 @@ func (b *Blobs) Put(ctx context.Context, r io.Reader, limit int64) (tmpfs.Digest
 	defer sp.close()
 	key := blobKey(sp.digest)
 
-	sctx, cancel := withTimeout(ctx)
+	sctx, cancel := b.c.withTimeout(ctx)
 	info, err := b.c.core.StatObject(sctx, b.c.bucket, key, minio.StatObjectOptions{})
 	cancel()
 	hexsum := sp.digest.String()
@@ -256,17 +257,18 @@ func (c ctxReader) Read(p []byte) (int, error) {
 // Open implements tmpfs.Blobs. It starts the GET at once, so a missing blob
 // is reported here and a full read costs one request.
 func (b *Blobs) Open(ctx context.Context, d tmpfs.Digest) (tmpfs.Blob, error) {
-	key := blobKey(d)
-	body, info, _, err := b.c.core.GetObject(ctx, b.c.bucket, key, minio.GetObjectOptions{})
+	o := &object{ctx: ctx, c: b.c, key: blobKey(d), short: d.Short()}
+	info, err := o.get(minio.GetObjectOptions{})
 	if err != nil {
-		return nil, b.c.fail(ctx, "open blob "+d.Short(), err)
+		return nil, err
 	}
-	return &object{ctx: ctx, c: b.c, key: key, short: d.Short(), size: info.Size, etag: info.ETag, body: body}, nil
+	o.size, o.etag = info.Size, info.ETag
+	return o, nil
 }
 
 // Stat implements tmpfs.Blobs.
 func (b *Blobs) Stat(ctx context.Context, d tmpfs.Digest) (int64, error) {
-	tctx, cancel := withTimeout(ctx)
+	tctx, cancel := b.c.withTimeout(ctx)
 	defer cancel()
 	info, err := b.c.core.StatObject(tctx, b.c.bucket, blobKey(d), minio.StatObjectOptions{})
 	if err != nil {
@@ -278,7 +280,7 @@ func (b *Blobs) Stat(ctx context.Context, d tmpfs.Digest) (int64, error) {
 // Ping implements tmpfs.Blobs: the bucket must exist and answer within a
 // few seconds.
 func (b *Blobs) Ping(ctx context.Context) error {
-	tctx, cancel := context.WithTimeout(ctx, pingTimeout)
+	tctx, cancel := context.WithTimeout(ctx, min(pingTimeout, b.c.timeout))
 	defer cancel()
 	ok, err := b.c.core.BucketExists(tctx, b.c.bucket)
 	if err != nil {
@@ -312,10 +314,45 @@ type object struct {
 	size  int64
 	etag  string
 
-	body    io.ReadCloser // nil when no stream is open
-	bodyOff int64         // offset of body's next byte
-	off     int64         // logical offset
+	body    io.ReadCloser      // nil when no stream is open
+	cancel  context.CancelFunc // ends body's request
+	bodyOff int64              // offset of body's next byte
+	off     int64              // logical offset
 	closed  bool
+}
+
+// get starts a GET and makes it the open stream. The response must start
+// within the store's timeout, retries included; after that the body streams
+// for as long as the caller's context allows.
+func (o *object) get(opts minio.GetObjectOptions) (minio.ObjectInfo, error) {
+	ctx, cancel := context.WithCancel(o.ctx)
+	timer := time.AfterFunc(o.c.timeout, cancel)
+	body, info, _, err := o.c.core.GetObject(ctx, o.c.bucket, o.key, opts)
+	if !timer.Stop() && o.ctx.Err() == nil {
+		cancel()
+		if body != nil {
+			body.Close()
+		}
+		return minio.ObjectInfo{}, fmt.Errorf("%w: read blob %s: no response within %s", tmpfs.ErrUnavailable, o.short, o.c.timeout)
+	}
+	if err != nil {
+		cancel()
+		if er := minio.ToErrorResponse(err); er.StatusCode == http.StatusPreconditionFailed {
+			return minio.ObjectInfo{}, fmt.Errorf("read blob %s: the stored object was replaced while it was being read; open it again", o.short)
+		}
+		return minio.ObjectInfo{}, o.c.fail(o.ctx, "read blob "+o.short, err)
+	}
+	o.body, o.cancel, o.bodyOff = body, cancel, o.off
+	return info, nil
+}
+
+// drop closes the open stream, if any.
+func (o *object) drop() {
+	if o.body != nil {
+		o.body.Close()
+		o.cancel()
+		o.body, o.cancel = nil, nil
+	}
 }
 
 func (o *object) Size() int64     { return o.size }
@@ -329,11 +366,18 @@ func (o *object) Read(p []byte) (int, error) {
 		return 0, io.EOF
 	}
 	if o.body != nil && o.bodyOff != o.off {
-		o.body.Close()
-		o.body = nil
+		o.drop()
 	}
 	if o.body == nil {
-		if err := o.reopen(); err != nil {
+		// Reopen at o.off, pinned to the version first opened.
+		var opts minio.GetObjectOptions
+		if o.etag != "" {
+			opts.SetMatchETag(o.etag)
+		}
+		if o.off > 0 {
+			opts.SetRange(o.off, 0)
+		}
+		if _, err := o.get(opts); err != nil {
 			return 0, err
 		}
 	}
@@ -349,31 +393,10 @@ func (o *object) Read(p []byte) (int, error) {
 		err = io.EOF
 	}
 	if err != nil && err != io.EOF {
-		o.body.Close()
-		o.body = nil
+		o.drop()
 		return n, o.c.fail(o.ctx, "read blob "+o.short, err)
 	}
 	return n, err
-}
-
-// reopen starts a GET at o.off of the version first opened.
-func (o *object) reopen() error {
-	var opts minio.GetObjectOptions
-	if o.etag != "" {
-		opts.SetMatchETag(o.etag)
-	}
-	if o.off > 0 {
-		opts.SetRange(o.off, 0)
-	}
-	body, _, _, err := o.c.core.GetObject(o.ctx, o.c.bucket, o.key, opts)
-	if err != nil {
-		if er := minio.ToErrorResponse(err); er.StatusCode == http.StatusPreconditionFailed {
-			return fmt.Errorf("read blob %s: the stored object was replaced while it was being read; open it again", o.short)
-		}
-		return o.c.fail(o.ctx, "read blob "+o.short, err)
-	}
-	o.body, o.bodyOff = body, o.off
-	return nil
 }
 
 func (o *object) Seek(offset int64, whence int) (int64, error) {
@@ -404,9 +427,6 @@ func (o *object) Close() error {
 		return nil
 	}
 	o.closed = true
-	if o.body != nil {
-		o.body.Close()
-		o.body = nil
-	}
+	o.drop()
 	return nil
 }

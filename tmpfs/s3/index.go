@@ -100,7 +100,7 @@ func (x *Index) run(ctx context.Context, run runid.ID) (*runIndex, error) {
 // objects with a bounded number of GETs in flight.
 func (x *Index) fetch(ctx context.Context, run runid.ID) (map[string]tmpfs.File, error) {
 	start := time.Now()
-	lctx, cancel := withTimeout(ctx)
+	lctx, cancel := x.c.withTimeout(ctx)
 	var keys []string
 	var lerr error
 	for obj := range x.c.core.ListObjectsIter(lctx, x.c.bucket, minio.ListObjectsOptions{Prefix: runPrefix(run), Recursive: true}) {
@@ -169,7 +169,7 @@ var errCorrupt = errors.New("corrupt index entry")
 const maxEntry = 16 << 10
 
 func (x *Index) getEntry(ctx context.Context, run runid.ID, key string) (tmpfs.File, error) {
-	tctx, cancel := withTimeout(ctx)
+	tctx, cancel := x.c.withTimeout(ctx)
 	defer cancel()
 	body, _, _, err := x.c.core.GetObject(tctx, x.c.bucket, key, minio.GetObjectOptions{})
 	if err != nil {
@@ -220,7 +220,7 @@ func (x *Index) Put(ctx context.Context, run runid.ID, f tmpfs.File) error {
 	mu := x.stripe(run, f.Path)
 	mu.Lock()
 	defer mu.Unlock()
-	tctx, cancel := withTimeout(ctx)
+	tctx, cancel := x.c.withTimeout(ctx)
 	defer cancel()
 	_, err = x.c.core.PutObject(tctx, x.c.bucket, entryKey(run, f.Path), bytes.NewReader(b), int64(len(b)), "", hex.EncodeToString(sum[:]),
 		minio.PutObjectOptions{ContentType: "application/json", DisableContentSha256: true})
@@ -248,7 +248,7 @@ func (x *Index) Delete(ctx context.Context, run runid.ID, path string) error {
 	if !ok {
 		return fmt.Errorf("%w: %q in run %s", tmpfs.ErrNotFound, path, run)
 	}
-	tctx, cancel := withTimeout(ctx)
+	tctx, cancel := x.c.withTimeout(ctx)
 	defer cancel()
 	if err := x.c.core.RemoveObject(tctx, x.c.bucket, entryKey(run, path), minio.RemoveObjectOptions{}); err != nil {
 		return x.c.fail(ctx, fmt.Sprintf("delete index entry %q of run %s", path, run), err)

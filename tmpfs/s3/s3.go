@@ -64,6 +64,11 @@ type Config struct {
 	// Region is the bucket's region. Empty lets the client ask the service
 	// (once per bucket); MinIO's default is us-east-1.
 	Region string
+	// Timeout bounds each metadata request (a stat, an index entry read
+	// or write, a listing) and the wait for a blob's bytes to start
+	// arriving, retries included, so a store that hangs rather than
+	// refusing connections still fails in bounded time. Zero means 15s.
+	Timeout time.Duration
 	// SpoolDir holds uploads in flight, which are hashed there before they
 	// can be named. Empty means the system temp directory. It is created if
 	// missing; nothing in it outlives the write that made it.
@@ -81,19 +86,20 @@ const (
 	maxRetries     = 3 // minio-go attempts per request, the first included
 	dialTimeout    = 3 * time.Second
 	headerTimeout  = 30 * time.Second // after a request is sent, for the response to start
-	opTimeout      = 15 * time.Second // whole metadata operations: stat, index get/put/delete, a list page
-	pingTimeout    = 3 * time.Second
-	maxSinglePut   = 5 << 30 // S3's largest single PUT; larger blobs go multipart
-	loadWorkers    = 16      // parallel GETs when a run's index is loaded
+	defaultTimeout = 15 * time.Second // Config.Timeout's default
+	pingTimeout    = 3 * time.Second  // at most; less if Config.Timeout is shorter
+	maxSinglePut   = 5 << 30          // S3's largest single PUT; larger blobs go multipart
+	loadWorkers    = 16               // parallel GETs when a run's index is loaded
 	contentTypeBin = "application/octet-stream"
 )
 
 // conn is what Blobs and Index share: one client, one bucket.
 type conn struct {
-	core   minio.Core
-	tr     *http.Transport
-	bucket string
-	log    *slog.Logger
+	core    minio.Core
+	tr      *http.Transport
+	bucket  string
+	timeout time.Duration
+	log     *slog.Logger
 }
 
 // New connects to the bucket described by cfg, creating the bucket if it is
@@ -166,11 +172,15 @@ func dial(cfg Config) (*conn, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &conn{core: minio.Core{Client: client}, tr: tr, bucket: cfg.Bucket, log: log}, nil
+	timeout := cfg.Timeout
+	if timeout <= 0 {
+		timeout = defaultTimeout
+	}
+	return &conn{core: minio.Core{Client: client}, tr: tr, bucket: cfg.Bucket, timeout: timeout, log: log}, nil
 }
 
 func (c *conn) ensureBucket(ctx context.Context, region string) error {
-	tctx, cancel := withTimeout(ctx)
+	tctx, cancel := c.withTimeout(ctx)
 	defer cancel()
 	ok, err := c.core.BucketExists(tctx, c.bucket)
 	if err != nil {
@@ -195,8 +205,8 @@ func (c *conn) ensureBucket(ctx context.Context, region string) error {
 func (c *conn) closeIdle() { c.tr.CloseIdleConnections() }
 
 // withTimeout bounds a metadata operation.
-func withTimeout(ctx context.Context) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(ctx, opTimeout)
+func (c *conn) withTimeout(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, c.timeout)
 }
 
 // fail translates an error from minio-go or the network into the tmpfs

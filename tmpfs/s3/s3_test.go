@@ -390,6 +390,56 @@ func TestMinIODown(t *testing.T) {
 	}
 }
 
+// A MinIO that accepts connections but never answers (frozen) makes calls
+// fail with ErrUnavailable after Config.Timeout instead of hanging, and the
+// store recovers when it answers again.
+func TestMinIOHung(t *testing.T) {
+	srv := miniotest.New(t)
+	cfg := config(t, srv)
+	cfg.Timeout = time.Second
+	b, x, err := s3.New(t.Context(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	s := tmpfs.New(b, x, nil)
+	ctx := t.Context()
+	run := runid.New()
+	if _, err := s.WriteBytes(ctx, run, "a.txt", []byte("alpha")); err != nil {
+		t.Fatal(err)
+	}
+	srv.Freeze()
+	t.Cleanup(srv.Thaw) // before the server's own cleanup stops it
+	down, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	for _, c := range []struct {
+		name string
+		call func() error
+	}{
+		{"write", func() error { _, err := s.WriteBytes(down, run, "new.txt", []byte("new")); return err }},
+		{"read", func() error { _, _, err := s.ReadAll(down, run, "a.txt"); return err }},
+		{"list fresh run", func() error { _, err := s.List(down, runid.New(), ""); return err }},
+		{"ping", func() error { return s.Ping(down) }},
+	} {
+		start := time.Now()
+		err := c.call()
+		if !errors.Is(err, tmpfs.ErrUnavailable) {
+			t.Errorf("%s with MinIO hung: got %v, want ErrUnavailable", c.name, err)
+		}
+		t.Logf("%s with MinIO hung failed after %v: %v", c.name, time.Since(start).Round(time.Millisecond), err)
+	}
+	if down.Err() != nil {
+		t.Fatal("the store hung until the test's bound")
+	}
+	srv.Thaw()
+	if got, _, err := s.ReadAll(ctx, run, "a.txt"); err != nil || string(got) != "alpha" {
+		t.Fatalf("after thaw: got %q, %v, want alpha", got, err)
+	}
+	if _, err := s.WriteBytes(ctx, run, "new.txt", []byte("new")); err != nil {
+		t.Fatalf("write after thaw: %v", err)
+	}
+}
+
 // A blob overwritten in the bucket behind the store's back is never served,
 // and writing its true bytes again repairs it.
 func TestTamperedBlob(t *testing.T) {
