@@ -266,3 +266,11 @@ func (e *Evaluator) Close() error {
 	}
 	return nil
 }
+
+// InterpreterFunc adapts a function to Interpreter.
+type InterpreterFunc func(ctx context.Context, script []byte, dir string) (Process, error)
+
+// Start implements Interpreter.
+func (f InterpreterFunc) Start(ctx context.Context, script []byte, dir string) (Process, error) {
+	return f(ctx, script, dir)
+}

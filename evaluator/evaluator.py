@@ -17,7 +17,7 @@ import sys
 import zlib
 
 ROOT = "/in"
-PASS_THRESHOLD = 0.7
+PASS_THRESHOLD = 0.75
 URL_RE = re.compile(r"https?://[^\s<>\"')\]]+")
 NUMBER_RE = re.compile(r"\d")
 
@@ -141,8 +141,8 @@ CHECKS = {
 def grade(req):
     tool = req["tool"]
     ok = req.get("ok", True)
-    arts = req.get("artifacts", [])
-    expected = req.get("expected", [])
+    arts = req.get("artifacts") or []
+    expected = req.get("expected") or []
     mounted = os.path.join(ROOT, req["dir"]) if req.get("dir") else None
     notes = []
 
@@ -165,7 +165,7 @@ def grade(req):
     elif expected:
         have = 0
         for e in expected:
-            a = by_path.get(e["path"]) or req.get("run_files", {}).get(e["path"])
+            a = by_path.get(e["path"]) or (req.get("run_files") or {}).get(e["path"])
             if a and a.get("size", 0) > 0:
                 have += 1
             else:
@@ -175,10 +175,6 @@ def grade(req):
         completeness = 1.0 if arts and arts[0].get("size", 0) > 0 else 0.5
         if completeness < 1:
             notes.append("the written file is empty")
-    elif tool == "browser.search":
-        completeness = 1.0 if req.get("results", 0) > 0 else 0.5
-        if completeness < 1:
-            notes.append("the search returned no results")
     else:
         completeness = 1.0
 
@@ -211,9 +207,12 @@ def grade(req):
 
     # Evidence: claims in markdown/HTML artifacts cite URLs from the run's
     # recorded searches or name a dataset in the run.
-    cited = set(req.get("citation_urls", []))
-    datasets = [d for d in req.get("datasets", []) if d]
+    cited = set(req.get("citation_urls") or [])
+    datasets = [d for d in (req.get("datasets") or []) if d]
     scores = []
+    if tool == "browser.search" and ok and not req.get("results"):
+        scores.append(0.5)
+        notes.append("the search returned no results, so it adds no evidence")
     for a in arts:
         ext = os.path.splitext(a["path"])[1].lower()
         if ext not in (".md", ".html", ".htm"):
@@ -263,7 +262,7 @@ def grade(req):
         notes.append("the kernel restarted and lost its state")
     if req.get("tampered"):
         hygiene -= 0.5
-        notes.append("the cell changed the journal (%s); it was restored" % ", ".join(req["tampered"]))
+        notes.append("the cell changed the journal (%s); it was restored" % ", ".join(req["tampered"] or []))
     budget = req.get("budget_ms") or 0
     if budget and req.get("elapsed_ms", 0) > budget:
         hygiene -= 0.25
@@ -272,7 +271,9 @@ def grade(req):
 
     dims = [completeness, correctness, evidence, hygiene]
     score = sum(dims) / 4
-    passed = ok and score >= PASS_THRESHOLD and min(dims) > 0
+    # A step passes when it did what it set out to (every expected artifact,
+    # a successful call), nothing is badly wrong, and the whole is good.
+    passed = ok and completeness >= 1.0 and min(dims) >= 0.5 and score >= PASS_THRESHOLD
     if not notes:
         notes.append("all checks passed" + (" on %d artifact(s)" % checked if checked else ""))
     critique = "; ".join(notes[:3])
@@ -285,7 +286,7 @@ def grade(req):
         "correctness": round(correctness, 4),
         "evidence": round(evidence, 4),
         "hygiene": round(hygiene, 4),
-        "critique": critique[0].upper() + critique[1:] + ".",
+        "critique": critique + ".",
     }
 
 

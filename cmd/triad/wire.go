@@ -60,14 +60,12 @@ func openStack(ctx context.Context, c *config, log *slog.Logger) (*stack, error)
 	if !search.Configured() {
 		log.Warn("browser.search is not configured: set TAVILY_API_KEY to enable it; every other tool works")
 	}
-	eval, err := openEvaluator(ctx, c, store, log)
+	eval, closeEval, err := openEvaluator(ctx, c, store, log)
 	if err != nil {
 		s.Close()
 		return nil, err
 	}
-	if eval != nil {
-		s.closes = append(s.closes, func() { eval.Close() })
-	}
+	s.closes = append(s.closes, closeEval)
 	s.orch = orchestrator.New(orchestrator.Config{
 		Store:     store,
 		Kernels:   km,

@@ -1,0 +1,152 @@
+package evaluator_test
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/triadhq/triad/evaluator"
+	"github.com/triadhq/triad/internal/runid"
+	"github.com/triadhq/triad/sandbox/wasm"
+	"github.com/triadhq/triad/tmpfs"
+	"github.com/triadhq/triad/tmpfs/local"
+)
+
+var (
+	backendOnce sync.Once
+	backend     *wasm.Backend
+	backendErr  error
+)
+
+// newEvaluator runs the real rubric on the embedded WASI interpreter.
+func newEvaluator(t *testing.T) (*evaluator.Evaluator, *tmpfs.Store) {
+	t.Helper()
+	backendOnce.Do(func() {
+		backend, backendErr = wasm.New(context.Background(), wasm.Config{CacheDir: "/tmp/triad-test-wazero-cache"})
+	})
+	if backendErr != nil {
+		t.Fatal(backendErr)
+	}
+	dir := t.TempDir()
+	b, _ := local.NewBlobs(dir)
+	x, _ := local.NewIndex(dir)
+	t.Cleanup(func() { x.Close() })
+	store := tmpfs.New(b, x, nil)
+	e, err := evaluator.New(evaluator.Config{
+		Interpreter: evaluator.InterpreterFunc(func(ctx context.Context, script []byte, d string) (evaluator.Process, error) {
+			return backend.StartProgram(ctx, script, d)
+		}),
+		Store: store, Dir: t.TempDir(),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { e.Close() })
+	return e, store
+}
+
+func artifact(t *testing.T, s *tmpfs.Store, run runid.ID, path, content string) evaluator.Artifact {
+	f, err := s.WriteBytes(t.Context(), run, path, []byte(content))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return evaluator.Artifact{Path: f.Path, Size: f.Size, SHA256: f.SHA256}
+}
+
+func TestVerdicts(t *testing.T) {
+	e, s := newEvaluator(t)
+	run := runid.New()
+	good := artifact(t, s, run, "kpis.csv", "channel,cac\nads,12\nseo,8\n")
+	report := artifact(t, s, run, "facts.md", "# Facts\nThe market grew 12% ([source](https://example.com/a)).\n")
+	badCSV := artifact(t, s, run, "broken.json", "{not json")
+	uncited := artifact(t, s, run, "claims.md", "Revenue will triple to 4.2M next year.\n")
+	named := artifact(t, s, run, "named.md", "Revenue will triple to 4.2M next year (from data/revenue.csv).\n")
+	cases := []struct {
+		name string
+		req  evaluator.Request
+		pass bool
+		// check inspects the verdict further.
+		check func(v evaluator.Verdict) string
+	}{
+		{"clean exec", evaluator.Request{Tool: "sandbox.exec", OK: true, Artifacts: []evaluator.Artifact{good, report},
+			CitationURLs: []string{"https://example.com/a"}}, true, nil},
+		{"failing cell that warns", evaluator.Request{Tool: "sandbox.exec", OK: false, Error: "ZeroDivisionError: division by zero",
+			Stderr: "<stdin>:1: DeprecationWarning: old api\n"}, false, func(v evaluator.Verdict) string {
+			if v.Hygiene >= 1 || v.Completeness != 0 {
+				return "want hygiene < 1 and completeness 0"
+			}
+			return ""
+		}},
+		{"unparseable artifact", evaluator.Request{Tool: "sandbox.exec", OK: true, Artifacts: []evaluator.Artifact{badCSV}}, false,
+			func(v evaluator.Verdict) string {
+				if v.Correctness != 0 || !strings.Contains(v.Critique, "broken.json") {
+					return "want correctness 0 and a critique naming broken.json"
+				}
+				return ""
+			}},
+		{"claims without sources", evaluator.Request{Tool: "sandbox.exec", OK: true, Artifacts: []evaluator.Artifact{uncited}}, false,
+			func(v evaluator.Verdict) string {
+				if v.Evidence != 0 {
+					return "want evidence 0"
+				}
+				return ""
+			}},
+		{"claims naming a dataset", evaluator.Request{Tool: "sandbox.exec", OK: true, Artifacts: []evaluator.Artifact{named},
+			Datasets: []string{"data/revenue.csv"}}, false, nil},
+		{"missing expected artifact", evaluator.Request{Tool: "sandbox.exec", OK: true, Artifacts: []evaluator.Artifact{good},
+			Expected: []evaluator.Expect{{Path: "kpis.csv", Columns: []string{"channel"}}, {Path: "forecast.csv"}}}, false,
+			func(v evaluator.Verdict) string {
+				if v.Completeness != 0.5 || !strings.Contains(v.Critique, "forecast.csv") {
+					return "want completeness 0.5 and a critique naming forecast.csv"
+				}
+				return ""
+			}},
+		{"declared column missing", evaluator.Request{Tool: "sandbox.exec", OK: true, Artifacts: []evaluator.Artifact{good},
+			Expected: []evaluator.Expect{{Path: "kpis.csv", Columns: []string{"roi"}}}}, false, nil},
+		{"tampered journal", evaluator.Request{Tool: "sandbox.exec", OK: true, Tampered: []string{"CEL.md"}}, true,
+			func(v evaluator.Verdict) string {
+				if v.Hygiene >= 1 {
+					return "want hygiene < 1"
+				}
+				return ""
+			}},
+		{"empty search", evaluator.Request{Tool: "browser.search", OK: true, Results: 0}, true, func(v evaluator.Verdict) string {
+			if v.Evidence >= 1 {
+				return "want evidence < 1"
+			}
+			return ""
+		}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			v, err := e.Evaluate(t.Context(), run, tc.req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tc.name == "claims naming a dataset" {
+				if v.Evidence != 1 {
+					t.Fatalf("got evidence %v, want 1 (the report names a dataset in the run)", v.Evidence)
+				}
+				return
+			}
+			if tc.name == "declared column missing" {
+				if v.Correctness == 1 {
+					t.Fatalf("got correctness 1 for a CSV lacking a declared column: %+v", v)
+				}
+				return
+			}
+			if v.Pass != tc.pass {
+				t.Fatalf("got pass=%v, want %v: %+v", v.Pass, tc.pass, v)
+			}
+			if tc.check != nil {
+				if msg := tc.check(v); msg != "" {
+					t.Fatalf("%s: got %+v", msg, v)
+				}
+			}
+			if v.Critique == "" {
+				t.Fatal("empty critique")
+			}
+		})
+	}
+}
