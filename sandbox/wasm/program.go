@@ -42,7 +42,7 @@ func (b *Backend) StartProgram(ctx context.Context, script []byte, dir string) (
 		WithSysFSMount(&sysfs.ReadFS{FS: sysfs.DirFS(dir)}, "/in").(sysfs.FSConfig).
 		WithSysFSMount(&sysfs.ReadFS{FS: &sysfs.AdaptFS{FS: b.libFS}}, "/lib")
 	mc := wazero.NewModuleConfig().
-		WithName("program-" + randomHex(6)).
+		WithName("program-"+randomHex(6)).
 		WithStartFunctions().
 		WithArgs("python", "-S", "-B", "-c", string(script)).
 		WithEnv("PYTHONHOME", "/").
