@@ -28,6 +28,8 @@ import (
 	"github.com/triadhq/triad/internal/kernels"
 	"github.com/triadhq/triad/internal/orchestrator"
 	"github.com/triadhq/triad/internal/testenv"
+	"github.com/triadhq/triad/recipes"
+	"github.com/triadhq/triad/recipes/runner"
 	"github.com/triadhq/triad/sandbox/docker"
 	"github.com/triadhq/triad/sandbox/docker/image"
 	"github.com/triadhq/triad/tmpfs"
@@ -40,15 +42,18 @@ import (
 // MCP handler mounted at /mcp as triad serve mounts it, and the MCP server
 // itself for stdio.
 type stack struct {
-	orch  *orchestrator.Orchestrator
-	store *tmpfs.Store
-	mcp   *Server
-	url   string // base URL of the HTTP API; MCP is at url+"/mcp"
+	orch   *orchestrator.Orchestrator
+	store  *tmpfs.Store
+	runner *runner.Runner // nil unless stackOptions.recipes
+	mcp    *Server
+	url    string // base URL of the HTTP API; MCP is at url+"/mcp"
 }
 
 type stackOptions struct {
 	sandbox bool
-	recipes RecipeRunner
+	// recipes adds the real recipe runner with the standard recipes and
+	// testdata/*.md; it needs the sandbox.
+	recipes bool
 }
 
 func newStack(t *testing.T, o stackOptions) *stack {
@@ -77,7 +82,22 @@ func newStack(t *testing.T, o stackOptions) *stack {
 	}
 	t.Cleanup(func() { search.Close() })
 	orch := orchestrator.New(orchestrator.Config{Store: store, Kernels: km, Journal: cel.New(store), Search: search})
-	srv := New(Config{Orchestrator: orch, Recipes: o.recipes})
+	var rn *runner.Runner
+	var recipeRunner RecipeRunner // a nil *runner.Runner must stay a nil interface
+	if o.recipes {
+		user, err := recipes.LoadDir("testdata")
+		if err != nil {
+			t.Fatal(err)
+		}
+		cat, err := recipes.NewCatalog(user...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rn = runner.New(runner.Config{Orchestrator: orch, Catalog: cat, Backend: km.Backend()})
+		t.Cleanup(func() { rn.Close() })
+		recipeRunner = rn
+	}
+	srv := New(Config{Orchestrator: orch, Recipes: recipeRunner})
 	t.Cleanup(func() {
 		if err := srv.Close(); err != nil {
 			t.Errorf("Server.Close: %v", err)
@@ -86,11 +106,11 @@ func newStack(t *testing.T, o stackOptions) *stack {
 			t.Errorf("second Server.Close: %v", err)
 		}
 	})
-	h := api.New(api.Config{Orchestrator: orch})
+	h := api.New(api.Config{Orchestrator: orch, Runner: rn})
 	h.Router().Handle("/mcp", srv.Handler())
 	hs := httptest.NewServer(h)
 	t.Cleanup(hs.Close)
-	return &stack{orch: orch, store: store, mcp: srv, url: hs.URL}
+	return &stack{orch: orch, store: store, runner: rn, mcp: srv, url: hs.URL}
 }
 
 var (

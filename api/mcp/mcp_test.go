@@ -18,10 +18,12 @@ import (
 	"github.com/google/go-cmp/cmp"
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/triadhq/triad/api"
 	"github.com/triadhq/triad/browser"
 	"github.com/triadhq/triad/internal/fault"
 	"github.com/triadhq/triad/internal/orchestrator"
 	"github.com/triadhq/triad/internal/runid"
+	"github.com/triadhq/triad/recipes/runner"
 	"github.com/triadhq/triad/tmpfs"
 )
 
@@ -43,8 +45,9 @@ func TestToolsAndSchemas(t *testing.T) {
 		ToolDelete:    {reflect.TypeFor[struct{ Path string }](), reflect.TypeFor[orchestrator.DeleteOutput](), true},
 		ToolJournal:   {reflect.TypeFor[struct{}](), nil, true},
 		ToolNote:      {reflect.TypeFor[struct{ Text, Author string }](), reflect.TypeFor[okOutput](), true},
-		ToolRecipe:    {reflect.TypeFor[struct{ Recipe, Params string }](), reflect.TypeFor[orchestrator.RunStatus](), false},
-		ToolRunStatus: {reflect.TypeFor[struct{}](), reflect.TypeFor[orchestrator.RunStatus](), true},
+		ToolRecipe:    {reflect.TypeFor[runner.Request](), reflect.TypeFor[runOutput](), false},
+		ToolRecipes:   {reflect.TypeFor[struct{}](), reflect.TypeFor[recipesOutput](), false},
+		ToolRunStatus: {reflect.TypeFor[struct{}](), reflect.TypeFor[api.RunView](), true},
 	}
 	name := regexp.MustCompile(`^[a-zA-Z0-9_-]{1,64}$`)
 	s := newStack(t, stackOptions{})
@@ -217,6 +220,7 @@ func TestFiles(t *testing.T) {
 				{"bad run_id", ToolList, map[string]any{"run_id": "../other"}, fault.InvalidRun},
 				{"no such run", ToolRunStatus, map[string]any{"run_id": "never-used"}, fault.NotFound},
 				{"no recipes", ToolRecipe, map[string]any{"recipe": "forecast-pack"}, fault.NotConfigured},
+				{"no recipe list", ToolRecipes, map[string]any{}, fault.NotConfigured},
 				{"no sandbox", ToolExec, map[string]any{"code": "1"}, fault.NotConfigured},
 				{"empty note", ToolNote, map[string]any{"text": " "}, fault.BadInput},
 			} {
@@ -265,7 +269,7 @@ func TestFiles(t *testing.T) {
 				t.Errorf("journal_read differs from GET /cel")
 			}
 
-			st := ok[orchestrator.RunStatus](t, call(t, cs, ToolRunStatus, map[string]any{}))
+			st := ok[api.RunView](t, call(t, cs, ToolRunStatus, map[string]any{}))
 			if st.RunID != run || len(st.Steps) != len(wantTools) {
 				t.Errorf("got run_status %+v, want run %s with %d steps", st, run, len(wantTools))
 			}
@@ -413,11 +417,11 @@ func TestSessionIsOneRun(t *testing.T) {
 // TestExamples runs every tool's worked example, as its description shows
 // it, against a real server and checks the answer matches.
 func TestExamples(t *testing.T) {
-	s := newStack(t, stackOptions{sandbox: true})
+	s := newStack(t, stackOptions{sandbox: true, recipes: true})
 	cs := connectHTTP(t, s)
 	// Order matters: the files examples build on each other, and the
 	// journal and status examples read what came before.
-	order := []string{ToolWrite, ToolRead, ToolList, ToolExec, ToolSearch, ToolNote, ToolJournal, ToolRunStatus, ToolDelete, ToolRestart}
+	order := []string{ToolWrite, ToolRead, ToolList, ToolExec, ToolSearch, ToolNote, ToolJournal, ToolRunStatus, ToolDelete, ToolRestart, ToolRecipes, ToolRecipe}
 	for _, tool := range order {
 		ex := examples[tool]
 		var args map[string]any
@@ -441,5 +445,87 @@ func TestExamples(t *testing.T) {
 		if err := match(want, generic(t, res.StructuredContent), tool); err != nil {
 			t.Errorf("example answer does not match: %v\ngot %s", err, text(res))
 		}
+		if tool == ToolRecipe {
+			// The example recipe runs for real, on the Tavily fake.
+			run := runid.ID(runOf(t, res))
+			if err := s.runner.Wait(t.Context(), run); err != nil {
+				t.Fatal(err)
+			}
+			st := ok[api.RunView](t, call(t, cs, ToolRunStatus, map[string]any{"run_id": run.String()}))
+			if st.Status != runner.Succeeded {
+				t.Errorf("the example recipe run ended %s (%s), want succeeded: %+v", st.Status, st.Error, st.RecipeSteps)
+			}
+		}
+	}
+}
+
+// TestRecipeRun starts a recipe through MCP with the real runner and
+// follows it with the run-scoped tools, passing its run_id.
+func TestRecipeRun(t *testing.T) {
+	s := newStack(t, stackOptions{sandbox: true, recipes: true})
+	cs := connectHTTP(t, s)
+	list := ok[recipesOutput](t, call(t, cs, ToolRecipes, map[string]any{}))
+	var names []string
+	for _, r := range list.Recipes {
+		names = append(names, r.Name)
+	}
+	if !slices.Contains(names, "mcp-smoke") || !slices.Contains(names, "market-scan") {
+		t.Errorf("recipe_list: got %v, want the standard recipes and mcp-smoke", names)
+	}
+	_, body := s.httpDo(t, http.MethodGet, "/recipes", "", nil)
+	if diff := cmp.Diff(body, generic(t, list)); diff != "" {
+		t.Errorf("recipe_list differs from GET /recipes (-http +mcp):\n%s", diff)
+	}
+
+	res := call(t, cs, ToolRecipe, map[string]any{"recipe": "mcp-smoke", "params": map[string]any{"n": 7}})
+	started := ok[runOutput](t, res)
+	if started.Status != runner.Queued || started.RunID == "" || runOf(t, res) != started.RunID {
+		t.Fatalf("got %+v (meta run %s), want a queued run", started, runOf(t, res))
+	}
+	session := runOf(t, call(t, cs, ToolList, map[string]any{}))
+	if started.RunID == session {
+		t.Errorf("the recipe ran in the session's run %s, want its own", session)
+	}
+	if err := s.runner.Wait(t.Context(), runid.ID(started.RunID)); err != nil {
+		t.Fatal(err)
+	}
+	res = call(t, cs, ToolRunStatus, map[string]any{"run_id": started.RunID})
+	st := ok[api.RunView](t, res)
+	if st.Status != runner.Succeeded || st.Recipe != "mcp-smoke" || len(st.RecipeSteps) != 3 {
+		t.Errorf("got %+v, want mcp-smoke succeeded with 3 steps (parameters, cell, write)", st)
+	}
+	_, body = s.httpDo(t, http.MethodGet, "/runs/"+started.RunID, "", nil)
+	if diff := cmp.Diff(body, generic(t, res.StructuredContent)); diff != "" {
+		t.Errorf("run_status differs from GET /runs/{id} (-http +mcp):\n%s", diff)
+	}
+	read := ok[orchestrator.ReadOutput](t, call(t, cs, ToolRead, map[string]any{"path": "artifacts/square.txt", "run_id": started.RunID}))
+	if read.Text == nil || *read.Text != "49" {
+		t.Errorf("artifacts/square.txt: got %+v, want 49", read)
+	}
+	cel := text(call(t, cs, ToolJournal, map[string]any{"run_id": started.RunID}))
+	if !strings.Contains(cel, "**Recipe:** mcp-smoke") || strings.Count(cel, "\n## Step ") < 3 {
+		t.Errorf("the recipe run's journal lacks its steps:\n%s", cel)
+	}
+
+	// Refusals are POST /run's refusals.
+	for _, c := range []struct {
+		name string
+		args map[string]any
+	}{
+		{"unknown recipe", map[string]any{"recipe": "no-such-recipe"}},
+		{"undeclared param", map[string]any{"recipe": "mcp-smoke", "params": map[string]any{"m": 1}}},
+		{"wrong param type", map[string]any{"recipe": "mcp-smoke", "params": map[string]any{"n": "seven"}}},
+		{"bad run_id", map[string]any{"recipe": "mcp-smoke", "run_id": "../x"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			e := failed(t, call(t, cs, ToolRecipe, c.args))
+			status, body := s.httpDo(t, http.MethodPost, "/run", "", c.args)
+			if status < 400 {
+				t.Fatalf("POST /run accepted %v", c.args)
+			}
+			if diff := cmp.Diff(body, generic(t, ErrorBody{Error: e})); diff != "" {
+				t.Errorf("recipe_run's error differs from POST /run's (-http +mcp):\n%s", diff)
+			}
+		})
 	}
 }

@@ -25,22 +25,31 @@ import (
 	"github.com/triadhq/triad/internal/orchestrator"
 	"github.com/triadhq/triad/internal/runid"
 	"github.com/triadhq/triad/internal/version"
+	"github.com/triadhq/triad/recipes"
+	"github.com/triadhq/triad/recipes/runner"
 )
 
-// RecipeRunner starts recipe runs and reports on them. The recipe runner
-// satisfies it, through a small adapter if its method names differ; the
-// MCP server needs nothing more.
+// RecipeRunner starts recipe runs and reports on them: the two methods of
+// *runner.Runner the MCP server calls. A runner that can also list its
+// recipes (List() []*recipes.Recipe) backs the recipe_list tool.
 type RecipeRunner interface {
-	// StartRecipe binds params to the named recipe, starts it in a fresh
-	// run and returns that run's id without waiting for the steps, which
-	// go through the orchestrator like every other call. An unknown
-	// recipe is a fault.NotFound, a bad param a fault.BadInput.
-	StartRecipe(ctx context.Context, recipe string, params map[string]any) (runid.ID, error)
-	// RecipeStatus reports a run the runner started, as GET /runs/{id}
-	// does, with Status saying whether steps are still running. A run the
-	// runner did not start is a fault.NotFound.
-	RecipeStatus(ctx context.Context, run runid.ID) (orchestrator.RunStatus, error)
+	// Start validates req, records the run as queued and runs it in the
+	// background, as POST /run does.
+	Start(ctx context.Context, req runner.Request) (runner.State, error)
+	// Status reports a recipe run; a run that is not one is a
+	// fault.NotFound.
+	Status(ctx context.Context, run runid.ID) (runner.State, error)
 }
+
+// recipeLister is the optional ability behind recipe_list.
+type recipeLister interface {
+	List() []*recipes.Recipe
+}
+
+var (
+	_ RecipeRunner = (*runner.Runner)(nil)
+	_ recipeLister = (*runner.Runner)(nil)
+)
 
 // Config configures a Server.
 type Config struct {

@@ -3,14 +3,15 @@ package mcp
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/triadhq/triad/api"
 	"github.com/triadhq/triad/browser"
 	"github.com/triadhq/triad/internal/fault"
 	"github.com/triadhq/triad/internal/orchestrator"
 	"github.com/triadhq/triad/internal/runid"
+	"github.com/triadhq/triad/recipes/runner"
 )
 
 // Tool names: the spec's names with "_" for ".", because common clients
@@ -26,6 +27,7 @@ const (
 	ToolJournal     = "journal_read"
 	ToolNote        = "journal_note"
 	ToolRecipe      = "recipe_run"
+	ToolRecipes     = "recipe_list"
 	ToolRunStatus   = "run_status"
 	metaRunID       = "triad/run_id"
 	runIDDesc       = "Optional: the run to work in, 1-64 characters from [A-Za-z0-9._-]. Omit it to use this MCP session's run; name another run to read or continue it (its kernel, files and journal)."
@@ -65,11 +67,21 @@ type (
 		Author string `json:"author,omitempty"`
 		runArg
 	}
-	recipeArgs struct {
-		Recipe string         `json:"recipe"`
-		Params map[string]any `json:"params,omitempty"`
-	}
 )
+
+// runOutput is POST /run's answer.
+type runOutput struct {
+	RunID     string `json:"run_id"`
+	Status    string `json:"status"`
+	StatusURL string `json:"status_url"`
+	EventsURL string `json:"events_url"`
+	Resumes   int    `json:"resumes"`
+}
+
+// recipesOutput is GET /recipes's answer.
+type recipesOutput struct {
+	Recipes []api.RecipeInfo `json:"recipes"`
+}
 
 // okOutput is the {"ok": true} answer of POST /cel/note.
 type okOutput struct {
@@ -123,12 +135,16 @@ var examples = map[string]example{
 	},
 	ToolNote: {Args: `{"text": "Use 2024 prices only", "author": "analyst"}`, Answer: `{"ok": true}`},
 	ToolRecipe: {
-		Args:   `{"recipe": "forecast-pack", "params": {"objective": "Forecast next year's leads"}}`,
-		Answer: `{"run_id": "…", "status": "…", "steps": "…", "artifacts": "…"}`,
+		Args:   `{"recipe": "market-scan", "objective": "Size the B2B SaaS analytics market for 2026", "params": {"top_k": 3}}`,
+		Answer: `{"run_id": "…", "status": "queued", "status_url": "…", "events_url": "…", "resumes": 0}`,
+	},
+	ToolRecipes: {
+		Args:   `{}`,
+		Answer: `{"recipes": [{"name": "…", "title": "…", "description": "…", "backend": "…", "origin": "standard"}]}`,
 	},
 	ToolRunStatus: {
 		Args:   `{}`,
-		Answer: `{"run_id": "…", "status": "…", "steps": [{"step": 1, "tool": "tmp.write", "ok": true, "evaluation": "…", "score": "…", "duration_ms": "…"}], "artifacts": "…"}`,
+		Answer: `{"run_id": "…", "status": "open", "steps": [{"step": 1, "tool": "tmp.write", "ok": true, "evaluation": "…", "score": "…", "duration_ms": "…"}], "artifacts": "…"}`,
 	},
 }
 
@@ -314,32 +330,52 @@ func (s *Server) addTools() {
 		Annotations:  &sdk.ToolAnnotations{OpenWorldHint: ptr(false)},
 	}, s.note)
 
-	runStatusOut := map[string]string{
-		"run_id":    "The run.",
-		"status":    "The run's state; a recipe run is running until its last step ends.",
-		"steps":     "One entry per tool call, in order, with the evaluator's verdict (PASS or FAIL) and score.",
-		"artifacts": "The run's artifact index (artifacts/index.json).",
-	}
 	addTool(s, &sdk.Tool{
 		Name:  ToolRecipe,
 		Title: "Run a recipe",
-		Description: describe(ToolRecipe, "Start a recipe (a predefined workflow of searches, cells and writes) in a fresh run and answer at once with its run_id and status. "+
-			"Follow it with run_status, journal_read, tmp_list and tmp_read, passing that run_id. Every recipe takes an objective param; others are the recipe's own."),
-		InputSchema: schemaFor[recipeArgs](map[string]string{
-			"recipe": "The recipe's name, e.g. forecast-pack.",
-			"params": "The recipe's params by name; omitted params take their defaults.",
+		Description: describe(ToolRecipe, "Start a recipe (a predefined workflow of searches, cells and writes; recipe_list names them) in its own run and answer at once with its run_id. "+
+			"Follow it with run_status, journal_read, tmp_list and tmp_read, passing that run_id. Same body as POST /run."),
+		InputSchema: schemaFor[runner.Request](map[string]string{
+			"recipe":    "The recipe's name, e.g. market-scan.",
+			"objective": "Optional: the question the run answers; it heads the recipe's report.",
+			"params":    "Optional: the recipe's params by name (recipe_list shows them); omitted params take their defaults.",
+			"run_id":    "Optional: a fresh run id, or a failed or interrupted recipe run to resume. Omitted, a fresh run is made; the recipe never runs in this session's run.",
 		}),
-		OutputSchema: schemaFor[orchestrator.RunStatus](runStatusOut),
-		Annotations:  &sdk.ToolAnnotations{OpenWorldHint: ptr(true)},
+		OutputSchema: schemaFor[runOutput](map[string]string{
+			"run_id":     "The recipe's run: pass it as run_id to run_status, journal_read and the tmp tools.",
+			"status":     "queued, running, succeeded or failed.",
+			"status_url": "The run's status over HTTP (GET).",
+			"events_url": "The run's progress over HTTP, as Server-Sent Events.",
+			"resumes":    "How many times the run was resumed.",
+		}),
+		Annotations: &sdk.ToolAnnotations{OpenWorldHint: ptr(true)},
 	}, s.recipe)
 
 	addTool(s, &sdk.Tool{
-		Name:         ToolRunStatus,
-		Title:        "Run status",
-		Description:  describe(ToolRunStatus, "Report a run (this session's, or the one run_id names, such as a recipe run): its status, each step's tool, outcome and evaluation, and its artifacts."),
-		InputSchema:  schemaFor[struct{ runArg }](map[string]string{"run_id": runIDDesc}),
-		OutputSchema: schemaFor[orchestrator.RunStatus](runStatusOut),
-		Annotations:  &sdk.ToolAnnotations{ReadOnlyHint: true, OpenWorldHint: ptr(false)},
+		Name:        ToolRecipes,
+		Title:       "List recipes",
+		Description: describe(ToolRecipes, "List the recipes recipe_run can start, with what each does and which sandbox it needs. Same answer as GET /recipes."),
+		InputSchema: schemaFor[struct{}](nil),
+		OutputSchema: schemaFor[recipesOutput](map[string]string{
+			"recipes": "The recipes, sorted by name.",
+		}),
+		Annotations: &sdk.ToolAnnotations{ReadOnlyHint: true, OpenWorldHint: ptr(false)},
+	}, s.recipeList)
+
+	addTool(s, &sdk.Tool{
+		Name:  ToolRunStatus,
+		Title: "Run status",
+		Description: describe(ToolRunStatus, "Report a run (this session's, or the one run_id names, such as a recipe run): its status (open for a session's run; queued, running, succeeded or failed for a recipe run), "+
+			"each tool call's outcome and evaluation, a recipe run's steps, and the artifact index. Same answer as GET /runs/{id}."),
+		InputSchema: schemaFor[struct{ runArg }](map[string]string{"run_id": runIDDesc}),
+		OutputSchema: schemaFor[api.RunView](map[string]string{
+			"run_id":       "The run.",
+			"status":       "open for a run of tool calls; queued, running, succeeded or failed for a recipe run.",
+			"steps":        "One entry per tool call, in order, with the evaluator's verdict (PASS or FAIL) and score.",
+			"artifacts":    "The run's artifact index (artifacts/index.json).",
+			"recipe_steps": "A recipe run's steps and their status.",
+		}),
+		Annotations: &sdk.ToolAnnotations{ReadOnlyHint: true, OpenWorldHint: ptr(false)},
 	}, s.runStatus)
 }
 
@@ -460,44 +496,69 @@ func (s *Server) note(ctx context.Context, req *sdk.CallToolRequest, in noteArgs
 	return result(run), okOutput{OK: true}, nil
 }
 
-func (s *Server) recipe(ctx context.Context, req *sdk.CallToolRequest, in recipeArgs) (*sdk.CallToolResult, orchestrator.RunStatus, error) {
-	var out orchestrator.RunStatus
+func (s *Server) needRunner() error {
 	if s.recipes == nil {
-		return nil, out, fault.New(fault.NotConfigured, "this server runs no recipes",
-			"make the same calls yourself with sandbox_exec, browser_search and tmp_write, or use a triad server started with recipes")
+		return fault.New(fault.NotConfigured, "recipes are not available on this server",
+			"make the calls yourself with sandbox_exec, browser_search and tmp_write, or start triad with a sandbox (--sandbox docker, wasm or auto)")
 	}
-	if in.Recipe == "" {
-		return nil, out, fault.New(fault.BadInput, "recipe is empty", "name the recipe to run, e.g. forecast-pack")
+	return nil
+}
+
+func (s *Server) recipe(ctx context.Context, req *sdk.CallToolRequest, in runner.Request) (*sdk.CallToolResult, runOutput, error) {
+	var out runOutput
+	if err := s.needRunner(); err != nil {
+		return nil, out, err
 	}
-	run, err := s.recipes.StartRecipe(ctx, in.Recipe, in.Params)
+	st, err := s.recipes.Start(ctx, in)
 	if err != nil {
 		return nil, out, err
 	}
-	out, err = s.recipes.RecipeStatus(ctx, run)
-	if err != nil {
-		fe := asFault(err)
-		return nil, out, fault.Wrap(fe.Kind, err, fmt.Sprintf("recipe %s started as run %s, but its status could not be read: %s", in.Recipe, run, fe.Message),
-			fmt.Sprintf("call run_status with run_id %q", run))
-	}
-	return result(run), out, nil
+	out = runOutput{RunID: st.RunID, Status: st.Status, StatusURL: "/runs/" + st.RunID, EventsURL: "/runs/" + st.RunID + "/events", Resumes: st.Resumes}
+	return result(runid.ID(st.RunID)), out, nil
 }
 
-// runStatus asks the recipe runner first, which knows whether a recipe run
-// is still going, and the orchestrator for every other run.
-func (s *Server) runStatus(ctx context.Context, req *sdk.CallToolRequest, in struct{ runArg }) (*sdk.CallToolResult, orchestrator.RunStatus, error) {
+func (s *Server) recipeList(ctx context.Context, req *sdk.CallToolRequest, _ struct{}) (*sdk.CallToolResult, recipesOutput, error) {
+	out := recipesOutput{Recipes: []api.RecipeInfo{}}
+	if err := s.needRunner(); err != nil {
+		return nil, out, err
+	}
+	l, ok := s.recipes.(recipeLister)
+	if !ok {
+		return nil, out, fault.New(fault.Unsupported, "this server's recipe runner cannot list its recipes", "ask the operator for the recipe names")
+	}
+	for _, rc := range l.List() {
+		out.Recipes = append(out.Recipes, api.RecipeInfo{Name: rc.Name, Title: rc.Title, Description: rc.Description, Backend: string(rc.Backend), Origin: rc.Origin})
+	}
+	return &sdk.CallToolResult{}, out, nil
+}
+
+// runStatus answers as GET /runs/{id} does: the journal's view of every
+// call, with the recipe runner's state on top for a recipe run.
+func (s *Server) runStatus(ctx context.Context, req *sdk.CallToolRequest, in struct{ runArg }) (*sdk.CallToolResult, api.RunView, error) {
+	var view api.RunView
 	run, err := s.run(req, in.RunID)
 	if err != nil {
-		return nil, orchestrator.RunStatus{}, err
+		return nil, view, err
 	}
+	var rs *runner.State
 	if s.recipes != nil {
-		st, err := s.recipes.RecipeStatus(ctx, run)
+		st, err := s.recipes.Status(ctx, run)
 		if err == nil {
-			return result(run), st, nil
-		}
-		if fe := fault.As(err); fe == nil || fe.Kind != fault.NotFound {
-			return nil, st, err
+			rs = &st
+		} else if fe := fault.As(err); fe == nil || fe.Kind != fault.NotFound {
+			return nil, view, err
 		}
 	}
-	st, err := s.orch.Status(ctx, run)
-	return result(run), st, err
+	js, err := s.orch.Status(ctx, run)
+	if err != nil && rs == nil {
+		return nil, view, err
+	}
+	view.RunStatus = js
+	view.RunID = run.String()
+	if rs != nil {
+		view.Status = rs.Status
+		view.Recipe, view.Objective, view.Error, view.Resumes = rs.Recipe, rs.Objective, rs.Error, rs.Resumes
+		view.RecipeSteps, view.Params, view.Created, view.Finished = rs.Steps, rs.Params, &rs.Created, rs.Finished
+	}
+	return result(run), view, nil
 }
