@@ -337,7 +337,10 @@ func TestTemplatesCannotInjectYAML(t *testing.T) {
 }
 
 func TestStandardRecipes(t *testing.T) {
+	want := []string{"competitor-alert", "forecast-pack", "implementation-brief", "market-scan", "sales-reallocation"}
+	var got []string
 	for _, r := range Standard() {
+		got = append(got, r.Name)
 		t.Run(r.Name, func(t *testing.T) {
 			p, err := r.Bind(nil)
 			if err != nil {
@@ -378,6 +381,9 @@ func TestStandardRecipes(t *testing.T) {
 				}
 			}
 		})
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("standard recipes (-want +got):\n%s", diff)
 	}
 }
 

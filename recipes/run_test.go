@@ -153,11 +153,16 @@ func TestStdlibRecipesRunWithoutPackages(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer search.Close()
+	var names []string
 	for _, r := range Standard() {
 		if r.Backend != BackendAny {
 			continue
 		}
+		names = append(names, r.Name)
 		t.Run(r.Name, func(t *testing.T) { runRecipe(t, r, stdlibRunner(py), search) })
+	}
+	if want := []string{"competitor-alert", "market-scan"}; !slices.Equal(names, want) {
+		t.Errorf("got backend-any recipes %v, want %v", names, want)
 	}
 }
 
