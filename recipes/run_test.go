@@ -21,7 +21,6 @@ import (
 
 	"github.com/docker/docker/client"
 
-	"github.com/triadhq/triad/browser"
 	"github.com/triadhq/triad/browser/tavily"
 	"github.com/triadhq/triad/browser/tavilytest"
 	"github.com/triadhq/triad/internal/testenv"
@@ -219,12 +218,8 @@ func runRecipe(t *testing.T, r *Recipe, run cellRunner, search *tavily.Client) s
 			if err != nil {
 				t.Fatal(err)
 			}
-			// What a search step saves: the browser.search answer plus
-			// the request that produced it.
-			saved := struct {
-				Request browser.Request `json:"request"`
-				browser.Response
-			}{rec.Input, rec.Response()}
+			// What a search step saves: the browser.search answer.
+			saved := rec.Response()
 			sum := sha256.Sum256(raw)
 			saved.CitationsID = hex.EncodeToString(sum[:])
 			b, err := json.MarshalIndent(saved, "", "  ")
