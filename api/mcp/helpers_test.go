@@ -120,9 +120,10 @@ var (
 	engineErr error
 )
 
-// dockerBackend starts the real Docker sandbox on the real image, or stops
-// the test when no engine answers (a failure under CI).
-func dockerBackend(t *testing.T) *docker.Backend {
+// sandboxImage returns the real sandbox image's tag, importing or building
+// it on first use as CI does, or stops the test when no engine answers (a
+// failure under CI).
+func sandboxImage(t *testing.T) string {
 	t.Helper()
 	imageOnce.Do(func() {
 		cli, err := client.NewClientWithOpts(client.FromEnv, client.WithAPIVersionNegotiation())
@@ -145,7 +146,14 @@ func dockerBackend(t *testing.T) *docker.Backend {
 	if imageErr != nil {
 		testenv.Missing(t, "the sandbox image (root + debootstrap to build it): "+imageErr.Error())
 	}
-	b, err := docker.New(context.Background(), docker.Config{Image: imageTag, WorkRoot: filepath.Join(t.TempDir(), "work")})
+	return imageTag
+}
+
+// dockerBackend starts the real Docker sandbox on the real image.
+func dockerBackend(t *testing.T) *docker.Backend {
+	t.Helper()
+	tag := sandboxImage(t)
+	b, err := docker.New(context.Background(), docker.Config{Image: tag, WorkRoot: filepath.Join(t.TempDir(), "work")})
 	if err != nil {
 		t.Fatalf("docker.New: %v", err)
 	}

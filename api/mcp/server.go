@@ -97,6 +97,12 @@ func New(c Config) *Server {
 	if c.MaxImageBytes == 0 {
 		c.MaxImageBytes = 8 << 20
 	}
+	// triad serve holds a *runner.Runner that is nil without a sandbox; in
+	// the interface it would not compare equal to nil, and recipe_run would
+	// call through it. It means "no recipes", as api.Config.Runner does.
+	if r, ok := c.Recipes.(*runner.Runner); ok && r == nil {
+		c.Recipes = nil
+	}
 	s := &Server{orch: c.Orchestrator, recipes: c.Recipes, log: c.Logger, maxImage: c.MaxImageBytes,
 		anon: map[*sdk.ServerSession]runid.ID{}}
 	s.mcp = sdk.NewServer(&sdk.Implementation{Name: "triad", Title: "Triad", Version: version.String()}, &sdk.ServerOptions{
