@@ -1,0 +1,156 @@
+// Package teststack assembles a real Triad stack for tests: local store, Docker or WASI kernels, the WASI evaluator, the journal and an honest fake Tavily.
+package teststack
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/docker/docker/client"
+
+	"github.com/triadhq/triad/browser/tavily"
+	"github.com/triadhq/triad/browser/tavilytest"
+	"github.com/triadhq/triad/cel"
+	"github.com/triadhq/triad/evaluator"
+	"github.com/triadhq/triad/internal/kernels"
+	"github.com/triadhq/triad/internal/orchestrator"
+	"github.com/triadhq/triad/internal/testenv"
+	"github.com/triadhq/triad/sandbox"
+	"github.com/triadhq/triad/sandbox/docker"
+	"github.com/triadhq/triad/sandbox/docker/image"
+	"github.com/triadhq/triad/sandbox/wasm"
+	"github.com/triadhq/triad/tmpfs"
+	"github.com/triadhq/triad/tmpfs/local"
+)
+
+// Options choose the stack's parts.
+type Options struct {
+	// Sandbox is "docker", "wasm" or "" (none).
+	Sandbox string
+	// Warm is the kernel pool size.
+	Warm int
+	// Search starts a fake Tavily and wires a real client to it.
+	Search bool
+	// Dir is the data directory; empty means a fresh temp dir. Reusing a
+	// Dir across two stacks simulates a restart.
+	Dir string
+}
+
+// Stack is an assembled orchestrator and its parts.
+type Stack struct {
+	Dir     string
+	Store   *tmpfs.Store
+	Kernels *kernels.Manager
+	Orch    *orchestrator.Orchestrator
+	Backend string
+	Tavily  *tavilytest.Server
+}
+
+var (
+	evalOnce sync.Once
+	evalWasm *wasm.Backend
+	evalErr  error
+)
+
+// wazeroCache is shared by every test process so python.wasm compiles once.
+func wazeroCache() string { return filepath.Join(os.TempDir(), "triad-test-wazero-cache") }
+
+// New builds a stack; everything is closed when the test ends.
+func New(t testing.TB, o Options) *Stack {
+	t.Helper()
+	ctx := context.Background()
+	s := &Stack{Dir: o.Dir}
+	if s.Dir == "" {
+		s.Dir = t.TempDir()
+	}
+	b, err := local.NewBlobs(filepath.Join(s.Dir, "store"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	x, err := local.NewIndex(filepath.Join(s.Dir, "store"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { x.Close() })
+	s.Store = tmpfs.New(b, x, nil)
+
+	var backend sandbox.Backend
+	switch o.Sandbox {
+	case "docker":
+		backend = Docker(t, filepath.Join(s.Dir, "work", "docker"))
+	case "wasm":
+		wb, err := wasm.New(ctx, wasm.Config{WorkRoot: filepath.Join(s.Dir, "work", "wasm"), CacheDir: wazeroCache()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { wb.Close() })
+		backend = wb
+	}
+	if backend != nil {
+		s.Backend = backend.Name()
+		s.Kernels = kernels.New(kernels.Config{Backend: backend, Store: s.Store, Warm: o.Warm, Protect: orchestrator.Protected})
+		t.Cleanup(func() { s.Kernels.Close() })
+	}
+
+	evalOnce.Do(func() {
+		evalWasm, evalErr = wasm.New(ctx, wasm.Config{CacheDir: wazeroCache(), MemoryLimitBytes: 512 << 20})
+	})
+	if evalErr != nil {
+		t.Fatal(evalErr)
+	}
+	ev, err := evaluator.New(evaluator.Config{
+		Interpreter: evaluator.InterpreterFunc(func(ctx context.Context, script []byte, dir string) (evaluator.Process, error) {
+			return evalWasm.StartProgram(ctx, script, dir)
+		}),
+		Store: s.Store, Dir: filepath.Join(s.Dir, "eval"),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ev.Close() })
+
+	cfg := orchestrator.Config{Store: s.Store, Kernels: s.Kernels, Journal: cel.New(s.Store), Evaluator: ev}
+	if o.Search {
+		s.Tavily = tavilytest.NewServer(t)
+		tc, err := tavily.New(tavily.Config{APIKey: s.Tavily.Key, BaseURL: s.Tavily.URL, Timeout: 10 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg.Search = tc
+	}
+	s.Orch = orchestrator.New(cfg)
+	return s
+}
+
+// Docker returns a Docker backend over workRoot, building or importing the
+// sandbox image if needed; it is closed when the test ends. A missing
+// engine skips locally and fails under CI.
+func Docker(t testing.TB, workRoot string) *docker.Backend {
+	t.Helper()
+	ctx := context.Background()
+	cli, err := client.NewClientWithOpts(client.FromEnv, client.WithAPIVersionNegotiation())
+	if err != nil {
+		testenv.Missing(t, "a Docker engine (dockerd)")
+	}
+	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	_, err = cli.Ping(pctx)
+	cancel()
+	if err != nil {
+		cli.Close()
+		testenv.Missing(t, "a Docker engine (dockerd): "+err.Error())
+	}
+	tag, err := image.Ensure(ctx, cli, image.Options{})
+	cli.Close()
+	if err != nil {
+		t.Fatalf("sandbox image: %v", err)
+	}
+	b, err := docker.New(ctx, docker.Config{Image: tag, WorkRoot: workRoot})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	return b
+}
