@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"encoding/base64"
+	"encoding/hex"
 	"encoding/json"
 	"image"
 	"image/color"
@@ -528,4 +529,58 @@ func TestRecipeRun(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestClose: Close ends open HTTP sessions (their next call fails at the
+// protocol level: the session is gone), keeps their runs, and a new
+// session starts a new run.
+func TestClose(t *testing.T) {
+	s := newStack(t, stackOptions{})
+	cs, err := newClient().Connect(t.Context(), &sdk.StreamableClientTransport{Endpoint: s.url + "/mcp", MaxRetries: -1}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cs.Close()
+	run := runOf(t, call(t, cs, ToolWrite, map[string]any{"path": "kept.txt", "text": "kept"}))
+	if err := s.mcp.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	if _, err := cs.CallTool(t.Context(), &sdk.CallToolParams{Name: ToolList, Arguments: map[string]any{}}); err == nil {
+		t.Errorf("a call on a closed session succeeded")
+	}
+	cs2 := connectHTTP(t, s)
+	res := call(t, cs2, ToolRead, map[string]any{"path": "kept.txt", "run_id": run})
+	if read := ok[orchestrator.ReadOutput](t, res); read.Text == nil || *read.Text != "kept" {
+		t.Errorf("the closed session's run lost its file: %+v", read)
+	}
+	if runOf(t, call(t, cs2, ToolList, map[string]any{})) == run {
+		t.Errorf("a new session reused the closed session's run")
+	}
+}
+
+func TestSessionRun(t *testing.T) {
+	for _, c := range []struct{ session, want string }{
+		{"ABCDEFGHIJKLMNOPQRSTUVWXYZ", "mcp-ABCDEFGHIJKLMNOPQRSTUVWXYZ"},
+		{"a.b_c-d", "mcp-a.b_c-d"},
+		// Not run-id-safe or too long: hashed, never cut or rewritten.
+		{"a/b", "mcp-" + hexSum("a/b")},
+		{"a b", "mcp-" + hexSum("a b")},
+		{strings.Repeat("x", 61), "mcp-" + hexSum(strings.Repeat("x", 61))},
+	} {
+		got := sessionRun(c.session)
+		if string(got) != c.want {
+			t.Errorf("sessionRun(%q): got %s, want %s", c.session, got, c.want)
+		}
+		if _, err := runid.Parse(string(got)); err != nil {
+			t.Errorf("sessionRun(%q) = %q is not a valid run id: %v", c.session, got, err)
+		}
+	}
+	if sessionRun(strings.Repeat("x", 61)) == sessionRun(strings.Repeat("x", 62)) {
+		t.Errorf("two long session ids share a run")
+	}
+}
+
+func hexSum(s string) string {
+	sum := sha256.Sum256([]byte(s))
+	return hex.EncodeToString(sum[:16])
 }
