@@ -56,7 +56,7 @@ type stackOptions struct {
 	recipes bool
 }
 
-func newStack(t *testing.T, o stackOptions) *stack {
+func newStack(t testing.TB, o stackOptions) *stack {
 	t.Helper()
 	dir := t.TempDir()
 	blobs, err := local.NewBlobs(dir)
@@ -123,7 +123,7 @@ var (
 // sandboxImage returns the real sandbox image's tag, importing or building
 // it on first use as CI does, or stops the test when no engine answers (a
 // failure under CI).
-func sandboxImage(t *testing.T) string {
+func sandboxImage(t testing.TB) string {
 	t.Helper()
 	imageOnce.Do(func() {
 		cli, err := client.NewClientWithOpts(client.FromEnv, client.WithAPIVersionNegotiation())
@@ -150,7 +150,7 @@ func sandboxImage(t *testing.T) string {
 }
 
 // dockerBackend starts the real Docker sandbox on the real image.
-func dockerBackend(t *testing.T) *docker.Backend {
+func dockerBackend(t testing.TB) *docker.Backend {
 	t.Helper()
 	tag := sandboxImage(t)
 	b, err := docker.New(context.Background(), docker.Config{Image: tag, WorkRoot: filepath.Join(t.TempDir(), "work")})
@@ -168,7 +168,7 @@ func dockerBackend(t *testing.T) *docker.Backend {
 // transport connects an SDK client to the stack one way.
 type transport struct {
 	name    string
-	connect func(t *testing.T, s *stack) *sdk.ClientSession
+	connect func(t testing.TB, s *stack) *sdk.ClientSession
 }
 
 var transports = []transport{
@@ -181,7 +181,7 @@ func newClient() *sdk.Client {
 }
 
 // connectHTTP opens a streamable HTTP session at /mcp of the HTTP API.
-func connectHTTP(t *testing.T, s *stack) *sdk.ClientSession {
+func connectHTTP(t testing.TB, s *stack) *sdk.ClientSession {
 	t.Helper()
 	cs, err := newClient().Connect(t.Context(), &sdk.StreamableClientTransport{Endpoint: s.url + "/mcp", DisableStandaloneSSE: true}, nil)
 	if err != nil {
@@ -193,7 +193,7 @@ func connectHTTP(t *testing.T, s *stack) *sdk.ClientSession {
 
 // connectStdio serves one stdio session over a pair of pipes, the way
 // triad mcp serves its stdin and stdout.
-func connectStdio(t *testing.T, s *stack) *sdk.ClientSession {
+func connectStdio(t testing.TB, s *stack) *sdk.ClientSession {
 	t.Helper()
 	c2sR, c2sW := io.Pipe()
 	s2cR, s2cW := io.Pipe()
