@@ -227,11 +227,6 @@ func (r *Runner) prepare(ctx context.Context, req Request) (*prepared, error) {
 		}
 		return nil, err
 	}
-	if rec.Backend == recipes.BackendDocker && r.c.Backend != "docker" {
-		return nil, fault.New(fault.Unsupported,
-			fmt.Sprintf("recipe %s needs the Docker sandbox (numpy, pandas and more), and this server runs the %s sandbox", rec.Name, r.c.Backend),
-			"start triad with --sandbox docker (or auto, with a Docker engine running), or run a recipe whose backend is any")
-	}
 	if hasPrev {
 		r.mu.Lock()
 		_, busy := r.active[run]
@@ -263,6 +258,11 @@ func (r *Runner) prepare(ctx context.Context, req Request) (*prepared, error) {
 	plan, err := rec.Bind(params)
 	if err != nil {
 		return nil, err
+	}
+	if rec.Backend == recipes.BackendDocker && r.c.Backend != "docker" {
+		return nil, fault.New(fault.Unsupported,
+			fmt.Sprintf("recipe %s needs the Docker sandbox (numpy, pandas and more), and this server runs the %s sandbox", rec.Name, r.c.Backend),
+			"start triad with --sandbox docker (or auto, with a Docker engine running), or run a recipe whose backend is any")
 	}
 	if objective == "" {
 		if v, ok := plan.Params["objective"].(string); ok {
