@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -90,11 +91,18 @@ func (c *config) validate(f *flagSet) error {
 	if len(f.errs) > 0 {
 		return f.errs[0]
 	}
+	if c.Data == "" {
+		return fmt.Errorf("--data (TRIAD_DATA) must name a directory")
+	}
+	// Absolute, so that the sandbox's container labels (a hash of the work
+	// root) do not depend on the directory triad was started from.
+	abs, err := filepath.Abs(c.Data)
+	if err != nil {
+		return fmt.Errorf("--data %q: %w", c.Data, err)
+	}
+	c.Data = abs
 	switch c.Store {
 	case "local":
-		if c.Data == "" {
-			return fmt.Errorf("--data (TRIAD_DATA) must name a directory")
-		}
 	case "s3":
 		for _, req := range []struct{ v, name string }{
 			{c.S3Endpoint, "s3-endpoint"}, {c.S3Bucket, "s3-bucket"}, {c.S3AccessKey, "s3-access-key"}, {c.S3SecretKey, "s3-secret-key"},

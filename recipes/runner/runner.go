@@ -85,7 +85,10 @@ type StepState struct {
 	// started from. Resume skips a step whose key is unchanged.
 	Key string `json:"key,omitempty"`
 	// Outputs are the declared outputs the step left, by hash.
-	Outputs    map[string]string `json:"outputs,omitempty"`
+	Outputs map[string]string `json:"outputs,omitempty"`
+	// Produced are all the files the step wrote, by hash. On resume they
+	// are left out of the step's key, since they did not exist before it.
+	Produced   map[string]string `json:"produced,omitempty"`
 	DurationMs int64             `json:"duration_ms,omitempty"`
 	Error      string            `json:"error,omitempty"`
 	// Evaluation is the evaluator's verdict on the step's last tool call.
@@ -161,12 +164,13 @@ func (r *Runner) Start(ctx context.Context, req Request) (State, error) {
 	if err != nil {
 		return State{}, err
 	}
+	st := cloneState(p.state)
 	r.wg.Add(1)
 	go func() {
 		defer r.wg.Done()
 		r.execute(r.ctx, p)
 	}()
-	return p.state, nil
+	return st, nil
 }
 
 // Run runs req to the end in the caller's goroutine and returns the final
@@ -287,8 +291,8 @@ func (r *Runner) prepare(ctx context.Context, req Request) (*prepared, error) {
 		ss := StepState{N: s.N, ID: s.ID, Title: s.Title, Kind: string(s.Kind), Status: Pending}
 		if hasPrev {
 			for _, old := range prev.Steps {
-				if old.ID == s.ID && old.Status == Succeeded || old.ID == s.ID && old.Status == Skipped {
-					ss.Key, ss.Outputs = old.Key, old.Outputs
+				if old.ID == s.ID && (old.Status == Succeeded || old.Status == Skipped) {
+					ss.Key, ss.Outputs, ss.Produced = old.Key, old.Outputs, old.Produced
 				}
 			}
 		}
@@ -355,6 +359,7 @@ func (r *Runner) execute(ctx context.Context, p *prepared) {
 
 	skipped := []string{}
 	announced := false
+	ran := make([]bool, len(p.plan.Steps)) // steps executed in this session
 	for i := range p.plan.Steps {
 		step := &p.plan.Steps[i]
 		ss := &st.Steps[i]
@@ -362,7 +367,19 @@ func (r *Runner) execute(ctx context.Context, p *prepared) {
 			fail(fmt.Sprintf("the server stopped before step %d (%s)", step.N, step.ID))
 			return
 		}
-		key, err := r.key(ctx, run, step)
+		// The files before this step: on resume, what this step and the
+		// later ones not yet run again produced last time did not exist then.
+		exclude := map[string]bool{}
+		if p.resume {
+			for j := i; j < len(st.Steps); j++ {
+				if !ran[j] {
+					for path := range st.Steps[j].Produced {
+						exclude[path] = true
+					}
+				}
+			}
+		}
+		key, err := r.key(ctx, run, step, exclude)
 		if err != nil {
 			fail(errText(err))
 			return
@@ -386,10 +403,12 @@ func (r *Runner) execute(ctx context.Context, p *prepared) {
 				r.log.Error("journal resume note", "run", run, "err", err)
 			}
 		}
-		ss.Status, ss.Key, ss.Error = Running, key, ""
+		ran[i] = true
+		ss.Status, ss.Key, ss.Error, ss.Produced = Running, key, "", nil
 		r.update(ctx, run, st, Event{Type: "step", Step: step.N, ID: step.ID, Title: step.Title, Status: Running})
 		t0 := time.Now()
-		res, err := r.step(ctx, run, p.plan, i)
+		res, produced, err := r.step(ctx, run, p.plan, i)
+		ss.Produced = produced
 		ss.DurationMs = time.Since(t0).Milliseconds()
 		results[i] = res
 		ss.Evaluation = r.lastEvaluation(context.WithoutCancel(ctx), run)
@@ -450,7 +469,7 @@ func (r *Runner) seed(ctx context.Context, run runid.ID, p *prepared) error {
 }
 
 // step runs one plan step through the orchestrator.
-func (r *Runner) step(ctx context.Context, run runid.ID, plan *recipes.Plan, i int) (*sandbox.Result, error) {
+func (r *Runner) step(ctx context.Context, run runid.ID, plan *recipes.Plan, i int) (*sandbox.Result, map[string]string, error) {
 	s := plan.Steps[i]
 	info := orchestrator.StepInfo{Label: fmt.Sprintf("Recipe %s, step %d/%d: %s (%s)", plan.Recipe.Name, s.N, len(plan.Steps), s.Title, s.ID)}
 	for _, o := range s.Outputs {
@@ -467,7 +486,11 @@ func (r *Runner) step(ctx context.Context, run runid.ID, plan *recipes.Plan, i i
 	case recipes.KindExec:
 		out, err := r.o.Exec(ctx, run, orchestrator.ExecInput{Code: s.Code, TimeoutS: s.Timeout.Seconds()})
 		if err != nil {
-			return nil, err
+			return nil, nil, err
+		}
+		produced := map[string]string{}
+		for _, f := range out.FilesOut {
+			produced[f.Path] = f.SHA256.String()
 		}
 		res := r.toResult(ctx, out)
 		if !out.OK {
@@ -475,18 +498,25 @@ func (r *Runner) step(ctx context.Context, run runid.ID, plan *recipes.Plan, i i
 			if out.Error != nil {
 				msg = out.Error.Message
 			}
-			return res, errors.New(msg)
+			return res, produced, errors.New(msg)
 		}
-		return res, nil
+		return res, produced, nil
 	case recipes.KindSearch:
 		_, err := r.o.Search(ctx, run, *s.Search, orchestrator.SearchOptions{SaveAs: s.SaveAs})
-		return nil, err
+		if err != nil {
+			return nil, nil, err
+		}
+		f, err := r.o.Store().Stat(ctx, run, s.SaveAs)
+		return nil, map[string]string{s.SaveAs: f.SHA256.String()}, err
 	case recipes.KindWrite:
 		text := s.Write.Text
-		_, err := r.o.Write(ctx, run, orchestrator.WriteInput{Path: s.Write.Path, Text: &text})
-		return nil, err
+		ref, err := r.o.Write(ctx, run, orchestrator.WriteInput{Path: s.Write.Path, Text: &text})
+		if err != nil {
+			return nil, nil, err
+		}
+		return nil, map[string]string{ref.Path: ref.SHA256.String()}, nil
 	}
-	return nil, fmt.Errorf("unknown step kind %q", s.Kind)
+	return nil, nil, fmt.Errorf("unknown step kind %q", s.Kind)
 }
 
 // internal reports files the runner and journal keep, which do not count
@@ -498,7 +528,7 @@ func internal(p string) bool {
 
 // key is the step's resume key: its definition plus the run's files
 // before it.
-func (r *Runner) key(ctx context.Context, run runid.ID, s *recipes.Step) (string, error) {
+func (r *Runner) key(ctx context.Context, run runid.ID, s *recipes.Step, exclude map[string]bool) (string, error) {
 	files, err := r.o.Store().List(ctx, run, "")
 	if err != nil {
 		return "", err
@@ -507,7 +537,7 @@ func (r *Runner) key(ctx context.Context, run runid.ID, s *recipes.Step) (string
 	h.Write(s.Definition())
 	h.Write([]byte{0})
 	for _, f := range files {
-		if internal(f.Path) {
+		if internal(f.Path) || exclude[f.Path] {
 			continue
 		}
 		fmt.Fprintf(h, "%s\x00%s\n", f.Path, f.SHA256)
