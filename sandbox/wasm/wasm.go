@@ -1,0 +1,326 @@
+// Package wasm is the sandbox.Backend that runs cells in CPython compiled to WASI, embedded in the binary and run by wazero.
+//
+// Each Kernel is one wasm instance of python.wasm running a small driver
+// (driver.py) that execs cells in one namespace. The guest sees two mounts
+// and nothing else of the host: the kernel's working directory at /work
+// (read-write, the cwd) and the standard library as a zip at
+// /lib/python311.zip (read-only, from the binary). It has no network, no
+// subprocesses, no threads and no signals; its memory is capped by the VM.
+// Because there are no signals, a cell that overruns its timeout is stopped
+// by closing its instance, and the kernel starts a fresh interpreter.
+//
+// python.wasm and the stdlib zip are built by tools/wasi-python/build.sh
+// from Debian's packages and sources; python/PROVENANCE records how.
+package wasm
+
+import (
+	"context"
+	"crypto/rand"
+	"embed"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/tetratelabs/wazero"
+	"github.com/tetratelabs/wazero/imports/wasi_snapshot_preview1"
+
+	"github.com/triadhq/triad/sandbox"
+)
+
+var (
+	//go:embed python/python.wasm
+	pythonWasm []byte
+
+	//go:embed python/lib/python311.zip
+	stdlibFS embed.FS
+
+	//go:embed driver.py
+	driverSource string
+
+	//go:embed python/PROVENANCE
+	provenance string
+)
+
+// Provenance returns the PROVENANCE record of the embedded interpreter: how
+// it was built, from which sources, and the sha256 of each file.
+func Provenance() string { return provenance }
+
+// DefaultMemoryLimit is the memory cap of a kernel when neither Config nor
+// the kernel's Spec sets one.
+const DefaultMemoryLimit = 1 << 30
+
+// DefaultMaxOutput is how much of each of a cell's stdout and stderr is kept
+// when Config does not say; the rest is replaced by a truncation note.
+const DefaultMaxOutput = 4 << 20
+
+// startTimeout bounds an interpreter start that Restart or Execute performs
+// on the kernel's own behalf (after a timeout or death), when the caller's
+// context may already be done.
+const startTimeout = 30 * time.Second
+
+// Config configures a Backend. The zero value is usable except for
+// WorkRoot, which New fills with a private temporary directory.
+type Config struct {
+	// WorkRoot is the host directory under which each kernel gets its own
+	// fresh working directory. Empty means a new temporary directory that
+	// Close removes.
+	WorkRoot string
+	// CacheDir holds wazero's compilation cache, so that a new process
+	// loads compiled code in a fraction of a second instead of compiling
+	// python.wasm for seconds. Empty means no disk cache.
+	CacheDir string
+	// MemoryLimitBytes caps each kernel's memory (the wasm linear memory),
+	// default DefaultMemoryLimit. A Spec may ask for less, not more.
+	MemoryLimitBytes int64
+	// MaxOutputBytes bounds each of a cell's stdout and stderr, default
+	// DefaultMaxOutput.
+	MaxOutputBytes int
+	// Logger receives the backend's logs; nil is silent.
+	Logger *slog.Logger
+}
+
+// Backend starts wasm kernels. It compiles python.wasm once; every kernel is
+// a new instance of that compiled module.
+type Backend struct {
+	log      *slog.Logger
+	workRoot string
+	ownsRoot bool // WorkRoot was created by New and is removed by Close
+	memLimit uint64
+	maxOut   int
+
+	rt       wazero.Runtime
+	cache    wazero.CompilationCache
+	compiled wazero.CompiledModule
+	libFS    fs.FS
+
+	mu      sync.Mutex
+	kernels map[*Kernel]struct{}
+	closed  bool
+	leaked  bool // an instance did not stop: the runtime must stay open
+}
+
+var _ sandbox.Backend = (*Backend)(nil)
+
+// New compiles the embedded interpreter and returns a Backend ready to start
+// kernels. With a warm CacheDir this takes a few hundred milliseconds; cold,
+// several seconds. It fails with sandbox.ErrUnavailable on a platform that
+// wazero cannot compile for: the interpreter engine would be hundreds of
+// times slower, which is not a usable sandbox.
+func New(ctx context.Context, cfg Config) (b *Backend, err error) {
+	switch runtime.GOARCH {
+	case "amd64", "arm64":
+	default:
+		return nil, fmt.Errorf("wasm backend on %s/%s: wazero has no compiler for this platform: %w",
+			runtime.GOOS, runtime.GOARCH, sandbox.ErrUnavailable)
+	}
+	if cfg.MemoryLimitBytes < 0 || cfg.MaxOutputBytes < 0 {
+		return nil, errors.New("wasm backend: negative MemoryLimitBytes or MaxOutputBytes")
+	}
+	b = &Backend{
+		log:      cfg.Logger,
+		memLimit: uint64(cfg.MemoryLimitBytes),
+		maxOut:   cfg.MaxOutputBytes,
+		kernels:  map[*Kernel]struct{}{},
+	}
+	if b.log == nil {
+		b.log = slog.New(slog.DiscardHandler)
+	}
+	if b.memLimit == 0 {
+		b.memLimit = DefaultMemoryLimit
+	}
+	const page = 64 << 10
+	if b.memLimit < 32<<20 || b.memLimit > 4<<30 {
+		return nil, fmt.Errorf("wasm backend: MemoryLimitBytes %d is outside [32 MiB, 4 GiB]", b.memLimit)
+	}
+	b.memLimit -= b.memLimit % page
+	if b.maxOut == 0 {
+		b.maxOut = DefaultMaxOutput
+	}
+	b.libFS, err = fs.Sub(stdlibFS, "python/lib")
+	if err != nil {
+		return nil, fmt.Errorf("wasm backend: embedded stdlib: %w", err)
+	}
+
+	b.workRoot = cfg.WorkRoot
+	if b.workRoot == "" {
+		if b.workRoot, err = os.MkdirTemp("", "triad-wasm-"); err != nil {
+			return nil, fmt.Errorf("wasm backend: work root: %w", err)
+		}
+		b.ownsRoot = true
+	} else if err = os.MkdirAll(b.workRoot, 0o700); err != nil {
+		return nil, fmt.Errorf("wasm backend: work root: %w", err)
+	}
+	if b.workRoot, err = filepath.Abs(b.workRoot); err != nil {
+		return nil, fmt.Errorf("wasm backend: work root: %w", err)
+	}
+	defer func() {
+		if err != nil {
+			b.closeRuntime()
+			if b.ownsRoot {
+				_ = os.RemoveAll(b.workRoot)
+			}
+		}
+	}()
+
+	rc := wazero.NewRuntimeConfigCompiler().
+		// Closing an instance whose context is done is how a runaway cell
+		// is stopped: WASI has no signals to interrupt it with.
+		WithCloseOnContextDone(true).
+		// One page over the limit: wazero refuses growth past this itself,
+		// silently, so the allocator (newAllocator) is what enforces the
+		// exact limit, and it records the refusal that explains an OOM.
+		WithMemoryLimitPages(uint32(min(b.memLimit/page+1, 1<<16)))
+	if cfg.CacheDir != "" {
+		if err = os.MkdirAll(cfg.CacheDir, 0o700); err != nil {
+			return nil, fmt.Errorf("wasm backend: cache dir: %w", err)
+		}
+		if b.cache, err = wazero.NewCompilationCacheWithDir(cfg.CacheDir); err != nil {
+			return nil, fmt.Errorf("wasm backend: compilation cache: %w", err)
+		}
+		rc = rc.WithCompilationCache(b.cache)
+	}
+	b.rt = wazero.NewRuntimeWithConfig(ctx, rc)
+	if _, err = wasi_snapshot_preview1.Instantiate(ctx, b.rt); err != nil {
+		return nil, fmt.Errorf("wasm backend: wasi: %w", err)
+	}
+	t0 := time.Now()
+	if b.compiled, err = b.rt.CompileModule(ctx, pythonWasm); err != nil {
+		return nil, fmt.Errorf("wasm backend: compile python.wasm: %w", err)
+	}
+	b.log.LogAttrs(ctx, slog.LevelInfo, "wasm backend ready",
+		slog.Duration("compile", time.Since(t0)), slog.Bool("disk_cache", cfg.CacheDir != ""),
+		slog.Uint64("memory_limit", b.memLimit))
+	return b, nil
+}
+
+// Name implements sandbox.Backend.
+func (b *Backend) Name() string { return "wasm" }
+
+// Start implements sandbox.Backend: a fresh working directory under WorkRoot
+// and an interpreter that has answered its first frame.
+func (b *Backend) Start(ctx context.Context, spec sandbox.Spec) (sandbox.Kernel, error) {
+	b.mu.Lock()
+	closed := b.closed
+	b.mu.Unlock()
+	if closed {
+		return nil, sandbox.ErrClosed
+	}
+	id := "wasm-" + randomHex(6)
+	dir, err := os.MkdirTemp(b.workRoot, dirPrefix(spec.Owner))
+	if err != nil {
+		return nil, fmt.Errorf("start wasm kernel: working directory: %w", err)
+	}
+	limit := b.memLimit
+	if m := spec.Limits.MemoryBytes; m > 0 && uint64(m) < limit {
+		limit = max(uint64(m), 16<<20)
+	}
+	k := &Kernel{b: b, id: id, owner: spec.Owner, workDir: dir, memLimit: limit, closing: make(chan struct{})}
+	t0 := time.Now()
+	inst, err := b.launch(ctx, k)
+	if err != nil {
+		_ = os.RemoveAll(dir)
+		return nil, fmt.Errorf("start wasm kernel: %w", err)
+	}
+	k.setInstance(inst)
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		k.stop()
+		_ = os.RemoveAll(dir)
+		return nil, sandbox.ErrClosed
+	}
+	b.kernels[k] = struct{}{}
+	b.mu.Unlock()
+	b.log.LogAttrs(ctx, slog.LevelDebug, "wasm kernel started", slog.String("kernel", id),
+		slog.String("owner", spec.Owner), slog.Duration("took", time.Since(t0)))
+	return k, nil
+}
+
+// Close implements sandbox.Backend: it closes every kernel the backend
+// started, then the runtime. It is safe to call twice.
+func (b *Backend) Close() error {
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		return nil
+	}
+	b.closed = true
+	ks := make([]*Kernel, 0, len(b.kernels))
+	for k := range b.kernels {
+		ks = append(ks, k)
+	}
+	b.mu.Unlock()
+	var errs []error
+	for _, k := range ks {
+		errs = append(errs, k.Close())
+	}
+	b.closeRuntime()
+	if b.ownsRoot {
+		errs = append(errs, os.RemoveAll(b.workRoot))
+	}
+	return errors.Join(errs...)
+}
+
+// closeRuntime releases the compiled module and the runtime, unless an
+// instance never stopped: closing the runtime frees every instance's memory,
+// and freeing memory under running guest code would crash the process.
+func (b *Backend) closeRuntime() {
+	b.mu.Lock()
+	leaked := b.leaked
+	b.mu.Unlock()
+	if leaked {
+		b.log.Error("wasm backend: an instance did not stop; leaving the runtime open")
+		return
+	}
+	ctx := context.Background()
+	if b.rt != nil {
+		_ = b.rt.Close(ctx)
+	}
+	if b.cache != nil {
+		_ = b.cache.Close(ctx)
+	}
+}
+
+func (b *Backend) forget(k *Kernel) {
+	b.mu.Lock()
+	delete(b.kernels, k)
+	b.mu.Unlock()
+}
+
+func (b *Backend) markLeaked() {
+	b.mu.Lock()
+	b.leaked = true
+	b.mu.Unlock()
+}
+
+// dirPrefix makes a working directory name that carries the owner (a run id)
+// so a later process can tell whose leftovers it finds.
+func dirPrefix(owner string) string {
+	var sb strings.Builder
+	for _, r := range owner {
+		if sb.Len() >= 40 {
+			break
+		}
+		if r == '-' || r == '_' || r >= '0' && r <= '9' || r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' {
+			sb.WriteRune(r)
+		}
+	}
+	if sb.Len() == 0 {
+		return "kernel-*"
+	}
+	return sb.String() + "-*"
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
