@@ -138,6 +138,7 @@ func TestStandardRecipesRun(t *testing.T) {
 			dir := runRecipe(t, r, dockerRunner(img), search)
 			if r.Name == "implementation-brief" {
 				checkPDF(t, filepath.Join(dir, "artifacts/implementation_brief.pdf"))
+				checkBriefJournal(t, r, dir, dockerRunner(img))
 			}
 		})
 	}
@@ -193,24 +194,7 @@ func runRecipe(t *testing.T, r *Recipe, run cellRunner, search *tavily.Client) s
 		before := snapshotFiles(t, dir)
 		switch s.Kind {
 		case KindExec:
-			code := s.Code
-			if s.ID != ParametersID {
-				code = plan.Steps[0].Code + "\n" + s.Code
-			}
-			cell := filepath.Join(cells, fmt.Sprintf("%02d-%s.py", s.N, s.ID))
-			if err := os.WriteFile(cell, []byte(code), 0o644); err != nil {
-				t.Fatal(err)
-			}
-			res := run(ctx, dir, cell, cellTimeout)
-			res.ExecutionCount = s.N
-			results[i] = res
-			if !res.OK {
-				t.Fatalf("step %d (%s, line %d) failed:\n%s\n%s", s.N, s.ID, s.Line, res.Stdout, res.Stderr)
-			}
-			if strings.TrimSpace(res.Stderr) != "" {
-				t.Errorf("step %d (%s) wrote to stderr, which the evaluator grades down:\n%s", s.N, s.ID, res.Stderr)
-			}
-			t.Logf("step %d %s (%s): %s", s.N, s.ID, res.Duration.Round(time.Millisecond), lastLine(res.Stdout))
+			results[i] = runCell(t, plan, s, dir, cells, run)
 		case KindSearch:
 			rec, err := search.Search(ctx, *s.Search)
 			if err != nil {
@@ -259,6 +243,84 @@ func runRecipe(t *testing.T, r *Recipe, run cellRunner, search *tavily.Client) s
 		}
 	}
 	return dir
+}
+
+// runCell runs exec step s in a fresh interpreter, after the parameters
+// cell, and fails the test if it fails or writes to stderr.
+func runCell(t *testing.T, plan *Plan, s Step, dir, cells string, run cellRunner) *sandbox.Result {
+	t.Helper()
+	code := s.Code
+	if s.ID != ParametersID {
+		code = plan.Steps[0].Code + "\n" + s.Code
+	}
+	cell := filepath.Join(cells, fmt.Sprintf("%02d-%s.py", s.N, s.ID))
+	if err := os.WriteFile(cell, []byte(code), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	res := run(t.Context(), dir, cell, cellTimeout)
+	res.ExecutionCount = s.N
+	if !res.OK {
+		t.Fatalf("step %d (%s, line %d) failed:\n%s\n%s", s.N, s.ID, s.Line, res.Stdout, res.Stderr)
+	}
+	if strings.TrimSpace(res.Stderr) != "" {
+		t.Errorf("step %d (%s) wrote to stderr, which the evaluator grades down:\n%s", s.N, s.ID, res.Stderr)
+	}
+	t.Logf("step %d %s (%s): %s", s.N, s.ID, res.Duration.Round(time.Millisecond), lastLine(res.Stdout))
+	return res
+}
+
+// checkBriefJournal checks the brief's Method & Evidence appendix with the
+// run's journal, then re-runs the appendix and render cells without one, as
+// when the cells run outside Triad.
+func checkBriefJournal(t *testing.T, r *Recipe, dir string, run cellRunner) {
+	t.Helper()
+	type evidence struct {
+		Available bool `json:"available"`
+		Summary   struct {
+			Steps, Pass int
+		} `json:"summary"`
+	}
+	read := func() evidence {
+		var ev evidence
+		b, err := os.ReadFile(filepath.Join(dir, "work/method_evidence.json"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := json.Unmarshal(b, &ev); err != nil {
+			t.Fatal(err)
+		}
+		return ev
+	}
+	plan, err := r.Bind(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var evStep, renderStep Step
+	for _, s := range plan.Steps {
+		switch s.ID {
+		case "evidence":
+			evStep = s
+		case "render":
+			renderStep = s
+		}
+	}
+	// The journal has a block for every step before the evidence cell.
+	if ev := read(); !ev.Available || ev.Summary.Steps != evStep.N-1 || ev.Summary.Pass != ev.Summary.Steps {
+		t.Errorf("with a journal: got %+v, want available with %d steps, all PASS", ev, evStep.N-1)
+	}
+	if err := os.Remove(filepath.Join(dir, "CEL.md")); err != nil {
+		t.Fatal(err)
+	}
+	cells := t.TempDir()
+	runCell(t, plan, evStep, dir, cells, run)
+	if ev := read(); ev.Available || ev.Summary.Steps != 0 {
+		t.Errorf("without a journal: got %+v, want unavailable with no steps", ev)
+	}
+	runCell(t, plan, renderStep, dir, cells, run)
+	if err := checkOutput(dir, Output{Path: "artifacts/implementation_brief.html", Contains: []string{"rendered outside a Triad run"}}); err != nil {
+		t.Error(err)
+	}
+	checkPDF(t, filepath.Join(dir, "artifacts/implementation_brief.pdf"))
 }
 
 // checkOutput applies the checks the evaluator applies to a declared
