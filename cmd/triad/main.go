@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/triadhq/triad/api"
+	"github.com/triadhq/triad/api/mcp"
 	"github.com/triadhq/triad/internal/version"
 	"github.com/triadhq/triad/recipes/runner"
 	"github.com/triadhq/triad/tmpfs"
@@ -26,7 +27,8 @@ import (
 const usage = `triad: three tools for AI agents: sandbox.exec, browser.search and tmp files.
 
 Usage:
-  triad serve [flags]     serve the HTTP API
+  triad serve [flags]     serve the HTTP API (and MCP over streamable HTTP at /mcp)
+  triad mcp [flags]       serve the tools over MCP on stdin/stdout (one session, one run)
   triad run RECIPE [--param k=v] [--input name=FILE] [--server URL] [--resume RUN_ID]
                           run a recipe (in-process with the embedded defaults, or on a server)
   triad recipes [list]    list the recipes
@@ -51,6 +53,8 @@ func main() {
 	switch os.Args[1] {
 	case "serve":
 		err = serve(ctx, os.Args[2:])
+	case "mcp":
+		err = mcpCmd(ctx, os.Args[2:])
 	case "run":
 		err = runCmd(ctx, os.Args[2:])
 	case "recipes":
@@ -103,8 +107,16 @@ func serve(ctx context.Context, args []string) error {
 		rn = runner.New(runner.Config{Orchestrator: orch, Catalog: cat, Backend: st.backend, Logger: log})
 		defer rn.Close()
 	}
+	h := api.New(api.Config{Orchestrator: orch, Runner: rn, Logger: log})
+	var recipes mcp.RecipeRunner
+	if rn != nil {
+		recipes = rn
+	}
+	m := mcp.New(mcp.Config{Orchestrator: orch, Recipes: recipes, Logger: log})
+	defer m.Close()
+	h.Router().Handle("/mcp", m.Handler())
 	srv := &http.Server{
-		Handler:           api.New(api.Config{Orchestrator: orch, Runner: rn, Logger: log}),
+		Handler:           h,
 		ReadHeaderTimeout: 10 * time.Second,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
@@ -121,6 +133,7 @@ func serve(ctx context.Context, args []string) error {
 	case <-ctx.Done():
 	}
 	log.Info("shutting down")
+	m.Close() // end open MCP sessions before the HTTP server waits for them
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 15*time.Second)
 	defer cancel()
 	return srv.Shutdown(sctx)
