@@ -236,7 +236,9 @@ func decodeYAML(src string, v any, base int, what string) error {
 			line = base + tk.Position.Line
 		}
 		msg := ye.GetMessage()
-		if strings.Contains(src, "{{") {
+		var se *yaml.SyntaxError
+		if errors.As(err, &se) && strings.Contains(src, "{{") {
+			// YAML reads {{ as the start of a flow mapping.
 			msg += ` (quote values that hold a template, as in path: "notes/{{ params.name }}.md")`
 		}
 		var te *yaml.TypeError

@@ -250,6 +250,7 @@ func TestParseErrorsNameFileAndLine(t *testing.T) {
 		{"bad date range", head + "---\n```search\nquery: x\ndate_range: fortnight\nsave_as: e.json\n```\n", "bad.md:6: search block: date_range"},
 		{"attributes not a mapping", head + "---\n```python outputs=x.csv\nx=1\n```\n", "bad.md:6: python block: write attributes as a flow mapping"},
 		{"unknown attribute", head + "---\n```python {output: [x.csv]}\nx=1\n```\n", `bad.md:6: python block attributes: unknown field "output"`},
+		{"unquoted template in attributes", head + "---\n```write {path: notes/{{ params.objective }}.md}\ntext\n```\n", "bad.md:6: write block attributes: ',' or '}' must be specified (quote values that hold a template"},
 		{"write without path", head + "---\n```write\ntext\n```\n", "bad.md:6: write block: path is missing"},
 		{"empty block", head + "---\n\n\n```python\n```\n", "bad.md:8: python block is empty"},
 		{"duplicate id", head + "---\n```python {id: a}\nx=1\n```\n```python {id: a}\nx=1\n```\n", `bad.md:9: python block: id "a" is also the id of the block at line 6`},
