@@ -195,5 +195,17 @@ func searchMarkdown(steps []Step) string {
 func writeCell(w *WriteArgs) string {
 	return fmt.Sprintf("# tmp.write in a Triad run; the same file written from the notebook.\nfrom pathlib import Path\n"+
 		"path = Path(%s)\npath.parent.mkdir(parents=True, exist_ok=True)\npath.write_text(%s)\n",
-		pyLiteral(w.Path), pyLiteral(w.Text))
+		pyLiteral(w.Path), pyText(w.Text))
+}
+
+// pyText renders s as a Python literal a reader can read: a raw
+// triple-quoted string holding s verbatim when s allows one (no ''', no NUL
+// or CR, no trailing quote or backslash, which would end or escape the
+// literal), else pyLiteral's escaped form.
+func pyText(s string) string {
+	if strings.Contains(s, "'''") || strings.ContainsAny(s, "\x00\r") ||
+		strings.HasSuffix(s, "'") || strings.HasSuffix(s, `\`) {
+		return pyLiteral(s)
+	}
+	return "r'''" + s + "'''"
 }

@@ -494,3 +494,44 @@ func nan() float64 {
 	var zero float64
 	return zero / zero
 }
+
+// TestWriteCellWritesTheSameFile runs the starter notebook's form of a
+// write step with a real CPython and compares the file it writes.
+func TestWriteCellWritesTheSameFile(t *testing.T) {
+	py := "/usr/bin/python3"
+	if _, err := os.Stat(py); err != nil {
+		testenv.Missing(t, "Debian's /usr/bin/python3")
+	}
+	texts := map[string]string{
+		"module":      "\"\"\"Doc.\"\"\"\nimport numpy as np\n\n\ndef f(x):\n    return x ** 2  # '\\n' stays\n",
+		"quotes":      "it's ''' tricky\n",
+		"trailing":    "ends with a quote'",
+		"backslash":   "C:\\path\\",
+		"carriage":    "a\r\nb\n",
+		"unicode":     "naïve — 🙂\n",
+		"raw escapes": "\\n is not a newline here; \\u00e9 neither\n",
+	}
+	for name, text := range texts {
+		t.Run(name, func(t *testing.T) {
+			dir := t.TempDir()
+			code := writeCell(&WriteArgs{Path: "sub/out.txt", Text: text})
+			cell := filepath.Join(dir, "cell.py")
+			if err := os.WriteFile(cell, []byte(code), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			cmd := exec.Command(py, "-W", "error", cell)
+			cmd.Dir = dir
+			if out, err := cmd.CombinedOutput(); err != nil {
+				t.Fatalf("python: %v\n%s\n%s", err, out, code)
+			}
+			got, err := os.ReadFile(filepath.Join(dir, "sub/out.txt"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			// write_text translates "\n" only on Windows; bytes match here.
+			if string(got) != text {
+				t.Errorf("got %q, want %q\ncell:\n%s", got, text, code)
+			}
+		})
+	}
+}
