@@ -200,9 +200,8 @@ func writeCell(w *WriteArgs) string {
 
 // pyText renders s as a Python literal a reader can read: a raw
 // triple-quoted string holding s verbatim when s allows one (no run of three
-// single quotes, no NUL
-// or CR, no trailing quote or backslash, which would end or escape the
-// literal), else pyLiteral's escaped form.
+// single quotes, no NUL or CR, no trailing quote or backslash, which would
+// end or escape the literal), else pyLiteral's escaped form.
 func pyText(s string) string {
 	if strings.Contains(s, "'''") || strings.ContainsAny(s, "\x00\r") ||
 		strings.HasSuffix(s, "'") || strings.HasSuffix(s, `\`) {
