@@ -3,6 +3,9 @@ package wasm
 import (
 	"io"
 	"io/fs"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	experimentalsys "github.com/tetratelabs/wazero/experimental/sys"
@@ -17,13 +20,117 @@ import (
 // relative link like "../../../etc/passwd" would reach the host filesystem.
 // Without guest-made symlinks, every path stays below the directory. The host
 // side (files_in) must not place symlinks there either.
+//
+// With a quota, writes through files it opened count against it.
 type workFS struct {
 	experimentalsys.FS
+	quota *diskQuota // nil: no quota
 }
 
 // Symlink refuses: see workFS.
 func (workFS) Symlink(oldName, linkName string) experimentalsys.Errno {
 	return experimentalsys.EPERM
+}
+
+// OpenFile implements experimentalsys.FS, charging writes to the quota.
+func (w workFS) OpenFile(path string, flag experimentalsys.Oflag, perm fs.FileMode) (experimentalsys.File, experimentalsys.Errno) {
+	f, errno := w.FS.OpenFile(path, flag, perm)
+	if errno != 0 || w.quota == nil || flag&(experimentalsys.O_RDWR|experimentalsys.O_WRONLY) == 0 {
+		return f, errno
+	}
+	return quotaFile{File: f, q: w.quota}, 0
+}
+
+// diskQuota bounds the bytes under a kernel's working directory
+// (sandbox.Limits.DiskBytes), as the Docker backend's loop-mounted /work does.
+//
+// Walking the directory on every write would be slow, so used is an upper
+// bound: the size found by the last walk plus every byte written since
+// (overwrites included). The directory is walked before each cell (so files
+// the host placed count) and again only when a write would pass the limit
+// (so files the cell deleted stop counting). A refused write fails with EIO (WASI preview 1 has no
+// ENOSPC), and hit tells the kernel to explain that in the cell's stderr.
+type diskQuota struct {
+	dir   string
+	limit int64
+
+	mu   sync.Mutex
+	used int64
+	hit  atomic.Bool
+}
+
+// remeasure walks the directory now and clears hit; the kernel calls it
+// before each cell.
+func (q *diskQuota) remeasure() {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.used = dirSize(q.dir)
+	q.hit.Store(false)
+}
+
+func (q *diskQuota) charge(n int64) experimentalsys.Errno {
+	if n <= 0 {
+		return 0
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.used+n > q.limit {
+		q.used = dirSize(q.dir)
+		if q.used+n > q.limit {
+			q.hit.Store(true)
+			return experimentalsys.EIO
+		}
+	}
+	q.used += n
+	return 0
+}
+
+// dirSize sums the apparent sizes of the regular files under dir.
+func dirSize(dir string) int64 {
+	var total int64
+	_ = filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error {
+		if err == nil && d.Type().IsRegular() {
+			if info, err := d.Info(); err == nil {
+				total += info.Size()
+			}
+		}
+		return nil
+	})
+	return total
+}
+
+// quotaFile is a writable file in a working directory with a quota.
+type quotaFile struct {
+	experimentalsys.File
+	q *diskQuota
+}
+
+// Write implements experimentalsys.File.
+func (f quotaFile) Write(buf []byte) (int, experimentalsys.Errno) {
+	if errno := f.q.charge(int64(len(buf))); errno != 0 {
+		return 0, errno
+	}
+	return f.File.Write(buf)
+}
+
+// Pwrite implements experimentalsys.File.
+func (f quotaFile) Pwrite(buf []byte, off int64) (int, experimentalsys.Errno) {
+	if errno := f.q.charge(int64(len(buf))); errno != 0 {
+		return 0, errno
+	}
+	return f.File.Pwrite(buf, off)
+}
+
+// Truncate implements experimentalsys.File; growing a file is charged.
+func (f quotaFile) Truncate(size int64) experimentalsys.Errno {
+	st, errno := f.File.Stat()
+	if errno != 0 {
+		return errno
+	}
+	if errno := f.q.charge(size - st.Size); errno != 0 {
+		return errno
+	}
+	return f.File.Truncate(size)
 }
 
 // rootFS is the guest's "/": a read-only directory that lists the mount

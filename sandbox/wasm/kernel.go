@@ -44,6 +44,7 @@ type Kernel struct {
 	owner    string
 	workDir  string
 	memLimit uint64
+	quota    *diskQuota // nil: no disk quota
 
 	mu     sync.Mutex // serialises Execute, Restart and Close
 	inst   *instance  // nil after a failed restart; the next Execute retries
@@ -118,6 +119,9 @@ func (k *Kernel) Execute(ctx context.Context, code string, timeout time.Duration
 	inst.out.takeRaw() // bytes from before this cell are nobody's output
 	inst.errw.takeRaw()
 	inst.mem.refused.Store(false) // an earlier MemoryError does not explain a death now
+	if k.quota != nil {
+		k.quota.remeasure() // the host may have placed or removed files since
+	}
 
 	start := time.Now()
 	inst.send(encodeFrame(req))
@@ -149,7 +153,7 @@ func (k *Kernel) Execute(ctx context.Context, code string, timeout time.Duration
 					Duration:       time.Since(start),
 				}
 				res.Stdout = stdout.String() + string(inst.out.takeRaw())
-				res.Stderr = stderr.String() + string(inst.errw.takeRaw())
+				res.Stderr = stderr.String() + string(inst.errw.takeRaw()) + k.quotaNote()
 				if m.Value != nil {
 					res.Value = &sandbox.Bundle{Data: m.Value.Data, Metadata: m.Value.Metadata}
 				}
@@ -204,7 +208,7 @@ func (k *Kernel) fail(ctx context.Context, n int, start time.Time, stdout, stder
 		ExecutionCount: n,
 		Duration:       time.Since(start),
 		Stdout:         stdout.String() + string(inst.out.takeRaw()),
-		Stderr:         stderr.String() + string(inst.errw.takeRaw()),
+		Stderr:         stderr.String() + string(inst.errw.takeRaw()) + k.quotaNote(),
 	}
 	e := &sandbox.ExecError{Kind: kind, Traceback: []string{}}
 	switch kind {
@@ -225,6 +229,15 @@ func (k *Kernel) fail(ctx context.Context, n int, start time.Time, stdout, stder
 	k.b.log.LogAttrs(ctx, slog.LevelWarn, "wasm cell stopped", slog.String("kernel", k.id),
 		slog.String("kind", kind), slog.String("why", why), slog.Bool("restarted", res.Restarted))
 	return res
+}
+
+// quotaNote explains, for the cell's stderr, that a write failed with EIO
+// because the working directory is full; the errno alone cannot say so.
+func (k *Kernel) quotaNote() string {
+	if k.quota == nil || !k.quota.hit.Load() {
+		return ""
+	}
+	return fmt.Sprintf("\n[triad: a write failed because the working directory reached its disk quota of %d MiB]\n", k.quota.limit>>20)
 }
 
 // Restart implements sandbox.Kernel.
@@ -306,7 +319,7 @@ func (b *Backend) launch(ctx context.Context, k *Kernel) (*instance, error) {
 
 	fsc := wazero.NewFSConfig().(sysfs.FSConfig).
 		WithSysFSMount(&sysfs.AdaptFS{FS: rootFS{mounts: []string{"lib", "work"}}}, "/").(sysfs.FSConfig).
-		WithSysFSMount(workFS{sysfs.DirFS(k.workDir)}, "/work").(sysfs.FSConfig).
+		WithSysFSMount(workFS{FS: sysfs.DirFS(k.workDir), quota: k.quota}, "/work").(sysfs.FSConfig).
 		WithSysFSMount(&sysfs.ReadFS{FS: &sysfs.AdaptFS{FS: b.libFS}}, "/lib")
 	mc := wazero.NewModuleConfig().
 		WithName(k.id+"-"+randomHex(4)).

@@ -206,6 +206,10 @@ func (b *Backend) Name() string { return "wasm" }
 
 // Start implements sandbox.Backend: a fresh working directory under WorkRoot
 // and an interpreter that has answered its first frame.
+//
+// Of spec.Limits, MemoryBytes (capped at Config.MemoryLimitBytes, at least
+// 16 MiB) and DiskBytes (a quota on the working directory) apply. CPUs and
+// Pids need nothing: a kernel is one goroutine and can start no process.
 func (b *Backend) Start(ctx context.Context, spec sandbox.Spec) (sandbox.Kernel, error) {
 	b.mu.Lock()
 	closed := b.closed
@@ -223,6 +227,9 @@ func (b *Backend) Start(ctx context.Context, spec sandbox.Spec) (sandbox.Kernel,
 		limit = max(uint64(m), 16<<20)
 	}
 	k := &Kernel{b: b, id: id, owner: spec.Owner, workDir: dir, memLimit: limit, closing: make(chan struct{})}
+	if spec.Limits.DiskBytes > 0 {
+		k.quota = &diskQuota{dir: dir, limit: spec.Limits.DiskBytes}
+	}
 	t0 := time.Now()
 	inst, err := b.launch(ctx, k)
 	if err != nil {

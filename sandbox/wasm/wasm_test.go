@@ -603,6 +603,35 @@ func TestSpecMemoryLimit(t *testing.T) {
 	mustOK(t, k, "b = bytearray(16 << 20)")
 }
 
+func TestDiskQuota(t *testing.T) {
+	t.Parallel()
+	k := startKernel(t, testBackend(t), sandbox.Spec{Owner: "run-quota", Limits: sandbox.Limits{DiskBytes: 1 << 20}})
+	write := func(name string, kib int) string {
+		return fmt.Sprintf("try:\n    with open(%q, 'wb') as f:\n        f.write(b'x' * (%d << 10))\n    r = 'ok'\nexcept OSError as e:\n    r = type(e).__name__\nr", name, kib)
+	}
+	if got := plain(t, mustOK(t, k, write("a.bin", 600))); got != "'ok'" {
+		t.Fatalf("600 KiB under a 1 MiB quota: %s", got)
+	}
+	res := mustOK(t, k, write("b.bin", 600))
+	if got := plain(t, res); got != "'OSError'" {
+		t.Errorf("another 600 KiB: %s, want OSError", got)
+	}
+	if !strings.Contains(res.Stderr, "disk quota of 1 MiB") {
+		t.Errorf("stderr = %q, want a note about the quota", res.Stderr)
+	}
+	// Deleting frees the space again (the next refusal re-measures).
+	if got := plain(t, mustOK(t, k, "import os; os.remove('a.bin')\n"+write("b.bin", 600))); got != "'ok'" {
+		t.Errorf("600 KiB after deleting a.bin: %s", got)
+	}
+	// Files the host placed count too.
+	if err := os.WriteFile(filepath.Join(k.WorkDir(), "host.bin"), make([]byte, 400<<10), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if got := plain(t, mustOK(t, k, write("c.bin", 100))); got != "'OSError'" {
+		t.Errorf("100 KiB with 1000 KiB used: %s, want OSError", got)
+	}
+}
+
 func TestParallelIsolation(t *testing.T) {
 	t.Parallel()
 	b := testBackend(t)
