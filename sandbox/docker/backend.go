@@ -294,7 +294,8 @@ func (b *Backend) start(ctx context.Context, spec sandbox.Spec) (*Kernel, error)
 	}
 	b.kernels[k] = struct{}{}
 	b.mu.Unlock()
-	b.log.InfoContext(ctx, "sandbox kernel started", "kernel", k.ID(), "owner", spec.Owner, "duration", time.Since(t0).Round(time.Millisecond))
+	b.log.InfoContext(ctx, "sandbox kernel started", "kernel", k.ID(), "owner", spec.Owner, "duration", time.Since(t0).Round(time.Millisecond), slog.Group("phases", k.phases...))
+	k.phases = nil
 	return k, nil
 }
 

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -58,6 +59,10 @@ type Kernel struct {
 	exited      chan struct{}   // closed when the current container process exits
 	stopWatch   context.CancelFunc
 
+	// phases records how long the last setup and boot steps took, for the
+	// start log.
+	phases []any
+
 	closing   chan struct{} // closed by Close; aborts waits in Execute
 	closeOnce sync.Once
 	closeErr  error
@@ -76,6 +81,7 @@ func (k *Kernel) WorkDir() string { return k.wd.path }
 func (k *Kernel) setup(ctx context.Context) error {
 	b := k.b
 	dir := filepath.Join(b.cfg.WorkRoot, k.id)
+	t := time.Now()
 	var err error
 	if b.quotaOK {
 		k.wd, err = b.quota.create(ctx, dir, k.limits.DiskBytes)
@@ -96,6 +102,7 @@ func (k *Kernel) setup(ctx context.Context) error {
 			return fmt.Errorf("chown socket dir: %w", err)
 		}
 	}
+	k.phase("workdir", &t)
 	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	resp, err := b.cli.ContainerCreate(cctx, k.containerConfig(), k.hostConfig(), nil, nil, "triad-"+b.rootTag[:8]+"-"+k.id)
@@ -103,6 +110,7 @@ func (k *Kernel) setup(ctx context.Context) error {
 		return fmt.Errorf("create container: %w", err)
 	}
 	k.containerID = resp.ID
+	k.phase("create", &t)
 	return k.boot(ctx)
 }
 
@@ -168,6 +176,7 @@ func (k *Kernel) hostConfig() *container.HostConfig {
 // file, dials the kernel and waits until it answers.
 func (k *Kernel) boot(ctx context.Context) error {
 	b := k.b
+	t := time.Now()
 	// Stale sockets from an earlier life would let the dial succeed against
 	// nothing; ipykernel rewrites conn.json itself, so start from scratch.
 	entries, _ := os.ReadDir(k.sockDir)
@@ -212,6 +221,7 @@ func (k *Kernel) boot(ctx context.Context) error {
 	if err := b.cli.ContainerStart(sctx, k.containerID, container.StartOptions{}); err != nil {
 		return fmt.Errorf("start container: %w", err)
 	}
+	k.phase("start", &t)
 	// A kernel that dies while booting (a broken image, a too-small memory
 	// limit) must fail the boot at once rather than at ctx's deadline.
 	bctx, bcancel := context.WithCancelCause(ctx)
@@ -227,12 +237,21 @@ func (k *Kernel) boot(ctx context.Context) error {
 	if err != nil {
 		return k.bootError(ctx, bctx, fmt.Errorf("dial kernel: %w", err))
 	}
+	k.phase("dial", &t)
 	if err := c.WaitReady(bctx); err != nil {
 		c.Close()
 		return k.bootError(ctx, bctx, fmt.Errorf("wait for kernel: %w", err))
 	}
+	k.phase("ready", &t)
 	k.client = c
 	return nil
+}
+
+// phase notes the time since *t under name and resets *t.
+func (k *Kernel) phase(name string, t *time.Time) {
+	now := time.Now()
+	k.phases = append(k.phases, slog.Duration(name, now.Sub(*t).Round(time.Millisecond)))
+	*t = now
 }
 
 // bootError adds why the container exited, when it did, to a boot failure.
@@ -445,7 +464,14 @@ func (k *Kernel) restartLocked(ctx context.Context) error {
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
-	return k.boot(ctx)
+	k.phases = nil
+	t := time.Now()
+	if err := k.boot(ctx); err != nil {
+		return err
+	}
+	k.b.log.InfoContext(ctx, "sandbox kernel restarted", "kernel", k.ID(), "owner", k.owner, "duration", time.Since(t).Round(time.Millisecond), slog.Group("phases", k.phases...))
+	k.phases = nil
+	return nil
 }
 
 // isNotRunning reports the engine's "container is not running" answer to a
