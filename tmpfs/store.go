@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"hash"
 	"io"
 	"log/slog"
 	"strings"
@@ -194,7 +193,7 @@ func (s *Store) OpenBlob(ctx context.Context, d Digest) (*Reader, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Reader{b: b, want: d, h: NewHasher(), store: s}, nil
+	return &Reader{b: b, want: d, store: s}, nil
 }
 
 // Verify hashes a whole blob and fails with ErrDigestMismatch if it does not
@@ -234,52 +233,230 @@ func (s *Store) Verify(ctx context.Context, d Digest) error {
 func (s *Store) Ping(ctx context.Context) error { return s.blobs.Ping(ctx) }
 
 // Reader reads a blob and checks its digest when reads that run
-// sequentially from offset 0 reach the end. Seeks that return to the hashed
-// position before reading (as http.ServeContent does to learn the size) keep
-// the check; reads elsewhere are unchecked, so callers serving ranges call
+// sequentially from offset 0 reach the end. It reads ahead on its own
+// goroutine, hashing as it goes, and always holds the last chunk back until
+// the hash is checked: on a mismatch the caller gets ErrDigestMismatch
+// instead of the final bytes, so a client never receives a complete body
+// that does not match its address. Seeks that return to the hashed position
+// before reading (as http.ServeContent does to learn the size) keep the
+// check; reads elsewhere are unchecked, so callers serving ranges call
 // Store.Verify first.
 type Reader struct {
-	b      Blob
-	want   Digest
-	h      hash.Hash
-	store  *Store
-	off    int64 // current offset in the blob
-	pos    int64 // bytes hashed so far
-	broken bool  // a read happened away from pos: no end-of-stream check
+	b     Blob
+	want  Digest
+	store *Store
+	off   int64 // the caller's offset in the blob
+
+	// The read-ahead pipeline, started by the first read at offset 0.
+	pipe    chan chunk
+	stop    chan struct{}
+	stopped sync.Once
+	cur     []byte // undelivered rest of the current chunk
+	ret     func() // returns cur's buffer to the pool
+	perr    error  // the pipeline's final error (io.EOF or a failure)
+	direct  bool   // reads go straight to the blob (after a seek away)
+	started bool
 }
+
+type chunk struct {
+	b   []byte
+	ret func()
+	err error
+}
+
+const chunkSize = 1 << 20
 
 // Size is the blob's length.
 func (r *Reader) Size() int64 { return r.b.Size() }
 
 // Read implements io.Reader.
 func (r *Reader) Read(p []byte) (int, error) {
-	n, err := r.b.Read(p)
-	if r.off != r.pos {
-		r.broken = true
-	}
-	r.off += int64(n)
-	if r.broken {
-		return n, err
-	}
-	r.h.Write(p[:n])
-	r.pos += int64(n)
-	if err == io.EOF || (err == nil && r.pos == r.b.Size()) {
-		if got := DigestFromHash(r.h); got != r.want || r.pos != r.b.Size() {
-			r.store.log.Error("blob does not match its digest; aborting read", "want", r.want.String(), "got", got.String())
-			return n, fmt.Errorf("%w: blob %s", ErrDigestMismatch, r.want)
+	if !r.started && !r.direct {
+		if r.off != 0 {
+			// A ranged read: the caller verified the blob first.
+			if _, err := r.b.Seek(r.off, io.SeekStart); err != nil {
+				return 0, err
+			}
+			r.direct = true
+		} else {
+			r.start()
 		}
 	}
-	return n, err
+	if r.direct {
+		n, err := r.b.Read(p)
+		r.off += int64(n)
+		return n, err
+	}
+	for len(r.cur) == 0 {
+		if r.ret != nil {
+			r.ret()
+			r.ret = nil
+		}
+		if r.perr != nil {
+			return 0, r.perr
+		}
+		c, ok := <-r.pipe
+		if !ok {
+			r.perr = io.ErrUnexpectedEOF
+			continue
+		}
+		if c.err != nil {
+			r.perr = c.err
+		}
+		r.cur, r.ret = c.b, c.ret
+	}
+	n := copy(p, r.cur)
+	r.cur = r.cur[n:]
+	r.off += int64(n)
+	return n, nil
 }
 
-// Seek implements io.Seeker.
+// start runs the read-ahead: a reader stage and a hashing stage, so that
+// reading the blob, hashing it and the caller's writes overlap. The hashing
+// stage forwards chunk k only once chunk k+1 (or a verified end) is known.
+func (r *Reader) start() {
+	r.started = true
+	r.pipe = make(chan chunk, 2)
+	r.stop = make(chan struct{})
+	pool := make(chan []byte, 6)
+	for range cap(pool) {
+		pool <- make([]byte, chunkSize)
+	}
+	raw := make(chan chunk, 2)
+	go func() { // reader stage
+		defer close(raw)
+		for {
+			var buf []byte
+			select {
+			case buf = <-pool:
+			case <-r.stop:
+				return
+			}
+			n, err := io.ReadFull(r.b, buf)
+			if err == io.ErrUnexpectedEOF {
+				err = io.EOF
+			}
+			c := chunk{b: buf[:n], ret: func() { pool <- buf }}
+			if n == 0 {
+				pool <- buf
+				c = chunk{}
+			}
+			if err != nil {
+				c.err = err
+			}
+			select {
+			case raw <- c:
+			case <-r.stop:
+				return
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
+	go func() { // hashing stage
+		defer close(r.pipe)
+		h := NewHasher()
+		var held *chunk
+		var total int64
+		send := func(c chunk) bool {
+			select {
+			case r.pipe <- c:
+				return true
+			case <-r.stop:
+				return false
+			}
+		}
+		for c := range raw {
+			if len(c.b) > 0 {
+				h.Write(c.b)
+				total += int64(len(c.b))
+			}
+			if c.err != nil && c.err != io.EOF {
+				send(chunk{err: c.err})
+				return
+			}
+			if held != nil && !send(*held) {
+				return
+			}
+			held = nil
+			if len(c.b) > 0 {
+				cc := chunk{b: c.b, ret: c.ret}
+				held = &cc
+			}
+			if c.err == io.EOF {
+				if got := DigestFromHash(h); got != r.want || total != r.b.Size() {
+					r.store.log.Error("blob does not match its digest; aborting read", "want", r.want.String(), "got", got.String())
+					if held != nil {
+						held.ret()
+					}
+					send(chunk{err: fmt.Errorf("%w: blob %s", ErrDigestMismatch, r.want)})
+					return
+				}
+				if held != nil {
+					held.err = io.EOF
+					send(*held)
+				} else {
+					send(chunk{err: io.EOF})
+				}
+				return
+			}
+		}
+	}()
+}
+
+// Seek implements io.Seeker. A seek away from the position the pipeline
+// has delivered stops it, and later reads go straight to the blob.
 func (r *Reader) Seek(off int64, whence int) (int64, error) {
-	n, err := r.b.Seek(off, whence)
+	var abs int64
+	switch whence {
+	case io.SeekStart:
+		abs = off
+	case io.SeekCurrent:
+		abs = r.off + off
+	case io.SeekEnd:
+		abs = r.b.Size() + off
+	default:
+		return 0, fmt.Errorf("tmpfs: bad whence %d", whence)
+	}
+	if abs < 0 {
+		return 0, fmt.Errorf("tmpfs: negative offset")
+	}
+	if !r.started && !r.direct {
+		// Nothing read yet: remember where the first read starts.
+		r.off = abs
+		return abs, nil
+	}
+	if abs == r.off && !r.direct {
+		return abs, nil
+	}
+	if r.started {
+		r.halt()
+	}
+	r.direct = true
+	n, err := r.b.Seek(abs, io.SeekStart)
 	if err == nil {
 		r.off = n
 	}
 	return n, err
 }
 
+func (r *Reader) halt() {
+	r.stopped.Do(func() {
+		if r.stop != nil {
+			close(r.stop)
+		}
+	})
+	if r.pipe != nil {
+		for range r.pipe { // let the stages finish with the blob
+		}
+	}
+}
+
 // Close implements io.Closer.
-func (r *Reader) Close() error { return r.b.Close() }
+func (r *Reader) Close() error {
+	if r.started {
+		r.halt()
+	}
+	return r.b.Close()
+}

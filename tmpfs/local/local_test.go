@@ -92,3 +92,53 @@ func TestTornIndexRecord(t *testing.T) {
 	}
 	_ = bytes.MinRead
 }
+
+// A tampered blob larger than one read-ahead chunk never yields its full
+// length: the last chunk is held back until the hash is checked.
+func TestCorruptBlobNeverDeliversWholeBody(t *testing.T) {
+	dir := t.TempDir()
+	s := open(t, dir)
+	ctx := t.Context()
+	run := runid.New()
+	data := bytes.Repeat([]byte("0123456789abcdef"), 300<<10) // 4.7 MiB
+	f, err := s.WriteBytes(ctx, run, "big.bin", data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := filepath.Join(dir, "blobs", "sha256", f.SHA256.String()[:2], f.SHA256.String())
+	os.Chmod(p, 0o600)
+	bad := append([]byte(nil), data...)
+	bad[len(bad)-1] ^= 1
+	os.WriteFile(p, bad, 0o600)
+	_, r, err := s.Open(ctx, run, "big.bin")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	got, err := io.ReadAll(r)
+	if !errors.Is(err, tmpfs.ErrDigestMismatch) {
+		t.Fatalf("got %v, want ErrDigestMismatch", err)
+	}
+	if len(got) >= len(data) {
+		t.Fatalf("the reader delivered %d of %d bytes of a corrupt blob; the last chunk must be withheld", len(got), len(data))
+	}
+	// An intact blob reads whole, through size-probing seeks as
+	// http.ServeContent does them.
+	g, err := s.WriteBytes(ctx, run, "ok.bin", data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r2, err := s.OpenBlob(ctx, g.SHA256)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r2.Close()
+	if n, _ := r2.Seek(0, io.SeekEnd); n != int64(len(data)) {
+		t.Fatalf("size probe: %d", n)
+	}
+	r2.Seek(0, io.SeekStart)
+	got, err = io.ReadAll(r2)
+	if err != nil || !bytes.Equal(got, data) {
+		t.Fatalf("intact read: %d bytes, %v", len(got), err)
+	}
+}
