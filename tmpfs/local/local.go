@@ -74,10 +74,9 @@ func (b *Blobs) Put(ctx context.Context, r io.Reader, limit int64) (tmpfs.Digest
 	}
 	d := tmpfs.DigestFromHash(h)
 	dst := b.path(d)
-	if st, err := os.Stat(dst); err == nil && st.Size() == n {
-		// Already stored: content addressing makes the second copy redundant.
-		return d, n, nil
-	}
+	// Even when the blob exists, the verified new copy replaces it: one
+	// file per digest either way, and a blob damaged on disk is repaired by
+	// writing its true bytes again instead of being trusted for its size.
 	if err := tmp.Sync(); err != nil {
 		return tmpfs.Digest{}, 0, fmt.Errorf("fsync blob: %w", err)
 	}

@@ -122,8 +122,8 @@ func TestCorruptBlobNeverDeliversWholeBody(t *testing.T) {
 	if len(got) >= len(data) {
 		t.Fatalf("the reader delivered %d of %d bytes of a corrupt blob; the last chunk must be withheld", len(got), len(data))
 	}
-	// An intact blob reads whole, through size-probing seeks as
-	// http.ServeContent does them.
+	// Writing the true bytes again repairs the blob, which then reads
+	// whole, through size-probing seeks as http.ServeContent does them.
 	g, err := s.WriteBytes(ctx, run, "ok.bin", data)
 	if err != nil {
 		t.Fatal(err)
