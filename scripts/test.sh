@@ -11,6 +11,9 @@ export CI=${CI:-true}
 start=$(date +%s)
 step() { echo "== test.sh: $* ($(( $(date +%s) - start ))s)" >&2; }
 
+step "host packages"
+scripts/host-deps.sh
+
 step "Docker engine"
 scripts/docker.sh
 

@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Installs the Debian packages the tests use on the host, when missing:
+#   docker.io, debootstrap   the Docker sandbox and its offline image build
+#   python3-ipykernel, python3-matplotlib
+#                            a real ipykernel for internal/jupyter's tests
+#   python3-nbformat         validates run.ipynb with the reference validator
+#   poppler-utils            pdfinfo/pdftoppm render the brief's PDF
+# Idempotent: installs nothing when everything is there.
+set -euo pipefail
+want=(docker.io debootstrap python3-ipykernel python3-matplotlib python3-nbformat poppler-utils)
+missing=()
+for p in "${want[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+sudo_() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
+echo "host-deps.sh: installing ${missing[*]}" >&2
+sudo_ apt-get update -qq >/dev/null
+sudo_ env DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
