@@ -3,35 +3,38 @@
 # The Go host starts python.wasm with a tiny bootstrap (see kernel.go) that
 # reads this file's source as the first stdin frame and execs it. Protocol:
 #
-#   stdin   frames of a 4-byte big-endian length and that many bytes of UTF-8
-#           JSON: first {"nonce", "max_output"}, then one {"n", "code"} per
-#           cell. Lengths count bytes, so stdin is read as bytes.
+#   stdin   frames of a 4-byte big-endian length and that many bytes (lengths
+#           count bytes, so stdin is read as bytes): first b"NONCE MAXOUTPUT",
+#           then one b"N\n" + UTF-8 code per cell.
 #   stdout  frames of b"\x1eTRIAD:" + nonce + b":" + decimal length + b"\n"
-#           + that many bytes of JSON. The JSON is ASCII (ensure_ascii), and
-#           everything a cell prints goes through sys.stdout/sys.stderr into
-#           the JSON, never raw onto fd 1, so printed bytes cannot look like a
-#           frame; bytes a cell writes to fd 1 directly (os.write) do not carry
-#           the nonce, and the host counts them as that cell's stdout.
+#           + that many bytes of ASCII JSON. Everything a cell prints goes
+#           through sys.stdout/sys.stderr into the JSON, never raw onto fd 1,
+#           so printed bytes cannot look like a frame; bytes a cell writes to
+#           fd 1 directly (os.write) do not carry the nonce, and the host
+#           counts them as that cell's stdout.
+#
+# Start-up time is most of a new kernel's cost, and in wasm every imported
+# module costs milliseconds, so the driver imports only C modules and what
+# the interpreter has already loaded (no ast, json, re or tokenize); the rest
+# is imported on the error path, when it is needed.
 #
 # The cell namespace is a module named __main__ (as in IPython), separate from
 # this driver's own state, which lives in closures.
 
 
 def _triad_driver():
-    import ast
-    import base64
+    import _ast
+    import binascii
     import builtins
     import io
-    import json
-    import linecache
     import os
     import sys
     import time
-    import tokenize
-    import types
+    from _json import encode_basestring_ascii as json_str
 
     stdin = sys.stdin.buffer
     driver_files = {"<triad-driver>", "<string>"}
+    cell_lines = {}  # "<cell-N>" -> the cell's source lines, for tracebacks
 
     def read_exact(n):
         chunks = []
@@ -47,19 +50,40 @@ def _triad_driver():
         hdr = read_exact(4)
         if hdr is None:
             return None
-        body = read_exact(int.from_bytes(hdr, "big"))
-        if body is None:
-            return None
-        return json.loads(body.decode("utf-8"))
+        return read_exact(int.from_bytes(hdr, "big"))
 
     hello = read_frame()
     if hello is None:
         return
-    marker = b"\x1eTRIAD:" + hello["nonce"].encode("ascii") + b":"
-    max_output = int(hello.get("max_output", 4 << 20))
+    nonce, max_output = hello.decode("ascii").split()
+    marker = b"\x1eTRIAD:" + nonce.encode("ascii") + b":"
+    max_output = int(max_output)
+
+    def to_json(o):
+        # A JSON encoder for what frames hold (str, int, float, bool, None,
+        # list, tuple, dict with str keys), without importing json (and re).
+        if o is None:
+            return "null"
+        if o is True:
+            return "true"
+        if o is False:
+            return "false"
+        if isinstance(o, str):
+            return json_str(o)
+        if isinstance(o, int):
+            return int.__repr__(o)
+        if isinstance(o, float):
+            if o != o or o in (float("inf"), float("-inf")):
+                return "null"
+            return float.__repr__(o)
+        if isinstance(o, (list, tuple)):
+            return "[" + ",".join(to_json(v) for v in o) + "]"
+        if isinstance(o, dict):
+            return "{" + ",".join(json_str(str(k)) + ":" + to_json(v) for k, v in o.items()) + "}"
+        raise TypeError("%s is not JSON serializable" % type(o).__name__)
 
     def write_frame(obj):
-        body = json.dumps(obj, ensure_ascii=True, allow_nan=True).encode("ascii")
+        body = to_json(obj).encode("ascii")
         data = memoryview(marker + str(len(body)).encode("ascii") + b"\n" + body)
         while data:
             n = os.write(1, data)
@@ -153,7 +177,7 @@ def _triad_driver():
         def write(self, s):
             return len(s)
 
-    main = types.ModuleType("__main__")
+    main = type(sys)("__main__")
     main.__dict__["__builtins__"] = builtins
     sys.modules["__main__"] = main
     ns = main.__dict__
@@ -187,7 +211,7 @@ def _triad_driver():
                 r, md = r
                 metadata[mime] = md
             if isinstance(r, (bytes, bytearray)):
-                r = base64.b64encode(r).decode("ascii")
+                r = binascii.b2a_base64(r, newline=False).decode("ascii")
             data[mime] = r
         return {"data": data, "metadata": metadata}
 
@@ -198,24 +222,13 @@ def _triad_driver():
 
     builtins.display = display
 
-    def ends_with_semicolon(code):
-        # IPython's rule: a trailing ';' on the last line hides the value.
-        last = None
-        try:
-            for tok in tokenize.generate_tokens(io.StringIO(code).readline):
-                if tok.type not in (
-                    tokenize.COMMENT,
-                    tokenize.NL,
-                    tokenize.NEWLINE,
-                    tokenize.ENDMARKER,
-                    tokenize.INDENT,
-                    tokenize.DEDENT,
-                ):
-                    last = tok
-        except (tokenize.TokenError, SyntaxError):
-            return False
-        return last is not None and last.type == tokenize.OP and last.string == ";"
-
+    def ends_with_semicolon(code, node):
+        # IPython's rule: a ';' after the last expression hides its value.
+        # Column offsets are in UTF-8 bytes.
+        lines = code.splitlines(True)
+        rest = lines[node.end_lineno - 1].encode("utf-8")[node.end_col_offset :]
+        rest = rest.decode("utf-8", "replace") + "".join(lines[node.end_lineno :])
+        return rest.lstrip().startswith(";")
 
     def cell_name(filename):
         if filename.startswith("<cell-") and filename.endswith(">"):
@@ -234,7 +247,11 @@ def _triad_driver():
             if code.co_flags & 0x04:
                 names += ("*" + code.co_varnames[len(names)],)
             head += ", in %s(%s)" % (code.co_qualname, ", ".join(names))
-        lines = linecache.getlines(code.co_filename, frame.f_globals)
+        lines = cell_lines.get(code.co_filename)
+        if lines is None:
+            import linecache
+
+            lines = linecache.getlines(code.co_filename, frame.f_globals)
         out = [head]
         if lines and lineno:
             lo = max(1, lineno - 2)
@@ -318,9 +335,19 @@ def _triad_driver():
         top = chain[0]
         return {"ename": type(top).__name__, "evalue": str(top), "traceback": traceback}
 
+    def remember(filename, code):
+        # Cell sources go to linecache too (as IPython does), so inspect and
+        # traceback find them, but only once a cell has imported linecache.
+        lines = code.splitlines(True)
+        cell_lines[filename] = lines
+        lc = sys.modules.get("linecache")
+        if lc is not None:
+            for name, ls in cell_lines.items():
+                lc.cache.setdefault(name, (sum(map(len, ls)), None, ls, name))
+
     def run_cell(n, code):
         filename = "<cell-%d>" % n
-        linecache.cache[filename] = (len(code), None, code.splitlines(True), filename)
+        remember(filename, code)
         out, err = Capture("stdout"), Capture("stderr")
         del displays[:]
         result = {"t": "result", "n": n, "ok": True}
@@ -328,11 +355,11 @@ def _triad_driver():
         try:
             if os.getcwd() != "/work":
                 os.chdir("/work")
-            tree = ast.parse(code, filename, "exec")
+            tree = compile(code, filename, "exec", _ast.PyCF_ONLY_AST, dont_inherit=True)
             last = None
-            if tree.body and isinstance(tree.body[-1], ast.Expr):
+            if tree.body and isinstance(tree.body[-1], _ast.Expr):
                 last = tree.body.pop()
-                if ends_with_semicolon(code):
+                if ends_with_semicolon(code, last):
                     tree.body.append(last)
                     last = None
             # No top-level await: asyncio's event loop needs a socketpair,
@@ -340,7 +367,7 @@ def _triad_driver():
             if tree.body:
                 exec(compile(tree, filename, "exec", dont_inherit=True), ns)
             if last is not None:
-                expr = ast.Expression(last.value)
+                expr = _ast.Expression(last.value)
                 value = eval(compile(expr, filename, "eval", dont_inherit=True), ns)
                 if value is not None:
                     ns["_"] = value
@@ -357,6 +384,8 @@ def _triad_driver():
                 }
         finally:
             sys.stdout, sys.stderr = quiet, quiet
+        if "linecache" in sys.modules:
+            remember(filename, code)  # the cell may have imported it
         try:
             out.finish()
             err.finish()
@@ -375,11 +404,13 @@ def _triad_driver():
         sys.path.insert(0, "")
     write_frame({"t": "ready", "version": sys.version})
     while True:
-        req = read_frame()
-        if req is None:
+        frame = read_frame()
+        if frame is None:
             return
+        head, _, code = frame.partition(b"\n")
+        req = {"n": int(head)}
         try:
-            res = run_cell(req["n"], req["code"])
+            res = run_cell(req["n"], code.decode("utf-8", "surrogateescape"))
         except BaseException as e:  # the driver must answer every cell
             res = {
                 "t": "result",

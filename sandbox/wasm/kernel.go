@@ -3,7 +3,6 @@ package wasm
 import (
 	"context"
 	"crypto/rand"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -109,13 +108,7 @@ func (k *Kernel) Execute(ctx context.Context, code string, timeout time.Duration
 	inst := k.inst
 	k.count++
 	n := k.count
-	req, err := json.Marshal(struct {
-		N    int    `json:"n"`
-		Code string `json:"code"`
-	}{n, code})
-	if err != nil {
-		return nil, fmt.Errorf("kernel %s: encode cell: %w", k.id, err)
-	}
+	req := fmt.Appendf(nil, "%d\n%s", n, code)
 	inst.out.takeRaw() // bytes from before this cell are nobody's output
 	inst.errw.takeRaw()
 	inst.mem.refused.Store(false) // an earlier MemoryError does not explain a death now
@@ -360,8 +353,7 @@ func (b *Backend) launch(ctx context.Context, k *Kernel) (*instance, error) {
 	go inst.feed()
 
 	inst.send(encodeFrame([]byte(driverSource)))
-	hello, _ := json.Marshal(map[string]any{"nonce": nonce, "max_output": b.maxOut})
-	inst.send(encodeFrame(hello))
+	inst.send(encodeFrame(fmt.Appendf(nil, "%s %d", nonce, b.maxOut)))
 	for {
 		msgs, ferr := inst.out.take()
 		for _, m := range msgs {
