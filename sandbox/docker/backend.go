@@ -21,6 +21,7 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -359,25 +360,28 @@ func (b *Backend) removeLeftovers(ctx context.Context) error {
 	if err := unmountAll(b.cfg.WorkRoot); err != nil {
 		return err
 	}
+	// Only names this package makes are removed, so a WorkRoot pointed at
+	// the wrong directory costs nothing but this backend's own debris.
 	entries, err := os.ReadDir(b.cfg.WorkRoot)
 	if err != nil {
 		return err
 	}
 	for _, e := range entries {
-		switch e.Name() {
-		case ".lock":
-			continue
-		case diskDir:
-			disks, _ := os.ReadDir(filepath.Join(b.cfg.WorkRoot, diskDir))
-			for _, d := range disks {
-				if err := os.Remove(filepath.Join(b.cfg.WorkRoot, diskDir, d.Name())); err != nil {
-					return fmt.Errorf("remove leftover disk image: %w", err)
-				}
+		if isKernelName(e.Name()) || e.Name() == probeName {
+			if err := os.RemoveAll(filepath.Join(b.cfg.WorkRoot, e.Name())); err != nil {
+				return fmt.Errorf("remove leftover workdir: %w", err)
 			}
-			continue
 		}
-		if err := os.RemoveAll(filepath.Join(b.cfg.WorkRoot, e.Name())); err != nil {
-			return fmt.Errorf("remove leftover workdir: %w", err)
+	}
+	disks, err := os.ReadDir(filepath.Join(b.cfg.WorkRoot, diskDir))
+	if err != nil {
+		return err
+	}
+	for _, d := range disks {
+		if name, ok := strings.CutSuffix(d.Name(), ".ext4"); ok && (isKernelName(name) || name == probeName) {
+			if err := os.Remove(filepath.Join(b.cfg.WorkRoot, diskDir, d.Name())); err != nil {
+				return fmt.Errorf("remove leftover disk image: %w", err)
+			}
 		}
 	}
 	socks, err := os.ReadDir(b.cfg.SocketRoot)
@@ -385,8 +389,10 @@ func (b *Backend) removeLeftovers(ctx context.Context) error {
 		return err
 	}
 	for _, s := range socks {
-		if err := os.RemoveAll(filepath.Join(b.cfg.SocketRoot, s.Name())); err != nil {
-			return fmt.Errorf("remove leftover socket dir: %w", err)
+		if isKernelName(s.Name()) {
+			if err := os.RemoveAll(filepath.Join(b.cfg.SocketRoot, s.Name())); err != nil {
+				return fmt.Errorf("remove leftover socket dir: %w", err)
+			}
 		}
 	}
 	if len(list) > 0 {
@@ -441,6 +447,15 @@ func (b *Backend) release() {
 	if b.cli != nil {
 		_ = b.cli.Close()
 	}
+}
+
+// isKernelName reports whether name is a kernel id as newID makes them.
+func isKernelName(name string) bool {
+	if len(name) != 12 {
+		return false
+	}
+	_, err := hex.DecodeString(name)
+	return err == nil && strings.ToLower(name) == name
 }
 
 func newID() string {

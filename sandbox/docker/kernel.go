@@ -32,8 +32,8 @@ const (
 // kernelCmd starts ipykernel as the container's main process. The shell
 // only seeds matplotlib's font cache into the tmpfs home (the root
 // filesystem is read-only, so the image's copy cannot be used in place)
-// and then execs the kernel, so the kernel is PID 1 and its exit is the
-// container's exit. Plain tracebacks (NoColor) read better to an agent
+// and then execs the kernel, so the kernel's exit is the container's exit (tini, the container's init, passes the status on).
+// Plain tracebacks (NoColor) read better to an agent
 // than ANSI colour codes; the history database is pointless for a
 // throwaway kernel and costs a SQLite file per start. Figures show inline
 // by default because ipykernel sets MPLBACKEND to the inline backend (the
@@ -69,6 +69,8 @@ type Kernel struct {
 }
 
 var _ sandbox.Kernel = (*Kernel)(nil)
+
+var initTrue = true
 
 // ID implements sandbox.Kernel: the container's short id.
 func (k *Kernel) ID() string { return shortID(k.containerID) }
@@ -165,6 +167,11 @@ func (k *Kernel) hostConfig() *container.HostConfig {
 		},
 		// Under host memory pressure the sandbox dies before Triad does.
 		OomScoreAdj: 500,
+		// tini as PID 1 reaps the orphans a cell leaves (a fork bomb's
+		// children, daemonised subprocesses); with the kernel as PID 1 they
+		// would stay zombies holding pids until the next restart. The
+		// kernel's exit still ends the container, with its exit status.
+		Init: &initTrue,
 		// The kernel's own stdout is only diagnostics (cell output goes over
 		// ZMQ); cap it so a cell writing to fd 1 cannot fill the host disk.
 		LogConfig:     container.LogConfig{Type: "json-file", Config: map[string]string{"max-size": "1m", "max-file": "1"}},

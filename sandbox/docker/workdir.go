@@ -18,6 +18,9 @@ import (
 // It sits inside WorkRoot but is never mounted into a container.
 const diskDir = ".disk"
 
+// probeName is the working directory New formats to check quotas work.
+const probeName = "probe-quota"
+
 // workdir is one kernel's working directory on the host, optionally backed
 // by a loop-mounted ext4 image that enforces the disk quota.
 type workdir struct {
@@ -74,8 +77,12 @@ func (q quotaFS) create(ctx context.Context, dir string, quota int64) (wd workdi
 	if err := run(ctx, "mount", "-t", "ext4", "-o", "loop,nosuid,nodev,noatime", img, dir); err != nil {
 		return wd, err
 	}
-	// mkfs made the root directory the kernel's (root_owner); lost+found
-	// stays root's, which is harmless and matches any ext4 volume.
+	// mkfs made the root directory the kernel's (root_owner). lost+found
+	// would show up in every listing of the run's files as a directory the
+	// kernel cannot open; ext4 works without it (fsck recreates it).
+	if err := os.Remove(filepath.Join(dir, "lost+found")); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return wd, fmt.Errorf("remove lost+found: %w", err)
+	}
 	return wd, nil
 }
 
@@ -125,7 +132,7 @@ func (q quotaFS) probe(ctx context.Context) error {
 			return fmt.Errorf("%s not found (apt-get install e2fsprogs mount): %w", tool, err)
 		}
 	}
-	wd, err := q.create(ctx, filepath.Join(q.root, "probe-quota"), 8<<20)
+	wd, err := q.create(ctx, filepath.Join(q.root, probeName), 8<<20)
 	if err != nil {
 		return err
 	}
