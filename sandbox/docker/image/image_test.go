@@ -4,14 +4,15 @@ import (
 	"bytes"
 	"context"
 	"os"
-	"os/exec"
 	"regexp"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/client"
+	"github.com/docker/docker/pkg/stdcopy"
 
 	"github.com/triadhq/triad/internal/testenv"
 )
@@ -122,16 +123,39 @@ func TestEnsure(t *testing.T) {
 
 	// The image must hold everything packages.txt promises, importable as
 	// the sandbox user on a read-only root with no network.
-	if _, err := exec.LookPath("docker"); err != nil {
-		t.Skip("docker CLI not on PATH; the import itself was checked")
-	}
 	script := `import ipykernel, jupyter_client, numpy, pandas, scipy, statsmodels, matplotlib, seaborn, sklearn, jinja2, openpyxl, xlsxwriter, docx, reportlab, weasyprint, markdown, bs4, lxml, tabulate, plotly, matplotlib_inline, os
 assert os.getuid() == 1000, os.getuid()
 print("ok", ipykernel.__version__)`
-	out, err := exec.CommandContext(ctx, "docker", "run", "--rm", "--network", "none", "--read-only", "--tmpfs", "/tmp", tag, "python3", "-c", script).CombinedOutput()
-	if err != nil || !bytes.HasPrefix(out, []byte("ok ")) {
-		t.Fatalf("python in the image: %v\n%s", err, out)
+	resp, err := cli.ContainerCreate(ctx, &container.Config{Image: tag, Cmd: []string{"python3", "-c", script}},
+		&container.HostConfig{NetworkMode: "none", ReadonlyRootfs: true, Tmpfs: map[string]string{"/tmp": ""}}, nil, nil, "")
+	if err != nil {
+		t.Fatal(err)
 	}
+	defer cli.ContainerRemove(context.WithoutCancel(ctx), resp.ID, container.RemoveOptions{Force: true})
+	waitC, errC := cli.ContainerWait(ctx, resp.ID, container.WaitConditionNextExit)
+	if err := cli.ContainerStart(ctx, resp.ID, container.StartOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	var code int64
+	select {
+	case w := <-waitC:
+		code = w.StatusCode
+	case err := <-errC:
+		t.Fatal(err)
+	}
+	logs, err := cli.ContainerLogs(ctx, resp.ID, container.LogsOptions{ShowStdout: true, ShowStderr: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer logs.Close()
+	var stdout, stderr bytes.Buffer
+	if _, err := stdcopy.StdCopy(&stdout, &stderr, logs); err != nil {
+		t.Fatal(err)
+	}
+	if code != 0 || !bytes.HasPrefix(stdout.Bytes(), []byte("ok ")) {
+		t.Fatalf("python in the image: exit %d\n%s%s", code, stdout.Bytes(), stderr.Bytes())
+	}
+	t.Logf("python in the image: %s", bytes.TrimSpace(stdout.Bytes()))
 }
 
 func tailOf(s string, n int) string {
