@@ -491,6 +491,20 @@ func TestKernelDied(t *testing.T) {
 	if got := plain(t, mustOK(t, k, "'x' in globals()")); got != "False" {
 		t.Errorf("state after death: x defined = %s, want False", got)
 	}
+
+	// A trap: C recursion (repr of a deeply nested list, with Python's own
+	// recursion guard lifted) overflows the guest's stack.
+	mustOK(t, k, "x = 1")
+	res = run(t, k, "import sys\nsys.setrecursionlimit(10**7)\nl = []\nfor i in range(200000): l = [l]\nrepr(l)")
+	if res.OK || res.Error == nil || res.Error.Kind != sandbox.KindKernelDied || !res.Restarted {
+		t.Fatalf("stack overflow: %+v restarted %v, want kind kernel_died and a restart", res.Error, res.Restarted)
+	}
+	if !strings.Contains(res.Error.Reason, "wasm error") {
+		t.Errorf("Reason = %q, want the trap", res.Error.Reason)
+	}
+	if got := plain(t, mustOK(t, k, "'x' in globals()")); got != "False" {
+		t.Errorf("state after the trap: x defined = %s, want False", got)
+	}
 }
 
 func TestRestart(t *testing.T) {
