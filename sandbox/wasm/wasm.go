@@ -92,7 +92,8 @@ type Config struct {
 type Backend struct {
 	log      *slog.Logger
 	workRoot string
-	ownsRoot bool // WorkRoot was created by New and is removed by Close
+	ownsRoot bool     // WorkRoot was created by New and is removed by Close
+	lock     *os.File // flock on WorkRoot/.lock; nil where there is none
 	memLimit uint64
 	maxOut   int
 
@@ -161,14 +162,23 @@ func New(ctx context.Context, cfg Config) (b *Backend, err error) {
 	if b.workRoot, err = filepath.Abs(b.workRoot); err != nil {
 		return nil, fmt.Errorf("wasm backend: work root: %w", err)
 	}
+	if b.lock, err = lockWorkRoot(b.workRoot); err != nil {
+		return nil, fmt.Errorf("wasm backend: %w", err)
+	}
 	defer func() {
 		if err != nil {
 			b.closeRuntime()
+			b.unlock()
 			if b.ownsRoot {
 				_ = os.RemoveAll(b.workRoot)
 			}
 		}
 	}()
+	if b.lock != nil {
+		if err = b.removeLeftovers(ctx); err != nil {
+			return nil, err
+		}
+	}
 
 	rc := wazero.NewRuntimeConfigCompiler().
 		// Closing an instance whose context is done is how a runaway cell
@@ -273,7 +283,39 @@ func (b *Backend) Close() error {
 	if b.ownsRoot {
 		errs = append(errs, os.RemoveAll(b.workRoot))
 	}
+	b.unlock()
 	return errors.Join(errs...)
+}
+
+func (b *Backend) unlock() {
+	if b.lock != nil {
+		_ = b.lock.Close() // closing the descriptor drops the flock
+		b.lock = nil
+	}
+}
+
+// removeLeftovers deletes the working directories an earlier process left
+// under WorkRoot (it died before closing its kernels). Only names this
+// package makes are touched, so a WorkRoot pointed at the wrong directory
+// costs nothing but this backend's own debris.
+func (b *Backend) removeLeftovers(ctx context.Context) error {
+	entries, err := os.ReadDir(b.workRoot)
+	if err != nil {
+		return fmt.Errorf("wasm backend: read work root: %w", err)
+	}
+	n := 0
+	for _, e := range entries {
+		if e.IsDir() && strings.HasPrefix(e.Name(), workDirPrefix) {
+			if err := os.RemoveAll(filepath.Join(b.workRoot, e.Name())); err != nil {
+				return fmt.Errorf("wasm backend: remove leftover %s: %w", e.Name(), err)
+			}
+			n++
+		}
+	}
+	if n > 0 {
+		b.log.InfoContext(ctx, "removed leftovers of an earlier process", "work_root", b.workRoot, "dirs", n)
+	}
+	return nil
 }
 
 // closeRuntime releases the compiled module and the runtime, unless an
@@ -308,20 +350,25 @@ func (b *Backend) markLeaked() {
 	b.mu.Unlock()
 }
 
-// dirPrefix makes a working directory name that carries the owner (a run id)
-// so a later process can tell whose leftovers it finds.
+// workDirPrefix starts the name of every kernel working directory, which is
+// how removeLeftovers knows what it may delete.
+const workDirPrefix = "wk-"
+
+// dirPrefix makes a working directory name pattern for os.MkdirTemp that
+// carries the owner (a run id), so logs and leftovers say whose it was.
 func dirPrefix(owner string) string {
 	var sb strings.Builder
+	sb.WriteString(workDirPrefix)
 	for _, r := range owner {
-		if sb.Len() >= 40 {
+		if sb.Len() >= 40+len(workDirPrefix) {
 			break
 		}
 		if r == '-' || r == '_' || r >= '0' && r <= '9' || r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' {
 			sb.WriteRune(r)
 		}
 	}
-	if sb.Len() == 0 {
-		return "kernel-*"
+	if sb.Len() == len(workDirPrefix) {
+		return workDirPrefix + "kernel-*"
 	}
 	return sb.String() + "-*"
 }

@@ -703,7 +703,7 @@ func TestClose(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.HasPrefix(filepath.Base(k1.WorkDir()), "run-close-1-") {
+	if !strings.HasPrefix(filepath.Base(k1.WorkDir()), "wk-run-close-1-") {
 		t.Errorf("WorkDir %s does not carry the owner", k1.WorkDir())
 	}
 
@@ -746,6 +746,38 @@ func TestClose(t *testing.T) {
 	}
 	if _, err := b.Start(t.Context(), sandbox.Spec{}); !errors.Is(err, sandbox.ErrClosed) {
 		t.Errorf("Start after Close: %v, want ErrClosed", err)
+	}
+}
+
+func TestWorkRootLockAndLeftovers(t *testing.T) {
+	t.Parallel()
+	root := t.TempDir()
+	// Leftovers of an earlier process, and a file that is not ours.
+	for _, d := range []string{"wk-run-old-123", "wk-kernel-456"} {
+		if err := os.MkdirAll(filepath.Join(root, d, "sub"), 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(root, "notes.txt"), []byte("keep"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	b, err := New(t.Context(), Config{CacheDir: testCacheDir(), WorkRoot: root})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = b.Close() })
+	entries, _ := os.ReadDir(root)
+	var names []string
+	for _, e := range entries {
+		names = append(names, e.Name())
+	}
+	if diff := cmp.Diff([]string{".lock", "notes.txt"}, names); diff != "" {
+		t.Errorf("work root after New (-want +got):\n%s", diff)
+	}
+	if runtime.GOOS != "windows" {
+		if _, err := New(t.Context(), Config{CacheDir: testCacheDir(), WorkRoot: root}); err == nil {
+			t.Error("a second Backend on the same WorkRoot started; want it refused")
+		}
 	}
 }
 
