@@ -1,0 +1,302 @@
+// Command sandbox measures the sandboxes through the HTTP API, with every baseline measured in the same run.
+//
+// Usage (a Docker engine and the sandbox image are needed; see scripts/docker.sh):
+//
+//	go run ./bench/sandbox [-n 40] [-new 10]
+//
+// It reports p50/p90 for:
+//   - warm `1+1` through POST /sandbox/exec on Docker, with the journal and
+//     evaluator (the real path) and without them (the bare tool call),
+//     against jupyter_client's blocking execute on the same kind of kernel
+//     in the same image and jail (Debian's python3-jupyter-client);
+//   - the first exec of a new run: Docker with the warm pool, Docker cold,
+//     and the embedded wasm sandbox (with its pool);
+//   - warm `1+1` on wasm;
+//   - memory per idle kernel: a Docker kernel's cgroup usage, and a wasm
+//     interpreter's share of this process's RSS.
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/docker/docker/client"
+
+	"github.com/triadhq/triad/api"
+	"github.com/triadhq/triad/cel"
+	"github.com/triadhq/triad/evaluator"
+	"github.com/triadhq/triad/internal/kernels"
+	"github.com/triadhq/triad/internal/orchestrator"
+	"github.com/triadhq/triad/internal/runid"
+	"github.com/triadhq/triad/sandbox"
+	"github.com/triadhq/triad/sandbox/docker"
+	"github.com/triadhq/triad/sandbox/docker/image"
+	"github.com/triadhq/triad/sandbox/wasm"
+	"github.com/triadhq/triad/tmpfs"
+	"github.com/triadhq/triad/tmpfs/local"
+)
+
+// baseline runs inside a container of the sandbox image: it starts an
+// ipykernel with jupyter_client's KernelManager and times n warm `1+1`
+// executes with the blocking client, waiting for the reply and idle as
+// execute_interactive does.
+const baseline = `
+import json, sys, time
+from jupyter_client.manager import start_new_kernel
+km, kc = start_new_kernel(kernel_name="python3")
+quiet = lambda m: None
+for _ in range(10):
+    kc.execute_interactive("1+1", output_hook=quiet, timeout=30)
+out = []
+for _ in range(int(sys.argv[1])):
+    t = time.perf_counter()
+    kc.execute_interactive("1+1", output_hook=quiet, timeout=30)
+    out.append(time.perf_counter() - t)
+print(json.dumps(out))
+kc.stop_channels(); km.shutdown_kernel(now=True)
+`
+
+func main() {
+	n := flag.Int("n", 40, "warm executes per measurement")
+	newRuns := flag.Int("new", 10, "new runs per first-exec measurement")
+	flag.Parse()
+	ctx := context.Background()
+	dir, err := os.MkdirTemp("", "triad-bench-sandbox-")
+	check(err)
+	defer os.RemoveAll(dir)
+
+	cli, err := client.NewClientWithOpts(client.FromEnv, client.WithAPIVersionNegotiation())
+	check(err)
+	tag, err := image.Ensure(ctx, cli, image.Options{Progress: os.Stderr})
+	check(err)
+
+	store := newStore(filepath.Join(dir, "store"))
+	cache := filepath.Join(dir, "wazero")
+	evalWasm, err := wasm.New(ctx, wasm.Config{CacheDir: cache, MemoryLimitBytes: 512 << 20})
+	check(err)
+	defer evalWasm.Close()
+	ev, err := evaluator.New(evaluator.Config{Store: store, Dir: filepath.Join(dir, "eval"),
+		Interpreter: evaluator.InterpreterFunc(func(ctx context.Context, s []byte, d string) (evaluator.Process, error) {
+			return evalWasm.StartProgram(ctx, s, d)
+		})})
+	check(err)
+	defer ev.Close()
+
+	dockerB, err := docker.New(ctx, docker.Config{Image: tag, WorkRoot: filepath.Join(dir, "work-docker")})
+	check(err)
+	defer dockerB.Close()
+	pooled := kernels.New(kernels.Config{Backend: dockerB, Store: store, Warm: 2, Protect: orchestrator.Protected})
+	defer pooled.Close()
+	cold := kernels.New(kernels.Config{Backend: dockerB, Store: store, Warm: 0, Protect: orchestrator.Protected})
+	defer cold.Close()
+	wasmB, err := wasm.New(ctx, wasm.Config{WorkRoot: filepath.Join(dir, "work-wasm"), CacheDir: cache})
+	check(err)
+	defer wasmB.Close()
+	wasmK := kernels.New(kernels.Config{Backend: wasmB, Store: store, Warm: 2, Protect: orchestrator.Protected})
+	defer wasmK.Close()
+
+	full := serve(orchestrator.New(orchestrator.Config{Store: store, Kernels: pooled, Journal: cel.New(store), Evaluator: ev}))
+	bare := serve(orchestrator.New(orchestrator.Config{Store: store, Kernels: pooled}))
+	coldS := serve(orchestrator.New(orchestrator.Config{Store: store, Kernels: cold, Journal: cel.New(store), Evaluator: ev}))
+	wasmS := serve(orchestrator.New(orchestrator.Config{Store: store, Kernels: wasmK, Journal: cel.New(store), Evaluator: ev}))
+	wasmBare := serve(orchestrator.New(orchestrator.Config{Store: store, Kernels: wasmK}))
+	waitPool(pooled, 2)
+	waitPool(wasmK, 2)
+
+	// (a) warm 1+1, interleaved so load hits all alike.
+	rf, rb, rw, rwb := runid.New(), runid.New(), runid.New(), runid.New()
+	for _, p := range []struct {
+		url string
+		run runid.ID
+	}{{full, rf}, {bare, rb}, {wasmS, rw}, {wasmBare, rwb}} {
+		for range 5 {
+			execute(p.url, p.run, "1+1")
+		}
+	}
+	var tf, tb, tw, twb []time.Duration
+	for range *n {
+		tf = append(tf, execute(full, rf, "1+1"))
+		tb = append(tb, execute(bare, rb, "1+1"))
+		tw = append(tw, execute(wasmS, rw, "1+1"))
+		twb = append(twb, execute(wasmBare, rwb, "1+1"))
+	}
+	// The kernel alone, without HTTP or the orchestrator.
+	sess, err := pooled.Acquire(ctx, rb)
+	check(err)
+	var tk []time.Duration
+	for range *n {
+		t0 := time.Now()
+		_, err := sess.Kernel.Execute(ctx, "1+1", 10*time.Second)
+		check(err)
+		tk = append(tk, time.Since(t0))
+	}
+	bareO := orchestrator.New(orchestrator.Config{Store: store, Kernels: pooled})
+	var to []time.Duration
+	for range *n {
+		t0 := time.Now()
+		out, err := bareO.Exec(ctx, rb, orchestrator.ExecInput{Code: "1+1"})
+		check(err)
+		if !out.OK {
+			panic("exec failed")
+		}
+		to = append(to, time.Since(t0))
+	}
+	jc := jupyterClient(tag, *n)
+	fmt.Printf("warm 1+1 (p50 / p90), n=%d:\n", *n)
+	fmt.Printf("  docker, POST /sandbox/exec, journal+evaluator  %s\n", pct(tf))
+	fmt.Printf("  docker, POST /sandbox/exec, bare call          %s\n", pct(tb))
+	fmt.Printf("  docker, Orchestrator.Exec (no HTTP), bare      %s\n", pct(to))
+	fmt.Printf("  docker, Kernel.Execute directly                %s\n", pct(tk))
+	fmt.Printf("  jupyter_client blocking execute (baseline)     %s\n", pct(jc))
+	fmt.Printf("  ratio bare/jupyter_client %.2f   journaled/jupyter_client %.2f\n", ratio(tb, jc), ratio(tf, jc))
+	fmt.Printf("  wasm, POST /sandbox/exec, journal+evaluator    %s\n", pct(tw))
+	fmt.Printf("  wasm, POST /sandbox/exec, bare call            %s\n", pct(twb))
+	fmt.Printf("  ratio wasm/docker (bare) %.2f\n", ratio(twb, tb))
+
+	// (b) first exec of a new run.
+	first := func(url string, k *kernels.Manager, want int) []time.Duration {
+		var out []time.Duration
+		for range *newRuns {
+			if k != nil {
+				waitPool(k, want)
+			}
+			out = append(out, execute(url, runid.New(), "1+1"))
+		}
+		return out
+	}
+	fp := first(full, pooled, 2)
+	fc := first(coldS, nil, 0)
+	fw := first(wasmS, wasmK, 2)
+	fmt.Printf("first exec of a new run (p50 / p90), n=%d, journal+evaluator included:\n", *newRuns)
+	fmt.Printf("  docker with the warm pool  %s\n", pct(fp))
+	fmt.Printf("  docker cold                %s\n", pct(fc))
+	fmt.Printf("  wasm (pool)                %s\n", pct(fw))
+
+	// (c) memory per idle kernel.
+	fmt.Printf("memory per idle kernel:\n")
+	fmt.Printf("  docker: %s\n", dockerIdleMemory(filepath.Join(dir, "work-docker")))
+	fmt.Printf("  wasm:   %s\n", wasmIdleMemory(ctx, wasmB))
+}
+
+func newStore(dir string) *tmpfs.Store {
+	b, err := local.NewBlobs(dir)
+	check(err)
+	x, err := local.NewIndex(dir)
+	check(err)
+	return tmpfs.New(b, x, nil)
+}
+
+func serve(o *orchestrator.Orchestrator) string {
+	return httptest.NewServer(api.New(api.Config{Orchestrator: o})).URL
+}
+
+func waitPool(k *kernels.Manager, n int) {
+	for k.Pooled() < n {
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func execute(url string, run runid.ID, code string) time.Duration {
+	body, _ := json.Marshal(map[string]any{"code": code})
+	req, _ := http.NewRequest(http.MethodPost, url+"/sandbox/exec", bytes.NewReader(body))
+	req.Header.Set("X-Run-Id", run.String())
+	t0 := time.Now()
+	resp, err := http.DefaultClient.Do(req)
+	check(err)
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	d := time.Since(t0)
+	if resp.StatusCode != 200 || !bytes.Contains(b, []byte(`"ok":true`)) {
+		panic(fmt.Sprintf("exec: %d %s", resp.StatusCode, b))
+	}
+	return d
+}
+
+func jupyterClient(tag string, n int) []time.Duration {
+	out, err := exec.Command("docker", "run", "--rm", "--network", "none", "-e", "HOME=/tmp", tag,
+		"python3", "-c", baseline, strconv.Itoa(n)).Output()
+	check(err)
+	var secs []float64
+	check(json.Unmarshal(bytes.TrimSpace(out[bytes.LastIndexByte(bytes.TrimSpace(out), '\n')+1:]), &secs))
+	d := make([]time.Duration, len(secs))
+	for i, s := range secs {
+		d[i] = time.Duration(s * float64(time.Second))
+	}
+	return d
+}
+
+// dockerIdleMemory reads the cgroup memory usage of the idle pooled kernels.
+func dockerIdleMemory(workRoot string) string {
+	out, err := exec.Command("docker", "stats", "--no-stream", "--format", "{{.Name}} {{.MemUsage}}").Output()
+	check(err)
+	var lines []string
+	for _, l := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		if strings.HasPrefix(l, "triad-") {
+			lines = append(lines, l)
+		}
+	}
+	return strings.Join(lines, "; ")
+}
+
+// wasmIdleMemory starts 8 idle interpreters and reports the RSS growth per
+// interpreter.
+func wasmIdleMemory(ctx context.Context, b *wasm.Backend) string {
+	before := rss()
+	var ks []sandbox.Kernel
+	for range 8 {
+		k, err := b.Start(ctx, sandbox.Spec{})
+		check(err)
+		_, err = k.Execute(ctx, "1+1", 10*time.Second)
+		check(err)
+		ks = append(ks, k)
+	}
+	after := rss()
+	for _, k := range ks {
+		k.Close()
+	}
+	return fmt.Sprintf("%.1f MiB per idle interpreter (RSS %d → %d MiB for 8)", float64(after-before)/8/(1<<20), before>>20, after>>20)
+}
+
+func rss() int64 {
+	b, err := os.ReadFile("/proc/self/statm")
+	check(err)
+	f := strings.Fields(string(b))
+	pages, _ := strconv.ParseInt(f[1], 10, 64)
+	return pages * int64(os.Getpagesize())
+}
+
+func sorted(d []time.Duration) []time.Duration {
+	s := append([]time.Duration(nil), d...)
+	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
+	return s
+}
+
+func pct(d []time.Duration) string {
+	s := sorted(d)
+	return fmt.Sprintf("%7.1f ms / %7.1f ms", ms(s[len(s)/2]), ms(s[len(s)*9/10]))
+}
+
+func ratio(a, b []time.Duration) float64 {
+	return float64(sorted(a)[len(a)/2]) / float64(sorted(b)[len(b)/2])
+}
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+func check(err error) {
+	if err != nil {
+		panic(err)
+	}
+}
