@@ -237,6 +237,8 @@ func (k *Kernel) boot(ctx context.Context) error {
 		select {
 		case <-exited:
 			bcancel(errors.New("the kernel's container exited while booting"))
+		case <-k.closing:
+			bcancel(sandbox.ErrClosed)
 		case <-bctx.Done():
 		}
 	}()
@@ -443,6 +445,9 @@ func (k *Kernel) Restart(ctx context.Context) error {
 // in the same container: same mounts and labels, a fresh /tmp, a fresh
 // interpreter.
 func (k *Kernel) restartLocked(ctx context.Context) error {
+	if k.isClosing() {
+		return sandbox.ErrClosed // Close is waiting for the lock; don't make it wait longer
+	}
 	k.stopKernel()
 	kctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
