@@ -84,6 +84,12 @@ func (k *Kernel) setup(ctx context.Context) error {
 	b := k.b
 	dir := filepath.Join(b.cfg.WorkRoot, k.id)
 	t := time.Now()
+	// New made these, but a /tmp cleaner may have removed them since.
+	for _, d := range []string{filepath.Join(b.cfg.WorkRoot, diskDir), b.cfg.SocketRoot} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return err
+		}
+	}
 	var err error
 	if b.quotaOK {
 		k.wd, err = b.quota.create(ctx, dir, k.limits.DiskBytes)
