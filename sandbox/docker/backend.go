@@ -67,9 +67,10 @@ type Config struct {
 	// working directory. The backend owns it: New removes whatever an
 	// earlier process left there, and one process at a time may use it.
 	WorkRoot string
-	// SocketRoot is the host directory for the kernels' ZMQ ipc sockets.
-	// Unix socket paths must stay under about 100 bytes, so it must be
-	// short. Empty means os.TempDir()/triad-<hash of WorkRoot>.
+	// SocketRoot is the host directory for the kernels' ZMQ ipc sockets,
+	// one subdirectory per kernel. Unix socket paths must stay under about
+	// 100 bytes, so it must be short. Backends may share it. Empty means
+	// os.TempDir()/triad-<hash of WorkRoot>.
 	SocketRoot string
 	// UID and GID run the kernel. Zero means the service's own uid/gid
 	// when that is not root, else 1000:1000 (the image's sandbox user).
@@ -351,11 +352,20 @@ func (b *Backend) removeLeftovers(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("list leftover containers: %w", err)
 	}
+	// ids are the kernels the earlier process left: their socket
+	// directories go too, and nothing else in SocketRoot is touched (it
+	// may be shared with other backends).
+	ids := map[string]bool{}
 	for _, c := range list {
 		if err := b.cli.ContainerRemove(ctx, c.ID, container.RemoveOptions{Force: true, RemoveVolumes: true}); err != nil && !cerrdefs.IsNotFound(err) {
-			return fmt.Errorf("remove leftover container %s: %w", c.ID[:12], err)
+			return fmt.Errorf("remove leftover container %s: %w", shortID(c.ID), err)
 		}
-		b.log.InfoContext(ctx, "removed leftover sandbox container", "container", c.ID[:12], "owner", c.Labels[LabelOwner])
+		for _, n := range c.Names {
+			if i := strings.LastIndexByte(n, '-'); i >= 0 && isKernelName(n[i+1:]) {
+				ids[n[i+1:]] = true
+			}
+		}
+		b.log.InfoContext(ctx, "removed leftover sandbox container", "container", shortID(c.ID), "owner", c.Labels[LabelOwner])
 	}
 	if err := unmountAll(b.cfg.WorkRoot); err != nil {
 		return err
@@ -368,6 +378,7 @@ func (b *Backend) removeLeftovers(ctx context.Context) error {
 	}
 	for _, e := range entries {
 		if isKernelName(e.Name()) || e.Name() == probeName {
+			ids[e.Name()] = true
 			if err := os.RemoveAll(filepath.Join(b.cfg.WorkRoot, e.Name())); err != nil {
 				return fmt.Errorf("remove leftover workdir: %w", err)
 			}
@@ -384,15 +395,12 @@ func (b *Backend) removeLeftovers(ctx context.Context) error {
 			}
 		}
 	}
-	socks, err := os.ReadDir(b.cfg.SocketRoot)
-	if err != nil {
-		return err
-	}
-	for _, s := range socks {
-		if isKernelName(s.Name()) {
-			if err := os.RemoveAll(filepath.Join(b.cfg.SocketRoot, s.Name())); err != nil {
-				return fmt.Errorf("remove leftover socket dir: %w", err)
-			}
+	for id := range ids {
+		if !isKernelName(id) {
+			continue
+		}
+		if err := os.RemoveAll(filepath.Join(b.cfg.SocketRoot, id)); err != nil {
+			return fmt.Errorf("remove leftover socket dir: %w", err)
 		}
 	}
 	if len(list) > 0 {

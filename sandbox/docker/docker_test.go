@@ -633,6 +633,12 @@ func TestLeftoversRemovedAfterKill9(t *testing.T) {
 	if !mounted(t, wd) {
 		t.Fatalf("the killed process's workdir %s should still be mounted", wd)
 	}
+	sockRoot := Config{Image: img, WorkRoot: root}
+	if sockRoot, err := sockRoot.withDefaults(); err != nil {
+		t.Fatal(err)
+	} else if _, err := os.Stat(filepath.Join(sockRoot.SocketRoot, filepath.Base(wd), "conn.json")); err != nil {
+		t.Fatalf("the killed process's socket dir should still exist: %v", err)
+	}
 
 	b := newBackend(t, Config{WorkRoot: root})
 	list, err := cli.ContainerList(ctx, container.ListOptions{All: true, Filters: filters.NewArgs(filters.Arg("label", LabelRoot+"="+b.rootTag))})
@@ -650,6 +656,9 @@ func TestLeftoversRemovedAfterKill9(t *testing.T) {
 	}
 	if _, err := os.Stat(wd); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("workdir %s: got %v, want removed", wd, err)
+	}
+	if _, err := os.Stat(filepath.Join(b.cfg.SocketRoot, filepath.Base(wd))); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the killed process's socket dir: got %v, want removed", err)
 	}
 	// And the new backend works on that root.
 	k := startKernel(t, b, sandbox.Spec{Owner: "run-after-crash"})
