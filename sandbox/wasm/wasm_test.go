@@ -259,6 +259,43 @@ func TestError(t *testing.T) {
 	}
 }
 
+// TestStdlib checks what the README promises about the standard library.
+func TestStdlib(t *testing.T) {
+	t.Parallel()
+	k := startKernel(t, testBackend(t), sandbox.Spec{Owner: "run-stdlib"})
+	works := []string{"json", "csv", "sqlite3", "statistics", "decimal", "fractions", "datetime", "re",
+		"zlib", "gzip", "zipfile", "tarfile", "hashlib", "pickle", "struct", "xml.etree.ElementTree",
+		"email", "html", "textwrap", "difflib", "itertools", "collections", "math", "random", "uuid",
+		"base64", "io", "pathlib", "functools", "dataclasses", "typing", "string", "copy", "pprint"}
+	code := "import importlib\nbad = []\nfor m in " + pyList(works) +
+		":\n    try:\n        importlib.import_module(m)\n    except Exception as e:\n        bad.append((m, repr(e)))\nbad"
+	if got := plain(t, mustOK(t, k, code)); got != "[]" {
+		t.Errorf("modules that fail to import: %s", got)
+	}
+	missing := []string{"ssl", "_hashlib", "bz2", "lzma", "ctypes", "mmap", "readline"}
+	code = "import importlib\nthere = []\nfor m in " + pyList(missing) +
+		":\n    try:\n        importlib.import_module(m)\n        there.append(m)\n    except ImportError:\n        pass\nthere"
+	if got := plain(t, mustOK(t, k, code)); got != "[]" {
+		t.Errorf("modules the README calls missing import fine: %s", got)
+	}
+	// A few real uses, not just imports.
+	res := mustOK(t, k, `import hashlib, gzip, decimal, datetime, random, pathlib
+(hashlib.md5(b'a').hexdigest()[:6], hashlib.sha3_256(b'').hexdigest()[:6], hashlib.blake2b(b'').hexdigest()[:6],
+ gzip.decompress(gzip.compress(b'z')), str(decimal.Decimal('0.1') + decimal.Decimal('0.2')),
+ datetime.date(2024, 2, 29).isoformat(), 0 <= random.random() < 1, pathlib.Path('p.txt').write_text('p'))`)
+	if got, want := plain(t, res), "('0cc175', 'a7ffc6', '786a02', b'z', '0.3', '2024-02-29', True, 1)"; got != want {
+		t.Errorf("stdlib uses = %s, want %s", got, want)
+	}
+}
+
+func pyList(xs []string) string {
+	q := make([]string, len(xs))
+	for i, x := range xs {
+		q[i] = strconv.Quote(x)
+	}
+	return "[" + strings.Join(q, ", ") + "]"
+}
+
 func TestDisplay(t *testing.T) {
 	t.Parallel()
 	k := startKernel(t, testBackend(t), sandbox.Spec{Owner: "run-display"})
@@ -371,6 +408,7 @@ func TestJail(t *testing.T) {
 		{"root lists only the mounts", "import os; sorted(os.listdir('/'))", "['lib', 'work']"},
 		{"lib holds only the stdlib", "import os; os.listdir('/lib')", "['python311.zip']"},
 		{"environment is the sandbox's", "import os; sorted(os.environ)", "['HOME', 'LANG', 'PYTHONHOME', 'PYTHONUTF8']"},
+		{"no DNS, so no urllib", "import urllib.request\ntry:\n    urllib.request.urlopen('http://127.0.0.1:1/')\n    r = 'fetched'\nexcept Exception as e:\n    r = 'refused'\nr", "'refused'"},
 		{"threads cannot start", "import threading\ntry:\n    threading.Thread(target=print).start()\nexcept RuntimeError as e:\n    r = 'refused'\nr", "'refused'"},
 	}
 	for _, tt := range views {
