@@ -56,6 +56,7 @@ const (
 	DefaultTmpSize     = 256 << 20
 	DefaultGrace       = 3 * time.Second
 	DefaultCellTimeout = 60 * time.Second
+	DefaultMaxOutput   = 64 << 20
 	defaultUID         = 1000
 )
 
@@ -88,6 +89,12 @@ type Config struct {
 	// CellTimeout bounds a cell when Execute is given no timeout. Zero
 	// means 60 s.
 	CellTimeout time.Duration
+	// MaxOutput bounds the stdout, stderr and display data one cell may
+	// produce, in bytes; a cell past it is interrupted like a timed-out
+	// one and fails with ename OutputLimitExceeded. It protects the
+	// host's memory, which holds a cell's whole output until the cell
+	// ends. Zero means 64 MiB.
+	MaxOutput int64
 	// Instance names this Triad instance in a label, for operators.
 	Instance string
 	// Labels are extra container labels.
@@ -234,6 +241,9 @@ func (cfg Config) withDefaults() (Config, error) {
 	}
 	if cfg.CellTimeout == 0 {
 		cfg.CellTimeout = DefaultCellTimeout
+	}
+	if cfg.MaxOutput == 0 {
+		cfg.MaxOutput = DefaultMaxOutput
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)

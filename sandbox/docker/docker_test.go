@@ -717,3 +717,33 @@ func TestNewUnavailable(t *testing.T) {
 		}
 	})
 }
+
+// TestOutputLimit: a cell printing without end is stopped at MaxOutput,
+// long before its deadline, and the kernel keeps its state.
+func TestOutputLimit(t *testing.T) {
+	t.Parallel()
+	const limit = 8 << 20
+	b := newBackend(t, Config{MaxOutput: limit})
+	k := startKernel(t, b, sandbox.Spec{Owner: "run-flood"})
+	mustOK(t, k, "x = 21")
+	res := run1(t, k, "while True: print('x' * 10000, flush=True)", 60*time.Second)
+	if res.OK || res.Error == nil || res.Error.Kind != sandbox.KindExecution || res.Error.Ename != "OutputLimitExceeded" || res.Restarted {
+		t.Fatalf("flood: got kind/ename/restarted %v, want execution_error OutputLimitExceeded without a restart", errSummary(res))
+	}
+	if n := len(res.Stdout); n > limit || n < limit/2 {
+		t.Errorf("stdout: got %d bytes, want between %d and %d", n, limit/2, limit)
+	}
+	if res.Duration > 30*time.Second {
+		t.Errorf("the flood ran %s: the limit did not stop it before the deadline", res.Duration)
+	}
+	if got, want := value(t, run1(t, k, "x*2", 30*time.Second)), "42"; got != want {
+		t.Errorf("after the flood: got %q, want %q", got, want)
+	}
+}
+
+func errSummary(res *sandbox.Result) string {
+	if res.Error == nil {
+		return fmt.Sprintf("ok=%v no error", res.OK)
+	}
+	return fmt.Sprintf("%s/%s/%v: %s", res.Error.Kind, res.Error.Ename, res.Restarted, res.Error.Evalue)
+}

@@ -320,7 +320,11 @@ func (k *Kernel) Execute(ctx context.Context, code string, timeout time.Duration
 		}
 	}()
 	tctx, tcancel := context.WithTimeoutCause(ectx, timeout, errCellTimeout)
-	out, err := ex.Wait(tctx)
+	wctx, wcancel := context.WithCancelCause(tctx)
+	go k.watchOutput(wctx, wcancel, ex)
+	out, err := ex.Wait(wctx)
+	overflow := errors.Is(context.Cause(wctx), errOutputLimit)
+	wcancel(nil)
 	tcancel()
 	switch {
 	case err == nil:
@@ -338,28 +342,49 @@ func (k *Kernel) Execute(ctx context.Context, code string, timeout time.Duration
 		_ = k.client.Interrupt(ictx)
 		icancel()
 		return nil, fmt.Errorf("execute on kernel %s: %w", k.ID(), ctx.Err())
+	case overflow:
+		return k.interrupt(ctx, ex, start, stopReason{
+			kind:  sandbox.KindExecution,
+			ename: "OutputLimitExceeded",
+			what:  fmt.Sprintf("the cell's output passed the %d MiB limit", k.b.cfg.MaxOutput>>20),
+		}), nil
 	default: // the cell's deadline passed
-		return k.timedOut(ctx, ex, start, timeout), nil
+		return k.interrupt(ctx, ex, start, stopReason{
+			kind:  sandbox.KindTimeout,
+			ename: "TimeoutError",
+			what:  fmt.Sprintf("the cell ran past its %s timeout", timeout),
+		}), nil
 	}
 }
 
-var errCellTimeout = errors.New("cell timeout")
+var (
+	errCellTimeout = errors.New("cell timeout")
+	errOutputLimit = errors.New("output limit")
+)
 
-// timedOut interrupts a cell past its deadline. If the cell ends within the
-// grace period the kernel keeps its state; if not, the kernel is restarted.
-func (k *Kernel) timedOut(ctx context.Context, ex *jupyter.Execution, start time.Time, timeout time.Duration) *sandbox.Result {
+// stopReason says why a running cell is being interrupted: the kind and
+// ename its result carries, and how to say it in evalue.
+type stopReason struct {
+	kind, ename string
+	what        string // "the cell ran past its 2s timeout"
+}
+
+// interrupt stops a cell that has to end (past its deadline, or over the
+// output limit). If the cell ends within the grace period the kernel keeps
+// its state; if not, the kernel is restarted.
+func (k *Kernel) interrupt(ctx context.Context, ex *jupyter.Execution, start time.Time, why stopReason) *sandbox.Result {
 	grace := k.b.cfg.InterruptGrace
 	gctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), grace)
 	defer cancel()
 	ierr := k.client.Interrupt(gctx)
 	out, err := ex.Wait(gctx)
 	if err == nil {
-		res := toResult(out, start)
+		res := k.capped(toResult(out, start))
 		res.OK = false
 		res.Error = &sandbox.ExecError{
-			Kind:   sandbox.KindTimeout,
-			Ename:  "TimeoutError",
-			Evalue: fmt.Sprintf("the cell ran past its %s timeout and was interrupted; the kernel kept its state", timeout),
+			Kind:   why.kind,
+			Ename:  why.ename,
+			Evalue: why.what + " and was interrupted; the kernel kept its state",
 		}
 		if out.Error != nil {
 			res.Error.Traceback = out.Error.Traceback
@@ -369,19 +394,69 @@ func (k *Kernel) timedOut(ctx context.Context, ex *jupyter.Execution, start time
 	if errors.Is(err, jupyter.ErrKernelDead) {
 		return k.died(ctx, out, start)
 	}
-	k.b.log.WarnContext(ctx, "timed-out cell ignored the interrupt; restarting the kernel", "kernel", k.ID(), "interrupt_err", ierr)
-	res := toResult(out, start)
+	k.b.log.WarnContext(ctx, "cell ignored the interrupt; restarting the kernel", "kernel", k.ID(), "why", why.ename, "interrupt_err", ierr)
+	res := k.capped(toResult(out, start))
 	res.OK = false
 	res.Error = &sandbox.ExecError{
-		Kind:   sandbox.KindTimeout,
-		Ename:  "TimeoutError",
-		Evalue: fmt.Sprintf("the cell ran past its %s timeout and did not stop within %s of an interrupt; the kernel was restarted and its state is lost", timeout, grace),
+		Kind:   why.kind,
+		Ename:  why.ename,
+		Evalue: fmt.Sprintf("%s and did not stop within %s of an interrupt; the kernel was restarted and its state is lost", why.what, grace),
 	}
 	if rerr := k.restartLocked(context.WithoutCancel(ctx)); rerr != nil {
-		res.Error.Evalue = fmt.Sprintf("the cell ran past its %s timeout and did not stop when interrupted; restarting the kernel failed (%v), the next cell will try again", timeout, rerr)
+		res.Error.Evalue = fmt.Sprintf("%s and did not stop when interrupted; restarting the kernel failed (%v), the next cell will try again", why.what, rerr)
 		return res
 	}
 	res.Restarted = true
+	return res
+}
+
+// watchOutput cancels ctx with errOutputLimit once the cell's output passes
+// MaxOutput, so a cell printing in a loop cannot fill the host's memory
+// before its deadline. Output snapshots share the client's buffers, so
+// polling is cheap.
+func (k *Kernel) watchOutput(ctx context.Context, cancel context.CancelCauseFunc, ex *jupyter.Execution) {
+	limit := k.b.cfg.MaxOutput
+	tick := time.NewTicker(outputPoll)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-ex.Done():
+			return
+		case <-tick.C:
+			if outputSize(ex.Output()) > limit {
+				cancel(errOutputLimit)
+				return
+			}
+		}
+	}
+}
+
+// outputPoll is how often watchOutput looks; at the ~100 MB/s a cell can
+// print, that bounds the overshoot to a few MB.
+const outputPoll = 20 * time.Millisecond
+
+func outputSize(o jupyter.Output) int64 {
+	n := int64(len(o.Stdout) + len(o.Stderr))
+	for _, d := range o.Displays {
+		for _, v := range d.Data {
+			n += int64(len(v))
+		}
+	}
+	return n
+}
+
+// capped trims a result's streams to MaxOutput (a cell stopped for its
+// output volume still reports how it began).
+func (k *Kernel) capped(res *sandbox.Result) *sandbox.Result {
+	limit := int(k.b.cfg.MaxOutput)
+	if len(res.Stdout) > limit {
+		res.Stdout = res.Stdout[:limit]
+	}
+	if len(res.Stderr) > limit {
+		res.Stderr = res.Stderr[:limit]
+	}
 	return res
 }
 
@@ -397,7 +472,7 @@ func (k *Kernel) died(ctx context.Context, out jupyter.Output, start time.Time) 
 	}
 	reason := k.deathReason(ctx)
 	k.b.log.WarnContext(ctx, "sandbox kernel died", "kernel", k.ID(), "owner", k.owner, "reason", reason)
-	res := toResult(out, start)
+	res := k.capped(toResult(out, start))
 	res.OK = false
 	res.Error = &sandbox.ExecError{
 		Kind:   sandbox.KindKernelDied,
