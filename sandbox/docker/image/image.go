@@ -67,13 +67,15 @@ func Packages() []string {
 
 // Hash is the hex sha256 of the package list and the builder's recipe. It
 // names both the image tag and the cached tarball.
-func Hash() string {
+func Hash() string { return hashOf(packagesTxt) }
+
+func hashOf(list []byte) string {
 	h := sha256.New()
 	fmt.Fprintf(h, "%s\nsuite=%s uid=%d gid=%d home=%s mplseed=%s\n", recipeVersion, Suite, UID, GID, Home, MPLSeed)
 	for _, c := range changes() {
 		fmt.Fprintln(h, c)
 	}
-	h.Write(packagesTxt)
+	h.Write(list)
 	return hex.EncodeToString(h.Sum(nil))
 }
 
