@@ -99,3 +99,53 @@ func trim(s string) string {
 	}
 	return s
 }
+
+// AsyncHasher hashes bytes on its own goroutine, so hashing overlaps with
+// whatever the writer does next (receiving, writing to disk). Write copies
+// p; Digest waits for the hash of everything written.
+type AsyncHasher struct {
+	ch   chan []byte
+	pool chan []byte
+	done chan Digest
+	n    int64
+}
+
+const asyncChunk = 256 << 10
+
+// NewAsyncHasher starts a hashing goroutine; call Digest exactly once to
+// end it.
+func NewAsyncHasher() *AsyncHasher {
+	a := &AsyncHasher{ch: make(chan []byte, 8), pool: make(chan []byte, 10), done: make(chan Digest, 1)}
+	for range cap(a.pool) {
+		a.pool <- make([]byte, 0, asyncChunk)
+	}
+	go func() {
+		h := NewHasher()
+		for b := range a.ch {
+			h.Write(b)
+			a.pool <- b[:0]
+		}
+		a.done <- DigestFromHash(h)
+	}()
+	return a
+}
+
+// Write implements io.Writer. It never fails.
+func (a *AsyncHasher) Write(p []byte) (int, error) {
+	n := len(p)
+	for len(p) > 0 {
+		b := <-a.pool
+		k := min(len(p), cap(b))
+		b = append(b, p[:k]...)
+		a.ch <- b
+		p = p[k:]
+	}
+	a.n += int64(n)
+	return n, nil
+}
+
+// Digest waits for the hash of everything written and returns it.
+func (a *AsyncHasher) Digest() Digest {
+	close(a.ch)
+	return <-a.done
+}

@@ -60,7 +60,13 @@ func (b *Blobs) Put(ctx context.Context, r io.Reader, limit int64) (tmpfs.Digest
 			os.Remove(tmp.Name())
 		}
 	}()
-	h := tmpfs.NewHasher()
+	h := tmpfs.NewAsyncHasher()
+	hashed := false
+	defer func() {
+		if !hashed {
+			h.Digest() // end the hashing goroutine
+		}
+	}()
 	src := r
 	if limit > 0 {
 		src = io.LimitReader(r, limit+1)
@@ -72,7 +78,8 @@ func (b *Blobs) Put(ctx context.Context, r io.Reader, limit int64) (tmpfs.Digest
 	if limit > 0 && n > limit {
 		return tmpfs.Digest{}, 0, fmt.Errorf("%w: more than %d bytes", tmpfs.ErrTooLarge, limit)
 	}
-	d := tmpfs.DigestFromHash(h)
+	hashed = true
+	d := h.Digest()
 	dst := b.path(d)
 	// Even when the blob exists, the verified new copy replaces it: one
 	// file per digest either way, and a blob damaged on disk is repaired by
