@@ -278,3 +278,57 @@ func TestKillMidRunAndResume(t *testing.T) {
 	}
 	_ = fmt.Sprint
 }
+
+// On a machine without Docker, the binary alone gives a working Python
+// sandbox: --sandbox auto falls back to the embedded wasm interpreter, and
+// --sandbox wasm needs nothing either.
+func TestServeWithoutDocker(t *testing.T) {
+	bin := buildTriad(t)
+	for _, mode := range []string{"auto", "wasm"} {
+		t.Run(mode, func(t *testing.T) {
+			addr := freeAddr(t)
+			cmd := exec.Command(bin, "serve", "--addr", addr, "--data", t.TempDir(), "--sandbox", mode)
+			// No engine answers here, whatever the machine has.
+			cmd.Env = append(os.Environ(), "DOCKER_HOST=unix:///nonexistent/docker.sock", "TAVILY_API_KEY=")
+			logs := &bytes.Buffer{}
+			cmd.Stdout, cmd.Stderr = logs, logs
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			s := &server{t: t, cmd: cmd, url: "http://" + addr, logs: logs}
+			t.Cleanup(func() { cmd.Process.Signal(syscall.SIGTERM); cmd.Wait() })
+			deadline := time.Now().Add(2 * time.Minute)
+			for {
+				if r, err := http.Get(s.url + "/healthz"); err == nil {
+					r.Body.Close()
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("no answer:\n%s", logs)
+				}
+				time.Sleep(100 * time.Millisecond)
+			}
+			exec1 := func(code string) map[string]any {
+				b, _ := json.Marshal(map[string]any{"code": code})
+				req, _ := http.NewRequest("POST", s.url+"/sandbox/exec", bytes.NewReader(b))
+				req.Header.Set("X-Run-Id", "r-nodocker")
+				resp, err := http.DefaultClient.Do(req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer resp.Body.Close()
+				var out map[string]any
+				json.NewDecoder(resp.Body).Decode(&out)
+				return out
+			}
+			exec1("x = 21")
+			out := exec1("x*2")
+			kernel, _ := out["kernel"].(map[string]any)
+			result, _ := out["result"].(map[string]any)
+			data, _ := result["data"].(map[string]any)
+			if kernel["backend"] != "wasm" || data["text/plain"] != "42" {
+				t.Fatalf("got %v, want 42 from the wasm backend\n%s", out, logs)
+			}
+		})
+	}
+}
