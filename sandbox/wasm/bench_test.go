@@ -82,6 +82,45 @@ func BenchmarkStart(b *testing.B) {
 	}
 }
 
+// BenchmarkColdStart measures a new process's path to its first result:
+// New with a warm compilation cache (python.wasm compiled by an earlier
+// run), Start, and a `1+1` cell.
+func BenchmarkColdStart(b *testing.B) {
+	ctx := context.Background()
+	testBackend(b) // fills the compilation cache
+	for b.Loop() {
+		be, err := New(ctx, Config{CacheDir: testCacheDir()})
+		if err != nil {
+			b.Fatal(err)
+		}
+		k, err := be.Start(ctx, sandbox.Spec{Owner: "bench-cold"})
+		if err != nil {
+			b.Fatal(err)
+		}
+		if res, err := k.Execute(ctx, "1+1", time.Minute); err != nil || !res.OK {
+			b.Fatalf("first cell: %+v %v", res, err)
+		}
+		b.StopTimer()
+		_ = be.Close()
+		b.StartTimer()
+	}
+}
+
+// BenchmarkCompile measures New without a compilation cache: what the very
+// first run on a machine pays to compile python.wasm.
+func BenchmarkCompile(b *testing.B) {
+	ctx := context.Background()
+	for b.Loop() {
+		be, err := New(ctx, Config{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.StopTimer()
+		_ = be.Close()
+		b.StartTimer()
+	}
+}
+
 // nativeREPL is a host CPython evaluating one line per request over pipes:
 // the same round trip as a warm kernel, without the sandbox.
 type nativeREPL struct {
