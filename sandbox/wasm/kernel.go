@@ -98,12 +98,22 @@ func (k *Kernel) Execute(ctx context.Context, code string, timeout time.Duration
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("kernel %s: %w", k.id, err)
 	}
+	restarted := false
+	if k.inst != nil {
+		select {
+		case <-k.inst.done: // died between cells (nothing should make it): replace it
+			k.stop()
+			restarted = true
+		default:
+		}
+	}
 	if k.inst == nil {
 		inst, err := k.b.launch(ctx, k)
 		if err != nil {
 			return nil, fmt.Errorf("kernel %s: restart interpreter: %w", k.id, err)
 		}
 		k.setInstance(inst)
+		restarted = true
 	}
 	inst := k.inst
 	k.count++
@@ -144,6 +154,7 @@ func (k *Kernel) Execute(ctx context.Context, code string, timeout time.Duration
 					OK:             m.OK,
 					ExecutionCount: n,
 					Duration:       time.Since(start),
+					Restarted:      restarted,
 				}
 				res.Stdout = stdout.String() + string(inst.out.takeRaw())
 				res.Stderr = stderr.String() + string(inst.errw.takeRaw()) + k.quotaNote()
