@@ -190,6 +190,40 @@ func BenchmarkExecWarm(b *testing.B) {
 	}
 }
 
+// BenchmarkPurePython measures CPU-bound Python (a loop over a million
+// integers) in a warm kernel against the same code in the native REPL.
+func BenchmarkPurePython(b *testing.B) {
+	const code = "sum(i * i % 7 for i in range(1000000))"
+	be := testBackend(b)
+	ctx := context.Background()
+	k := startKernel(b, be, sandbox.Spec{Owner: "bench-cpu"})
+	want := plain(b, mustOK(b, k, code))
+
+	var native time.Duration
+	if py := nativePython(); py != "" {
+		r := startNativeREPL(b, py)
+		t0 := time.Now()
+		const n = 5
+		for range n {
+			if got := r.eval(b, code); got != want {
+				b.Fatalf("native = %q, wasm = %q", got, want)
+			}
+		}
+		native = time.Since(t0) / n
+	}
+	t0 := time.Now()
+	for b.Loop() {
+		if res, err := k.Execute(ctx, code, time.Minute); err != nil || !res.OK {
+			b.Fatalf("%+v %v", res, err)
+		}
+	}
+	perOp := time.Since(t0) / time.Duration(b.N)
+	if native > 0 {
+		b.ReportMetric(float64(native.Microseconds())/1000, "ms/native-op")
+		b.ReportMetric(float64(perOp)/float64(native), "x-native")
+	}
+}
+
 // procRSS returns the VmRSS of a process in bytes ("self" for this one).
 func procRSS(pid string) (int64, bool) {
 	data, err := os.ReadFile("/proc/" + pid + "/status")
