@@ -111,16 +111,14 @@ type Backend struct {
 var _ sandbox.Backend = (*Backend)(nil)
 
 // New compiles the embedded interpreter and returns a Backend ready to start
-// kernels. With a warm CacheDir this takes a few hundred milliseconds; cold,
-// several seconds. It fails with sandbox.ErrUnavailable on a platform that
-// wazero cannot compile for: the interpreter engine would be hundreds of
-// times slower, which is not a usable sandbox.
+// kernels. With a warm CacheDir this takes well under a second; cold, a few
+// seconds. It fails with sandbox.ErrUnavailable on a platform that wazero
+// cannot compile for: the interpreter engine would be hundreds of times
+// slower, which is not a usable sandbox.
 func New(ctx context.Context, cfg Config) (b *Backend, err error) {
-	switch runtime.GOARCH {
-	case "amd64", "arm64":
-	default:
-		return nil, fmt.Errorf("wasm backend on %s/%s: wazero has no compiler for this platform: %w",
-			runtime.GOOS, runtime.GOARCH, sandbox.ErrUnavailable)
+	rc, err := compilerConfig()
+	if err != nil {
+		return nil, err
 	}
 	if cfg.MemoryLimitBytes < 0 || cfg.MaxOutputBytes < 0 {
 		return nil, errors.New("wasm backend: negative MemoryLimitBytes or MaxOutputBytes")
@@ -180,7 +178,7 @@ func New(ctx context.Context, cfg Config) (b *Backend, err error) {
 		}
 	}
 
-	rc := wazero.NewRuntimeConfigCompiler().
+	rc = rc.
 		// Closing an instance whose context is done is how a runaway cell
 		// is stopped: WASI has no signals to interrupt it with.
 		WithCloseOnContextDone(true).
@@ -209,6 +207,24 @@ func New(ctx context.Context, cfg Config) (b *Backend, err error) {
 		slog.Duration("compile", time.Since(t0)), slog.Bool("disk_cache", cfg.CacheDir != ""),
 		slog.Uint64("memory_limit", b.memLimit))
 	return b, nil
+}
+
+// compilerConfig returns wazero's compiler configuration, or
+// sandbox.ErrUnavailable where wazero has no compiler (it panics there).
+func compilerConfig() (rc wazero.RuntimeConfig, err error) {
+	unavailable := fmt.Errorf("wasm backend on %s/%s: wazero has no compiler for this platform: %w",
+		runtime.GOOS, runtime.GOARCH, sandbox.ErrUnavailable)
+	switch runtime.GOARCH {
+	case "amd64", "arm64":
+	default:
+		return nil, unavailable
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			rc, err = nil, fmt.Errorf("%w (%v)", unavailable, r)
+		}
+	}()
+	return wazero.NewRuntimeConfigCompiler(), nil
 }
 
 // Name implements sandbox.Backend.
