@@ -33,6 +33,7 @@ type config struct {
 
 	TavilyURL      string
 	ReplaySearches bool
+	Recipes        string
 }
 
 // envName maps a flag name to its environment twin: --s3-endpoint is TRIAD_S3_ENDPOINT.
@@ -85,6 +86,7 @@ func (c *config) common(f *flagSet) {
 	c.Sandbox.flags(f)
 	f.str(&c.TavilyURL, "tavily-url", "", "Tavily API base URL, for proxies and tests (default https://api.tavily.com); the key is read from TAVILY_API_KEY")
 	f.boolean(&c.ReplaySearches, "replay-searches", false, "answer every browser.search from the run's recorded citations instead of Tavily")
+	f.str(&c.Recipes, "recipes", "", "directory of user recipes (*.md) added to the standard ones")
 }
 
 func (c *config) validate(f *flagSet) error {

@@ -18,7 +18,6 @@ import (
 	"github.com/triadhq/triad/api"
 	"github.com/triadhq/triad/api/mcp"
 	"github.com/triadhq/triad/internal/version"
-	"github.com/triadhq/triad/recipes/runner"
 	"github.com/triadhq/triad/tmpfs"
 	"github.com/triadhq/triad/tmpfs/local"
 	"github.com/triadhq/triad/tmpfs/s3"
@@ -81,9 +80,7 @@ func main() {
 func serve(ctx context.Context, args []string) error {
 	var c config
 	fs := newFlagSet("serve")
-	var recipesDir string
 	fs.str(&c.Addr, "addr", "127.0.0.1:8080", "listen address")
-	fs.str(&recipesDir, "recipes", "", "directory of user recipes (*.md) added to the standard ones")
 	c.common(fs)
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -97,16 +94,7 @@ func serve(ctx context.Context, args []string) error {
 		return err
 	}
 	defer st.Close()
-	orch := st.orch
-	cat, err := catalog(recipesDir)
-	if err != nil {
-		return err
-	}
-	var rn *runner.Runner
-	if st.backend != "" {
-		rn = runner.New(runner.Config{Orchestrator: orch, Catalog: cat, Backend: st.backend, Logger: log})
-		defer rn.Close()
-	}
+	orch, rn := st.orch, st.runner
 	h := api.New(api.Config{Orchestrator: orch, Runner: rn, Logger: log})
 	var recipes mcp.RecipeRunner
 	if rn != nil {

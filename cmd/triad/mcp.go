@@ -5,7 +5,6 @@ import (
 
 	"github.com/triadhq/triad/api/mcp"
 	"github.com/triadhq/triad/internal/version"
-	"github.com/triadhq/triad/recipes/runner"
 )
 
 // mcpCmd is "triad mcp": the tools over MCP on stdin and stdout, for
@@ -16,8 +15,6 @@ import (
 func mcpCmd(ctx context.Context, args []string) error {
 	var c config
 	fs := newFlagSet("mcp")
-	var recipesDir string
-	fs.str(&recipesDir, "recipes", "", "directory of user recipes (*.md) added to the standard ones")
 	c.common(fs)
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -32,14 +29,8 @@ func mcpCmd(ctx context.Context, args []string) error {
 	}
 	defer st.Close()
 	var recipes mcp.RecipeRunner
-	if st.backend != "" {
-		cat, err := catalog(recipesDir)
-		if err != nil {
-			return err
-		}
-		rn := runner.New(runner.Config{Orchestrator: st.orch, Catalog: cat, Backend: st.backend, Logger: log})
-		defer rn.Close()
-		recipes = rn
+	if st.runner != nil {
+		recipes = st.runner
 	}
 	srv := mcp.New(mcp.Config{Orchestrator: st.orch, Recipes: recipes, Logger: log})
 	defer srv.Close()

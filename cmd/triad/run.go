@@ -30,7 +30,7 @@ func (m *multi) Set(v string) error { *m = append(*m, v); return nil }
 func runCmd(ctx context.Context, args []string) error {
 	var c config
 	var params, inputs multi
-	var server, resume, objective, out, recipesDir string
+	var server, resume, objective, out string
 	fs := newFlagSet("run")
 	c.common(fs)
 	fs.Var(&params, "param", "recipe param as name=value (repeatable)")
@@ -39,7 +39,6 @@ func runCmd(ctx context.Context, args []string) error {
 	fs.StringVar(&resume, "resume", "", "resume this failed or interrupted run id")
 	fs.StringVar(&objective, "objective", "", "the run's objective (the recipe's objective param)")
 	fs.StringVar(&out, "out", "", "copy the run's artifacts/ here when it ends (default triad-out/<run id>; \"-\" for none)")
-	fs.str(&recipesDir, "recipes", "", "directory of user recipes (*.md) added to the standard ones")
 	// Flags may follow the recipe name.
 	var name string
 	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
@@ -78,9 +77,9 @@ func runCmd(ctx context.Context, args []string) error {
 		return err
 	}
 	defer st.Close()
-	cat, err := catalog(recipesDir)
-	if err != nil {
-		return err
+	cat, rn := st.catalog, st.runner
+	if rn == nil {
+		return fmt.Errorf("recipes need a sandbox: use --sandbox docker, wasm or auto")
 	}
 	if len(params) > 0 {
 		rec, err := cat.Get(name)
@@ -99,8 +98,6 @@ func runCmd(ctx context.Context, args []string) error {
 			req.Params[k] = val
 		}
 	}
-	rn := runner.New(runner.Config{Orchestrator: st.orch, Catalog: cat, Backend: st.backend, Logger: log})
-	defer rn.Close()
 	fmt.Fprintf(os.Stderr, "triad: running recipe %s (data in %s)\n", orDefault(name, "(resumed)"), c.Data)
 	final, err := rn.Run(ctx, req, printEvent)
 	if err != nil {

@@ -9,6 +9,8 @@ import (
 	"github.com/triadhq/triad/cel"
 	"github.com/triadhq/triad/internal/kernels"
 	"github.com/triadhq/triad/internal/orchestrator"
+	"github.com/triadhq/triad/recipes"
+	"github.com/triadhq/triad/recipes/runner"
 	"github.com/triadhq/triad/tmpfs"
 )
 
@@ -18,7 +20,10 @@ type stack struct {
 	store   *tmpfs.Store
 	backend string // the sandbox's name, "" for none
 	orch    *orchestrator.Orchestrator
-	closes  []func()
+	catalog *recipes.Catalog
+	// runner runs recipes; nil when there is no sandbox.
+	runner *runner.Runner
+	closes []func()
 }
 
 func (s *stack) Close() {
@@ -77,5 +82,13 @@ func openStack(ctx context.Context, c *config, log *slog.Logger) (*stack, error)
 		Search:    search,
 		Replay:    c.ReplaySearches,
 	})
+	if s.catalog, err = catalog(c.Recipes); err != nil {
+		s.Close()
+		return nil, err
+	}
+	if s.backend != "" {
+		s.runner = runner.New(runner.Config{Orchestrator: s.orch, Catalog: s.catalog, Backend: s.backend, Logger: log})
+		s.closes = append(s.closes, func() { s.runner.Close() })
+	}
 	return s, nil
 }
