@@ -17,17 +17,14 @@ import (
 	"regexp"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
-
-	"github.com/docker/docker/client"
 
 	"github.com/triadhq/triad/browser/tavily"
 	"github.com/triadhq/triad/browser/tavilytest"
 	"github.com/triadhq/triad/internal/testenv"
+	"github.com/triadhq/triad/internal/teststack"
 	"github.com/triadhq/triad/sandbox"
-	"github.com/triadhq/triad/sandbox/docker/image"
 )
 
 // This file runs the standard recipes' steps for real, in order, in a temp
@@ -40,42 +37,13 @@ import (
 //
 // Set TRIAD_RECIPE_OUT=DIR to keep each run's files in DIR/<recipe>.
 
-var (
-	imageOnce sync.Once
-	imageTag  string
-	imageErr  error
-	engineErr error
-)
-
-// sandboxImage returns the sandbox image, building or importing it on first
-// use as CI does, or stops the test when no engine answers.
+// sandboxImage returns the sandbox image's tag (see teststack.Image).
 func sandboxImage(t testing.TB) string {
 	t.Helper()
 	if _, err := exec.LookPath("docker"); err != nil {
 		testenv.Missing(t, "the docker CLI")
 	}
-	imageOnce.Do(func() {
-		cli, err := client.NewClientWithOpts(client.FromEnv, client.WithAPIVersionNegotiation())
-		if err != nil {
-			engineErr = err
-			return
-		}
-		defer cli.Close()
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
-		defer cancel()
-		if _, err := cli.Ping(ctx); err != nil {
-			engineErr = err
-			return
-		}
-		imageTag, imageErr = image.Ensure(ctx, cli, image.Options{Progress: os.Stderr})
-	})
-	if engineErr != nil {
-		testenv.Missing(t, "a Docker engine (dockerd): "+engineErr.Error())
-	}
-	if imageErr != nil {
-		testenv.Missing(t, "the sandbox image (root + debootstrap to build it): "+imageErr.Error())
-	}
-	return imageTag
+	return teststack.Image(t)
 }
 
 // cellRunner runs one cell file with dir as the working directory.

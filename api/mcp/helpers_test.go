@@ -8,17 +8,14 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"path/filepath"
 	"reflect"
 	"regexp"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
-	"github.com/docker/docker/client"
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/triadhq/triad/api"
@@ -27,11 +24,10 @@ import (
 	"github.com/triadhq/triad/cel"
 	"github.com/triadhq/triad/internal/kernels"
 	"github.com/triadhq/triad/internal/orchestrator"
-	"github.com/triadhq/triad/internal/testenv"
+	"github.com/triadhq/triad/internal/teststack"
 	"github.com/triadhq/triad/recipes"
 	"github.com/triadhq/triad/recipes/runner"
 	"github.com/triadhq/triad/sandbox/docker"
-	"github.com/triadhq/triad/sandbox/docker/image"
 	"github.com/triadhq/triad/tmpfs"
 	"github.com/triadhq/triad/tmpfs/local"
 )
@@ -113,40 +109,10 @@ func newStack(t testing.TB, o stackOptions) *stack {
 	return &stack{orch: orch, store: store, runner: rn, mcp: srv, url: hs.URL}
 }
 
-var (
-	imageOnce sync.Once
-	imageTag  string
-	imageErr  error
-	engineErr error
-)
-
-// sandboxImage returns the real sandbox image's tag, importing or building
-// it on first use as CI does, or stops the test when no engine answers (a
-// failure under CI).
+// sandboxImage returns the sandbox image's tag (see teststack.Image).
 func sandboxImage(t testing.TB) string {
 	t.Helper()
-	imageOnce.Do(func() {
-		cli, err := client.NewClientWithOpts(client.FromEnv, client.WithAPIVersionNegotiation())
-		if err != nil {
-			engineErr = err
-			return
-		}
-		defer cli.Close()
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
-		defer cancel()
-		if _, err := cli.Ping(ctx); err != nil {
-			engineErr = err
-			return
-		}
-		imageTag, imageErr = image.Ensure(ctx, cli, image.Options{Progress: os.Stderr})
-	})
-	if engineErr != nil {
-		testenv.Missing(t, "a Docker engine (dockerd): "+engineErr.Error())
-	}
-	if imageErr != nil {
-		testenv.Missing(t, "the sandbox image (root + debootstrap to build it): "+imageErr.Error())
-	}
-	return imageTag
+	return teststack.Image(t)
 }
 
 // dockerBackend starts the real Docker sandbox on the real image.

@@ -125,29 +125,49 @@ func New(t testing.TB, o Options) *Stack {
 	return s
 }
 
-// Docker returns a Docker backend over workRoot, building or importing the
-// sandbox image if needed; it is closed when the test ends. A missing
-// engine skips locally and fails under CI.
+var (
+	imageOnce sync.Once
+	imageTag  string
+	imageErr  error
+	engineErr error
+)
+
+// Image returns the sandbox image's tag, importing or building it on first
+// use as CI does; a missing engine skips locally and fails under CI.
+func Image(t testing.TB) string {
+	t.Helper()
+	imageOnce.Do(func() {
+		cli, err := client.NewClientWithOpts(client.FromEnv, client.WithAPIVersionNegotiation())
+		if err != nil {
+			engineErr = err
+			return
+		}
+		defer cli.Close()
+		pctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		_, err = cli.Ping(pctx)
+		cancel()
+		if err != nil {
+			engineErr = err
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
+		defer cancel()
+		imageTag, imageErr = image.Ensure(ctx, cli, image.Options{Progress: os.Stderr})
+	})
+	if engineErr != nil {
+		testenv.Missing(t, "a Docker engine (dockerd): "+engineErr.Error())
+	}
+	if imageErr != nil {
+		testenv.Missing(t, "the sandbox image (root + debootstrap to build it): "+imageErr.Error())
+	}
+	return imageTag
+}
+
+// Docker returns a Docker backend over workRoot with the sandbox image; it
+// is closed when the test ends.
 func Docker(t testing.TB, workRoot string) *docker.Backend {
 	t.Helper()
-	ctx := context.Background()
-	cli, err := client.NewClientWithOpts(client.FromEnv, client.WithAPIVersionNegotiation())
-	if err != nil {
-		testenv.Missing(t, "a Docker engine (dockerd)")
-	}
-	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	_, err = cli.Ping(pctx)
-	cancel()
-	if err != nil {
-		cli.Close()
-		testenv.Missing(t, "a Docker engine (dockerd): "+err.Error())
-	}
-	tag, err := image.Ensure(ctx, cli, image.Options{})
-	cli.Close()
-	if err != nil {
-		t.Fatalf("sandbox image: %v", err)
-	}
-	b, err := docker.New(ctx, docker.Config{Image: tag, WorkRoot: workRoot})
+	b, err := docker.New(context.Background(), docker.Config{Image: Image(t), WorkRoot: workRoot})
 	if err != nil {
 		t.Fatal(err)
 	}
