@@ -72,6 +72,11 @@ var _ sandbox.Kernel = (*Kernel)(nil)
 
 var initTrue = true
 
+// bootTimeout bounds a kernel's boot: container start to the first
+// kernel_info reply. A boot takes about half a second; minutes mean the
+// kernel is stuck.
+const bootTimeout = 2 * time.Minute
+
 // ID implements sandbox.Kernel: the container's short id.
 func (k *Kernel) ID() string { return shortID(k.containerID) }
 
@@ -236,8 +241,12 @@ func (k *Kernel) boot(ctx context.Context) error {
 	}
 	k.phase("start", &t)
 	// A kernel that dies while booting (a broken image, a too-small memory
-	// limit) must fail the boot at once rather than at ctx's deadline.
-	bctx, bcancel := context.WithCancelCause(ctx)
+	// limit) must fail the boot at once rather than at ctx's deadline; one
+	// that neither answers nor exits fails at bootTimeout, because restarts
+	// run on contexts without a deadline.
+	tctx, tcancel := context.WithTimeout(ctx, bootTimeout)
+	defer tcancel()
+	bctx, bcancel := context.WithCancelCause(tctx)
 	defer bcancel(nil)
 	go func() {
 		select {
@@ -297,14 +306,6 @@ func (k *Kernel) Execute(ctx context.Context, code string, timeout time.Duration
 		restarted = true
 	}
 	start := time.Now()
-	ex, err := k.client.Execute(ctx, code, jupyter.ExecOptions{})
-	if err != nil {
-		if errors.Is(err, jupyter.ErrKernelDead) {
-			return k.died(ctx, jupyter.Output{}, start), nil
-		}
-		return nil, fmt.Errorf("execute on kernel %s: %w", k.ID(), err)
-	}
-
 	// ectx ends when the caller gives up, the kernel is closed, or the
 	// container exits (an OOM kill can beat the sockets' EOF).
 	ectx, ecancel := context.WithCancelCause(ctx)
@@ -320,12 +321,26 @@ func (k *Kernel) Execute(ctx context.Context, code string, timeout time.Duration
 		}
 	}()
 	tctx, tcancel := context.WithTimeoutCause(ectx, timeout, errCellTimeout)
+	defer tcancel()
+	ex, err := k.send(tctx, code)
+	if err != nil {
+		switch {
+		case errors.Is(err, jupyter.ErrKernelDead) || errors.Is(context.Cause(ectx), jupyter.ErrKernelDead):
+			return k.died(ctx, jupyter.Output{}, start), nil
+		case errors.Is(context.Cause(ectx), sandbox.ErrClosed) || errors.Is(err, jupyter.ErrClosed):
+			return nil, sandbox.ErrClosed
+		case ctx.Err() == nil && errors.Is(context.Cause(tctx), errCellTimeout):
+			// The request could not even be sent within the cell's
+			// timeout: the kernel is wedged, so replace it.
+			return k.wedged(ctx, start, timeout), nil
+		}
+		return nil, fmt.Errorf("execute on kernel %s: %w", k.ID(), err)
+	}
 	wctx, wcancel := context.WithCancelCause(tctx)
 	go k.watchOutput(wctx, wcancel, ex)
 	out, err := ex.Wait(wctx)
 	overflow := errors.Is(context.Cause(wctx), errOutputLimit)
 	wcancel(nil)
-	tcancel()
 	switch {
 	case err == nil:
 		res := toResult(out, start)
@@ -404,6 +419,44 @@ func (k *Kernel) interrupt(ctx context.Context, ex *jupyter.Execution, start tim
 	}
 	if rerr := k.restartLocked(context.WithoutCancel(ctx)); rerr != nil {
 		res.Error.Evalue = fmt.Sprintf("%s and did not stop when interrupted; restarting the kernel failed (%v), the next cell will try again", why.what, rerr)
+		return res
+	}
+	res.Restarted = true
+	return res
+}
+
+// send hands the cell to the kernel. zmq4's send is not bounded by a
+// context and blocks while the kernel does not read, so it runs aside and
+// ctx bounds the wait; a send left blocked ends when the client is closed
+// (the restart that follows a wedged kernel closes it).
+func (k *Kernel) send(ctx context.Context, code string) (*jupyter.Execution, error) {
+	type sent struct {
+		ex  *jupyter.Execution
+		err error
+	}
+	c := k.client
+	ch := make(chan sent, 1)
+	go func() {
+		ex, err := c.Execute(ctx, code, jupyter.ExecOptions{})
+		ch <- sent{ex, err}
+	}()
+	select {
+	case s := <-ch:
+		return s.ex, s.err
+	case <-ctx.Done():
+		return nil, context.Cause(ctx)
+	}
+}
+
+// wedged restarts a kernel that did not take a cell within its timeout.
+func (k *Kernel) wedged(ctx context.Context, start time.Time, timeout time.Duration) *sandbox.Result {
+	res := &sandbox.Result{Duration: time.Since(start), Error: &sandbox.ExecError{
+		Kind:   sandbox.KindTimeout,
+		Ename:  "TimeoutError",
+		Evalue: fmt.Sprintf("the kernel did not accept the cell within its %s timeout; the kernel was restarted and its state is lost", timeout),
+	}}
+	if err := k.restartLocked(context.WithoutCancel(ctx)); err != nil {
+		res.Error.Evalue = fmt.Sprintf("the kernel did not accept the cell within its %s timeout, and restarting it failed (%v); the next cell will try again", timeout, err)
 		return res
 	}
 	res.Restarted = true
