@@ -102,20 +102,31 @@ ensure_deb_src() {
 	if apt-cache showsrc python3.11 2>/dev/null | grep -q '^Package:'; then
 		return 0
 	fi
-	local keyring=/usr/share/keyrings/debian-archive-keyring.gpg
 	log "adding deb-src entries in $list"
-	{
-		echo "# Written by triad tools/wasi-python/build.sh: Debian source packages"
-		echo "# from the mirrors already configured for binary packages."
-		apt-cache policy | awk '$NF == "Packages" && $2 ~ /^https?:/ {
-			n = split($3, a, "/"); print $2, a[1], a[2] }' | sort -u |
-			while read -r uri suite comp; do
-				printf '\nTypes: deb-src\nURIs: %s\nSuites: %s\nComponents: %s\n' "$uri" "$suite" "$comp"
-				[ -f "$keyring" ] && printf 'Signed-By: %s\n' "$keyring"
-			done
-	} >"$list.tmp"
-	mv "$list.tmp" "$list"
-	apt-get -o DPkg::Lock::Timeout=600 update
+	# deb and deb-src entries for one mirror must agree on Signed-By. deb822
+	# sources (Debian 12's default) name the archive keyring; one-line
+	# sources.list entries usually name none. Try the first, fall back to the
+	# second, and never leave a file that breaks apt for everyone else.
+	local keyring
+	for keyring in /usr/share/keyrings/debian-archive-keyring.gpg ""; do
+		{
+			echo "# Written by triad tools/wasi-python/build.sh: Debian source packages"
+			echo "# from the mirrors already configured for binary packages."
+			apt-cache policy | awk '$NF == "Packages" && $2 ~ /^https?:/ {
+				n = split($3, a, "/"); print $2, a[1], a[2] }' | sort -u |
+				while read -r uri suite comp; do
+					printf '\nTypes: deb-src\nURIs: %s\nSuites: %s\nComponents: %s\n' "$uri" "$suite" "$comp"
+					if [ -n "$keyring" ]; then printf 'Signed-By: %s\n' "$keyring"; fi
+				done
+		} >"$list.tmp"
+		mv "$list.tmp" "$list"
+		if apt-cache policy >/dev/null 2>&1; then
+			apt-get -o DPkg::Lock::Timeout=600 update
+			return 0
+		fi
+	done
+	rm -f "$list"
+	die "could not add deb-src entries apt accepts; add deb-src lines for your mirror by hand"
 }
 
 # fetch_sources downloads the three source packages into $SRC and checks the
@@ -281,6 +292,13 @@ write_provenance() { # dest seconds
 	} >"$dest/PROVENANCE"
 }
 
+cache_hit() { # entry
+	[ -f "$1/PROVENANCE" ] || return 1
+	log "cache hit $1"
+	[ "$1" -ef "$OUT" ] || copy_outputs "$1" "$OUT"
+	(cd "$OUT" && sed -n '/^\[outputs\]$/,$p' PROVENANCE | grep -E '^[0-9a-f]{64}  ' | sha256sum -c --quiet)
+}
+
 main() {
 	install_toolchain
 	KEY=$( {
@@ -289,15 +307,16 @@ main() {
 	} | sha256sum | cut -d' ' -f1)
 	local entry=$CACHE_ROOT/$KEY
 	mkdir -p "$CACHE_ROOT"
-	if [ "$NO_CACHE" = 0 ] && [ -f "$entry/PROVENANCE" ]; then
-		log "cache hit $entry"
-		[ "$entry" -ef "$OUT" ] || copy_outputs "$entry" "$OUT"
-		(cd "$OUT" && sed -n '/^\[outputs\]$/,$p' PROVENANCE | grep -E '^[0-9a-f]{64}  ' | sha256sum -c --quiet)
+	if [ "$NO_CACHE" = 0 ] && cache_hit "$entry"; then
 		return 0
 	fi
-	# One build at a time: the build directory is fixed.
+	# One build at a time: the build directory is fixed. Whoever waited may
+	# find the entry the other one built.
 	exec 9>"$CACHE_ROOT/.lock"
 	flock 9
+	if [ "$NO_CACHE" = 0 ] && cache_hit "$entry"; then
+		return 0
+	fi
 	fetch_sources
 	local tmp=$CACHE_ROOT/.tmp-$KEY
 	rm -rf "$tmp"
