@@ -21,6 +21,7 @@ import (
 	"github.com/docker/docker/api/types/filters"
 	"github.com/docker/docker/client"
 
+	"github.com/triadhq/triad/internal/fault"
 	"github.com/triadhq/triad/sandbox"
 )
 
@@ -273,6 +274,10 @@ func (b *Backend) start(ctx context.Context, spec sandbox.Spec) (*Kernel, error)
 	}
 	b.mu.Unlock()
 
+	if l := spec.Limits; l.MemoryBytes < 0 || l.CPUs < 0 || l.Pids < 0 || l.DiskBytes < 0 {
+		// Docker reads a negative pids or memory limit as "unlimited".
+		return nil, fault.Badf("give positive limits, or 0 for the server's default", "negative sandbox limit in %+v", l)
+	}
 	lim := b.limits(spec.Limits)
 	id := newID()
 	k := &Kernel{

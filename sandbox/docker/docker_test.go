@@ -20,6 +20,7 @@ import (
 	"github.com/docker/docker/api/types/filters"
 	"github.com/docker/docker/client"
 
+	"github.com/triadhq/triad/internal/fault"
 	"github.com/triadhq/triad/internal/testenv"
 	"github.com/triadhq/triad/sandbox"
 )
@@ -692,7 +693,7 @@ func TestHelperLeakKernel(t *testing.T) {
 	time.Sleep(time.Hour) // until SIGKILL
 }
 
-func TestNewUnavailable(t *testing.T) {
+func TestErrors(t *testing.T) {
 	t.Run("no engine", func(t *testing.T) {
 		t.Setenv("DOCKER_HOST", "unix://"+filepath.Join(t.TempDir(), "nothing.sock"))
 		_, err := New(t.Context(), Config{Image: "triad-sandbox:none", WorkRoot: t.TempDir()})
@@ -712,6 +713,13 @@ func TestNewUnavailable(t *testing.T) {
 		newBackend(t, Config{WorkRoot: root})
 		if _, err := New(t.Context(), Config{Image: sandboxImage(t), WorkRoot: root}); err == nil {
 			t.Errorf("a second live Backend on one WorkRoot: got nil error, want one")
+		}
+	})
+	t.Run("negative limits", func(t *testing.T) {
+		b := newBackend(t, Config{})
+		_, err := b.Start(t.Context(), sandbox.Spec{Limits: sandbox.Limits{Pids: -1}})
+		if f := fault.As(err); f == nil || f.Kind != fault.BadInput {
+			t.Errorf("got %v, want a bad_input fault", err)
 		}
 	})
 	t.Run("socket root too long", func(t *testing.T) {
