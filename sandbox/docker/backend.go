@@ -404,7 +404,11 @@ func (b *Backend) removeLeftovers(ctx context.Context) error {
 		if !isKernelName(id) {
 			continue
 		}
-		if err := os.RemoveAll(filepath.Join(b.cfg.SocketRoot, id)); err != nil {
+		dir := filepath.Join(b.cfg.SocketRoot, id)
+		if err := unmountAll(dir); err != nil {
+			return err
+		}
+		if err := os.RemoveAll(dir); err != nil {
 			return fmt.Errorf("remove leftover socket dir: %w", err)
 		}
 	}

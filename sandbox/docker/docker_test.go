@@ -177,6 +177,15 @@ def state(p):
     try: return open(f"/proc/{p}/stat").read().rsplit(")", 1)[1].split()[0]
     except OSError: return "?"
 print(sum(state(p) == "Z" for p in os.listdir("/proc") if p.isdigit()), "zombies")`, "0 zombies"},
+		{"socket dir is capped", `
+try:
+    with open("/run/kernel/junk", "wb") as f:
+        for _ in range(8): f.write(b"\0" * (1 << 20))
+    print("WROTE 8 MiB")
+except OSError as e:
+    print("full", e.errno)
+finally:
+    import os; os.remove("/run/kernel/junk")`, "full 28"},
 		{"work is writable", `open("/work/ok.txt", "w").write("ok"); print(open("/work/ok.txt").read())`, "ok"},
 		{"cgroup limits", `
 import os

@@ -77,6 +77,10 @@ var initTrue = true
 // kernel is stuck.
 const bootTimeout = 2 * time.Minute
 
+// socketDirSize caps the tmpfs behind a kernel's socket directory: room for
+// conn.json and five sockets, not for data.
+const socketDirSize = 1 << 20
+
 // ID implements sandbox.Kernel: the container's short id.
 func (k *Kernel) ID() string { return shortID(k.containerID) }
 
@@ -110,7 +114,16 @@ func (k *Kernel) setup(ctx context.Context) error {
 	if err := os.Mkdir(k.sockDir, 0o700); err != nil {
 		return fmt.Errorf("create socket dir: %w", err)
 	}
-	if os.Geteuid() == 0 {
+	if b.quotaOK {
+		// The kernel can write to its socket directory, which lives on the
+		// host's /tmp: a small tmpfs keeps that from becoming a way around
+		// the disk quota.
+		if err := run(ctx, "mount", "-t", "tmpfs", "-o",
+			fmt.Sprintf("size=%d,nr_inodes=64,mode=0700,uid=%d,gid=%d,nosuid,nodev,noexec", socketDirSize, b.cfg.UID, b.cfg.GID),
+			"triad-sockets", k.sockDir); err != nil {
+			return err
+		}
+	} else if os.Geteuid() == 0 {
 		if err := os.Chown(k.sockDir, b.cfg.UID, b.cfg.GID); err != nil {
 			return fmt.Errorf("chown socket dir: %w", err)
 		}
@@ -677,7 +690,9 @@ func (k *Kernel) teardown() error {
 	if err := k.wd.remove(); err != nil {
 		errs = append(errs, err)
 	}
-	if err := os.RemoveAll(k.sockDir); err != nil {
+	if err := unmountAll(k.sockDir); err != nil {
+		errs = append(errs, err)
+	} else if err := os.RemoveAll(k.sockDir); err != nil {
 		errs = append(errs, fmt.Errorf("remove socket dir: %w", err))
 	}
 	return errors.Join(errs...)
