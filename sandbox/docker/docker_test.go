@@ -771,3 +771,35 @@ func errSummary(res *sandbox.Result) string {
 	}
 	return fmt.Sprintf("%s/%s/%v: %s", res.Error.Kind, res.Error.Ename, res.Restarted, res.Error.Evalue)
 }
+
+// TestDocumentsRender: the image's document libraries produce their files
+// in the jail (fonts present, nothing written outside /work and /tmp).
+func TestDocumentsRender(t *testing.T) {
+	t.Parallel()
+	b := newBackend(t, Config{})
+	k := startKernel(t, b, sandbox.Spec{Owner: "run-docs"})
+	res := run1(t, k, `
+import weasyprint
+weasyprint.HTML(string="<h1>Report</h1><p>Total: 42 €</p>").write_pdf("r.pdf")
+import matplotlib.pyplot as plt
+fig, ax = plt.subplots(); ax.plot([1, 2]); fig.savefig("p.pdf"); plt.close(fig)
+from reportlab.pdfgen import canvas
+c = canvas.Canvas("rl.pdf"); c.drawString(100, 750, "hello"); c.save()
+import pandas as pd
+pd.DataFrame({"a": [1]}).to_excel("x.xlsx")
+import docx
+d = docx.Document(); d.add_paragraph("x"); d.save("d.docx")`, 120*time.Second)
+	if !res.OK || res.Stderr != "" {
+		t.Fatalf("rendering: %s", describe(res))
+	}
+	for _, f := range []string{"r.pdf", "p.pdf", "rl.pdf", "x.xlsx", "d.docx"} {
+		data, err := os.ReadFile(filepath.Join(k.WorkDir(), f))
+		if err != nil || len(data) < 100 {
+			t.Errorf("%s: %d bytes, %v", f, len(data), err)
+			continue
+		}
+		if strings.HasSuffix(f, ".pdf") && !bytes.HasPrefix(data, []byte("%PDF-")) {
+			t.Errorf("%s: got %q, want a PDF", f, data[:8])
+		}
+	}
+}
