@@ -19,26 +19,26 @@ import (
 
 	"github.com/triadhq/triad/internal/jupyter"
 	"github.com/triadhq/triad/sandbox"
+	"github.com/triadhq/triad/sandbox/docker/image"
 )
 
 // Paths inside the container.
 const (
 	ctrWork    = "/work"
 	ctrSockets = "/run/kernel"
-	ctrHome    = "/tmp/home"
-	mplSeed    = "/opt/triad/mplconfig" // image.MPLSeed: a prebuilt font cache
+	ctrHome    = image.Home
 )
 
 // kernelCmd starts ipykernel as the container's main process. The shell
 // only seeds matplotlib's font cache into the tmpfs home (the root
 // filesystem is read-only, so the image's copy cannot be used in place)
-// and then execs the kernel, so the kernel's exit is the container's exit (tini, the container's init, passes the status on).
-// Plain tracebacks (NoColor) read better to an agent
-// than ANSI colour codes; the history database is pointless for a
-// throwaway kernel and costs a SQLite file per start. Figures show inline
-// by default because ipykernel sets MPLBACKEND to the inline backend (the
-// image sets it too).
-var kernelCmd = []string{"/bin/sh", "-c", `mkdir -p "$MPLCONFIGDIR" && cp -a ` + mplSeed + `/. "$MPLCONFIGDIR"/ 2>/dev/null; ` +
+// and then execs the kernel, so the kernel's exit is the container's exit
+// (tini, the container's init, passes the status on). Plain tracebacks
+// (NoColor) read better to an agent than ANSI colour codes; the history
+// database is pointless for a throwaway kernel and costs a SQLite file per
+// start. Figures show inline by default because MPLBACKEND names the inline
+// backend (ipykernel would set it too).
+var kernelCmd = []string{"/bin/sh", "-c", `mkdir -p "$MPLCONFIGDIR" && cp -a ` + image.MPLSeed + `/. "$MPLCONFIGDIR"/ 2>/dev/null; ` +
 	`exec python3 -m ipykernel_launcher -f ` + ctrSockets + `/conn.json ` +
 	`--InteractiveShell.colors=NoColor --HistoryManager.enabled=False --IPKernelApp.quiet=True`}
 
