@@ -614,6 +614,13 @@ func TestLeftoversRemovedAfterKill9(t *testing.T) {
 	t.Parallel()
 	img := sandboxImage(t)
 	root := t.TempDir()
+	// Whatever happens below, leave no kernel of the child behind: a Backend
+	// on the same root removes it (this cleanup runs before TempDir's).
+	t.Cleanup(func() {
+		if b, err := New(context.Background(), Config{Image: img, WorkRoot: root}); err == nil {
+			_ = b.Close()
+		}
+	})
 	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestHelperLeakKernel$", "-test.v")
