@@ -18,9 +18,11 @@ import (
 // read-only view of one host directory and nothing else. The evaluator runs
 // its rubric this way: no user kernel shares its process, globals or files.
 type Program struct {
+	b      *Backend
 	stdin  *io.PipeWriter
 	stdout *io.PipeReader
 	cancel context.CancelFunc
+	killed chan struct{} // closed by Close: wakes a sleeping guest
 	done   chan struct{}
 	once   sync.Once
 }
@@ -29,12 +31,16 @@ type Program struct {
 // dir is mounted read-only at /in (the stdlib at /lib); the program reads
 // its stdin and writes its stdout through the returned pipes until Close.
 func (b *Backend) StartProgram(ctx context.Context, script []byte, dir string) (*Program, error) {
+	p := &Program{b: b, killed: make(chan struct{}), done: make(chan struct{})}
+	// Registered before it starts, so Backend.Close always ends it before
+	// releasing the runtime and memory it runs on.
 	b.mu.Lock()
-	closed := b.closed
-	b.mu.Unlock()
-	if closed {
+	if b.closed {
+		b.mu.Unlock()
 		return nil, errors.New("wasm backend: closed")
 	}
+	b.programs[p] = struct{}{}
+	b.mu.Unlock()
 	stdinR, stdinW := io.Pipe()
 	stdoutR, stdoutW := io.Pipe()
 	fsc := wazero.NewFSConfig().(sysfs.FSConfig).
@@ -54,15 +60,16 @@ func (b *Backend) StartProgram(ctx context.Context, script []byte, dir string) (
 		WithFSConfig(fsc).
 		WithSysWalltime().
 		WithSysNanotime().
-		WithNanosleep(func(ns int64) { time.Sleep(time.Duration(ns)) }).
+		WithNanosleep(p.sleep).
 		WithRandSource(rand.Reader)
 	ictx := experimental.WithMemoryAllocator(ctx, newAllocator(b.memLimit, &memStats{}))
 	mod, err := b.rt.InstantiateModule(ictx, b.compiled, mc)
 	if err != nil {
+		b.forgetProgram(p)
 		return nil, fmt.Errorf("instantiate python.wasm: %w", err)
 	}
 	runCtx, cancel := context.WithCancel(context.Background())
-	p := &Program{stdin: stdinW, stdout: stdoutR, cancel: cancel, done: make(chan struct{})}
+	p.stdin, p.stdout, p.cancel = stdinW, stdoutR, cancel
 	start := mod.ExportedFunction("_start")
 	go func() {
 		_, err := start.Call(runCtx)
@@ -73,8 +80,26 @@ func (b *Backend) StartProgram(ctx context.Context, script []byte, dir string) (
 		_ = stdoutW.CloseWithError(err)
 		_ = mod.Close(context.Background())
 		close(p.done)
+		b.forgetProgram(p)
 	}()
 	return p, nil
+}
+
+func (b *Backend) forgetProgram(p *Program) {
+	b.mu.Lock()
+	delete(b.programs, p)
+	b.mu.Unlock()
+}
+
+// sleep is the guest's nanosleep: interrupted by Close, so a sleeping
+// program never holds Close up.
+func (p *Program) sleep(ns int64) {
+	t := time.NewTimer(time.Duration(ns))
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-p.killed:
+	}
 }
 
 // Stdin is the program's standard input.
@@ -87,6 +112,7 @@ func (p *Program) Stdout() io.Reader { return p.stdout }
 // call twice.
 func (p *Program) Close() error {
 	p.once.Do(func() {
+		close(p.killed)
 		p.stdin.Close()
 		p.cancel()
 	})

@@ -104,8 +104,11 @@ type Backend struct {
 
 	mu      sync.Mutex
 	kernels map[*Kernel]struct{}
-	closed  bool
-	leaked  bool // an instance did not stop: the runtime must stay open
+	// programs are the running StartProgram instances; Close ends them
+	// before it releases the runtime they run on.
+	programs map[*Program]struct{}
+	closed   bool
+	leaked   bool // an instance did not stop: the runtime must stay open
 }
 
 var _ sandbox.Backend = (*Backend)(nil)
@@ -128,6 +131,7 @@ func New(ctx context.Context, cfg Config) (b *Backend, err error) {
 		memLimit: uint64(cfg.MemoryLimitBytes),
 		maxOut:   cfg.MaxOutputBytes,
 		kernels:  map[*Kernel]struct{}{},
+		programs: map[*Program]struct{}{},
 	}
 	if b.log == nil {
 		b.log = slog.New(slog.DiscardHandler)
@@ -290,10 +294,17 @@ func (b *Backend) Close() error {
 	for k := range b.kernels {
 		ks = append(ks, k)
 	}
+	ps := make([]*Program, 0, len(b.programs))
+	for p := range b.programs {
+		ps = append(ps, p)
+	}
 	b.mu.Unlock()
 	var errs []error
 	for _, k := range ks {
 		errs = append(errs, k.Close())
+	}
+	for _, p := range ps {
+		errs = append(errs, p.Close())
 	}
 	b.closeRuntime()
 	if b.ownsRoot {
