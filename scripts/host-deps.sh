@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # Installs the Debian packages the tests use on the host, when missing:
-#   docker.io, debootstrap   the Docker sandbox and its offline image build
+#   docker.io, debootstrap, e2fsprogs
+#                            the Docker sandbox, its offline image build, the mkfs.ext4 of disk quotas
 #   python3-ipykernel, python3-matplotlib
 #                            a real ipykernel for internal/jupyter's tests
 #   python3-nbformat         validates run.ipynb with the reference validator
 #   poppler-utils            pdfinfo/pdftoppm render the brief's PDF
 # Idempotent: installs nothing when everything is there.
 set -euo pipefail
-want=(docker.io debootstrap python3-ipykernel python3-matplotlib python3-nbformat poppler-utils)
+want=(docker.io debootstrap e2fsprogs python3-ipykernel python3-matplotlib python3-nbformat poppler-utils)
 missing=()
 for p in "${want[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
