@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"os"
+	"runtime/debug"
 
 	"github.com/triadhq/triad/browser/tavily"
 	"github.com/triadhq/triad/cel"
@@ -86,6 +87,10 @@ func openStack(ctx context.Context, c *config, log *slog.Logger) (*stack, error)
 		s.Close()
 		return nil, err
 	}
+	// Compiling python.wasm (on a cold cache) leaves ~100 MiB of garbage
+	// that the runtime would hand back to the OS only slowly; hand it back
+	// now, once, so a fresh server's footprint is its working set.
+	debug.FreeOSMemory()
 	if s.backend != "" {
 		s.runner = runner.New(runner.Config{Orchestrator: s.orch, Catalog: s.catalog, Backend: s.backend, Logger: log})
 		s.closes = append(s.closes, func() { s.runner.Close() })
