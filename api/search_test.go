@@ -6,39 +6,21 @@ import (
 	"log/slog"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/triadhq/triad/api"
+	"github.com/triadhq/triad/internal/testenv"
 	"github.com/triadhq/triad/internal/teststack"
 	"github.com/triadhq/triad/recipes"
 	"github.com/triadhq/triad/recipes/runner"
 )
-
-// syncBuffer collects the server's logs.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // browser.search over HTTP: results in the contract's shape, citations_id
 // downloads through /blobs and holds the raw response, page text with
 // include_page, 400s that name the field, and the key in no file or log.
 func TestSearchOverHTTP(t *testing.T) {
 	s := teststack.New(t, teststack.Options{Search: true})
-	logs := &syncBuffer{}
+	logs := &testenv.Buffer{}
 	log := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	srv := httptest.NewServer(api.New(api.Config{Orchestrator: s.Orch, Logger: log}))
 	t.Cleanup(srv.Close)

@@ -1,14 +1,12 @@
 package jupyter
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -25,27 +23,8 @@ type kernel struct {
 	info     ConnInfo
 	connPath string // conn.json, as ipykernel rewrote it after binding
 	cmd      *exec.Cmd
-	exited   chan struct{} // closed when the process has been reaped
-	output   *syncBuffer   // the kernel's own stdout and stderr, for failures
-}
-
-// syncBuffer is a bytes.Buffer safe for the writes of exec's copying
-// goroutines and reads by the test.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
+	exited   chan struct{}   // closed when the process has been reaped
+	output   *testenv.Buffer // the kernel's own stdout and stderr, for failures
 }
 
 // requireIPyKernel stops the test when Debian's ipykernel is not installed.
@@ -85,7 +64,7 @@ func startKernel(t testing.TB, opts Options) (*kernel, *Client) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	k := &kernel{info: info, connPath: filepath.Join(dir, "conn.json"), exited: make(chan struct{}), output: &syncBuffer{}}
+	k := &kernel{info: info, connPath: filepath.Join(dir, "conn.json"), exited: make(chan struct{}), output: &testenv.Buffer{}}
 	if err := os.WriteFile(k.connPath, b, 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -151,7 +130,7 @@ func run(t testing.TB, c *Client, code string) Output {
 }
 
 // logBuffer is a slog handler target that tests can read.
-type logBuffer struct{ syncBuffer }
+type logBuffer struct{ testenv.Buffer }
 
 func (l *logBuffer) logger() *slog.Logger {
 	return slog.New(slog.NewTextHandler(l, &slog.HandlerOptions{Level: slog.LevelDebug}))

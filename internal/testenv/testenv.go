@@ -6,7 +6,9 @@
 package testenv
 
 import (
+	"bytes"
 	"os"
+	"sync"
 	"testing"
 )
 
@@ -21,4 +23,26 @@ func Missing(t testing.TB, what string) {
 		t.Fatalf("%s is required under CI but missing; .ci/run must install and start it", what)
 	}
 	t.Skipf("skipping: %s is missing (set it up, or run .ci/run)", what)
+}
+
+// Buffer collects writes from other goroutines or processes (a server's
+// logs, a child's output) for the test to read; it is safe for concurrent
+// use.
+type Buffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+// Write implements io.Writer.
+func (s *Buffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+// String returns everything written so far.
+func (s *Buffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }

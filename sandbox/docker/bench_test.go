@@ -16,6 +16,7 @@ import (
 	"github.com/docker/docker/api/types/mount"
 	"github.com/docker/docker/pkg/stdcopy"
 
+	"github.com/triadhq/triad/internal/testenv"
 	"github.com/triadhq/triad/sandbox"
 )
 
@@ -113,7 +114,7 @@ func startBaseline(b *testing.B, be *Backend) *baseline {
 		b.Fatal(err)
 	}
 	pr, pw := io.Pipe()
-	var stderr syncBuffer
+	var stderr testenv.Buffer
 	go func() {
 		_, err := stdcopy.StdCopy(pw, &stderr, att.Reader)
 		pw.CloseWithError(fmt.Errorf("baseline ended (%v): %s", err, stderr.String()))

@@ -625,7 +625,7 @@ func TestLeftoversRemovedAfterKill9(t *testing.T) {
 	defer cancel()
 	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestHelperLeakKernel$", "-test.v")
 	cmd.Env = append(os.Environ(), "TRIAD_LEAK_ROOT="+root, "TRIAD_LEAK_IMAGE="+img)
-	var out syncBuffer
+	var out testenv.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
