@@ -75,16 +75,18 @@ func New(c Config) *Server {
 	r.Handle("/cel/note", s.handle(s.celNote)).Methods(http.MethodPost)
 	r.Handle("/cel/finalize", s.handle(s.celFinalize)).Methods(http.MethodPost)
 
-	r.Handle("/tmp/write", s.handle(s.tmpWrite)).Methods(http.MethodPost)
+	r.Handle("/tmp/write", s.handle(jsonTool(s, s.orch.Write))).Methods(http.MethodPost)
 	r.Handle("/tmp/read", s.handle(s.tmpRead)).Methods(http.MethodGet)
 	r.Handle("/tmp/list", s.handle(s.tmpList)).Methods(http.MethodGet)
-	r.Handle("/tmp/delete", s.handle(s.tmpDelete)).Methods(http.MethodPost)
+	r.Handle("/tmp/delete", s.handle(jsonTool(s, func(ctx context.Context, id runid.ID, in PathInput) (orchestrator.DeleteOutput, error) {
+		return s.orch.Delete(ctx, id, in.Path)
+	}))).Methods(http.MethodPost)
 	r.Handle("/tmp/files/{path:.+}", s.handle(s.filePut)).Methods(http.MethodPut)
 	r.Handle("/tmp/files/{path:.+}", s.handle(s.fileGet)).Methods(http.MethodGet, http.MethodHead)
 	r.Handle("/blobs/{sha256}", s.handle(s.blobGet)).Methods(http.MethodGet, http.MethodHead)
 
 	r.Handle("/browser/search", s.handle(s.browserSearch)).Methods(http.MethodPost)
-	r.Handle("/sandbox/exec", s.handle(s.sandboxExec)).Methods(http.MethodPost)
+	r.Handle("/sandbox/exec", s.handle(jsonTool(s, s.orch.Exec))).Methods(http.MethodPost)
 	r.Handle("/sandbox/restart", s.handle(s.sandboxRestart)).Methods(http.MethodPost)
 	return s
 }

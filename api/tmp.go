@@ -1,6 +1,7 @@
 package api
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -14,24 +15,33 @@ import (
 	"github.com/gorilla/mux"
 
 	"github.com/triadhq/triad/internal/fault"
-	"github.com/triadhq/triad/internal/orchestrator"
+	"github.com/triadhq/triad/internal/runid"
 	"github.com/triadhq/triad/tmpfs"
 )
 
-func (s *Server) tmpWrite(w http.ResponseWriter, r *http.Request) error {
-	id, err := run(r)
-	if err != nil {
-		return err
+// jsonTool adapts a run-scoped tool whose input is a JSON body: it reads the
+// run, decodes the body strictly, calls the tool and writes its answer.
+func jsonTool[In, Out any](s *Server, call func(ctx context.Context, run runid.ID, in In) (Out, error)) handlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) error {
+		id, err := run(r)
+		if err != nil {
+			return err
+		}
+		var in In
+		if err := s.decode(w, r, &in); err != nil {
+			return err
+		}
+		out, err := call(r.Context(), id, in)
+		if err != nil {
+			return err
+		}
+		return writeJSON(w, http.StatusOK, out)
 	}
-	var in orchestrator.WriteInput
-	if err := s.decode(w, r, &in); err != nil {
-		return err
-	}
-	out, err := s.orch.Write(r.Context(), id, in)
-	if err != nil {
-		return err
-	}
-	return writeJSON(w, http.StatusOK, out)
+}
+
+// PathInput is the body of tmp.delete.
+type PathInput struct {
+	Path string `json:"path"`
 }
 
 func (s *Server) tmpRead(w http.ResponseWriter, r *http.Request) error {
@@ -60,24 +70,6 @@ func (s *Server) tmpList(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	out, err := s.orch.List(r.Context(), id, p)
-	if err != nil {
-		return err
-	}
-	return writeJSON(w, http.StatusOK, out)
-}
-
-func (s *Server) tmpDelete(w http.ResponseWriter, r *http.Request) error {
-	id, err := run(r)
-	if err != nil {
-		return err
-	}
-	var in struct {
-		Path string `json:"path"`
-	}
-	if err := s.decode(w, r, &in); err != nil {
-		return err
-	}
-	out, err := s.orch.Delete(r.Context(), id, in.Path)
 	if err != nil {
 		return err
 	}
