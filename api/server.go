@@ -76,8 +76,8 @@ func New(c Config) *Server {
 	r.Handle("/cel/finalize", s.handle(s.celFinalize)).Methods(http.MethodPost)
 
 	r.Handle("/tmp/write", s.handle(jsonTool(s, s.orch.Write))).Methods(http.MethodPost)
-	r.Handle("/tmp/read", s.handle(s.tmpRead)).Methods(http.MethodGet)
-	r.Handle("/tmp/list", s.handle(s.tmpList)).Methods(http.MethodGet)
+	r.Handle("/tmp/read", s.handle(queryTool(s, "path", true, s.orch.Read))).Methods(http.MethodGet)
+	r.Handle("/tmp/list", s.handle(queryTool(s, "prefix", false, s.orch.List))).Methods(http.MethodGet)
 	r.Handle("/tmp/delete", s.handle(jsonTool(s, func(ctx context.Context, id runid.ID, in PathInput) (orchestrator.DeleteOutput, error) {
 		return s.orch.Delete(ctx, id, in.Path)
 	}))).Methods(http.MethodPost)

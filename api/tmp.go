@@ -44,36 +44,23 @@ type PathInput struct {
 	Path string `json:"path"`
 }
 
-func (s *Server) tmpRead(w http.ResponseWriter, r *http.Request) error {
-	id, err := run(r)
-	if err != nil {
-		return err
+// queryTool adapts a run-scoped tool whose one input is a query parameter.
+func queryTool[Out any](s *Server, name string, required bool, call func(ctx context.Context, run runid.ID, v string) (Out, error)) handlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) error {
+		id, err := run(r)
+		if err != nil {
+			return err
+		}
+		v, err := query(r, name, required)
+		if err != nil {
+			return err
+		}
+		out, err := call(r.Context(), id, v)
+		if err != nil {
+			return err
+		}
+		return writeJSON(w, http.StatusOK, out)
 	}
-	p, err := query(r, "path", true)
-	if err != nil {
-		return err
-	}
-	out, err := s.orch.Read(r.Context(), id, p)
-	if err != nil {
-		return err
-	}
-	return writeJSON(w, http.StatusOK, out)
-}
-
-func (s *Server) tmpList(w http.ResponseWriter, r *http.Request) error {
-	id, err := run(r)
-	if err != nil {
-		return err
-	}
-	p, err := query(r, "prefix", false)
-	if err != nil {
-		return err
-	}
-	out, err := s.orch.List(r.Context(), id, p)
-	if err != nil {
-		return err
-	}
-	return writeJSON(w, http.StatusOK, out)
 }
 
 // filePut streams a raw body into the run: hashed on the fly, never whole in
