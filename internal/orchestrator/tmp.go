@@ -81,28 +81,25 @@ func (o *Orchestrator) Write(ctx context.Context, run runid.ID, in WriteInput) (
 		return out, fault.New(fault.TooLarge, fmt.Sprintf("content is %d bytes; the inline limit is %d", len(data), o.limits.JSONBody),
 			"upload large files with PUT /tmp/files/{path}, which streams")
 	}
-	err = o.call(ctx, run, ToolWrite, map[string]any{"path": p, "bytes": len(data)}, func(ctx context.Context, s *Step) error {
-		f, err := o.store.Write(ctx, run, p, bytes.NewReader(data), 0)
-		if err != nil {
-			return storeErr(err, run, p)
-		}
-		s.Artifacts = append(s.Artifacts, f)
-		out = ref(f)
-		return o.mirrorPut(ctx, run, f)
-	})
-	return out, err
+	return o.write(ctx, run, p, bytes.NewReader(data), 0, map[string]any{"path": p, "bytes": len(data)})
 }
 
 // WriteStream is tmp.write for a streamed body: r is hashed and stored as
 // it arrives, never held whole in memory, up to the stream limit.
 func (o *Orchestrator) WriteStream(ctx context.Context, run runid.ID, path string, r io.Reader) (FileRef, error) {
-	var out FileRef
 	p, err := writable(path)
 	if err != nil {
-		return out, err
+		return FileRef{}, err
 	}
-	err = o.call(ctx, run, ToolWrite, map[string]any{"path": p, "streamed": true}, func(ctx context.Context, s *Step) error {
-		f, err := o.store.Write(ctx, run, p, r, o.limits.StreamBody)
+	return o.write(ctx, run, p, r, o.limits.StreamBody, map[string]any{"path": p, "streamed": true})
+}
+
+// write is tmp.write's call: store the bytes, record them, and copy the
+// file into the run's live kernel.
+func (o *Orchestrator) write(ctx context.Context, run runid.ID, p string, r io.Reader, limit int64, inputs map[string]any) (FileRef, error) {
+	var out FileRef
+	err := o.call(ctx, run, ToolWrite, inputs, func(ctx context.Context, s *Step) error {
+		f, err := o.store.Write(ctx, run, p, r, limit)
 		if err != nil {
 			return storeErr(err, run, p)
 		}
