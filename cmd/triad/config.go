@@ -89,6 +89,15 @@ func (c *config) common(f *flagSet) {
 	f.str(&c.Recipes, "recipes", "", "directory of user recipes (*.md) added to the standard ones")
 }
 
+// parse reads args into c and validates it. Register the command's own
+// flags and call common before it.
+func (c *config) parse(f *flagSet, args []string) error {
+	if err := f.Parse(args); err != nil {
+		return err
+	}
+	return c.validate(f)
+}
+
 func (c *config) validate(f *flagSet) error {
 	if len(f.errs) > 0 {
 		return f.errs[0]

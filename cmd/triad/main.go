@@ -82,14 +82,10 @@ func serve(ctx context.Context, args []string) error {
 	fs := newFlagSet("serve")
 	fs.str(&c.Addr, "addr", "127.0.0.1:8080", "listen address")
 	c.common(fs)
-	if err := fs.Parse(args); err != nil {
+	if err := c.parse(fs, args); err != nil {
 		return err
 	}
-	if err := c.validate(fs); err != nil {
-		return err
-	}
-	log := newLogger(&c)
-	st, err := openStack(ctx, &c, log)
+	st, log, err := open(ctx, &c)
 	if err != nil {
 		return err
 	}

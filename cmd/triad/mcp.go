@@ -16,14 +16,10 @@ func mcpCmd(ctx context.Context, args []string) error {
 	var c config
 	fs := newFlagSet("mcp")
 	c.common(fs)
-	if err := fs.Parse(args); err != nil {
+	if err := c.parse(fs, args); err != nil {
 		return err
 	}
-	if err := c.validate(fs); err != nil {
-		return err
-	}
-	log := newLogger(&c)
-	st, err := openStack(ctx, &c, log)
+	st, log, err := open(ctx, &c)
 	if err != nil {
 		return err
 	}

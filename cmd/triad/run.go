@@ -71,8 +71,7 @@ func runCmd(ctx context.Context, args []string) error {
 	if server != "" {
 		return runRemote(ctx, server, req, params, out)
 	}
-	log := newLogger(&c)
-	st, err := openStack(ctx, &c, log)
+	st, _, err := open(ctx, &c)
 	if err != nil {
 		return err
 	}

@@ -33,6 +33,13 @@ func (s *stack) Close() {
 	}
 }
 
+// open makes the command's logger and opens its stack.
+func open(ctx context.Context, c *config) (*stack, *slog.Logger, error) {
+	log := newLogger(c)
+	st, err := openStack(ctx, c, log)
+	return st, log, err
+}
+
 // openStack opens the store, the sandbox, the search provider, the journal
 // and the evaluator, and joins them in an orchestrator.
 func openStack(ctx context.Context, c *config, log *slog.Logger) (*stack, error) {
