@@ -16,7 +16,7 @@ import (
 	"testing"
 
 	"github.com/triadhq/triad/api"
-	"github.com/triadhq/triad/internal/orchestrator"
+	"github.com/triadhq/triad/orchestrator"
 	"github.com/triadhq/triad/tmpfs"
 	"github.com/triadhq/triad/tmpfs/local"
 )

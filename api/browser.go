@@ -4,7 +4,7 @@ import (
 	"net/http"
 
 	"github.com/triadhq/triad/browser"
-	"github.com/triadhq/triad/internal/orchestrator"
+	"github.com/triadhq/triad/orchestrator"
 )
 
 func (s *Server) browserSearch(w http.ResponseWriter, r *http.Request) error {

@@ -10,7 +10,7 @@ import (
 	"github.com/minio/minio-go/v7"
 
 	"github.com/triadhq/triad/internal/miniotest"
-	"github.com/triadhq/triad/internal/orchestrator"
+	"github.com/triadhq/triad/orchestrator"
 	"github.com/triadhq/triad/tmpfs"
 	"github.com/triadhq/triad/tmpfs/s3"
 )

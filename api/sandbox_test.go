@@ -10,12 +10,12 @@ import (
 	"testing"
 
 	"github.com/triadhq/triad/api"
-	"github.com/triadhq/triad/internal/orchestrator"
-	"github.com/triadhq/triad/internal/teststack"
+	"github.com/triadhq/triad/orchestrator"
+	"github.com/triadhq/triad/orchestrator/orchestratortest"
 )
 
 func sandboxServer(t *testing.T, backend string) *client {
-	s := teststack.New(t, teststack.Options{Sandbox: backend, Warm: 1})
+	s := orchestratortest.New(t, orchestratortest.Options{Sandbox: backend, Warm: 1})
 	srv := httptest.NewServer(api.New(api.Config{Orchestrator: s.Orch}))
 	t.Cleanup(srv.Close)
 	return &client{t: t, url: srv.URL}

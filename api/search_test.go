@@ -10,7 +10,7 @@ import (
 
 	"github.com/triadhq/triad/api"
 	"github.com/triadhq/triad/internal/testenv"
-	"github.com/triadhq/triad/internal/teststack"
+	"github.com/triadhq/triad/orchestrator/orchestratortest"
 	"github.com/triadhq/triad/recipes"
 	"github.com/triadhq/triad/recipes/runner"
 )
@@ -19,7 +19,7 @@ import (
 // downloads through /blobs and holds the raw response, page text with
 // include_page, 400s that name the field, and the key in no file or log.
 func TestSearchOverHTTP(t *testing.T) {
-	s := teststack.New(t, teststack.Options{Search: true})
+	s := orchestratortest.New(t, orchestratortest.Options{Search: true})
 	logs := &testenv.Buffer{}
 	log := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	srv := httptest.NewServer(api.New(api.Config{Orchestrator: s.Orch, Logger: log}))
@@ -92,7 +92,7 @@ func TestSearchOverHTTP(t *testing.T) {
 // POST /run refuses what it cannot run with a 400 that names the problem,
 // and GET /recipes lists the five standard recipes.
 func TestRunRequests(t *testing.T) {
-	s := teststack.New(t, teststack.Options{Sandbox: "wasm"})
+	s := orchestratortest.New(t, orchestratortest.Options{Sandbox: "wasm"})
 	cat, err := recipes.NewCatalog()
 	if err != nil {
 		t.Fatal(err)

@@ -23,7 +23,7 @@ import (
 	"github.com/triadhq/triad/browser/tavily"
 	"github.com/triadhq/triad/browser/tavilytest"
 	"github.com/triadhq/triad/internal/testenv"
-	"github.com/triadhq/triad/internal/teststack"
+	"github.com/triadhq/triad/orchestrator/orchestratortest"
 	"github.com/triadhq/triad/sandbox"
 )
 
@@ -37,13 +37,13 @@ import (
 //
 // Set TRIAD_RECIPE_OUT=DIR to keep each run's files in DIR/<recipe>.
 
-// sandboxImage returns the sandbox image's tag (see teststack.Image).
+// sandboxImage returns the sandbox image's tag (see orchestratortest.Image).
 func sandboxImage(t testing.TB) string {
 	t.Helper()
 	if _, err := exec.LookPath("docker"); err != nil {
 		testenv.Missing(t, "the docker CLI")
 	}
-	return teststack.Image(t)
+	return orchestratortest.Image(t)
 }
 
 // cellRunner runs one cell file with dir as the working directory.

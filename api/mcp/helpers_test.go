@@ -22,9 +22,9 @@ import (
 	"github.com/triadhq/triad/browser/tavily"
 	"github.com/triadhq/triad/browser/tavilytest"
 	"github.com/triadhq/triad/cel"
-	"github.com/triadhq/triad/internal/kernels"
-	"github.com/triadhq/triad/internal/orchestrator"
-	"github.com/triadhq/triad/internal/teststack"
+	"github.com/triadhq/triad/orchestrator/kernels"
+	"github.com/triadhq/triad/orchestrator"
+	"github.com/triadhq/triad/orchestrator/orchestratortest"
 	"github.com/triadhq/triad/recipes"
 	"github.com/triadhq/triad/recipes/runner"
 	"github.com/triadhq/triad/sandbox/docker"
@@ -109,10 +109,10 @@ func newStack(t testing.TB, o stackOptions) *stack {
 	return &stack{orch: orch, store: store, runner: rn, mcp: srv, url: hs.URL}
 }
 
-// sandboxImage returns the sandbox image's tag (see teststack.Image).
+// sandboxImage returns the sandbox image's tag (see orchestratortest.Image).
 func sandboxImage(t testing.TB) string {
 	t.Helper()
-	return teststack.Image(t)
+	return orchestratortest.Image(t)
 }
 
 // dockerBackend starts the real Docker sandbox on the real image.

@@ -1,6 +1,6 @@
 // Package mcp serves Triad's tools to MCP clients, over stdio and streamable HTTP, through the one orchestration path.
 //
-// Every tool call goes to internal/orchestrator exactly as an HTTP call
+// Every tool call goes to orchestrator exactly as an HTTP call
 // does, so CEL.md, the evaluator and the trace cover MCP too. The tools'
 // argument and answer types are the HTTP API's own types; their JSON
 // schemas are inferred from them (see schemaFor). An MCP session is one
@@ -22,7 +22,7 @@ import (
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/triadhq/triad/internal/fault"
-	"github.com/triadhq/triad/internal/orchestrator"
+	"github.com/triadhq/triad/orchestrator"
 	"github.com/triadhq/triad/internal/runid"
 	"github.com/triadhq/triad/internal/version"
 	"github.com/triadhq/triad/recipes"

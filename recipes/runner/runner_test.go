@@ -13,13 +13,13 @@ import (
 
 	"github.com/triadhq/triad/internal/fault"
 	"github.com/triadhq/triad/internal/runid"
-	"github.com/triadhq/triad/internal/teststack"
+	"github.com/triadhq/triad/orchestrator/orchestratortest"
 	"github.com/triadhq/triad/recipes"
 	"github.com/triadhq/triad/recipes/notebook"
 	"github.com/triadhq/triad/recipes/runner"
 )
 
-func newRunner(t *testing.T, s *teststack.Stack) *runner.Runner {
+func newRunner(t *testing.T, s *orchestratortest.Stack) *runner.Runner {
 	cat, err := recipes.NewCatalog()
 	if err != nil {
 		t.Fatal(err)
@@ -33,7 +33,7 @@ func newRunner(t *testing.T, s *teststack.Stack) *runner.Runner {
 // recipes against the Tavily-like test server, and leaves non-empty
 // artifacts, a valid run.ipynb and a journal graded PASS throughout.
 func TestStandardRecipesEndToEnd(t *testing.T) {
-	s := teststack.New(t, teststack.Options{Sandbox: "docker", Search: true, Warm: 1})
+	s := orchestratortest.New(t, orchestratortest.Options{Sandbox: "docker", Search: true, Warm: 1})
 	r := newRunner(t, s)
 	std := recipes.Standard()
 	if len(std) != 5 {
@@ -130,7 +130,7 @@ func stepBlock(cel string, n int) string {
 }
 
 // checkMAPE: the forecast pack reports MAPE on a holdout.
-func checkMAPE(t *testing.T, s *teststack.Stack, run runid.ID) {
+func checkMAPE(t *testing.T, s *orchestratortest.Stack, run runid.ID) {
 	ctx := t.Context()
 	b, _, err := s.Store.ReadAll(ctx, run, "artifacts/holdout_metrics.csv")
 	if err != nil {
@@ -146,7 +146,7 @@ func checkMAPE(t *testing.T, s *teststack.Stack, run runid.ID) {
 }
 
 // checkPDF: the brief's PDF has more than one page and renders.
-func checkPDF(t *testing.T, s *teststack.Stack, run runid.ID) {
+func checkPDF(t *testing.T, s *orchestratortest.Stack, run runid.ID) {
 	ctx := t.Context()
 	arts, _ := s.Store.List(ctx, run, "artifacts/")
 	var pdf string
@@ -190,7 +190,7 @@ func checkPDF(t *testing.T, s *teststack.Stack, run runid.ID) {
 
 // Bad requests get 400-class faults that name the problem.
 func TestBadRequests(t *testing.T) {
-	s := teststack.New(t, teststack.Options{Sandbox: "wasm"})
+	s := orchestratortest.New(t, orchestratortest.Options{Sandbox: "wasm"})
 	r := newRunner(t, s)
 	cases := []struct {
 		name string

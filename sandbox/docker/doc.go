@@ -5,7 +5,7 @@
 // uid, pids/memory/CPU limits, a size-capped /tmp and one writable working
 // directory (a loop-mounted ext4 image sized to the disk quota) at /work. The
 // host speaks the Jupyter protocol to the kernel over ZMQ ipc sockets in a
-// bind-mounted directory (internal/jupyter). Containers carry labels naming
+// bind-mounted directory (sandbox/docker/jupyter). Containers carry labels naming
 // the backend's WorkRoot, so a process restarted after a crash removes what
 // its predecessor left behind.
 package docker

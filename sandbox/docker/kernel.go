@@ -17,7 +17,7 @@ import (
 	"github.com/docker/docker/api/types/mount"
 	"github.com/docker/go-units"
 
-	"github.com/triadhq/triad/internal/jupyter"
+	"github.com/triadhq/triad/sandbox/docker/jupyter"
 	"github.com/triadhq/triad/sandbox"
 	"github.com/triadhq/triad/sandbox/docker/image"
 )

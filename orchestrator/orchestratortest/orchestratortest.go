@@ -1,5 +1,5 @@
-// Package teststack assembles a real Triad stack for tests: local store, Docker or WASI kernels, the WASI evaluator, the journal and an honest fake Tavily.
-package teststack
+// Package orchestratortest builds a real Triad stack (store, sandbox, journal, evaluator, fake search) for tests of the core and the surfaces above it.
+package orchestratortest
 
 import (
 	"context"
@@ -15,8 +15,8 @@ import (
 	"github.com/triadhq/triad/browser/tavilytest"
 	"github.com/triadhq/triad/cel"
 	"github.com/triadhq/triad/evaluator"
-	"github.com/triadhq/triad/internal/kernels"
-	"github.com/triadhq/triad/internal/orchestrator"
+	"github.com/triadhq/triad/orchestrator/kernels"
+	"github.com/triadhq/triad/orchestrator"
 	"github.com/triadhq/triad/internal/testenv"
 	"github.com/triadhq/triad/sandbox"
 	"github.com/triadhq/triad/sandbox/docker"

@@ -16,7 +16,7 @@ import (
 	"time"
 
 	"github.com/triadhq/triad/internal/runid"
-	"github.com/triadhq/triad/internal/workspace"
+	"github.com/triadhq/triad/orchestrator/workspace"
 	"github.com/triadhq/triad/sandbox"
 	"github.com/triadhq/triad/tmpfs"
 )

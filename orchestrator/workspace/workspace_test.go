@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	"github.com/triadhq/triad/internal/runid"
-	"github.com/triadhq/triad/internal/workspace"
+	"github.com/triadhq/triad/orchestrator/workspace"
 	"github.com/triadhq/triad/tmpfs"
 	"github.com/triadhq/triad/tmpfs/local"
 )

@@ -10,9 +10,9 @@ import (
 	"testing"
 
 	"github.com/triadhq/triad/browser"
-	"github.com/triadhq/triad/internal/orchestrator"
+	"github.com/triadhq/triad/orchestrator"
 	"github.com/triadhq/triad/internal/runid"
-	"github.com/triadhq/triad/internal/teststack"
+	"github.com/triadhq/triad/orchestrator/orchestratortest"
 	"github.com/triadhq/triad/tmpfs"
 )
 
@@ -42,7 +42,7 @@ func blocks(t *testing.T, cel []byte) []block {
 	return out
 }
 
-func journal(t *testing.T, s *teststack.Stack, run runid.ID) []byte {
+func journal(t *testing.T, s *orchestratortest.Stack, run runid.ID) []byte {
 	t.Helper()
 	b, err := s.Orch.Journal(t.Context(), run)
 	if err != nil {
@@ -54,7 +54,7 @@ func journal(t *testing.T, s *teststack.Stack, run runid.ID) []byte {
 // The scenario: tmp.write, a cell writing kpis.csv, a search, an
 // operator note, and a failing cell that also warns.
 func TestJournalScenario(t *testing.T) {
-	s := teststack.New(t, teststack.Options{Sandbox: "docker", Search: true})
+	s := orchestratortest.New(t, orchestratortest.Options{Sandbox: "docker", Search: true})
 	ctx := t.Context()
 	run := runid.New()
 	o := s.Orch
@@ -149,7 +149,7 @@ func TestJournalScenario(t *testing.T) {
 
 // checkTraceAgrees: trace.jsonl has one record per Step Block with the same
 // tool and outputs, and artifacts/index.json lists only live files.
-func checkTraceAgrees(t *testing.T, s *teststack.Stack, run runid.ID, bs []block) {
+func checkTraceAgrees(t *testing.T, s *orchestratortest.Stack, run runid.ID, bs []block) {
 	t.Helper()
 	ctx := t.Context()
 	tr, err := s.Orch.Trace(ctx, run)
@@ -186,7 +186,7 @@ func checkTraceAgrees(t *testing.T, s *teststack.Stack, run runid.ID, bs []block
 }
 
 func TestArtifactIndexAgrees(t *testing.T) {
-	s := teststack.New(t, teststack.Options{Sandbox: "docker"})
+	s := orchestratortest.New(t, orchestratortest.Options{Sandbox: "docker"})
 	ctx := t.Context()
 	run := runid.New()
 	out, err := s.Orch.Exec(ctx, run, orchestrator.ExecInput{Code: "import os\nos.makedirs('artifacts', exist_ok=True)\nopen('artifacts/a.md','w').write('# A\\nsee data.csv\\n')\nopen('artifacts/b.csv','w').write('x\\n1\\n')"})
@@ -229,7 +229,7 @@ func TestArtifactIndexAgrees(t *testing.T) {
 
 // 20 concurrent calls on one run give steps 1..20, in order, no gaps.
 func TestConcurrentCallsAreSerialized(t *testing.T) {
-	s := teststack.New(t, teststack.Options{})
+	s := orchestratortest.New(t, orchestratortest.Options{})
 	ctx := t.Context()
 	run := runid.New()
 	var wg sync.WaitGroup
@@ -274,7 +274,7 @@ func TestConcurrentCallsAreSerialized(t *testing.T) {
 // A cell that overwrites or deletes CEL.md cannot corrupt the journal: it
 // is restored, and the step's hygiene is marked down.
 func TestCellCannotCorruptJournal(t *testing.T) {
-	s := teststack.New(t, teststack.Options{Sandbox: "docker"})
+	s := orchestratortest.New(t, orchestratortest.Options{Sandbox: "docker"})
 	ctx := t.Context()
 	run := runid.New()
 	if _, err := s.Orch.Write(ctx, run, orchestrator.WriteInput{Path: "x.txt", Text: text("x")}); err != nil {
@@ -311,7 +311,7 @@ func TestCellCannotCorruptJournal(t *testing.T) {
 // Monkeypatching builtins in the user's kernel does not reach the
 // evaluator: the same work gets the same verdict.
 func TestMonkeypatchedKernelDoesNotChangeVerdict(t *testing.T) {
-	s := teststack.New(t, teststack.Options{Sandbox: "docker"})
+	s := orchestratortest.New(t, orchestratortest.Options{Sandbox: "docker"})
 	ctx := t.Context()
 	work := "open('bad.json','w').write('{not json')"
 	verdict := func(run runid.ID) string {

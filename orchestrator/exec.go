@@ -13,7 +13,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/triadhq/triad/internal/fault"
-	"github.com/triadhq/triad/internal/kernels"
+	"github.com/triadhq/triad/orchestrator/kernels"
 	"github.com/triadhq/triad/internal/runid"
 	"github.com/triadhq/triad/internal/safepath"
 	"github.com/triadhq/triad/sandbox"

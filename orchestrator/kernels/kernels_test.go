@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/triadhq/triad/internal/kernels"
+	"github.com/triadhq/triad/orchestrator/kernels"
 	"github.com/triadhq/triad/internal/runid"
 	"github.com/triadhq/triad/sandbox"
 	"github.com/triadhq/triad/sandbox/wasm"

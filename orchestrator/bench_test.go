@@ -6,9 +6,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/triadhq/triad/internal/orchestrator"
+	"github.com/triadhq/triad/orchestrator"
 	"github.com/triadhq/triad/internal/runid"
-	"github.com/triadhq/triad/internal/teststack"
+	"github.com/triadhq/triad/orchestrator/orchestratortest"
 )
 
 // BenchmarkJournalOverhead measures what the journal and the evaluator add
@@ -17,7 +17,7 @@ import (
 // same run of the benchmark. It reports the p50 of each and the p50
 // overhead per call in ms; the goal is overhead_p50_ms <= 25.
 //
-//	go test -run XXX -bench JournalOverhead -benchtime 200x ./internal/orchestrator
+//	go test -run XXX -bench JournalOverhead -benchtime 200x ./orchestrator
 func BenchmarkJournalOverhead(b *testing.B) {
 	for _, tool := range []string{"tmp.write", "sandbox.exec"} {
 		b.Run(tool, func(b *testing.B) {
@@ -25,7 +25,7 @@ func BenchmarkJournalOverhead(b *testing.B) {
 			if tool == "tmp.write" {
 				sb = ""
 			}
-			full := teststack.New(b, teststack.Options{Sandbox: sb, Warm: 1})
+			full := orchestratortest.New(b, orchestratortest.Options{Sandbox: sb, Warm: 1})
 			bare := orchestrator.New(orchestrator.Config{Store: full.Store, Kernels: full.Kernels})
 			runBare, runFull := runid.New(), runid.New()
 			call := func(o *orchestrator.Orchestrator, run runid.ID, i int) {
