@@ -14,9 +14,9 @@ import (
 	"github.com/gorilla/mux"
 
 	"github.com/triadhq/triad/internal/fault"
-	"github.com/triadhq/triad/orchestrator"
 	"github.com/triadhq/triad/internal/runid"
 	"github.com/triadhq/triad/internal/version"
+	"github.com/triadhq/triad/orchestrator"
 	"github.com/triadhq/triad/recipes/runner"
 )
 

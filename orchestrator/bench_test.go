@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/triadhq/triad/orchestrator"
 	"github.com/triadhq/triad/internal/runid"
+	"github.com/triadhq/triad/orchestrator"
 	"github.com/triadhq/triad/orchestrator/orchestratortest"
 )
 

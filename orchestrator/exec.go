@@ -13,9 +13,9 @@ import (
 	"unicode/utf8"
 
 	"github.com/triadhq/triad/internal/fault"
-	"github.com/triadhq/triad/orchestrator/kernels"
 	"github.com/triadhq/triad/internal/runid"
 	"github.com/triadhq/triad/internal/safepath"
+	"github.com/triadhq/triad/orchestrator/kernels"
 	"github.com/triadhq/triad/sandbox"
 	"github.com/triadhq/triad/tmpfs"
 )

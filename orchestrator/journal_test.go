@@ -10,8 +10,8 @@ import (
 	"testing"
 
 	"github.com/triadhq/triad/browser"
-	"github.com/triadhq/triad/orchestrator"
 	"github.com/triadhq/triad/internal/runid"
+	"github.com/triadhq/triad/orchestrator"
 	"github.com/triadhq/triad/orchestrator/orchestratortest"
 	"github.com/triadhq/triad/tmpfs"
 )

@@ -17,8 +17,8 @@ import (
 	"github.com/triadhq/triad/browser"
 	"github.com/triadhq/triad/cel"
 	"github.com/triadhq/triad/evaluator"
-	"github.com/triadhq/triad/orchestrator/kernels"
 	"github.com/triadhq/triad/internal/runid"
+	"github.com/triadhq/triad/orchestrator/kernels"
 	"github.com/triadhq/triad/tmpfs"
 )
 

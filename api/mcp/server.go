@@ -22,9 +22,9 @@ import (
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/triadhq/triad/internal/fault"
-	"github.com/triadhq/triad/orchestrator"
 	"github.com/triadhq/triad/internal/runid"
 	"github.com/triadhq/triad/internal/version"
+	"github.com/triadhq/triad/orchestrator"
 	"github.com/triadhq/triad/recipes"
 	"github.com/triadhq/triad/recipes/runner"
 )

@@ -19,8 +19,8 @@ import (
 
 	"github.com/triadhq/triad/cel"
 	"github.com/triadhq/triad/internal/fault"
-	"github.com/triadhq/triad/orchestrator/kernels"
 	"github.com/triadhq/triad/orchestrator"
+	"github.com/triadhq/triad/orchestrator/kernels"
 	"github.com/triadhq/triad/sandbox/docker"
 	"github.com/triadhq/triad/tmpfs"
 	"github.com/triadhq/triad/tmpfs/local"

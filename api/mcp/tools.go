@@ -9,8 +9,8 @@ import (
 	"github.com/triadhq/triad/api"
 	"github.com/triadhq/triad/browser"
 	"github.com/triadhq/triad/internal/fault"
-	"github.com/triadhq/triad/orchestrator"
 	"github.com/triadhq/triad/internal/runid"
+	"github.com/triadhq/triad/orchestrator"
 	"github.com/triadhq/triad/recipes/runner"
 )
 

@@ -8,8 +8,8 @@ import (
 
 	"github.com/triadhq/triad/browser/tavily"
 	"github.com/triadhq/triad/cel"
-	"github.com/triadhq/triad/orchestrator/kernels"
 	"github.com/triadhq/triad/orchestrator"
+	"github.com/triadhq/triad/orchestrator/kernels"
 	"github.com/triadhq/triad/recipes"
 	"github.com/triadhq/triad/recipes/runner"
 	"github.com/triadhq/triad/tmpfs"

@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/triadhq/triad/orchestrator/kernels"
 	"github.com/triadhq/triad/internal/runid"
+	"github.com/triadhq/triad/orchestrator/kernels"
 	"github.com/triadhq/triad/sandbox"
 	"github.com/triadhq/triad/sandbox/wasm"
 	"github.com/triadhq/triad/tmpfs"

@@ -23,8 +23,8 @@ import (
 
 	"github.com/triadhq/triad/evaluator"
 	"github.com/triadhq/triad/internal/fault"
-	"github.com/triadhq/triad/orchestrator"
 	"github.com/triadhq/triad/internal/runid"
+	"github.com/triadhq/triad/orchestrator"
 	"github.com/triadhq/triad/recipes"
 	"github.com/triadhq/triad/sandbox"
 	"github.com/triadhq/triad/tmpfs"

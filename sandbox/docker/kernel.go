@@ -17,9 +17,9 @@ import (
 	"github.com/docker/docker/api/types/mount"
 	"github.com/docker/go-units"
 
-	"github.com/triadhq/triad/sandbox/docker/jupyter"
 	"github.com/triadhq/triad/sandbox"
 	"github.com/triadhq/triad/sandbox/docker/image"
+	"github.com/triadhq/triad/sandbox/docker/jupyter"
 )
 
 // Paths inside the container.
