@@ -22,7 +22,7 @@ func BenchmarkWrite(b *testing.B) {
 		s := newStack(b, stackOptions{})
 		for i := 0; b.Loop(); i++ {
 			in := orchestrator.WriteInput{Path: fmt.Sprintf("f/%d.txt", i), Text: &body}
-			if _, err := s.orch.Write(b.Context(), runid.ID("bench-direct"), in); err != nil {
+			if _, err := s.orch.Write(b.Context(), runid.Must("bench-direct"), in); err != nil {
 				b.Fatal(err)
 			}
 		}

@@ -232,7 +232,7 @@ func TestFiles(t *testing.T) {
 					}
 				})
 			}
-			if _, err := s.store.Stat(t.Context(), runid.ID(run), "x"); err == nil {
+			if _, err := s.store.Stat(t.Context(), runid.Must(run), "x"); err == nil {
 				t.Errorf("a refused write left a file behind")
 			}
 
@@ -338,7 +338,7 @@ func TestSessionIsOneRun(t *testing.T) {
 				t.Errorf("image content (sha256 %x, %d bytes) is not the stored file %v", sum, len(imgs[0].Data), ref)
 			}
 			// The plot is a run file too.
-			if _, err := s.store.Stat(t.Context(), runid.ID(run), ref["path"].(string)); err != nil {
+			if _, err := s.store.Stat(t.Context(), runid.Must(run), ref["path"].(string)); err != nil {
 				t.Errorf("the plot %v is not a run file: %v", ref["path"], err)
 			}
 
@@ -448,7 +448,7 @@ func TestExamples(t *testing.T) {
 		}
 		if tool == ToolRecipe {
 			// The example recipe runs for real, on the Tavily fake.
-			run := runid.ID(runOf(t, res))
+			run := runid.Must(runOf(t, res))
 			if err := s.runner.Wait(t.Context(), run); err != nil {
 				t.Fatal(err)
 			}
@@ -487,7 +487,7 @@ func TestRecipeRun(t *testing.T) {
 	if started.RunID == session {
 		t.Errorf("the recipe ran in the session's run %s, want its own", session)
 	}
-	if err := s.runner.Wait(t.Context(), runid.ID(started.RunID)); err != nil {
+	if err := s.runner.Wait(t.Context(), runid.Must(started.RunID)); err != nil {
 		t.Fatal(err)
 	}
 	res = call(t, cs, ToolRunStatus, map[string]any{"run_id": started.RunID})
@@ -568,10 +568,10 @@ func TestSessionRun(t *testing.T) {
 		{strings.Repeat("x", 61), "mcp-" + hexSum(strings.Repeat("x", 61))},
 	} {
 		got := sessionRun(c.session)
-		if string(got) != c.want {
+		if got.String() != c.want {
 			t.Errorf("sessionRun(%q): got %s, want %s", c.session, got, c.want)
 		}
-		if _, err := runid.Parse(string(got)); err != nil {
+		if _, err := runid.Parse(got.String()); err != nil {
 			t.Errorf("sessionRun(%q) = %q is not a valid run id: %v", c.session, got, err)
 		}
 	}

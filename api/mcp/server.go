@@ -185,7 +185,7 @@ func (s *Server) run(req *sdk.CallToolRequest, arg string) (runid.ID, error) {
 		id, err := runid.Parse(arg)
 		if err != nil {
 			fe := fault.As(err)
-			return "", fault.Wrap(fe.Kind, err, "run_id: "+fe.Message,
+			return runid.ID{}, fault.Wrap(fe.Kind, err, "run_id: "+fe.Message,
 				"omit run_id to work in this session's run, or send 1-64 characters from [A-Za-z0-9._-] starting with a letter or digit")
 		}
 		return id, nil
@@ -201,7 +201,7 @@ func (s *Server) run(req *sdk.CallToolRequest, arg string) (runid.ID, error) {
 	if id, ok := s.anon[ss]; ok {
 		return id, nil
 	}
-	id := runid.ID("mcp-" + uuid.NewString())
+	id := runid.Must("mcp-" + uuid.NewString())
 	s.anon[ss] = id
 	go func() {
 		ss.Wait()
@@ -224,5 +224,5 @@ func sessionRun(session string) runid.ID {
 		}
 	}
 	sum := sha256.Sum256([]byte(session))
-	return runid.ID("mcp-" + hex.EncodeToString(sum[:16]))
+	return runid.Must("mcp-" + hex.EncodeToString(sum[:16]))
 }

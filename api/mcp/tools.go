@@ -514,7 +514,7 @@ func (s *Server) recipe(ctx context.Context, req *sdk.CallToolRequest, in runner
 		return nil, out, err
 	}
 	out = runOutput{RunID: st.RunID, Status: st.Status, StatusURL: "/runs/" + st.RunID, EventsURL: "/runs/" + st.RunID + "/events", Resumes: st.Resumes}
-	return result(runid.ID(st.RunID)), out, nil
+	return result(runid.Must(st.RunID)), out, nil
 }
 
 func (s *Server) recipeList(ctx context.Context, req *sdk.CallToolRequest, _ struct{}) (*sdk.CallToolResult, recipesOutput, error) {

@@ -102,7 +102,7 @@ func runCmd(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	files, err := st.orch.Store().List(context.WithoutCancel(ctx), runid.ID(final.RunID), "artifacts/")
+	files, err := st.orch.Store().List(context.WithoutCancel(ctx), runid.Must(final.RunID), "artifacts/")
 	if err != nil {
 		return err
 	}
@@ -115,7 +115,7 @@ func runCmd(ctx context.Context, args []string) error {
 			out = filepath.Join("triad-out", final.RunID)
 		}
 		for _, f := range files {
-			b, _, err := st.orch.Store().ReadAll(ctx, runid.ID(final.RunID), f.Path)
+			b, _, err := st.orch.Store().ReadAll(ctx, runid.Must(final.RunID), f.Path)
 			if err != nil {
 				return err
 			}
@@ -126,7 +126,7 @@ func runCmd(ctx context.Context, args []string) error {
 			}
 		}
 		for _, extra := range []string{"CEL.md", "run.ipynb"} {
-			if b, _, err := st.orch.Store().ReadAll(ctx, runid.ID(final.RunID), extra); err == nil {
+			if b, _, err := st.orch.Store().ReadAll(ctx, runid.Must(final.RunID), extra); err == nil {
 				os.WriteFile(filepath.Join(out, extra), b, 0o644)
 			}
 		}

@@ -50,7 +50,7 @@ func TestStandardRecipesEndToEnd(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			run := runid.ID(st.RunID)
+			run := runid.Must(st.RunID)
 			if st.Status != runner.Succeeded {
 				cel, _ := s.Orch.Journal(ctx, run)
 				t.Fatalf("status %s: %s\n%+v\n%s", st.Status, st.Error, st.Steps, cel)
