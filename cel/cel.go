@@ -20,19 +20,12 @@ import (
 	"time"
 
 	"github.com/triadhq/triad/internal/runid"
+	"github.com/triadhq/triad/runfiles"
 	"github.com/triadhq/triad/tmpfs"
 )
 
 // Path is the journal's path in the run.
-const Path = "CEL.md"
-
-// Journal files a cell must not change: the journal, its checkpoints and
-// the machine-readable records kept beside it.
-var protected = regexp.MustCompile(`^(CEL\.md|CEL\.step_\d+\.md|trace\.jsonl|evaluations\.jsonl)$`)
-
-// Protected reports whether p is one of the journal's own files. Cells may
-// read them; a cell that changes or deletes one has it restored.
-func Protected(p string) bool { return protected.MatchString(p) }
+const Path = runfiles.Journal
 
 // Artifact is one file a step produced.
 type Artifact struct {
@@ -300,7 +293,7 @@ func (j *Journal) Append(ctx context.Context, run runid.ID, b Block) ([]tmpfs.Fi
 	if b.N != st.steps+1 {
 		return nil, fmt.Errorf("journal of run %s: step %d appended after step %d", run, b.N, st.steps)
 	}
-	files, err := j.append(ctx, run, fmt.Sprintf("CEL.step_%d.md", b.N), Format(b))
+	files, err := j.append(ctx, run, runfiles.Checkpoint(b.N), Format(b))
 	if err != nil {
 		return nil, err
 	}

@@ -115,12 +115,4 @@ func TestJournalNumbersStepsAndSurvivesRestart(t *testing.T) {
 	if err != nil || strings.Count(string(text), "\n## Step ") != 3 || !strings.Contains(string(text), "> look here") {
 		t.Fatalf("journal: %s", text)
 	}
-	for _, p := range []string{"CEL.md", "CEL.step_12.md", "trace.jsonl", "evaluations.jsonl"} {
-		if !cel.Protected(p) {
-			t.Errorf("Protected(%q) = false", p)
-		}
-	}
-	if cel.Protected("artifacts/CEL.md") || cel.Protected("notes.md") {
-		t.Error("Protected is too broad")
-	}
 }

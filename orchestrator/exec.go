@@ -14,7 +14,6 @@ import (
 
 	"github.com/triadhq/triad/internal/fault"
 	"github.com/triadhq/triad/internal/runid"
-	"github.com/triadhq/triad/internal/safepath"
 	"github.com/triadhq/triad/orchestrator/kernels"
 	"github.com/triadhq/triad/sandbox"
 	"github.com/triadhq/triad/tmpfs"
@@ -154,9 +153,12 @@ func (o *Orchestrator) validateExec(in *ExecInput) error {
 		return fault.Badf("send timeout_s > 0, or omit it for the server default", "timeout_s is %v; it must be positive", in.TimeoutS)
 	}
 	for i, f := range in.FilesIn {
-		n, err := safepath.Clean(f.Name)
-		if err != nil {
-			return fault.Badf("name is where the file appears in the working directory: a relative path", "files_in[%d].name: %v", i, fault.As(err).Message)
+		n, err := writable(f.Name)
+		if fe := fault.As(err); fe != nil {
+			if fe.Kind == fault.Reserved {
+				return fault.New(fe.Kind, fmt.Sprintf("files_in[%d].name: %s", i, fe.Message), "pick another name; "+fe.Suggestion)
+			}
+			return fault.Badf("name is where the file appears in the working directory: a relative path", "files_in[%d].name: %v", i, fe.Message)
 		}
 		in.FilesIn[i].Name = n
 		if f.Path == "" {

@@ -13,6 +13,7 @@ import (
 	"github.com/triadhq/triad/internal/runid"
 	"github.com/triadhq/triad/orchestrator"
 	"github.com/triadhq/triad/orchestrator/orchestratortest"
+	"github.com/triadhq/triad/runfiles"
 	"github.com/triadhq/triad/tmpfs"
 )
 
@@ -176,7 +177,7 @@ func checkTraceAgrees(t *testing.T, s *orchestratortest.Stack, run runid.ID, bs 
 			t.Errorf("trace step %d says %s, its Step Block does not", rec.Step, verdict)
 		}
 	}
-	b, _, err := s.Store.ReadAll(ctx, run, orchestrator.EvaluationsPath)
+	b, _, err := s.Store.ReadAll(ctx, run, runfiles.Evaluations)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -199,7 +200,7 @@ func TestArtifactIndexAgrees(t *testing.T) {
 	if _, err := s.Orch.Write(ctx, run, orchestrator.WriteInput{Path: "artifacts/c.txt", Text: text("c")}); err != nil {
 		t.Fatal(err)
 	}
-	b, _, err := s.Store.ReadAll(ctx, run, orchestrator.IndexPath)
+	b, _, err := s.Store.ReadAll(ctx, run, runfiles.Index)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -210,7 +211,7 @@ func TestArtifactIndexAgrees(t *testing.T) {
 	live, _ := s.Store.List(ctx, run, "artifacts/")
 	want := map[string]tmpfs.File{}
 	for _, f := range live {
-		if f.Path != orchestrator.IndexPath {
+		if f.Path != runfiles.Index {
 			want[f.Path] = f
 		}
 	}

@@ -16,14 +16,8 @@ import (
 	"github.com/triadhq/triad/evaluator"
 	"github.com/triadhq/triad/internal/fault"
 	"github.com/triadhq/triad/internal/runid"
+	"github.com/triadhq/triad/runfiles"
 	"github.com/triadhq/triad/tmpfs"
-)
-
-// Journal files kept beside CEL.md.
-const (
-	TracePath       = "trace.jsonl"
-	EvaluationsPath = "evaluations.jsonl"
-	IndexPath       = "artifacts/index.json"
 )
 
 // StepInfo is what a caller (the recipe runner) knows about a call beyond
@@ -149,7 +143,7 @@ func (o *Orchestrator) record1(ctx context.Context, s *Step) error {
 		Tool string `json:"tool"`
 		*evaluator.Verdict
 	}{n, s.Tool, &verdict})
-	f, err := o.appendLine(ctx, run, EvaluationsPath, ev)
+	f, err := o.appendLine(ctx, run, runfiles.Evaluations, ev)
 	if err != nil {
 		return err
 	}
@@ -171,7 +165,7 @@ func (o *Orchestrator) record1(ctx context.Context, s *Step) error {
 	if err != nil {
 		return err
 	}
-	if f, err = o.appendLine(ctx, run, TracePath, line); err != nil {
+	if f, err = o.appendLine(ctx, run, runfiles.Trace, line); err != nil {
 		return err
 	}
 	files = append(files, f)
@@ -225,7 +219,7 @@ func (o *Orchestrator) evaluate(ctx context.Context, s *Step, si StepInfo) evalu
 			req.RunFiles = map[string]evaluator.Artifact{}
 		}
 		for _, f := range files {
-			if isDataset(f.Path) {
+			if runfiles.IsDataset(f.Path) {
 				req.Datasets = append(req.Datasets, f.Path)
 			}
 			if req.RunFiles != nil {
@@ -245,19 +239,6 @@ func (o *Orchestrator) evaluate(ctx context.Context, s *Step, si StepInfo) evalu
 	return v
 }
 
-// isDataset reports whether p is an input a report may cite by name.
-func isDataset(p string) bool {
-	if cel.Protected(p) || strings.HasPrefix(p, "outputs/") || strings.HasPrefix(p, "citations/") || p == IndexPath {
-		return false
-	}
-	for _, ext := range []string{".csv", ".json", ".xlsx", ".tsv", ".jsonl"} {
-		if strings.HasSuffix(p, ext) {
-			return true
-		}
-	}
-	return false
-}
-
 // citationURLs returns the URLs of the run's recorded searches.
 func (o *Orchestrator) citationURLs(ctx context.Context, run runid.ID) []string {
 	o.j.mu.Lock()
@@ -265,7 +246,7 @@ func (o *Orchestrator) citationURLs(ctx context.Context, run runid.ID) []string 
 	o.j.mu.Unlock()
 	if !ok {
 		set = map[string]bool{}
-		files, _ := o.store.List(ctx, run, "citations/")
+		files, _ := o.store.List(ctx, run, runfiles.CitationsDir)
 		for _, f := range files {
 			b, _, err := o.store.ReadAll(ctx, run, f.Path)
 			if err != nil {
@@ -321,7 +302,7 @@ func (o *Orchestrator) appendLine(ctx context.Context, run runid.ID, path string
 func (o *Orchestrator) updateIndex(ctx context.Context, run runid.ID, step int, arts []tmpfs.File) (tmpfs.File, bool, error) {
 	var add []tmpfs.File
 	for _, a := range arts {
-		if strings.HasPrefix(a.Path, "artifacts/") && a.Path != IndexPath {
+		if runfiles.IsDeliverable(a.Path) {
 			add = append(add, a)
 		}
 	}
@@ -331,7 +312,7 @@ func (o *Orchestrator) updateIndex(ctx context.Context, run runid.ID, step int, 
 	var idx struct {
 		Artifacts []IndexEntry `json:"artifacts"`
 	}
-	old, _, err := o.store.ReadAll(ctx, run, IndexPath)
+	old, _, err := o.store.ReadAll(ctx, run, runfiles.Index)
 	if err == nil {
 		json.Unmarshal(old, &idx)
 	} else if !errors.Is(err, tmpfs.ErrNotFound) {
@@ -345,7 +326,7 @@ func (o *Orchestrator) updateIndex(ctx context.Context, run runid.ID, step int, 
 		byPath[a.Path] = IndexEntry{Path: a.Path, SHA256: a.SHA256, Size: a.Size, Step: step, URL: "/blobs/" + a.SHA256.String()}
 	}
 	// Deliverables a later step deleted leave the index too.
-	live, err := o.store.List(ctx, run, "artifacts/")
+	live, err := o.store.List(ctx, run, runfiles.ArtifactsDir)
 	if err != nil {
 		return tmpfs.File{}, false, err
 	}
@@ -364,7 +345,7 @@ func (o *Orchestrator) updateIndex(ctx context.Context, run runid.ID, step int, 
 	if err != nil {
 		return tmpfs.File{}, false, err
 	}
-	f, err := o.store.WriteBytes(ctx, run, IndexPath, append(b, '\n'))
+	f, err := o.store.WriteBytes(ctx, run, runfiles.Index, append(b, '\n'))
 	return f, err == nil, err
 }
 

@@ -13,6 +13,7 @@ import (
 	"github.com/triadhq/triad/cel"
 	"github.com/triadhq/triad/internal/fault"
 	"github.com/triadhq/triad/internal/runid"
+	"github.com/triadhq/triad/runfiles"
 	"github.com/triadhq/triad/tmpfs"
 )
 
@@ -81,7 +82,7 @@ func (o *Orchestrator) Finalize(ctx context.Context, run runid.ID, status string
 			sum.Failed++
 		}
 	}
-	arts, _ := o.store.List(ctx, run, "artifacts/")
+	arts, _ := o.store.List(ctx, run, runfiles.ArtifactsDir)
 	for _, a := range arts {
 		sum.Artifacts = append(sum.Artifacts, cel.Artifact{Path: a.Path, Size: a.Size, SHA256: a.SHA256})
 	}
@@ -97,12 +98,12 @@ func (o *Orchestrator) Finalize(ctx context.Context, run runid.ID, status string
 
 // Trace returns the run's trace records.
 func (o *Orchestrator) Trace(ctx context.Context, run runid.ID) ([]TraceRecord, error) {
-	b, _, err := o.store.ReadAll(ctx, run, TracePath)
+	b, _, err := o.store.ReadAll(ctx, run, runfiles.Trace)
 	if errors.Is(err, tmpfs.ErrNotFound) {
 		return nil, nil
 	}
 	if err != nil {
-		return nil, storeErr(err, run, TracePath)
+		return nil, storeErr(err, run, runfiles.Trace)
 	}
 	var out []TraceRecord
 	sc := bufio.NewScanner(bytes.NewReader(b))
@@ -162,7 +163,7 @@ func (o *Orchestrator) Status(ctx context.Context, run runid.ID) (RunStatus, err
 		}
 		st.Steps = append(st.Steps, ss)
 	}
-	if b, _, err := o.store.ReadAll(ctx, run, IndexPath); err == nil {
+	if b, _, err := o.store.ReadAll(ctx, run, runfiles.Index); err == nil {
 		var idx struct {
 			Artifacts []IndexEntry `json:"artifacts"`
 		}

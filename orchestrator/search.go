@@ -12,11 +12,9 @@ import (
 	"github.com/triadhq/triad/internal/fault"
 	"github.com/triadhq/triad/internal/runid"
 	"github.com/triadhq/triad/internal/safepath"
+	"github.com/triadhq/triad/runfiles"
 	"github.com/triadhq/triad/tmpfs"
 )
-
-// CitationsDir holds a run's citations records, one per search.
-const CitationsDir = "citations/"
 
 // SearchOptions are per-call knobs beyond the contract.
 type SearchOptions struct {
@@ -122,15 +120,15 @@ func (o *Orchestrator) search(ctx context.Context, run runid.ID, req browser.Req
 	if err != nil {
 		return nil, tmpfs.File{}, err
 	}
-	existing, err := o.store.List(ctx, run, CitationsDir)
+	existing, err := o.store.List(ctx, run, runfiles.CitationsDir)
 	if err != nil {
-		return nil, tmpfs.File{}, storeErr(err, run, CitationsDir)
+		return nil, tmpfs.File{}, storeErr(err, run, runfiles.CitationsDir)
 	}
 	key := rec.RequestKey
 	if len(key) > 12 {
 		key = key[:12]
 	}
-	p := fmt.Sprintf("%s%04d-%s.json", CitationsDir, len(existing)+1, key)
+	p := fmt.Sprintf("%s%04d-%s.json", runfiles.CitationsDir, len(existing)+1, key)
 	f, err := o.store.WriteBytes(ctx, run, p, b)
 	if err != nil {
 		return nil, tmpfs.File{}, storeErr(err, run, p)
@@ -141,9 +139,9 @@ func (o *Orchestrator) search(ctx context.Context, run runid.ID, req browser.Req
 // replayed answers from the run's citations records, in the order the
 // original run made its searches.
 func (o *Orchestrator) replayed(ctx context.Context, run runid.ID, req browser.Request) (*browser.Record, tmpfs.File, error) {
-	files, err := o.store.List(ctx, run, CitationsDir)
+	files, err := o.store.List(ctx, run, runfiles.CitationsDir)
 	if err != nil {
-		return nil, tmpfs.File{}, storeErr(err, run, CitationsDir)
+		return nil, tmpfs.File{}, storeErr(err, run, runfiles.CitationsDir)
 	}
 	rp := replay.New(nil)
 	byDigest := map[tmpfs.Digest]tmpfs.File{}
@@ -207,9 +205,9 @@ func (o *Orchestrator) replaying(run runid.ID) bool {
 // ReplayFrom copies the citations records of run src into run dst and turns
 // replay on for dst, so dst's searches answer as src's did.
 func (o *Orchestrator) ReplayFrom(ctx context.Context, dst, src runid.ID) error {
-	files, err := o.store.List(ctx, src, CitationsDir)
+	files, err := o.store.List(ctx, src, runfiles.CitationsDir)
 	if err != nil {
-		return storeErr(err, src, CitationsDir)
+		return storeErr(err, src, runfiles.CitationsDir)
 	}
 	if len(files) == 0 {
 		return fault.New(fault.NotFound, fmt.Sprintf("run %s has no recorded searches to replay", src),

@@ -10,10 +10,10 @@ import (
 	"strings"
 	"unicode/utf8"
 
-	"github.com/triadhq/triad/cel"
 	"github.com/triadhq/triad/internal/fault"
 	"github.com/triadhq/triad/internal/runid"
 	"github.com/triadhq/triad/internal/safepath"
+	"github.com/triadhq/triad/runfiles"
 	"github.com/triadhq/triad/tmpfs"
 )
 
@@ -209,20 +209,6 @@ func (o *Orchestrator) Delete(ctx context.Context, run runid.ID, path string) (D
 	return out, err
 }
 
-// Files the recipe runner keeps in a run, beside the journal.
-const (
-	RunStatePath    = "run.json"
-	RunNotebookPath = "run.ipynb"
-)
-
-// Protected reports whether p is a file triad keeps in the run for itself:
-// the journal and its records, and a recipe run's state and notebook. Cells
-// may read them; tmp.write and tmp.delete refuse them, and a cell that
-// changes one has it restored.
-func Protected(p string) bool {
-	return cel.Protected(p) || p == RunStatePath || p == RunNotebookPath
-}
-
 // writable validates a path a caller wants to change: the journal's own
 // files are refused.
 func writable(path string) (string, error) {
@@ -230,8 +216,8 @@ func writable(path string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	if Protected(p) {
-		return "", fault.New(fault.Reserved, fmt.Sprintf("%q is kept by triad itself (the journal or a recipe run's state)", p),
+	if runfiles.IsKept(p) {
+		return "", fault.New(fault.Reserved, fmt.Sprintf("%q is kept by triad itself (the journal, its records, or a recipe run's state)", p),
 			"read it with tmp.read or GET /cel; add to the journal with POST /cel/note {text}")
 	}
 	return p, nil

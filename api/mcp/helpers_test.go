@@ -27,6 +27,7 @@ import (
 	"github.com/triadhq/triad/orchestrator/orchestratortest"
 	"github.com/triadhq/triad/recipes"
 	"github.com/triadhq/triad/recipes/runner"
+	"github.com/triadhq/triad/runfiles"
 	"github.com/triadhq/triad/sandbox/docker"
 	"github.com/triadhq/triad/tmpfs"
 	"github.com/triadhq/triad/tmpfs/local"
@@ -68,7 +69,7 @@ func newStack(t testing.TB, o stackOptions) *stack {
 	var km *kernels.Manager
 	if o.sandbox {
 		b := dockerBackend(t)
-		km = kernels.New(kernels.Config{Backend: b, Store: store, Protect: cel.Protected})
+		km = kernels.New(kernels.Config{Backend: b, Store: store, Protect: runfiles.IsKept})
 		t.Cleanup(func() { km.Close() })
 	}
 	fake := tavilytest.NewServer(t)

@@ -21,6 +21,7 @@ import (
 	"github.com/triadhq/triad/internal/fault"
 	"github.com/triadhq/triad/orchestrator"
 	"github.com/triadhq/triad/orchestrator/kernels"
+	"github.com/triadhq/triad/runfiles"
 	"github.com/triadhq/triad/sandbox/docker"
 	"github.com/triadhq/triad/tmpfs"
 	"github.com/triadhq/triad/tmpfs/local"
@@ -66,7 +67,7 @@ func stdioChild(tag string) int {
 		return fail(err)
 	}
 	defer b.Close()
-	km := kernels.New(kernels.Config{Backend: b, Store: store, Protect: cel.Protected, Logger: log})
+	km := kernels.New(kernels.Config{Backend: b, Store: store, Protect: runfiles.IsKept, Logger: log})
 	defer km.Close()
 	orch := orchestrator.New(orchestrator.Config{Store: store, Kernels: km, Journal: cel.New(store), Logger: log})
 	srv := New(Config{Orchestrator: orch, Logger: log})

@@ -41,6 +41,7 @@ import (
 	"github.com/triadhq/triad/internal/runid"
 	"github.com/triadhq/triad/orchestrator"
 	"github.com/triadhq/triad/orchestrator/kernels"
+	"github.com/triadhq/triad/runfiles"
 	"github.com/triadhq/triad/sandbox"
 	"github.com/triadhq/triad/sandbox/docker"
 	"github.com/triadhq/triad/sandbox/docker/image"
@@ -98,14 +99,14 @@ func main() {
 	dockerB, err := docker.New(ctx, docker.Config{Image: tag, WorkRoot: filepath.Join(dir, "work-docker")})
 	check(err)
 	defer dockerB.Close()
-	pooled := kernels.New(kernels.Config{Backend: dockerB, Store: store, Warm: 2, Protect: orchestrator.Protected})
+	pooled := kernels.New(kernels.Config{Backend: dockerB, Store: store, Warm: 2, Protect: runfiles.IsKept})
 	defer pooled.Close()
-	cold := kernels.New(kernels.Config{Backend: dockerB, Store: store, Warm: 0, Protect: orchestrator.Protected})
+	cold := kernels.New(kernels.Config{Backend: dockerB, Store: store, Warm: 0, Protect: runfiles.IsKept})
 	defer cold.Close()
 	wasmB, err := wasm.New(ctx, wasm.Config{WorkRoot: filepath.Join(dir, "work-wasm"), CacheDir: cache})
 	check(err)
 	defer wasmB.Close()
-	wasmK := kernels.New(kernels.Config{Backend: wasmB, Store: store, Warm: 2, Protect: orchestrator.Protected})
+	wasmK := kernels.New(kernels.Config{Backend: wasmB, Store: store, Warm: 2, Protect: runfiles.IsKept})
 	defer wasmK.Close()
 
 	full := serve(orchestrator.New(orchestrator.Config{Store: store, Kernels: pooled, Journal: cel.New(store), Evaluator: ev}))

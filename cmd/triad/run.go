@@ -17,6 +17,7 @@ import (
 	"github.com/triadhq/triad/internal/runid"
 	"github.com/triadhq/triad/recipes"
 	"github.com/triadhq/triad/recipes/runner"
+	"github.com/triadhq/triad/runfiles"
 )
 
 // multi is a repeatable flag.
@@ -102,7 +103,7 @@ func runCmd(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	files, err := st.orch.Store().List(context.WithoutCancel(ctx), runid.Must(final.RunID), "artifacts/")
+	files, err := st.orch.Store().List(context.WithoutCancel(ctx), runid.Must(final.RunID), runfiles.ArtifactsDir)
 	if err != nil {
 		return err
 	}
@@ -125,7 +126,7 @@ func runCmd(ctx context.Context, args []string) error {
 				return err
 			}
 		}
-		for _, extra := range []string{"CEL.md", "run.ipynb"} {
+		for _, extra := range []string{runfiles.Journal, runfiles.Notebook} {
 			if b, _, err := st.orch.Store().ReadAll(ctx, runid.Must(final.RunID), extra); err == nil {
 				os.WriteFile(filepath.Join(out, extra), b, 0o644)
 			}

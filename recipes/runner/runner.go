@@ -26,14 +26,15 @@ import (
 	"github.com/triadhq/triad/internal/runid"
 	"github.com/triadhq/triad/orchestrator"
 	"github.com/triadhq/triad/recipes"
+	"github.com/triadhq/triad/runfiles"
 	"github.com/triadhq/triad/sandbox"
 	"github.com/triadhq/triad/tmpfs"
 )
 
 // Files the runner keeps in the run.
 const (
-	StatePath    = orchestrator.RunStatePath
-	NotebookPath = orchestrator.RunNotebookPath
+	StatePath    = runfiles.RunState
+	NotebookPath = runfiles.Notebook
 )
 
 // Run and step statuses.
@@ -519,13 +520,6 @@ func (r *Runner) step(ctx context.Context, run runid.ID, plan *recipes.Plan, i i
 	return nil, nil, fmt.Errorf("unknown step kind %q", s.Kind)
 }
 
-// internal reports files the runner and journal keep, which do not count
-// as a step's inputs.
-func internal(p string) bool {
-	return orchestrator.Protected(p) || p == orchestrator.IndexPath ||
-		strings.HasPrefix(p, "outputs/") || strings.HasPrefix(p, orchestrator.CitationsDir)
-}
-
 // key is the step's resume key: its definition plus the run's files
 // before it.
 func (r *Runner) key(ctx context.Context, run runid.ID, s *recipes.Step, exclude map[string]bool) (string, error) {
@@ -537,7 +531,7 @@ func (r *Runner) key(ctx context.Context, run runid.ID, s *recipes.Step, exclude
 	h.Write(s.Definition())
 	h.Write([]byte{0})
 	for _, f := range files {
-		if internal(f.Path) || exclude[f.Path] {
+		if runfiles.IsKept(f.Path) || exclude[f.Path] {
 			continue
 		}
 		fmt.Fprintf(h, "%s\x00%s\n", f.Path, f.SHA256)
