@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strings"
 
 	"github.com/triadhq/triad/browser"
 	"github.com/triadhq/triad/browser/replay"
@@ -14,6 +13,7 @@ import (
 	"github.com/triadhq/triad/internal/safepath"
 	"github.com/triadhq/triad/runfiles"
 	"github.com/triadhq/triad/tmpfs"
+	"github.com/triadhq/triad/wire"
 )
 
 // SearchOptions are per-call knobs beyond the contract.
@@ -28,9 +28,10 @@ type SearchOptions struct {
 // replay is on for the run (or the server), the answer comes from the run's
 // recorded records instead of the provider, so a replayed run sees exactly
 // the evidence the original saw.
-func (o *Orchestrator) Search(ctx context.Context, run runid.ID, req browser.Request, opt SearchOptions) (browser.Response, error) {
-	var out browser.Response
-	if err := req.Validate(); err != nil {
+func (o *Orchestrator) Search(ctx context.Context, run runid.ID, w wire.SearchRequest, opt SearchOptions) (wire.SearchResponse, error) {
+	var out wire.SearchResponse
+	req, err := browser.FromWire(w)
+	if err != nil {
 		return out, err
 	}
 	if opt.SaveAs != "" {
@@ -40,23 +41,9 @@ func (o *Orchestrator) Search(ctx context.Context, run runid.ID, req browser.Req
 		}
 		opt.SaveAs = p
 	}
-	inputs := map[string]any{"query": req.Query}
-	if req.TopK != 0 {
-		inputs["top_k"] = req.TopK
-	}
-	if req.IncludePage {
-		inputs["include_page"] = true
-	}
-	if len(req.AllowDomains) > 0 {
-		inputs["allow_domains"] = req.AllowDomains
-	}
-	if req.DateRange != "" {
-		inputs["date_range"] = req.DateRange
-	}
-	if opt.SaveAs != "" {
-		inputs["save_as"] = opt.SaveAs
-	}
-	err := o.call(ctx, run, ToolSearch, inputs, func(ctx context.Context, s *Step) error {
+	oc := &SearchOutcome{Query: req.Query, TopK: req.TopK, IncludePage: req.IncludePage, AllowDomains: req.AllowDomains,
+		DateRange: req.DateRange, SaveAs: opt.SaveAs}
+	err = o.call(ctx, run, oc, func(ctx context.Context, s *Step) error {
 		rec, stored, err := o.search(ctx, run, req)
 		if err != nil {
 			return err
@@ -64,15 +51,13 @@ func (o *Orchestrator) Search(ctx context.Context, run runid.ID, req browser.Req
 		out = rec.Response()
 		out.CitationsID = stored.SHA256.String()
 		s.Artifacts = append(s.Artifacts, stored)
-		s.Detail["results"] = len(out.Results)
-		var doms []string
+		oc.Searched, oc.Results = true, len(out.Results)
 		for i, d := range rec.TopDomains {
 			if i == 3 {
 				break
 			}
-			doms = append(doms, d.Domain)
+			oc.Domains = append(oc.Domains, d.Domain)
 		}
-		s.Detail["domains"] = strings.Join(doms, ", ")
 		urls := make([]string, 0, len(out.Results))
 		for _, r := range out.Results {
 			urls = append(urls, r.URL)

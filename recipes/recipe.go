@@ -3,6 +3,7 @@ package recipes
 import (
 	"github.com/triadhq/triad/internal/fault"
 	"github.com/triadhq/triad/recipes/sampledata"
+	"github.com/triadhq/triad/wire"
 )
 
 // Recipe is a parsed, validated recipe. It is immutable once Parse returns
@@ -168,4 +169,27 @@ func (r *Recipe) Output(path string) (Output, bool) {
 		}
 	}
 	return Output{}, false
+}
+
+// Info describes the recipe on the wire: in short (name, title,
+// description, backend, origin), or in full with its params, inputs,
+// outputs and steps.
+func (rc *Recipe) Info(full bool) wire.RecipeInfo {
+	ri := wire.RecipeInfo{Name: rc.Name, Title: rc.Title, Description: rc.Description, Backend: string(rc.Backend), Origin: rc.Origin}
+	if !full {
+		return ri
+	}
+	for _, p := range rc.Params {
+		ri.Params = append(ri.Params, wire.RecipeParam{Name: p.Name, Type: string(p.Type), Default: p.Default, Required: p.Required, Description: p.Description})
+	}
+	for _, in := range rc.Inputs {
+		ri.Inputs = append(ri.Inputs, wire.RecipeInput{Name: in.Name, Path: in.Path, Default: in.Default, Required: in.Required, Description: in.Description})
+	}
+	for _, o := range rc.Outputs {
+		ri.Outputs = append(ri.Outputs, wire.RecipeOutput{Path: o.Path, Columns: o.Columns, MinRows: o.MinRows, Keys: o.Keys, Contains: o.Contains})
+	}
+	for _, b := range rc.Blocks {
+		ri.Steps = append(ri.Steps, wire.RecipeBlock{ID: b.ID, Kind: string(b.Kind), Title: b.Title, Line: b.Line})
+	}
+	return ri
 }

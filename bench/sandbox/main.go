@@ -48,6 +48,7 @@ import (
 	"github.com/triadhq/triad/sandbox/wasm"
 	"github.com/triadhq/triad/tmpfs"
 	"github.com/triadhq/triad/tmpfs/local"
+	"github.com/triadhq/triad/wire"
 )
 
 // baseline runs inside a container of the sandbox image: it starts an
@@ -154,7 +155,7 @@ func main() {
 	var to []time.Duration
 	for range *n {
 		t0 := time.Now()
-		out, err := bareO.Exec(ctx, rb, orchestrator.ExecInput{Code: "1+1"})
+		out, err := bareO.Exec(ctx, rb, wire.ExecRequest{Code: "1+1"})
 		check(err)
 		if !out.OK {
 			panic("exec failed")

@@ -57,7 +57,8 @@ func runCmd(ctx context.Context, args []string) error {
 	if err := c.validate(fs); err != nil {
 		return err
 	}
-	req := runner.Request{Recipe: name, Objective: objective, RunID: resume, Params: map[string]any{}, Inputs: map[string][]byte{}}
+	req := runner.Request{Recipe: name, Objective: objective, RunID: resume, Params: map[string]any{}}
+	inputFiles := map[string][]byte{}
 	for _, in := range inputs {
 		k, path, ok := strings.Cut(in, "=")
 		if !ok {
@@ -67,10 +68,10 @@ func runCmd(ctx context.Context, args []string) error {
 		if err != nil {
 			return fmt.Errorf("--input %s: %w", k, err)
 		}
-		req.Inputs[k] = b
+		inputFiles[k] = b
 	}
 	if server != "" {
-		return runRemote(ctx, server, req, params, out)
+		return runRemote(ctx, server, req, inputFiles, params, out)
 	}
 	st, _, err := open(ctx, &c)
 	if err != nil {
@@ -99,7 +100,7 @@ func runCmd(ctx context.Context, args []string) error {
 		}
 	}
 	fmt.Fprintf(os.Stderr, "triad: running recipe %s (data in %s)\n", orDefault(name, "(resumed)"), c.Data)
-	final, err := rn.Run(ctx, req, printEvent)
+	final, err := rn.Run(ctx, req, inputFiles, printEvent)
 	if err != nil {
 		return err
 	}
@@ -161,7 +162,7 @@ func printEvent(e runner.Event) {
 }
 
 // runRemote starts the run on a server and follows its events.
-func runRemote(ctx context.Context, server string, req runner.Request, params multi, out string) error {
+func runRemote(ctx context.Context, server string, req runner.Request, inputFiles map[string][]byte, params multi, out string) error {
 	server = strings.TrimRight(server, "/")
 	for _, kv := range params {
 		k, v, ok := strings.Cut(kv, "=")
@@ -174,7 +175,7 @@ func runRemote(ctx context.Context, server string, req runner.Request, params mu
 		}
 		req.Params[k] = val
 	}
-	if len(req.Inputs) > 0 {
+	if len(inputFiles) > 0 {
 		return fmt.Errorf("--input with --server: upload the files first (PUT %s/tmp/files/PATH with X-Run-Id), then POST /run with that run_id", server)
 	}
 	body, _ := json.Marshal(req)

@@ -46,7 +46,7 @@ func TestStandardRecipesEndToEnd(t *testing.T) {
 	for _, rc := range std {
 		t.Run(rc.Name, func(t *testing.T) {
 			ctx := t.Context()
-			st, err := r.Run(ctx, runner.Request{Recipe: rc.Name, Objective: "Test objective for " + rc.Name}, nil)
+			st, err := r.Run(ctx, runner.Request{Recipe: rc.Name, Objective: "Test objective for " + rc.Name}, nil, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
