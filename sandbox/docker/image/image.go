@@ -10,7 +10,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/triadhq/triad/recipes/runner"
 	"io"
 	"log/slog"
 	"os"
@@ -303,6 +302,3 @@ func importTarball(ctx context.Context, cli Client, opts Options, tarball, tag s
 	opts.Logger.InfoContext(ctx, "sandbox image imported", "tag", tag, "tarball", tarball, "duration", d)
 	return nil
 }
-
-// Throwaway: an arrow back up, to show depcheck fails.
-var _ = runner.Started
