@@ -264,7 +264,13 @@ func TestConcurrentCallsAreSerialized(t *testing.T) {
 			t.Fatalf("block %d is Step %d", i+1, b.n)
 		}
 	}
-	tr, _ := s.Orch.Trace(ctx, run)
+	tr, err := s.Orch.Trace(ctx, run)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(tr) != 20 {
+		t.Fatalf("got %d trace records, want 20", len(tr))
+	}
 	for i, rec := range tr {
 		if rec.Step != i+1 {
 			t.Fatalf("trace record %d is step %d", i+1, rec.Step)
