@@ -22,17 +22,14 @@ import (
 	"github.com/triadhq/triad/internal/runid"
 	"github.com/triadhq/triad/runfiles"
 	"github.com/triadhq/triad/tmpfs"
+	"github.com/triadhq/triad/wire"
 )
 
 // Path is the journal's path in the run.
 const Path = runfiles.Journal
 
 // Artifact is one file a step produced.
-type Artifact struct {
-	Path   string
-	Size   int64
-	SHA256 tmpfs.Digest
-}
+type Artifact = wire.FileRef
 
 // Evaluation is the evaluator's verdict on a step.
 type Evaluation struct {

@@ -25,6 +25,7 @@ import (
 
 	"github.com/triadhq/triad/internal/runid"
 	"github.com/triadhq/triad/tmpfs"
+	"github.com/triadhq/triad/wire"
 )
 
 // Script is the rubric program the interpreter runs.
@@ -48,11 +49,7 @@ type Process interface {
 }
 
 // Artifact is a file the step produced.
-type Artifact struct {
-	Path   string       `json:"path"`
-	Size   int64        `json:"size"`
-	SHA256 tmpfs.Digest `json:"sha256"`
-}
+type Artifact = wire.FileRef
 
 // Expect is an artifact a recipe step declares, with optional checks.
 type Expect struct {

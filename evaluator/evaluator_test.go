@@ -11,6 +11,7 @@ import (
 	"github.com/triadhq/triad/sandbox/wasm"
 	"github.com/triadhq/triad/tmpfs"
 	"github.com/triadhq/triad/tmpfs/local"
+	"github.com/triadhq/triad/wire"
 )
 
 var (
@@ -51,7 +52,7 @@ func artifact(t *testing.T, s *tmpfs.Store, run runid.ID, path, content string) 
 	if err != nil {
 		t.Fatal(err)
 	}
-	return evaluator.Artifact{Path: f.Path, Size: f.Size, SHA256: f.SHA256}
+	return wire.Ref(f)
 }
 
 func TestVerdicts(t *testing.T) {

@@ -127,7 +127,7 @@ func (o *Orchestrator) evaluate(ctx context.Context, s *Step, si StepInfo) evalu
 				req.Datasets = append(req.Datasets, f.Path)
 			}
 			if req.RunFiles != nil {
-				req.RunFiles[f.Path] = evaluator.Artifact{Path: f.Path, Size: f.Size, SHA256: f.SHA256}
+				req.RunFiles[f.Path] = wire.Ref(f)
 			}
 		}
 	}

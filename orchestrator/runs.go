@@ -85,7 +85,7 @@ func (o *Orchestrator) Finalize(ctx context.Context, run runid.ID, status string
 	}
 	arts, _ := o.store.List(ctx, run, runfiles.ArtifactsDir)
 	for _, a := range arts {
-		sum.Artifacts = append(sum.Artifacts, cel.Artifact{Path: a.Path, Size: a.Size, SHA256: a.SHA256})
+		sum.Artifacts = append(sum.Artifacts, wire.Ref(a))
 	}
 	files, err := o.j.cel.Finalize(ctx, run, sum)
 	if err != nil {

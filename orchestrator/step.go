@@ -289,7 +289,7 @@ func evalRequest(s *Step, si StepInfo) evaluator.Request {
 		req.Error = errText(s.Err)
 	}
 	for _, a := range s.Artifacts {
-		req.Artifacts = append(req.Artifacts, evaluator.Artifact{Path: a.Path, Size: a.Size, SHA256: a.SHA256})
+		req.Artifacts = append(req.Artifacts, wire.Ref(a))
 	}
 	s.Outcome.grade(&req)
 	return req
@@ -332,7 +332,7 @@ func stepBlock(s *Step, si StepInfo, n int, notes []cel.Note, v evaluator.Verdic
 		b.Input = append(b.Input, cel.KV{Key: in.Key, Value: inputText(in.Value)})
 	}
 	for _, a := range s.Artifacts {
-		b.Artifacts = append(b.Artifacts, cel.Artifact{Path: a.Path, Size: a.Size, SHA256: a.SHA256})
+		b.Artifacts = append(b.Artifacts, wire.Ref(a))
 	}
 	return b
 }
