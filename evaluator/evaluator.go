@@ -52,14 +52,7 @@ type Process interface {
 type Artifact = wire.FileRef
 
 // Expect is an artifact a recipe step declares, with optional checks.
-type Expect struct {
-	Path    string   `json:"path"`
-	Columns []string `json:"columns,omitempty"`
-	MinRows int      `json:"min_rows,omitempty"`
-	Keys    []string `json:"keys,omitempty"`
-	// Contains are substrings a text artifact (Markdown, HTML) must hold.
-	Contains []string `json:"contains,omitempty"`
-}
+type Expect = wire.ExpectedFile
 
 // Request describes one step to grade.
 type Request struct {

@@ -286,7 +286,7 @@ func checkBriefJournal(t *testing.T, r *Recipe, dir string, run cellRunner) {
 		t.Errorf("without a journal: got %+v, want unavailable with no steps", ev)
 	}
 	runCell(t, plan, renderStep, dir, cells, run)
-	if err := checkOutput(dir, Output{Path: "artifacts/implementation_brief.html", Contains: []string{"rendered outside a Triad run"}}); err != nil {
+	if err := checkOutput(dir, Output{ExpectedFile: wire.ExpectedFile{Path: "artifacts/implementation_brief.html", Contains: []string{"rendered outside a Triad run"}}}); err != nil {
 		t.Error(err)
 	}
 	checkPDF(t, filepath.Join(dir, "artifacts/implementation_brief.pdf"))

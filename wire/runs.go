@@ -144,7 +144,7 @@ type RecipeInfo struct {
 	Origin      string         `json:"origin"`
 	Params      []RecipeParam  `json:"params,omitempty"`
 	Inputs      []RecipeInput  `json:"inputs,omitempty"`
-	Outputs     []RecipeOutput `json:"outputs,omitempty"`
+	Outputs     []ExpectedFile `json:"outputs,omitempty"`
 	Steps       []RecipeBlock  `json:"steps,omitempty"`
 }
 
@@ -166,8 +166,9 @@ type RecipeInput struct {
 	Description string `json:"description,omitempty"`
 }
 
-// RecipeOutput is a file a recipe promises, with the checks it must pass.
-type RecipeOutput struct {
+// ExpectedFile is a file a recipe (or a step) promises, with the checks the
+// evaluator applies to it; zero-valued checks are off.
+type ExpectedFile struct {
 	Path string `json:"path"`
 	// Columns must all be present in a CSV's header row.
 	Columns []string `json:"columns,omitempty"`

@@ -426,7 +426,7 @@ func (r *Runner) step(ctx context.Context, run runid.ID, plan *recipes.Plan, i i
 	s := plan.Steps[i]
 	info := orchestrator.StepInfo{Receipt: rc, Label: fmt.Sprintf("Recipe %s, step %d/%d: %s (%s)", plan.Recipe.Name, s.N, len(plan.Steps), s.Title, s.ID)}
 	for _, o := range s.Outputs {
-		info.Expected = append(info.Expected, evaluator.Expect{Path: o.Path, Columns: o.Columns, MinRows: o.MinRows, Keys: o.Keys, Contains: o.Contains})
+		info.Expected = append(info.Expected, o.ExpectedFile)
 	}
 	if i+1 < len(plan.Steps) {
 		n := plan.Steps[i+1]
