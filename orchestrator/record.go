@@ -76,7 +76,7 @@ func (o *Orchestrator) record1(ctx context.Context, s *Step) error {
 	}
 	files = append(files, wrote...)
 
-	ev, _ := json.Marshal(struct {
+	ev, _ := runfiles.Marshal(struct {
 		Step int    `json:"step"`
 		Tool string `json:"tool"`
 		*evaluator.Verdict
@@ -88,7 +88,7 @@ func (o *Orchestrator) record1(ctx context.Context, s *Step) error {
 	files = append(files, f)
 
 	tr := traceRecord(s, si, n, verdict)
-	line, err := json.Marshal(tr)
+	line, err := runfiles.Marshal(tr)
 	if err != nil {
 		return err
 	}
@@ -245,7 +245,7 @@ func (o *Orchestrator) updateIndex(ctx context.Context, run runid.ID, step int, 
 		}
 	}
 	sort.Slice(idx.Artifacts, func(i, j int) bool { return idx.Artifacts[i].Path < idx.Artifacts[j].Path })
-	b, err := json.MarshalIndent(idx, "", "  ")
+	b, err := runfiles.MarshalIndent(idx)
 	if err != nil {
 		return tmpfs.File{}, false, err
 	}

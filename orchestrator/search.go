@@ -2,7 +2,6 @@ package orchestrator
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 
@@ -67,7 +66,7 @@ func (o *Orchestrator) Search(ctx context.Context, run runid.ID, w wire.SearchRe
 			return err
 		}
 		if opt.SaveAs != "" {
-			b, err := json.MarshalIndent(out, "", "  ")
+			b, err := runfiles.MarshalIndent(out)
 			if err != nil {
 				return err
 			}

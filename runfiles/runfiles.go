@@ -9,6 +9,8 @@
 package runfiles
 
 import (
+	"bytes"
+	"encoding/json"
 	"fmt"
 	"regexp"
 	"strings"
@@ -94,4 +96,26 @@ func IsDataset(p string) bool {
 // under artifacts/ other than the index itself.
 func IsDeliverable(p string) bool {
 	return strings.HasPrefix(p, ArtifactsDir) && p != Index
+}
+
+// Marshal encodes v as one line of JSON for a record, and MarshalIndent as
+// an indented document. encoding/json already escapes every character that
+// could end a line except U+0085 (NEL), which Python's str.splitlines and
+// other readers also treat as a line break: it is escaped here, so a value
+// from a caller or a cell can never split a record line in two.
+func Marshal(v any) ([]byte, error) {
+	b, err := json.Marshal(v)
+	return escapeNEL(b), err
+}
+
+// MarshalIndent is Marshal with two-space indentation.
+func MarshalIndent(v any) ([]byte, error) {
+	b, err := json.MarshalIndent(v, "", "  ")
+	return escapeNEL(b), err
+}
+
+// escapeNEL replaces raw U+0085 by its JSON escape; in valid JSON it can
+// only stand inside a string.
+func escapeNEL(b []byte) []byte {
+	return bytes.ReplaceAll(b, []byte("\u0085"), []byte(`\u0085`))
 }

@@ -557,7 +557,7 @@ func (r *Runner) update(ctx context.Context, run runid.ID, st *State, e Event) {
 }
 
 func (r *Runner) save(ctx context.Context, run runid.ID, st State) error {
-	b, err := json.MarshalIndent(st, "", "  ")
+	b, err := runfiles.MarshalIndent(st)
 	if err != nil {
 		return err
 	}
