@@ -230,6 +230,16 @@ func TestFiles(t *testing.T) {
 					}
 				})
 			}
+			// Every record Triad keeps about a run is refused to tmp_write
+			// and tmp_delete, as over HTTP.
+			for _, p := range []string{"CEL.md", "CEL.step_1.md", "trace.jsonl", "evaluations.jsonl", "artifacts/index.json",
+				"citations/0001-forged.json", "outputs/exec-0001-display-1.png", "run.json", "run.ipynb"} {
+				for tool, args := range map[string]map[string]any{ToolWrite: {"path": p, "text": "forged"}, ToolDelete: {"path": p}} {
+					if e := failed(t, call(t, cs, tool, args)); e.Kind != fault.Reserved {
+						t.Errorf("%s %s: got kind %s (%s), want reserved", tool, p, e.Kind, e.Message)
+					}
+				}
+			}
 			if _, err := s.store.Stat(t.Context(), runid.Must(run), "x"); err == nil {
 				t.Errorf("a refused write left a file behind")
 			}
