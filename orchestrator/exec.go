@@ -172,6 +172,9 @@ func (o *Orchestrator) exec1(ctx context.Context, run runid.ID, in ExecInput, ti
 	if err != nil {
 		return out, sandboxErr(err)
 	}
+	// The session is busy, so the idle reaper leaves it alone, until the
+	// cell's files are harvested and its outputs kept.
+	defer o.kernels.Release(sess)
 	for i, f := range in.FilesIn {
 		src, err := o.resolveFileIn(ctx, run, f.Path)
 		if err != nil {
@@ -185,7 +188,10 @@ func (o *Orchestrator) exec1(ctx context.Context, run runid.ID, in ExecInput, ti
 			return out, fault.Wrap(fault.Internal, err, "copy files_in into the working directory", "retry; if the disk quota is full, delete files first")
 		}
 	}
-	res, err := sess.Kernel.Execute(ctx, in.Code, timeout)
+	// The Collector keeps the whole output in memory, as before the
+	// output became a stream; it is bounded by the cell's output limit.
+	var col sandbox.Collector
+	res, err := sess.Kernel.Execute(ctx, sandbox.Cell{Code: in.Code, Timeout: timeout, Output: col.Add})
 	if err != nil {
 		// The kernel was unusable before the cell ran: drop it so the
 		// next call starts fresh.
@@ -200,8 +206,14 @@ func (o *Orchestrator) exec1(ctx context.Context, run runid.ID, in ExecInput, ti
 	out.FilesDeleted = ch.Deleted
 	s.Detail["tampered"] = ch.Tampered
 	s.Detail["skipped"] = ch.Skipped
+	s.Detail["refused"] = ch.Refused
 	if herr != nil {
-		o.log.ErrorContext(ctx, "harvest working directory", "run", run, "err", herr)
+		// Never a success with files missing: the caller must know.
+		o.log.ErrorContext(ctx, "harvest working directory", "run", run, "stored", len(ch.Written), "err", herr)
+		return out, harvestErr(herr, len(ch.Written))
+	}
+	for _, r := range ch.Refused {
+		o.log.WarnContext(ctx, "refused to harvest a file", "run", run, "path", r.Path, "size", r.Size, "reason", r.Reason)
 	}
 	out.OK = res.OK
 	out.ExecutionCount = res.ExecutionCount
@@ -220,17 +232,18 @@ func (o *Orchestrator) exec1(ctx context.Context, run runid.ID, in ExecInput, ti
 		return f, sess.Dir.Put(ctx, f)
 	}
 	var trunc bool
-	out.Stdout, out.StdoutFile, trunc = o.capStream(res.Stdout, "stdout.txt", keep)
+	stdout, stderr := col.Stdout.String(), col.Stderr.String()
+	out.Stdout, out.StdoutFile, trunc = o.capStream(stdout, "stdout.txt", keep)
 	out.Truncated = out.Truncated || trunc
-	out.Stderr, out.StderrFile, trunc = o.capStream(res.Stderr, "stderr.txt", keep)
+	out.Stderr, out.StderrFile, trunc = o.capStream(stderr, "stderr.txt", keep)
 	out.Truncated = out.Truncated || trunc
-	for i, b := range res.Display {
+	for i, b := range col.Display {
 		sb, trunc := o.shapeBundle(b, fmt.Sprintf("display-%d", i+1), keep)
 		out.Truncated = out.Truncated || trunc
 		out.Display = append(out.Display, sb)
 	}
-	if res.Value != nil {
-		sb, trunc := o.shapeBundle(*res.Value, "result", keep)
+	if col.Value != nil {
+		sb, trunc := o.shapeBundle(*col.Value, "result", keep)
 		out.Truncated = out.Truncated || trunc
 		out.Result = &sb
 	}
@@ -239,7 +252,7 @@ func (o *Orchestrator) exec1(ctx context.Context, run runid.ID, in ExecInput, ti
 	}
 	s.Detail["backend"] = out.Kernel.Backend
 	s.Detail["ok"] = out.OK
-	s.Detail["stderr"] = res.Stderr
+	s.Detail["stderr"] = stderr
 	s.Detail["error"] = out.Error
 	s.Detail["restarted"] = out.Kernel.Restarted
 	s.Detail["timeout"] = timeout
@@ -328,12 +341,28 @@ func execError(e *sandbox.ExecError, timeout time.Duration) *ExecError {
 			out.Message += " (" + e.Reason + ")"
 		}
 		out.Suggestion = "the next call gets a fresh kernel with no variables; use less memory (OOMKilled) or avoid os._exit, then re-run the cells that set up state"
+	case sandbox.KindOutputLimit:
+		out.Message = "the cell's output passed the per-cell output limit and the cell was stopped: " + e.Evalue
+		out.Suggestion = "print less: write large results to a file in the working directory (it becomes a run file) and print a summary; if the kernel was restarted, re-run the cells that set up state"
+	case sandbox.KindInterrupted:
+		out.Message = "the call was abandoned while the cell ran, so the cell was interrupted: " + e.Evalue
+		out.Suggestion = "run the cell again and wait for its answer; if the kernel was restarted, re-run the cells that set up state"
 	default:
 		out.Kind = sandbox.KindExecution
 		out.Message = strings.TrimSpace(e.Ename + ": " + e.Evalue)
 		out.Suggestion = "fix the code and run the cell again; the traceback shows where it failed"
 	}
 	return out
+}
+
+// harvestErr reports a harvest that could not store every file the cell
+// left: the call fails rather than answer with files missing.
+func harvestErr(err error, stored int) error {
+	msg := fmt.Sprintf("the cell ran, but its files could not all be stored (%d were)", stored)
+	if errors.Is(err, sandbox.ErrClosed) {
+		msg = fmt.Sprintf("the cell ran, but its kernel was stopped while its files were being stored (%d were); the others are lost", stored)
+	}
+	return fault.Wrap(fault.Unavailable, err, msg, "check the run's files with tmp.list, and run the cell again to write the missing ones")
 }
 
 func sandboxErr(err error) error {

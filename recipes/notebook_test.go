@@ -109,9 +109,9 @@ func TestRunNotebookOutputs(t *testing.T) {
 		t.Fatal(err)
 	}
 	pngJSON, _ := json.Marshal(png) // base64, as Jupyter sends image/png
-	results := make([]*sandbox.Result, len(plan.Steps))
-	results[0] = &sandbox.Result{OK: true, ExecutionCount: 1}
-	results[1] = &sandbox.Result{
+	results := make([]*notebook.Result, len(plan.Steps))
+	results[0] = &notebook.Result{OK: true, ExecutionCount: 1}
+	results[1] = &notebook.Result{
 		OK: true, ExecutionCount: 2, Stdout: "facts=3 saved\nsecond line\n", Stderr: "a warning\n",
 		Display: []sandbox.Bundle{{Data: map[string]json.RawMessage{
 			"image/png": pngJSON, "text/plain": json.RawMessage(`"<Figure size 640x480 with 1 Axes>"`),
@@ -121,7 +121,7 @@ func TestRunNotebookOutputs(t *testing.T) {
 		}},
 	}
 	// Steps 3 and 4 are searches; step 5 failed; step 6 is a write.
-	results[4] = &sandbox.Result{OK: false, ExecutionCount: 3, Error: &sandbox.ExecError{
+	results[4] = &notebook.Result{OK: false, ExecutionCount: 3, Error: &sandbox.ExecError{
 		Kind: sandbox.KindExecution, Ename: "KeyError", Evalue: "'url'",
 		Traceback: []string{"Traceback (most recent call last):", "KeyError: 'url'"},
 	}}

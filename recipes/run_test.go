@@ -24,6 +24,7 @@ import (
 	"github.com/triadhq/triad/browser/tavilytest"
 	"github.com/triadhq/triad/internal/testenv"
 	"github.com/triadhq/triad/orchestrator/orchestratortest"
+	"github.com/triadhq/triad/recipes/notebook"
 	"github.com/triadhq/triad/sandbox"
 )
 
@@ -47,12 +48,12 @@ func sandboxImage(t testing.TB) string {
 }
 
 // cellRunner runs one cell file with dir as the working directory.
-type cellRunner func(ctx context.Context, dir, cell string, timeout time.Duration) *sandbox.Result
+type cellRunner func(ctx context.Context, dir, cell string, timeout time.Duration) *notebook.Result
 
 // dockerRunner runs cells in the sandbox image, jailed as the backend jails
 // kernels: no network, the image's unprivileged user, read-only root.
 func dockerRunner(img string) cellRunner {
-	return func(ctx context.Context, dir, cell string, timeout time.Duration) *sandbox.Result {
+	return func(ctx context.Context, dir, cell string, timeout time.Duration) *notebook.Result {
 		return runCmd(ctx, timeout, "docker", "run", "--rm", "--network", "none", "-u", "1000:1000",
 			"--read-only", "--tmpfs", "/tmp:size=256m", "-e", "HOME=/tmp", "-e", "MPLCONFIGDIR=/tmp",
 			"-v", dir+":/work", "-v", cell+":/cell.py:ro", "-w", "/work", img, "python3", "/cell.py")
@@ -63,16 +64,16 @@ func dockerRunner(img string) cellRunner {
 // of the embedded WASI sandbox) and no site-packages, which proves that a
 // backend "any" recipe needs nothing but the standard library.
 func stdlibRunner(py string) cellRunner {
-	return func(ctx context.Context, dir, cell string, timeout time.Duration) *sandbox.Result {
+	return func(ctx context.Context, dir, cell string, timeout time.Duration) *notebook.Result {
 		return runCmdIn(ctx, dir, timeout, py, "-I", "-S", cell)
 	}
 }
 
-func runCmd(ctx context.Context, timeout time.Duration, name string, args ...string) *sandbox.Result {
+func runCmd(ctx context.Context, timeout time.Duration, name string, args ...string) *notebook.Result {
 	return runCmdIn(ctx, "", timeout, name, args...)
 }
 
-func runCmdIn(ctx context.Context, dir string, timeout time.Duration, name string, args ...string) *sandbox.Result {
+func runCmdIn(ctx context.Context, dir string, timeout time.Duration, name string, args ...string) *notebook.Result {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, name, args...)
@@ -81,7 +82,7 @@ func runCmdIn(ctx context.Context, dir string, timeout time.Duration, name strin
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	start := time.Now()
 	err := cmd.Run()
-	res := &sandbox.Result{OK: err == nil, Stdout: stdout.String(), Stderr: stderr.String(), Duration: time.Since(start)}
+	res := &notebook.Result{OK: err == nil, Stdout: stdout.String(), Stderr: stderr.String(), Duration: time.Since(start)}
 	if err != nil {
 		res.Error = &sandbox.ExecError{Kind: sandbox.KindExecution, Ename: "CellFailed", Evalue: err.Error(),
 			Traceback: strings.SplitAfter(stderr.String(), "\n")}
@@ -157,7 +158,7 @@ func runRecipe(t *testing.T, r *Recipe, run cellRunner, search *tavily.Client) s
 		writeFile(t, dir, p, b)
 	}
 	journal := newJournal(r, dir)
-	results := make([]*sandbox.Result, len(plan.Steps))
+	results := make([]*notebook.Result, len(plan.Steps))
 	for i, s := range plan.Steps {
 		before := snapshotFiles(t, dir)
 		switch s.Kind {
@@ -215,7 +216,7 @@ func runRecipe(t *testing.T, r *Recipe, run cellRunner, search *tavily.Client) s
 
 // runCell runs exec step s in a fresh interpreter, after the parameters
 // cell, and fails the test if it fails or writes to stderr.
-func runCell(t *testing.T, plan *Plan, s Step, dir, cells string, run cellRunner) *sandbox.Result {
+func runCell(t *testing.T, plan *Plan, s Step, dir, cells string, run cellRunner) *notebook.Result {
 	t.Helper()
 	code := s.Code
 	if s.ID != ParametersID {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"regexp"
 	"strings"
+	"time"
 
 	"github.com/triadhq/triad/sandbox"
 )
@@ -118,17 +119,31 @@ func (nb *Notebook) uniqueID(hint string) string {
 	return id
 }
 
+// Result is what executing a cell produced, as a notebook records it: how
+// it ended and its outputs, streams kept apart from displays.
+type Result struct {
+	OK             bool
+	Stdout         string
+	Stderr         string
+	Display        []sandbox.Bundle
+	Value          *sandbox.Bundle
+	Error          *sandbox.ExecError
+	ExecutionCount int
+	Restarted      bool
+	Duration       time.Duration
+}
+
 // SetResult records what executing the cell produced: its execution count
 // and outputs in the order Jupyter shows them (stdout, stderr, displays,
 // the result, the error).
-func (c *Cell) SetResult(r *sandbox.Result) {
+func (c *Cell) SetResult(r *Result) {
 	c.ExecutionCount = r.ExecutionCount
 	c.Outputs = Outputs(r)
 }
 
 // Outputs converts a sandbox result to notebook outputs. The sandbox keeps
 // streams apart from displays, so their interleaving is not preserved.
-func Outputs(r *sandbox.Result) []Output {
+func Outputs(r *Result) []Output {
 	var out []Output
 	if r.Stdout != "" {
 		out = append(out, Output{Type: "stream", Name: "stdout", Text: r.Stdout})

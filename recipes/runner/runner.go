@@ -26,6 +26,7 @@ import (
 	"github.com/triadhq/triad/internal/runid"
 	"github.com/triadhq/triad/orchestrator"
 	"github.com/triadhq/triad/recipes"
+	"github.com/triadhq/triad/recipes/notebook"
 	"github.com/triadhq/triad/sandbox"
 	"github.com/triadhq/triad/tmpfs"
 )
@@ -350,7 +351,7 @@ func (r *Runner) execute(ctx context.Context, p *prepared) {
 		fail("seeding inputs: " + errText(err))
 		return
 	}
-	results := make([]*sandbox.Result, len(p.plan.Steps))
+	results := make([]*notebook.Result, len(p.plan.Steps))
 	defer func() {
 		if err := r.writeNotebook(context.WithoutCancel(ctx), run, p.plan, results); err != nil {
 			r.log.Error("write run notebook", "run", run, "err", err)
@@ -469,7 +470,7 @@ func (r *Runner) seed(ctx context.Context, run runid.ID, p *prepared) error {
 }
 
 // step runs one plan step through the orchestrator.
-func (r *Runner) step(ctx context.Context, run runid.ID, plan *recipes.Plan, i int) (*sandbox.Result, map[string]string, error) {
+func (r *Runner) step(ctx context.Context, run runid.ID, plan *recipes.Plan, i int) (*notebook.Result, map[string]string, error) {
 	s := plan.Steps[i]
 	info := orchestrator.StepInfo{Label: fmt.Sprintf("Recipe %s, step %d/%d: %s (%s)", plan.Recipe.Name, s.N, len(plan.Steps), s.Title, s.ID)}
 	for _, o := range s.Outputs {
@@ -694,7 +695,7 @@ func (r *Runner) Wait(ctx context.Context, run runid.ID) error {
 }
 
 // writeNotebook writes run.ipynb from the cells this session executed.
-func (r *Runner) writeNotebook(ctx context.Context, run runid.ID, plan *recipes.Plan, results []*sandbox.Result) error {
+func (r *Runner) writeNotebook(ctx context.Context, run runid.ID, plan *recipes.Plan, results []*notebook.Result) error {
 	b, err := plan.RunNotebook(results, map[string]any{"run_id": run.String()})
 	if err != nil {
 		return err
@@ -703,10 +704,10 @@ func (r *Runner) writeNotebook(ctx context.Context, run runid.ID, plan *recipes.
 	return err
 }
 
-// toResult turns an exec answer back into a sandbox.Result with images
+// toResult turns an exec answer back into a notebook.Result with images
 // inline, for the notebook.
-func (r *Runner) toResult(ctx context.Context, out orchestrator.ExecOutput) *sandbox.Result {
-	res := &sandbox.Result{OK: out.OK, Stdout: out.Stdout, Stderr: out.Stderr, ExecutionCount: out.ExecutionCount, Restarted: out.Kernel.Restarted}
+func (r *Runner) toResult(ctx context.Context, out orchestrator.ExecOutput) *notebook.Result {
+	res := &notebook.Result{OK: out.OK, Stdout: out.Stdout, Stderr: out.Stderr, ExecutionCount: out.ExecutionCount, Restarted: out.Kernel.Restarted}
 	conv := func(b orchestrator.Bundle) sandbox.Bundle {
 		sb := sandbox.Bundle{Data: map[string]json.RawMessage{}, Metadata: b.Metadata}
 		for mime, v := range b.Data {

@@ -159,7 +159,7 @@ func BenchmarkExecWarm(b *testing.B) {
 	defer bl.close()
 	ctx := context.Background()
 	for range 20 {
-		if res, err := k.Execute(ctx, "1+1", 30*time.Second); err != nil || !res.OK {
+		if res, err := k.Execute(ctx, sandbox.Cell{Code: "1+1", Timeout: 30 * time.Second}); err != nil || !res.OK {
 			b.Fatalf("warm-up: %v %v", res, err)
 		}
 	}
@@ -173,7 +173,7 @@ func BenchmarkExecWarm(b *testing.B) {
 			b.StartTimer()
 		}
 		t0 := time.Now()
-		res, err := k.Execute(ctx, "1+1", 30*time.Second)
+		res, err := k.Execute(ctx, sandbox.Cell{Code: "1+1", Timeout: 30 * time.Second})
 		ours = append(ours, time.Since(t0))
 		if err != nil || !res.OK || res.Value == nil {
 			b.Fatalf("1+1: %v %v", res, err)
@@ -200,7 +200,7 @@ func BenchmarkStartCold(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		res, err := k.Execute(ctx, "1+1", 30*time.Second)
+		res, err := k.Execute(ctx, sandbox.Cell{Code: "1+1", Timeout: 30 * time.Second})
 		ts = append(ts, time.Since(t0))
 		b.StopTimer()
 		if err != nil || !res.OK {
@@ -224,7 +224,7 @@ func BenchmarkIdleKernelMemory(b *testing.B) {
 	} {
 		b.Run(tc.name, func(b *testing.B) {
 			k := startKernel(b, be, sandbox.Spec{Owner: "bench-mem"})
-			if res, err := k.Execute(context.Background(), tc.code, time.Minute); err != nil || !res.OK {
+			if res, err := k.Execute(context.Background(), sandbox.Cell{Code: tc.code, Timeout: time.Minute}); err != nil || !res.OK {
 				b.Fatalf("%s: %v %v", tc.code, res, err)
 			}
 			time.Sleep(time.Second)
