@@ -172,10 +172,11 @@ func BenchmarkExecWarm(b *testing.B) {
 			theirs = append(theirs, bl.run(b, chunk)...)
 			b.StartTimer()
 		}
+		var out sandbox.Collector
 		t0 := time.Now()
-		res, err := k.Execute(ctx, sandbox.Cell{Code: "1+1", Timeout: 30 * time.Second})
+		res, err := k.Execute(ctx, sandbox.Cell{Code: "1+1", Timeout: 30 * time.Second, Output: out.Add})
 		ours = append(ours, time.Since(t0))
-		if err != nil || !res.OK || res.Value == nil {
+		if err != nil || !res.OK || out.Value == nil {
 			b.Fatalf("1+1: %v %v", res, err)
 		}
 	}
