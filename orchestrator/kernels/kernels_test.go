@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -209,6 +210,43 @@ time.sleep(2)
 				t.Errorf("the store holds %d files, %v; want 10000", len(files), err)
 			}
 			waitFor(t, "the reaper, once the kernel is released", func() bool { return m.Live() == 0 })
+		})
+	}
+}
+
+// A 100 GB sparse file in the working directory adds nothing near its
+// apparent size to the store: the harvest refuses it and says why.
+func TestSparseFileNotHarvested(t *testing.T) {
+	for _, backend := range []string{"wasm", "docker"} {
+		t.Run(backend, func(t *testing.T) {
+			t.Parallel()
+			m, store, _ := setup(t, backend, 0, 0)
+			ctx := t.Context()
+			run := runid.New()
+			s, err := m.Acquire(ctx, run)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer m.Release(s)
+			// One byte at 100 GB: a file of that apparent size on a few
+			// blocks, within any disk quota.
+			res, _ := execute(t, s, "with open('huge.bin', 'wb') as f:\n    f.seek(100 << 30)\n    f.write(b'x')\nopen('small.txt', 'w').write('small')", time.Minute)
+			if !res.OK {
+				t.Fatalf("making the sparse file: %+v", res.Error)
+			}
+			ch, err := s.Dir.Harvest(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(ch.Refused) != 1 || ch.Refused[0].Path != "huge.bin" || ch.Refused[0].Size != 100<<30+1 || !strings.Contains(ch.Refused[0].Reason, "sparse") {
+				t.Errorf("refused: got %+v, want huge.bin, refused as sparse", ch.Refused)
+			}
+			if len(ch.Written) != 1 || ch.Written[0].Path != "small.txt" {
+				t.Errorf("written: got %+v, want small.txt alone", ch.Written)
+			}
+			if _, err := store.Stat(ctx, run, "huge.bin"); !errors.Is(err, tmpfs.ErrNotFound) {
+				t.Errorf("huge.bin in the store: %v, want not found", err)
+			}
 		})
 	}
 }

@@ -46,7 +46,7 @@ type Kernel struct {
 	files    *hostdir.Dir
 	memLimit uint64
 	outLimit int64
-	quota    *diskQuota // nil: no disk quota
+	quota    *diskQuota
 
 	mu     sync.Mutex // serialises Execute, Restart and Close
 	inst   *instance  // nil after a failed restart; the next Execute retries

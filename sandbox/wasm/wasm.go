@@ -67,6 +67,7 @@ const DefaultMemoryLimit = 1 << 30
 // Defaults of Config.
 const (
 	DefaultCellTimeout = 60 * time.Second
+	DefaultDiskBytes   = 2 << 30
 	DefaultGrace       = 3 * time.Second
 )
 
@@ -93,6 +94,9 @@ type Config struct {
 	// result data together, as the guest writes them); a Spec may ask for
 	// less, not more. Zero means sandbox.DefaultOutputBytes.
 	OutputBytes int64
+	// DiskBytes is the quota on a kernel's working directory when its Spec
+	// sets none. Zero means DefaultDiskBytes, as on Docker.
+	DiskBytes int64
 	// CellTimeout bounds a cell whose sandbox.Cell has no timeout. Zero
 	// means DefaultCellTimeout.
 	CellTimeout time.Duration
@@ -113,6 +117,7 @@ type Backend struct {
 	lock        *os.File // flock on WorkRoot/.lock; nil where there is none
 	memLimit    uint64
 	outLimit    int64
+	diskLimit   int64
 	cellTimeout time.Duration
 	grace       time.Duration
 
@@ -142,13 +147,14 @@ func New(ctx context.Context, cfg Config) (*Backend, error) {
 	if err != nil {
 		return nil, err
 	}
-	if cfg.MemoryLimitBytes < 0 || cfg.OutputBytes < 0 || cfg.CellTimeout < 0 || cfg.InterruptGrace < 0 {
-		return nil, errors.New("wasm backend: negative MemoryLimitBytes, OutputBytes, CellTimeout or InterruptGrace")
+	if cfg.MemoryLimitBytes < 0 || cfg.OutputBytes < 0 || cfg.DiskBytes < 0 || cfg.CellTimeout < 0 || cfg.InterruptGrace < 0 {
+		return nil, errors.New("wasm backend: negative MemoryLimitBytes, OutputBytes, DiskBytes, CellTimeout or InterruptGrace")
 	}
 	b := &Backend{
 		log:         cfg.Logger,
 		memLimit:    uint64(cfg.MemoryLimitBytes),
 		outLimit:    cmp.Or(cfg.OutputBytes, sandbox.DefaultOutputBytes),
+		diskLimit:   cmp.Or(cfg.DiskBytes, DefaultDiskBytes),
 		cellTimeout: cmp.Or(cfg.CellTimeout, DefaultCellTimeout),
 		grace:       cmp.Or(cfg.InterruptGrace, DefaultGrace),
 		kernels:     map[*Kernel]struct{}{},
@@ -270,7 +276,8 @@ func (b *Backend) Name() string { return "wasm" }
 // and an interpreter that has answered its first frame.
 //
 // Of spec.Limits, MemoryBytes (capped at Config.MemoryLimitBytes, at least
-// 16 MiB), DiskBytes (a quota on the working directory) and OutputBytes
+// 16 MiB), DiskBytes (a quota on the working directory, Config.DiskBytes
+// when zero) and OutputBytes
 // (capped at Config.OutputBytes) apply. CPUs and Pids need nothing: a
 // kernel is one goroutine and can start no process.
 func (b *Backend) Start(ctx context.Context, spec sandbox.Spec) (sandbox.Kernel, error) {
@@ -293,15 +300,17 @@ func (b *Backend) Start(ctx context.Context, spec sandbox.Spec) (sandbox.Kernel,
 	if o := spec.Limits.OutputBytes; o > 0 && o < out {
 		out = o
 	}
-	files, err := hostdir.Open(dir, max(spec.Limits.DiskBytes, 0))
+	disk := spec.Limits.DiskBytes
+	if disk <= 0 {
+		disk = b.diskLimit
+	}
+	files, err := hostdir.Open(dir, disk)
 	if err != nil {
 		_ = os.RemoveAll(dir)
 		return nil, fmt.Errorf("start wasm kernel: %w", err)
 	}
 	k := &Kernel{b: b, id: id, owner: spec.Owner, workDir: dir, files: files, memLimit: limit, outLimit: out, closing: make(chan struct{})}
-	if spec.Limits.DiskBytes > 0 {
-		k.quota = &diskQuota{dir: dir, limit: spec.Limits.DiskBytes}
-	}
+	k.quota = &diskQuota{dir: dir, limit: disk}
 	t0 := time.Now()
 	inst, err := b.launch(ctx, k)
 	if err != nil {
