@@ -69,8 +69,18 @@ func TestFiguresAndLibraries(t *testing.T) {
 	mustOK(t, k, "import pandas, numpy, scipy, statsmodels.api, seaborn, sklearn, jinja2, openpyxl, xlsxwriter, docx, reportlab, weasyprint, markdown, bs4, lxml, tabulate, plotly")
 
 	// The working directory is /work (the suite checks files through
-	// Files()).
+	// Files()), and a module there imports.
 	mustOK(t, k, "import os\nassert os.getcwd() == '/work', os.getcwd()")
+	if _, err := k.Files().Put(t.Context(), "helper.py", strings.NewReader("def f():\n    return 5\n")); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := value(t, run1(t, k, "import helper\nhelper.f()", 30*time.Second)), "5"; got != want {
+		t.Errorf("a module in /work: got %s, want %s", got, want)
+	}
+	// kernelBoot bounded ipykernel's output buffers.
+	if got, want := value(t, run1(t, k, "import ipykernel.iostream as io\nio.OutStream.write.__name__", 30*time.Second)), "'bounded_write'"; got != want {
+		t.Errorf("OutStream.write: got %s, want %s (kernelBoot's patch)", got, want)
+	}
 }
 
 func pngOf(t *testing.T, res *result) []byte {
