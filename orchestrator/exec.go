@@ -194,11 +194,16 @@ func (o *Orchestrator) exec1(ctx context.Context, run runid.ID, in ExecInput, ti
 	res, err := sess.Kernel.Execute(ctx, sandbox.Cell{Code: in.Code, Timeout: timeout, Output: col.Add})
 	if err != nil {
 		// The kernel was unusable before the cell ran: drop it so the
-		// next call starts fresh.
-		o.kernels.Drop(run)
+		// next call starts fresh (unless the caller had already gone,
+		// which says nothing about the kernel).
+		if ctx.Err() == nil {
+			o.kernels.Drop(run)
+		}
 		return out, sandboxErr(err)
 	}
-	ch, herr := sess.Dir.Harvest(ctx)
+	// The cell ran, if only until the caller hung up: what it wrote is
+	// harvested whole either way, so the store matches the directory.
+	ch, herr := sess.Dir.Harvest(context.WithoutCancel(ctx))
 	for _, f := range ch.Written {
 		out.FilesOut = append(out.FilesOut, ref(f))
 		s.Artifacts = append(s.Artifacts, f)
