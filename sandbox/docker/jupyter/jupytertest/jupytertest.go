@@ -2,10 +2,11 @@
 //
 // A cell runs in the kernel's process, which holds the kernel's end of every
 // connection a client made to its sockets. Cell finds those ends the way an
-// attacker would (/proc/net/unix names the socket each accepted connection
-// belongs to, /proc/self/fd maps them to descriptors) and writes raw bytes
-// to them, interleaved with nothing: it waits for the kernel's own output
-// to drain first and prints nothing itself.
+// attacker would: among the sockets in /proc/self/fd, an accepted connection
+// is named after its listener (getsockname), and SO_PEERCRED tells the
+// host's connections from the kernel's own. It writes raw bytes to them,
+// interleaved with nothing: it waits for the kernel's own output to drain
+// first and prints nothing itself.
 package jupytertest
 
 import (
@@ -56,24 +57,32 @@ for _i in range(8):
 	default:
 		panic("jupytertest: unknown attack " + string(a))
 	}
-	return fmt.Sprintf(`import os, re, select, time
+	return fmt.Sprintf(`import os, select, socket, struct, time
 def _host_ends(path):
-    inodes = set()
-    with open("/proc/net/unix") as f:
-        next(f)
-        for line in f:
-            p = line.split()
-            # Accepted connections carry their listener's path; state 03 is connected.
-            if len(p) >= 8 and p[7] == path and p[5] == "03":
-                inodes.add(p[6])
     fds = []
-    for fd in os.listdir("/proc/self/fd"):
+    for name in os.listdir("/proc/self/fd"):
+        fd = int(name)
         try:
-            m = re.fullmatch(r"socket:\[(\d+)\]", os.readlink("/proc/self/fd/" + fd))
+            if not os.readlink("/proc/self/fd/%%d" %% fd).startswith("socket:"):
+                continue
+            s = socket.socket(fileno=os.dup(fd))
         except OSError:
             continue
-        if m and m.group(1) in inodes:
-            fds.append(int(fd))
+        try:
+            # An accepted connection is named after its listener; the
+            # listener itself accepts; and the kernel's own connections to
+            # its sockets have the kernel as their peer.
+            if s.family != socket.AF_UNIX or s.getsockname() != path:
+                continue
+            if s.getsockopt(socket.SOL_SOCKET, socket.SO_ACCEPTCONN):
+                continue
+            pid, _, _ = struct.unpack("3i", s.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12))
+            if pid != os.getpid():
+                fds.append(fd)
+        except OSError:
+            pass
+        finally:
+            s.close()
     if not fds:
         raise RuntimeError("no connection to " + path)
     return fds
