@@ -171,7 +171,7 @@ func (k *Kernel) hostConfig() *container.HostConfig {
 	return &container.HostConfig{
 		NetworkMode:    "none",
 		CapDrop:        []string{"ALL"},
-		SecurityOpt:    []string{"no-new-privileges"},
+		SecurityOpt:    []string{"no-new-privileges", seccompOpt},
 		ReadonlyRootfs: true,
 		IpcMode:        "private",
 		Tmpfs: map[string]string{
