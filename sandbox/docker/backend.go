@@ -23,7 +23,6 @@ import (
 
 	"github.com/triadhq/triad/internal/fault"
 	"github.com/triadhq/triad/sandbox"
-	"github.com/triadhq/triad/sandbox/docker/jupyter/zmtp"
 )
 
 // Labels every container of this package carries.
@@ -85,9 +84,7 @@ type Config struct {
 	// produce, in bytes; a cell past it is interrupted like a timed-out
 	// one and fails with ename OutputLimitExceeded. It protects the
 	// host's memory, which holds a cell's whole output until the cell
-	// ends. It also bounds one message from the kernel, at MaxOutput plus
-	// 16 MiB; a kernel that sends more is restarted (kernel_died). Zero
-	// means 64 MiB.
+	// ends. Zero means 64 MiB.
 	MaxOutput int64
 	// Instance names this Triad instance in a label, for operators.
 	Instance string
@@ -249,21 +246,6 @@ func (cfg Config) withDefaults() (Config, error) {
 func rootHash(root string) string {
 	h := sha256.Sum256([]byte(root))
 	return hex.EncodeToString(h[:8])
-}
-
-// messageHeadroom is what one kernel message may carry beyond MaxOutput:
-// its header, parent header and metadata frames, and the JSON quoting of
-// its content.
-const messageHeadroom = 16 << 20
-
-// kernelLimits bound what the host reads from a kernel's sockets: one
-// message may be as large as a cell's whole output plus headroom (80 MiB
-// with the default 64 MiB MaxOutput), so a cell within its output limit
-// never trips it, while a kernel cannot make the host buffer more than that
-// per socket. A message over it kills the kernel, and the cell gets
-// kernel_died with the reason. See docs/DECISIONS.md, "Our own ZMTP client".
-func (b *Backend) kernelLimits() zmtp.Limits {
-	return zmtp.Limits{MaxMessage: b.cfg.MaxOutput + messageHeadroom}
 }
 
 // Name implements sandbox.Backend.

@@ -101,7 +101,7 @@ func TestHostileFrames(t *testing.T) {
 // parallel, so that no other test's memory is counted.
 func TestHostileManyFrames(t *testing.T) {
 	b := newBackend(t, Config{})
-	bound := b.kernelLimits().MaxMessage
+	bound := kernelLimits(b.cfg.MaxOutput).MaxMessage
 	bystander := startKernel(t, b, sandbox.Spec{Owner: "run-bystander"})
 	mustOK(t, bystander, "y = 7")
 	victim := startKernel(t, b, sandbox.Spec{Owner: "run-hostile"})

@@ -20,7 +20,6 @@ import (
 	"github.com/triadhq/triad/sandbox"
 	"github.com/triadhq/triad/sandbox/docker/image"
 	"github.com/triadhq/triad/sandbox/docker/jupyter"
-	"github.com/triadhq/triad/sandbox/docker/jupyter/zmtp"
 )
 
 // Paths inside the container.
@@ -271,7 +270,7 @@ func (k *Kernel) boot(ctx context.Context) error {
 		case <-bctx.Done():
 		}
 	}()
-	c, err := jupyter.Dial(bctx, info, filepath.Join(k.sockDir, "k"), jupyter.Options{Logger: b.log.With("kernel", k.ID()), Limits: b.kernelLimits()})
+	c, err := jupyter.Dial(bctx, info, filepath.Join(k.sockDir, "k"), jupyter.Options{Logger: b.log.With("kernel", k.ID()), Limits: kernelLimits(b.cfg.MaxOutput)})
 	if err != nil {
 		return k.bootError(ctx, bctx, fmt.Errorf("dial kernel: %w", err))
 	}
@@ -439,7 +438,7 @@ func (k *Kernel) interrupt(ctx context.Context, ex *jupyter.Execution, start tim
 	return res
 }
 
-// send hands the cell to the kernel. The client's send is not bounded by a
+// send hands the cell to the kernel. zmq4's send is not bounded by a
 // context and blocks while the kernel does not read, so it runs aside and
 // ctx bounds the wait; a send left blocked ends when the client is closed
 // (the restart that follows a wedged kernel closes it).
@@ -528,21 +527,17 @@ func (k *Kernel) capped(res *sandbox.Result) *sandbox.Result {
 }
 
 // died reports a dead kernel (OOM, os._exit, a crash) with the reason the
-// engine gives, or one that broke the wire protocol with what it broke, and
-// brings up a fresh kernel for the next cell.
+// engine gives, and brings up a fresh kernel for the next cell.
 func (k *Kernel) died(ctx context.Context, out jupyter.Output, start time.Time) *sandbox.Result {
 	ctx = context.WithoutCancel(ctx)
-	reason := k.protocolViolation()
-	if reason == "" {
-		// The sockets can report EOF before the engine has recorded the
-		// exit; give it a moment so the reason (OOMKilled, the exit code)
-		// is known.
-		select {
-		case <-k.exited:
-		case <-time.After(5 * time.Second):
-		}
-		reason = k.deathReason(ctx)
+	// The sockets can report EOF before the engine has recorded the exit;
+	// give it a moment so the reason (OOMKilled, the exit code) is known.
+	select {
+	case <-k.exited:
+	case <-k.violated():
+	case <-time.After(5 * time.Second):
 	}
+	reason := k.deathReason(ctx)
 	k.b.log.WarnContext(ctx, "sandbox kernel died", "kernel", k.ID(), "owner", k.owner, "reason", reason)
 	res := k.capped(toResult(out, start))
 	res.OK = false
@@ -560,19 +555,12 @@ func (k *Kernel) died(ctx context.Context, out jupyter.Output, start time.Time) 
 	return res
 }
 
-// protocolViolation returns why the client gave up on a kernel that is
-// still running but broke the protocol or its bounds ("protocol violation
-// on the shell socket: frame of … bytes over the …-byte limit"), or "".
-func (k *Kernel) protocolViolation() string {
-	var v *zmtp.ViolationError
-	if k.client != nil && errors.As(k.client.Err(), &v) {
-		return v.Error()
-	}
-	return ""
-}
-
-// deathReason asks the engine why the container's process ended.
+// deathReason asks the engine why the container's process ended, unless
+// the client gave up on a kernel that broke the protocol.
 func (k *Kernel) deathReason(ctx context.Context) string {
+	if v := k.protocolViolation(); v != "" {
+		return v
+	}
 	ictx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
 	info, err := k.b.cli.ContainerInspect(ictx, k.containerID)
