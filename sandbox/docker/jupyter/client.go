@@ -97,7 +97,7 @@ type Client struct {
 
 // handler receives the messages whose parent is a request of ours. onIOPub
 // and onShell (shell and control replies) report whether the request is
-// finished, so the router can forget it.
+// finished, so dispatch can forget it.
 type handler interface {
 	onIOPub(message) (done bool, err error)
 	onShell(message) (done bool, err error)
