@@ -131,7 +131,7 @@ func (c *cellRun) hangUpReason(ctx context.Context) stopReason {
 	return stopReason{kind: sandbox.KindInterrupted, ename: "Interrupted", what: "the caller stopped waiting (" + context.Cause(ctx).Error() + ")"}
 }
 
-// send hands the cell to the kernel. zmq4's send is not bounded by a
+// send hands the cell to the kernel. The Jupyter client's send is not bounded by a
 // context and blocks while the kernel does not read, so it runs aside and
 // the wait is bounded by the cell's timeout, the caller, the kernel's exit
 // and Close; a send left blocked ends when the client is closed (the
@@ -372,7 +372,7 @@ func (c *cellRun) cut(ctx context.Context) *sandbox.Result {
 // redial connects a new client to the running kernel and waits until it
 // answers (after the cell in progress, if any, has ended).
 func (k *Kernel) redial(ctx context.Context) error {
-	client, err := jupyter.Dial(ctx, k.info, k.sockPrefix(), jupyter.Options{Logger: k.b.log.With("kernel", k.ID())})
+	client, err := jupyter.Dial(ctx, k.info, k.sockPrefix(), k.dialOptions())
 	if err != nil {
 		return fmt.Errorf("redial kernel: %w", err)
 	}

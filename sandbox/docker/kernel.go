@@ -212,7 +212,7 @@ func (k *Kernel) hostConfig() *container.HostConfig {
 	return &container.HostConfig{
 		NetworkMode:    "none",
 		CapDrop:        []string{"ALL"},
-		SecurityOpt:    []string{"no-new-privileges"},
+		SecurityOpt:    []string{"no-new-privileges", seccompOpt},
 		ReadonlyRootfs: true,
 		IpcMode:        "private",
 		Tmpfs: map[string]string{
@@ -312,7 +312,7 @@ func (k *Kernel) boot(ctx context.Context) error {
 		case <-bctx.Done():
 		}
 	}()
-	c, err := jupyter.Dial(bctx, info, k.sockPrefix(), jupyter.Options{Logger: b.log.With("kernel", k.ID())})
+	c, err := jupyter.Dial(bctx, info, k.sockPrefix(), k.dialOptions())
 	if err != nil {
 		return k.bootError(ctx, bctx, fmt.Errorf("dial kernel: %w", err))
 	}
@@ -328,6 +328,13 @@ func (k *Kernel) boot(ctx context.Context) error {
 
 // sockPrefix is the host path prefix of the kernel's sockets.
 func (k *Kernel) sockPrefix() string { return filepath.Join(k.sockDir, "k") }
+
+// dialOptions are the Jupyter client's options for this kernel: every
+// message it reads is bounded by the kernel's output limit plus headroom
+// (kernelLimits), for boots and redials alike.
+func (k *Kernel) dialOptions() jupyter.Options {
+	return jupyter.Options{Logger: k.b.log.With("kernel", k.ID()), Limits: kernelLimits(k.limits.OutputBytes)}
+}
 
 // phase notes the time since *t under name and resets *t.
 func (k *Kernel) phase(name string, t *time.Time) {
@@ -353,6 +360,7 @@ func (k *Kernel) died(ctx context.Context, c *cellRun) *sandbox.Result {
 	// give it a moment so the reason (OOMKilled, the exit code) is known.
 	select {
 	case <-k.exited:
+	case <-k.violated():
 	case <-time.After(5 * time.Second):
 	}
 	reason := k.deathReason(ctx)
@@ -373,8 +381,12 @@ func (k *Kernel) died(ctx context.Context, c *cellRun) *sandbox.Result {
 	return res
 }
 
-// deathReason asks the engine why the container's process ended.
+// deathReason asks the engine why the container's process ended, unless
+// the client gave up on a kernel that broke the protocol.
 func (k *Kernel) deathReason(ctx context.Context) string {
+	if v := k.protocolViolation(); v != "" {
+		return v
+	}
 	ictx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
 	info, err := k.b.cli.ContainerInspect(ictx, k.containerID)
