@@ -27,7 +27,8 @@ var layers = [][]string{
 	// 2: tools and records.
 	{"browser", "browser/replay", "browser/tavily", "browser/tavilytest",
 		"tmpfs/local", "tmpfs/s3", "tmpfs/tmpfstest",
-		"sandbox/docker", "sandbox/docker/image", "sandbox/docker/jupyter", "sandbox/wasm",
+		"sandbox/docker", "sandbox/docker/image", "sandbox/docker/jupyter", "sandbox/docker/jupyter/zmtp",
+		"sandbox/docker/jupyter/jupytertest", "sandbox/wasm",
 		"sandbox/hostdir", "sandbox/sandboxtest", "sandbox/kube",
 		"cel", "evaluator",
 		"recipes", "recipes/notebook", "recipes/sampledata"},
@@ -36,7 +37,7 @@ var layers = [][]string{
 	// 4: surfaces. They share only the wire contract, never each other.
 	{"api", "api/mcp", "api/e2b", "console"},
 	// 5: binaries and benchmarks: wiring only.
-	{"cmd/triad", "bench/sandbox", "bench/store"},
+	{"cmd/triad", "bench/sandbox", "bench/store", "deploy/kubernetes"},
 }
 
 // sameLayer lists the imports allowed within a layer: an implementation
@@ -49,8 +50,9 @@ var sameLayer = map[string][]string{
 	"sandbox/internal/emit":             {"sandbox"},
 	"browser/replay":                    {"browser"},
 	"browser/tavily":                    {"browser"},
-	"sandbox/docker":                    {"sandbox/docker/image", "sandbox/docker/jupyter", "sandbox/hostdir"},
+	"sandbox/docker":                    {"sandbox/docker/image", "sandbox/docker/jupyter", "sandbox/docker/jupyter/zmtp", "sandbox/hostdir"},
 	"sandbox/wasm":                      {"sandbox/hostdir"},
+	"sandbox/docker/jupyter":            {"sandbox/docker/jupyter/zmtp"},
 	"sandbox/kube":                      {"sandbox/docker/image", "sandbox/docker/jupyter", "sandbox/hostdir"},
 	"recipes":                           {"browser", "recipes/notebook", "recipes/sampledata"},
 	"orchestrator":                      {"orchestrator/kernels", "orchestrator/workspace"},
