@@ -254,7 +254,7 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error, s
 		status = st
 	}
 	lvl := slog.LevelInfo
-	if status >= 500 && status != http.StatusBadGateway {
+	if status >= 500 && status != http.StatusBadGateway && status != http.StatusNotImplemented {
 		lvl = slog.LevelError
 	}
 	s.log.Log(r.Context(), lvl, "E2B request failed", "method", r.Method, "path", r.URL.Path, "status", status, "kind", fe.Kind, "err", err)
