@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/triadhq/triad/internal/fault"
 	"github.com/triadhq/triad/orchestrator"
@@ -331,8 +332,8 @@ func (s *Server) readBlob(ctx context.Context, d tmpfs.Digest) ([]byte, error) {
 // withEnvs prefixes code with the sandbox's and the call's environment
 // variables. The sandbox's are set once per kernel (a marker survives until
 // the kernel restarts), the call's every time; resetEnvs undoes those after
-// the cell. The first line is a comment so the journal's code summary never
-// shows a value.
+// the cell. The first line is a comment that repeats the cell's own first
+// line, so the journal's code summary shows the cell and never a value.
 func withEnvs(sandbox, call map[string]string, code string) (string, error) {
 	sj, err := pyJSON(sandbox)
 	if err != nil {
@@ -342,7 +343,9 @@ func withEnvs(sandbox, call map[string]string, code string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	return "# e2b: environment variables for this cell (values are not journaled)\n" +
+	first, _, _ := strings.Cut(strings.TrimSpace(code), "\n")
+	first = shorten(first, 80)
+	return "# " + first + "  [e2b: environment variables set first, values not journaled]\n" +
 		"exec(" + pyStr(fmt.Sprintf(envPrelude, sj, cj)) + ")\n" + code, nil
 }
 
@@ -455,4 +458,15 @@ func (s *Server) contextRemove(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	return fault.New(fault.BadInput, "the default context cannot be removed: it is the sandbox's kernel", "kill the sandbox to end it")
+}
+
+// shorten cuts s to at most n bytes on a rune boundary, marking the cut.
+func shorten(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n] + "…"
 }

@@ -290,9 +290,7 @@ func (s *Server) commandCode(sb Sandbox, cfg *procpb.ProcessConfig) (string, err
 		shown = args[2] // commands.run's /bin/bash -l -c <cmd>
 	}
 	shown, _, _ = strings.Cut(shown, "\n")
-	if len(shown) > 120 {
-		shown = shown[:120] + "…"
-	}
+	shown = shorten(shown, 120)
 	return "# e2b commands.run (bash): " + shown + "\n" + fmt.Sprintf(commandWrapper, pyStr(string(spec)), pyStr(commandMIME)), nil
 }
 
