@@ -562,6 +562,19 @@ func TestExecute(t *testing.T) {
 		}
 	})
 
+	t.Run("a long stdout arrives whole", func(t *testing.T) {
+		// Triad's answer caps stdout at 64 KiB and keeps the rest in a run
+		// file; runCode reads it back and sends all of it.
+		_, lines := h.execute(t, sb, map[string]any{"code": "print('é' * 100000)"})
+		var out strings.Builder
+		for _, l := range find(lines, "stdout") {
+			out.WriteString(l["text"].(string))
+		}
+		if want := strings.Repeat("é", 100000) + "\n"; out.String() != want {
+			t.Fatalf("got %d bytes of stdout, want %d", out.Len(), len(want))
+		}
+	})
+
 	t.Run("envs", func(t *testing.T) {
 		_, lines := h.execute(t, sb, map[string]any{"code": "import os\n(os.environ.get('SANDBOX_VAR'), os.environ.get('CALL_VAR'))", "env_vars": map[string]string{"CALL_VAR": "per-call"}})
 		if r := find(lines, "result"); len(r) != 1 || r[0]["text"] != "('from-create', 'per-call')" {

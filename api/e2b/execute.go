@@ -223,13 +223,17 @@ func (s *Server) writeStream(ctx context.Context, lw *lineWriter, name, text str
 	for {
 		n, err := rd.Read(buf)
 		b := append(carry, buf[:n]...)
-		// Cut at a rune boundary so each line is valid UTF-8.
 		cut := len(b)
-		for cut > 0 && cut > len(b)-4 && !utf8Start(b[cut-1:]) {
-			cut--
-		}
-		if err != nil {
-			cut = len(b)
+		if err == nil {
+			// Keep an incomplete trailing rune for the next chunk, so
+			// each line is valid UTF-8.
+			i := len(b) - 1
+			for i >= 0 && i >= len(b)-utf8.UTFMax && !utf8.RuneStart(b[i]) {
+				i--
+			}
+			if i >= 0 && !utf8.FullRune(b[i:]) {
+				cut = i
+			}
 		}
 		send(string(b[:cut]))
 		carry = append([]byte(nil), b[cut:]...)
@@ -237,26 +241,6 @@ func (s *Server) writeStream(ctx context.Context, lw *lineWriter, name, text str
 			return
 		}
 	}
-}
-
-// utf8Start reports whether b begins with a complete UTF-8 sequence or an
-// ASCII byte, so that the bytes before it end on a boundary.
-func utf8Start(b []byte) bool {
-	c := b[0]
-	if c < 0x80 {
-		return true
-	}
-	if c < 0xC0 { // a continuation byte: the sequence started earlier
-		return false
-	}
-	need := 2
-	switch {
-	case c >= 0xF0:
-		need = 4
-	case c >= 0xE0:
-		need = 3
-	}
-	return len(b) >= need
 }
 
 // mimeKeys maps Jupyter MIME types to E2B result fields
