@@ -56,6 +56,9 @@ type sandboxDetailJSON struct {
 	State       string            `json:"state"`
 	EnvdVersion string            `json:"envdVersion"`
 	Metadata    map[string]string `json:"metadata"`
+	// AllowInternetAccess is always false: the sandbox's jail has no
+	// network.
+	AllowInternetAccess bool `json:"allowInternetAccess"`
 }
 
 // timeoutBody is the body of connect and setTimeout.
@@ -138,10 +141,10 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) error {
 	if strings.TrimSpace(in.TemplateID) == "" {
 		return fault.New(fault.BadInput, "templateID is empty", "name a template; Triad records it and runs every template in its one sandbox image")
 	}
-	if in.AllowInternetAccess != nil && *in.AllowInternetAccess {
-		return fault.New(fault.Unsupported, "Triad's sandboxes have no network: the jail is the same for every call",
-			"omit allowInternetAccess (or set it false); fetch data outside and write it with files.write")
-	}
+	// allow_internet_access is accepted either way: the Python SDK sends
+	// true on every create (docs/e2b-protocol.md §5). The jail has no
+	// network whatever it says, and getInfo reports allowInternetAccess
+	// false, so the caller can see it.
 	for name, raw := range map[string]json.RawMessage{"mcp": in.MCP, "network": in.Network, "iam": in.IAM, "volumeMounts": in.VolumeMounts} {
 		if len(raw) > 0 && string(raw) != "null" {
 			return fault.New(fault.Unsupported, fmt.Sprintf("Triad does not support the sandbox option %q", name),

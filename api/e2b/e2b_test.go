@@ -220,6 +220,18 @@ func TestControlPlane(t *testing.T) {
 		}
 	})
 
+	t.Run("allow_internet_access is accepted, and getInfo says there is none", func(t *testing.T) {
+		// The Python SDK sends true on every create.
+		net := h.create(t, map[string]any{"allow_internet_access": true, "secure": true, "metadata": map[string]string{}, "envVars": map[string]string{}})
+		st, b := h.control(t, http.MethodGet, "/sandboxes/"+net.SandboxID, nil)
+		var d map[string]any
+		json.Unmarshal(b, &d)
+		if st != 200 || d["allowInternetAccess"] != false {
+			t.Fatalf("got %d %s", st, b)
+		}
+		h.control(t, http.MethodDelete, "/sandboxes/"+net.SandboxID, nil)
+	})
+
 	t.Run("list filters and pages", func(t *testing.T) {
 		other := h.create(t, nil)
 		// The SDK URL-encodes keys and values, then the pairs (e2b-protocol.md §5).
@@ -304,7 +316,6 @@ func TestControlPlane(t *testing.T) {
 	t.Run("bad create input", func(t *testing.T) {
 		for name, body := range map[string]any{
 			"no template": map[string]any{},
-			"internet":    map[string]any{"templateID": "base", "allow_internet_access": true},
 			"mcp":         map[string]any{"templateID": "base", "mcp": map[string]any{"x": 1}},
 			"timeout":     map[string]any{"templateID": "base", "timeout": -1},
 			"env name":    map[string]any{"templateID": "base", "envVars": map[string]string{"A=B": "x"}},
