@@ -722,10 +722,17 @@ func TestLifecycle(t *testing.T) {
 		t.Fatalf("health of a paused sandbox: got %d, want 502", st)
 	}
 
-	// A restarted surface over the same store knows the sandbox.
+	// A restarted surface over the same store knows the sandbox, and a
+	// damaged record (the reserved run is reachable through Triad's own
+	// API) costs only itself.
+	st, _, b := h.do(t, http.MethodPost, "/tmp/write", map[string]string{"X-Run-Id": tmpfsrecords.Run, "Content-Type": "application/json"},
+		strings.NewReader(`{"path": "sandboxes/r-broken.json", "text": "{not json"}`))
+	if st != 200 {
+		t.Fatalf("writing a damaged record: got %d %s", st, b)
+	}
 	h.e2b.Close()
 	h2 := serve(t, h.stack)
-	st, b := h2.control(t, http.MethodPost, "/v2/sandboxes/"+sb.SandboxID+"/connect", map[string]any{"timeout": 300})
+	st, b = h2.control(t, http.MethodPost, "/v2/sandboxes/"+sb.SandboxID+"/connect", map[string]any{"timeout": 300})
 	var c sandbox
 	json.Unmarshal(b, &c)
 	if st != 201 || c.EnvdAccessToken == "" {

@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"maps"
 	"slices"
 	"sync"
@@ -162,24 +163,35 @@ func (m *MemRecords) All(context.Context) ([][]byte, error) {
 // created by another replica is found.
 type registry struct {
 	recs Records
+	log  *slog.Logger
 	mu   sync.Mutex
 	m    map[runid.ID]Sandbox
 }
 
-func newRegistry(ctx context.Context, recs Records) (*registry, error) {
-	g := &registry{recs: recs, m: map[runid.ID]Sandbox{}}
+func newRegistry(ctx context.Context, recs Records, log *slog.Logger) (*registry, error) {
+	g := &registry{recs: recs, log: log, m: map[runid.ID]Sandbox{}}
 	all, err := recs.All(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("load sandbox records: %w", err)
 	}
 	for _, b := range all {
-		var s Sandbox
-		if err := json.Unmarshal(b, &s); err != nil {
-			return nil, fmt.Errorf("load sandbox records: %w", err)
+		if s, ok := g.parse(ctx, b); ok {
+			g.m[s.ID] = s
 		}
-		g.m[s.ID] = s
 	}
 	return g, nil
+}
+
+// parse decodes a record. One that does not decode to a valid sandbox is
+// logged and skipped, so a damaged record costs that sandbox, never the
+// server.
+func (g *registry) parse(ctx context.Context, b []byte) (Sandbox, bool) {
+	var s Sandbox
+	if err := json.Unmarshal(b, &s); err != nil || s.ID.String() == "" || (s.State != StateRunning && s.State != StatePaused) {
+		g.log.ErrorContext(ctx, "skipping a damaged E2B sandbox record", "err", err, "record", shorten(string(b), 200))
+		return s, false
+	}
+	return s, true
 }
 
 // get returns a copy of sandbox id, or ErrNoRecord.
@@ -197,9 +209,9 @@ func (g *registry) getLocked(ctx context.Context, id runid.ID) (Sandbox, error) 
 	if err != nil {
 		return Sandbox{}, err
 	}
-	var s Sandbox
-	if err := json.Unmarshal(b, &s); err != nil {
-		return Sandbox{}, fmt.Errorf("sandbox record %s: %w", id, err)
+	s, ok := g.parse(ctx, b)
+	if !ok || s.ID != id {
+		return Sandbox{}, ErrNoRecord
 	}
 	g.m[id] = s
 	return s.clone(), nil
@@ -260,10 +272,9 @@ func (g *registry) list(ctx context.Context) ([]Sandbox, error) {
 	out := make([]Sandbox, 0, len(all))
 	g.mu.Lock()
 	for _, b := range all {
-		var s Sandbox
-		if err := json.Unmarshal(b, &s); err != nil {
-			g.mu.Unlock()
-			return nil, fmt.Errorf("list sandbox records: %w", err)
+		s, ok := g.parse(ctx, b)
+		if !ok {
+			continue
 		}
 		g.m[s.ID] = s
 		out = append(out, s.clone())

@@ -96,7 +96,7 @@ func New(ctx context.Context, c Config) (*Server, error) {
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
-	reg, err := newRegistry(ctx, c.Records)
+	reg, err := newRegistry(ctx, c.Records, c.Logger)
 	if err != nil {
 		return nil, err
 	}
