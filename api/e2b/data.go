@@ -36,7 +36,8 @@ func (s *Server) dataRoutes() http.Handler {
 	mux.Handle("/files", s.methods(map[string]handlerFunc{http.MethodGet: s.fileGet, http.MethodHead: s.fileGet, http.MethodPost: s.filePost}))
 	// envd Connect services. Their own errors are Connect errors; see
 	// connectErr.
-	opts := []connect.HandlerOption{connect.WithInterceptors(recoverInterceptor(s))}
+	opts := []connect.HandlerOption{connect.WithInterceptors(recoverInterceptor(s)),
+		connect.WithReadMaxBytes(int(min(s.c.Core.Limits().JSONBody, 1<<30)))}
 	p, h := filesystemconnect.NewFilesystemHandler(&filesystemService{s: s}, opts...)
 	mux.Handle(p, h)
 	p, h = processconnect.NewProcessHandler(&processService{s: s}, opts...)
