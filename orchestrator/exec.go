@@ -358,3 +358,16 @@ func (o *Orchestrator) Restart(ctx context.Context, run runid.ID) error {
 	}
 	return nil
 }
+
+// Stop ends the run's kernel, if one is live: its files stay in the store
+// and the next exec starts a fresh kernel over them. Surfaces whose
+// sessions time out (the E2B surface) call it.
+func (o *Orchestrator) Stop(_ context.Context, run runid.ID) error {
+	if o.kernels == nil {
+		return nil
+	}
+	unlock := o.lockRun(run)
+	defer unlock()
+	o.kernels.Drop(run)
+	return nil
+}

@@ -6,6 +6,8 @@
 #                            a real ipykernel for sandbox/docker/jupyter's tests
 #   python3-nbformat         validates run.ipynb with the reference validator
 #   poppler-utils            pdfinfo/pdftoppm render the brief's PDF
+#   nodejs, npm              E2B's SDKs drive triad serve in e2e/e2b (only when
+#                            node or npm is not on PATH, so a Node from elsewhere stays)
 # Idempotent: installs nothing when everything is there.
 set -euo pipefail
 want=(docker.io debootstrap e2fsprogs python3-ipykernel python3-matplotlib python3-nbformat poppler-utils)
@@ -13,6 +15,9 @@ missing=()
 for p in "${want[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
+if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
+  missing+=(nodejs npm)
+fi
 [ ${#missing[@]} -eq 0 ] && exit 0
 sudo_() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
 echo "host-deps.sh: installing ${missing[*]}" >&2

@@ -20,6 +20,9 @@ scripts/docker.sh
 step "sandbox image"
 go run ./cmd/triad image build
 
+step "E2B SDKs from npm (pinned by e2e/e2b/package-lock.json)"
+scripts/e2b-sdk.sh install >/dev/null
+
 step "MinIO server binary"
 TRIAD_MINIO_BIN=$(scripts/minio.sh install)
 export TRIAD_MINIO_BIN

@@ -34,6 +34,30 @@ type config struct {
 	TavilyURL      string
 	ReplaySearches bool
 	Recipes        string
+
+	E2B e2bConfig
+}
+
+// e2bConfig holds the flags of the E2B surface (triad serve only).
+type e2bConfig struct {
+	Enabled        bool
+	APIKey         string
+	DefaultTimeout time.Duration
+	MaxTimeout     time.Duration
+}
+
+func (c *e2bConfig) flags(f *flagSet) {
+	f.boolean(&c.Enabled, "e2b", true, "serve E2B's sandbox API beside Triad's own, for E2B's SDKs (E2B_API_URL and E2B_SANDBOX_URL both point at --addr)")
+	f.str(&c.APIKey, "e2b-api-key", "", "the X-API-Key E2B's control plane demands (E2B_API_KEY in the SDKs); empty leaves it open, as the rest of the API")
+	f.duration(&c.DefaultTimeout, "e2b-default-timeout", 300*time.Second, "lifetime of an E2B sandbox whose create names none; past it the kernel stops and the files stay")
+	f.duration(&c.MaxTimeout, "e2b-max-timeout", 0, "longest lifetime an E2B sandbox may ask for; 0 means no cap")
+}
+
+func (c *e2bConfig) validate() error {
+	if c.DefaultTimeout <= 0 || c.MaxTimeout < 0 {
+		return fmt.Errorf("--e2b-default-timeout must be positive and --e2b-max-timeout not negative")
+	}
+	return nil
 }
 
 // envName maps a flag name to its environment twin: --s3-endpoint is TRIAD_S3_ENDPOINT.

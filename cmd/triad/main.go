@@ -82,8 +82,12 @@ func serve(ctx context.Context, args []string) error {
 	var c config
 	fs := newFlagSet("serve")
 	fs.str(&c.Addr, "addr", "127.0.0.1:8080", "listen address")
+	c.E2B.flags(fs)
 	c.common(fs)
 	if err := c.parse(fs, args); err != nil {
+		return err
+	}
+	if err := c.E2B.validate(); err != nil {
 		return err
 	}
 	st, log, err := open(ctx, &c)
@@ -100,8 +104,17 @@ func serve(ctx context.Context, args []string) error {
 	m := mcp.New(mcp.Config{Orchestrator: orch, Recipes: recipes, Logger: log})
 	defer m.Close()
 	h.Router().Handle("/mcp", m.Handler())
+	var handler http.Handler = h
+	if c.E2B.Enabled {
+		e, err := openE2B(ctx, &c, st, log)
+		if err != nil {
+			return err
+		}
+		defer e.Close()
+		handler = e.Handler(h)
+	}
 	srv := &http.Server{
-		Handler:           h,
+		Handler:           handler,
 		ReadHeaderTimeout: 10 * time.Second,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}

@@ -23,7 +23,10 @@ var layers = [][]string{
 		"internal/miniotest", "internal/depcheck", "recipes/sampledata/internal/gen", "recipes/sampledata/internal/regen"},
 	// 1: the contract and the seams: wire types, the records' names, and
 	// the interfaces the tools implement.
-	{"wire", "runfiles", "tmpfs", "sandbox", "sandbox/internal/emit"},
+	{"wire", "runfiles", "tmpfs", "sandbox", "sandbox/internal/emit",
+		// Generated protocol types of E2B's envd (filesystem and process).
+		"api/e2b/envd", "api/e2b/envd/filesystem", "api/e2b/envd/filesystem/filesystemconnect",
+		"api/e2b/envd/process", "api/e2b/envd/process/processconnect"},
 	// 2: tools and records.
 	{"browser", "browser/replay", "browser/tavily", "browser/tavilytest",
 		"tmpfs/local", "tmpfs/s3", "tmpfs/tmpfstest",
@@ -35,7 +38,7 @@ var layers = [][]string{
 	// 3: the orchestration core.
 	{"orchestrator", "orchestrator/kernels", "orchestrator/workspace", "orchestrator/orchestratortest", "recipes/runner"},
 	// 4: surfaces. They share only the wire contract, never each other.
-	{"api", "api/mcp", "api/e2b", "console"},
+	{"api", "api/mcp", "api/e2b", "api/e2b/tmpfsrecords", "api/e2b/recordstest", "console"},
 	// 5: binaries and benchmarks: wiring only.
 	{"cmd/triad", "bench/sandbox", "bench/store", "deploy/kubernetes"},
 }
@@ -43,26 +46,30 @@ var layers = [][]string{
 // sameLayer lists the imports allowed within a layer: an implementation
 // and its helpers, a seam's own sub-packages.
 var sameLayer = map[string][]string{
-	"internal/runid":                    {"internal/fault"},
-	"internal/safepath":                 {"internal/fault"},
-	"internal/miniotest":                {"internal/testenv"},
-	"wire":                              {"tmpfs"},
-	"sandbox/internal/emit":             {"sandbox"},
-	"browser/replay":                    {"browser"},
-	"browser/tavily":                    {"browser"},
-	"sandbox/docker":                    {"sandbox/docker/image", "sandbox/docker/jupyter", "sandbox/docker/jupyter/zmtp", "sandbox/hostdir"},
-	"sandbox/wasm":                      {"sandbox/hostdir"},
-	"sandbox/docker/jupyter":            {"sandbox/docker/jupyter/zmtp"},
-	"sandbox/kube":                      {"sandbox/docker/image", "sandbox/docker/jupyter", "sandbox/hostdir"},
-	"recipes":                           {"browser", "recipes/notebook", "recipes/sampledata"},
-	"orchestrator":                      {"orchestrator/kernels", "orchestrator/workspace"},
-	"orchestrator/kernels":              {"orchestrator/workspace"},
-	"orchestrator/orchestratortest":     {"orchestrator", "orchestrator/kernels"},
-	"recipes/runner":                    {"orchestrator"},
-	"recipes/sampledata/internal/regen": {"recipes/sampledata/internal/gen"},
-	"cmd/triad":                         nil,
-	"bench/sandbox":                     nil,
-	"bench/store":                       nil,
+	"api/e2b/envd/filesystem/filesystemconnect": {"api/e2b/envd/filesystem"},
+	"api/e2b/envd/process/processconnect":       {"api/e2b/envd/process"},
+	"api/e2b/tmpfsrecords":                      {"api/e2b"},
+	"api/e2b/recordstest":                       {"api/e2b"},
+	"internal/runid":                            {"internal/fault"},
+	"internal/safepath":                         {"internal/fault"},
+	"internal/miniotest":                        {"internal/testenv"},
+	"wire":                                      {"tmpfs"},
+	"sandbox/internal/emit":                     {"sandbox"},
+	"browser/replay":                            {"browser"},
+	"browser/tavily":                            {"browser"},
+	"sandbox/docker":                            {"sandbox/docker/image", "sandbox/docker/jupyter", "sandbox/docker/jupyter/zmtp", "sandbox/hostdir"},
+	"sandbox/wasm":                              {"sandbox/hostdir"},
+	"sandbox/docker/jupyter":                    {"sandbox/docker/jupyter/zmtp"},
+	"sandbox/kube":                              {"sandbox/docker/image", "sandbox/docker/jupyter", "sandbox/hostdir"},
+	"recipes":                                   {"browser", "recipes/notebook", "recipes/sampledata"},
+	"orchestrator":                              {"orchestrator/kernels", "orchestrator/workspace"},
+	"orchestrator/kernels":                      {"orchestrator/workspace"},
+	"orchestrator/orchestratortest":             {"orchestrator", "orchestrator/kernels"},
+	"recipes/runner":                            {"orchestrator"},
+	"recipes/sampledata/internal/regen":         {"recipes/sampledata/internal/gen"},
+	"cmd/triad":                                 nil,
+	"bench/sandbox":                             nil,
+	"bench/store":                               nil,
 }
 
 type pkg struct {

@@ -1,0 +1,492 @@
+package e2b
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/triadhq/triad/internal/fault"
+	"github.com/triadhq/triad/internal/runid"
+)
+
+// The control plane's wire types (docs/e2b-protocol.md §5). Fields the SDKs
+// require are always present.
+
+// newSandboxBody is the body of POST /sandboxes and /v2/sandboxes.
+type newSandboxBody struct {
+	TemplateID          string            `json:"templateID"`
+	Timeout             *int64            `json:"timeout"`
+	Metadata            map[string]string `json:"metadata"`
+	EnvVars             map[string]string `json:"envVars"`
+	AllowInternetAccess *bool             `json:"allow_internet_access"`
+	AutoPause           *bool             `json:"autoPause"`
+	Secure              *bool             `json:"secure"`
+	MCP                 json.RawMessage   `json:"mcp"`
+	Network             json.RawMessage   `json:"network"`
+	IAM                 json.RawMessage   `json:"iam"`
+	VolumeMounts        json.RawMessage   `json:"volumeMounts"`
+}
+
+// sandboxJSON is E2B's Sandbox: the answer of create and connect.
+type sandboxJSON struct {
+	TemplateID      string `json:"templateID"`
+	SandboxID       string `json:"sandboxID"`
+	ClientID        string `json:"clientID"`
+	EnvdVersion     string `json:"envdVersion"`
+	EnvdAccessToken string `json:"envdAccessToken"`
+}
+
+// sandboxDetailJSON is E2B's SandboxDetail and ListedSandbox.
+type sandboxDetailJSON struct {
+	TemplateID  string            `json:"templateID"`
+	SandboxID   string            `json:"sandboxID"`
+	ClientID    string            `json:"clientID"`
+	StartedAt   time.Time         `json:"startedAt"`
+	EndAt       time.Time         `json:"endAt"`
+	CPUCount    int               `json:"cpuCount"`
+	MemoryMB    int               `json:"memoryMB"`
+	DiskSizeMB  int               `json:"diskSizeMB"`
+	State       string            `json:"state"`
+	EnvdVersion string            `json:"envdVersion"`
+	Metadata    map[string]string `json:"metadata"`
+	// AllowInternetAccess is always false: the sandbox's jail has no
+	// network.
+	AllowInternetAccess bool `json:"allowInternetAccess"`
+}
+
+// timeoutBody is the body of connect and setTimeout.
+type timeoutBody struct {
+	Timeout *int64 `json:"timeout"`
+}
+
+// clientID is E2B's deprecated but required clientID: there is one client.
+const clientID = "triad"
+
+func (s *Server) controlRoutes() http.Handler {
+	mux := http.NewServeMux()
+	create := s.create
+	mux.Handle("/sandboxes", s.methods(map[string]handlerFunc{http.MethodPost: create, http.MethodGet: s.list}))
+	mux.Handle("/v2/sandboxes", s.methods(map[string]handlerFunc{http.MethodPost: create, http.MethodGet: s.list}))
+	mux.Handle("/sandboxes/{id}", s.methods(map[string]handlerFunc{http.MethodGet: s.info, http.MethodDelete: s.kill}))
+	mux.Handle("/sandboxes/{id}/timeout", s.methods(map[string]handlerFunc{http.MethodPost: s.setTimeout}))
+	mux.Handle("/sandboxes/{id}/connect", s.methods(map[string]handlerFunc{http.MethodPost: s.connect}))
+	mux.Handle("/v2/sandboxes/{id}/connect", s.methods(map[string]handlerFunc{http.MethodPost: s.connect}))
+	mux.Handle("/sandboxes/{id}/resume", s.methods(map[string]handlerFunc{http.MethodPost: s.connect}))
+	mux.Handle("/sandboxes/{id}/pause", s.methods(map[string]handlerFunc{http.MethodPost: s.pauseNow}))
+	mux.Handle("/", s.handle(func(w http.ResponseWriter, r *http.Request) error {
+		return fault.New(fault.Unsupported, fmt.Sprintf("Triad's E2B surface does not serve %s %s", r.Method, r.URL.Path),
+			"Triad serves create, connect, kill, list, getInfo, setTimeout and pause; see docs/e2b-protocol.md")
+	}))
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !s.authOK(r) {
+			msg := "X-API-Key is missing"
+			if r.Header.Get(HeaderAPIKey) != "" {
+				msg = "X-API-Key is not a key this server accepts"
+			}
+			s.writeError(w, r, authError(msg), 0)
+			return
+		}
+		mux.ServeHTTP(w, r)
+	})
+}
+
+// decodeLoose reads a JSON body that may carry fields Triad does not know:
+// the SDKs add fields over time and must keep working.
+func (s *Server) decodeLoose(w http.ResponseWriter, r *http.Request, v any, optional bool) error {
+	body := http.MaxBytesReader(w, r.Body, 1<<20)
+	err := json.NewDecoder(body).Decode(v)
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, io.EOF) && optional:
+		return nil
+	case errors.Is(err, io.EOF):
+		return fault.New(fault.BadInput, "the request body is empty", "send a JSON object")
+	}
+	var mbe *http.MaxBytesError
+	if errors.As(err, &mbe) {
+		return err
+	}
+	return fault.Wrap(fault.BadInput, err, "the request body is not valid JSON for this endpoint: "+err.Error(), "send a JSON object with the fields in docs/e2b-protocol.md")
+}
+
+// lifetime turns a requested timeout in seconds into a duration, applying
+// the default and the cap.
+func (s *Server) lifetime(sec *int64) (time.Duration, error) {
+	if sec == nil || *sec == 0 {
+		return s.c.DefaultTimeout, nil
+	}
+	if *sec < 0 {
+		return 0, fault.Badf("send a timeout in seconds above 0, or omit it for the server default", "timeout is %d", *sec)
+	}
+	d := time.Duration(*sec) * time.Second
+	if s.c.MaxTimeout > 0 && d > s.c.MaxTimeout {
+		d = s.c.MaxTimeout
+	}
+	return d, nil
+}
+
+func (s *Server) create(w http.ResponseWriter, r *http.Request) error {
+	var in newSandboxBody
+	if err := s.decodeLoose(w, r, &in, false); err != nil {
+		return err
+	}
+	if strings.TrimSpace(in.TemplateID) == "" {
+		return fault.New(fault.BadInput, "templateID is empty", "name a template; Triad records it and runs every template in its one sandbox image")
+	}
+	// allow_internet_access is accepted either way: the Python SDK sends
+	// true on every create (docs/e2b-protocol.md §5). The jail has no
+	// network whatever it says, and getInfo reports allowInternetAccess
+	// false, so the caller can see it.
+	for name, raw := range map[string]json.RawMessage{"mcp": in.MCP, "network": in.Network, "iam": in.IAM, "volumeMounts": in.VolumeMounts} {
+		if len(raw) > 0 && string(raw) != "null" {
+			return fault.New(fault.Unsupported, fmt.Sprintf("Triad does not support the sandbox option %q", name),
+				"omit it; Triad's sandboxes have no network, MCP gateway or volumes")
+		}
+	}
+	life, err := s.lifetime(in.Timeout)
+	if err != nil {
+		return err
+	}
+	if err := validEnvs(in.EnvVars); err != nil {
+		return err
+	}
+	now := time.Now().UTC()
+	sb := Sandbox{ID: runid.New(), Template: in.TemplateID, Metadata: in.Metadata, Envs: in.EnvVars,
+		TimeoutS: int64(life / time.Second), StartedAt: now, EndAt: now.Add(life), State: StateRunning}
+	tok, err := sb.newToken()
+	if err != nil {
+		return err
+	}
+	if err := s.reg.create(r.Context(), sb); err != nil {
+		return fault.Wrap(fault.StoreUnavailable, err, "the sandbox could not be recorded", "retry; GET /healthz shows the store's state")
+	}
+	s.log.InfoContext(r.Context(), "E2B sandbox created", "sandbox", sb.ID, "template", sb.Template, "timeout", life)
+	return writeJSON(w, http.StatusCreated, sandboxJSON{TemplateID: sb.Template, SandboxID: sb.ID.String(), ClientID: clientID,
+		EnvdVersion: EnvdVersion, EnvdAccessToken: tok})
+}
+
+// validEnvs refuses environment variable names a process could not have.
+func validEnvs(envs map[string]string) error {
+	for k, v := range envs {
+		if k == "" || strings.ContainsAny(k, "=\x00") || strings.ContainsRune(v, 0) {
+			return fault.Badf("use names without '=' or NUL, and values without NUL", "environment variable %q is not valid", k)
+		}
+	}
+	return nil
+}
+
+// sandboxID reads and validates the {id} of a control-plane path. A
+// malformed id names no sandbox: 404, as for any unknown one.
+func sandboxID(r *http.Request) (runid.ID, error) {
+	raw := r.PathValue("id")
+	id, err := runid.Parse(raw)
+	if err != nil {
+		return id, notFound(raw)
+	}
+	return id, nil
+}
+
+func notFound(id string) *fault.Error {
+	return fault.New(fault.NotFound, fmt.Sprintf("sandbox %q not found", id),
+		"Sandbox.list shows the sandboxes; a killed sandbox is gone, but its run's journal and files stay readable through Triad's API")
+}
+
+// lookup returns the sandbox, as a 404 fault when there is none.
+func (s *Server) lookup(r *http.Request) (Sandbox, error) {
+	id, err := sandboxID(r)
+	if err != nil {
+		return Sandbox{}, err
+	}
+	sb, err := s.reg.get(r.Context(), id)
+	if errors.Is(err, ErrNoRecord) {
+		return sb, notFound(id.String())
+	}
+	if err != nil {
+		return sb, fault.Wrap(fault.StoreUnavailable, err, "the sandbox record could not be read", "retry; GET /healthz shows the store's state")
+	}
+	return sb, nil
+}
+
+func detail(sb Sandbox) sandboxDetailJSON {
+	md := sb.Metadata
+	if md == nil {
+		md = map[string]string{}
+	}
+	return sandboxDetailJSON{TemplateID: sb.Template, SandboxID: sb.ID.String(), ClientID: clientID,
+		StartedAt: sb.StartedAt, EndAt: sb.EndAt, CPUCount: 1, MemoryMB: 0, DiskSizeMB: 0,
+		State: sb.State, EnvdVersion: EnvdVersion, Metadata: md}
+}
+
+func (s *Server) info(w http.ResponseWriter, r *http.Request) error {
+	sb, err := s.lookup(r)
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusOK, detail(sb))
+}
+
+func (s *Server) kill(w http.ResponseWriter, r *http.Request) error {
+	sb, err := s.lookup(r)
+	if err != nil {
+		return err
+	}
+	if err := s.reg.remove(r.Context(), sb.ID); err != nil {
+		return fault.Wrap(fault.StoreUnavailable, err, "the sandbox record could not be removed", "retry the kill")
+	}
+	s.procs.killAll(sb.ID)
+	if err := s.c.Core.Stop(r.Context(), sb.ID); err != nil {
+		s.log.ErrorContext(r.Context(), "stop kernel of killed sandbox", "sandbox", sb.ID, "err", err)
+	}
+	s.log.InfoContext(r.Context(), "E2B sandbox killed; its run's journal and files stay", "sandbox", sb.ID)
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
+func (s *Server) setTimeout(w http.ResponseWriter, r *http.Request) error {
+	id, err := sandboxID(r)
+	if err != nil {
+		return err
+	}
+	var in timeoutBody
+	if err := s.decodeLoose(w, r, &in, false); err != nil {
+		return err
+	}
+	if in.Timeout == nil {
+		return fault.New(fault.BadInput, "timeout is missing", "send {\"timeout\": <seconds>}")
+	}
+	life, err := s.lifetime(in.Timeout)
+	if err != nil {
+		return err
+	}
+	_, err = s.reg.update(r.Context(), id, func(sb *Sandbox) error {
+		sb.EndAt = time.Now().UTC().Add(life)
+		sb.TimeoutS = int64(life / time.Second)
+		return nil
+	})
+	if err != nil {
+		return s.updateErr(id, err)
+	}
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
+func (s *Server) updateErr(id runid.ID, err error) error {
+	if errors.Is(err, ErrNoRecord) {
+		return notFound(id.String())
+	}
+	if fault.As(err) != nil {
+		return err
+	}
+	return fault.Wrap(fault.StoreUnavailable, err, "the sandbox record could not be updated", "retry the call")
+}
+
+// connect resumes a paused sandbox (its next call starts a fresh kernel
+// over the same files) or extends a running one, and hands out a new
+// access token.
+func (s *Server) connect(w http.ResponseWriter, r *http.Request) error {
+	id, err := sandboxID(r)
+	if err != nil {
+		return err
+	}
+	var in timeoutBody
+	if err := s.decodeLoose(w, r, &in, true); err != nil {
+		return err
+	}
+	var life time.Duration
+	if in.Timeout != nil {
+		if life, err = s.lifetime(in.Timeout); err != nil {
+			return err
+		}
+	}
+	var tok string
+	resumed := false
+	sb, err := s.reg.update(r.Context(), id, func(sb *Sandbox) error {
+		now := time.Now().UTC()
+		if life == 0 {
+			life = time.Duration(sb.TimeoutS) * time.Second
+		}
+		end := now.Add(life)
+		if sb.State != StateRunning {
+			sb.State = StateRunning
+			sb.EndAt = end
+			resumed = true
+		} else if end.After(sb.EndAt) {
+			sb.EndAt = end // a running sandbox's end only moves later
+		}
+		var err error
+		tok, err = sb.newToken()
+		return err
+	})
+	if err != nil {
+		return s.updateErr(id, err)
+	}
+	status := http.StatusOK
+	if resumed {
+		status = http.StatusCreated
+		s.log.InfoContext(r.Context(), "E2B sandbox resumed: its next call starts a fresh kernel over its files", "sandbox", id)
+	}
+	return writeJSON(w, status, sandboxJSON{TemplateID: sb.Template, SandboxID: sb.ID.String(), ClientID: clientID,
+		EnvdVersion: EnvdVersion, EnvdAccessToken: tok})
+}
+
+// pauseNow is POST /sandboxes/{id}/pause: what a timeout does, now.
+func (s *Server) pauseNow(w http.ResponseWriter, r *http.Request) error {
+	sb, err := s.lookup(r)
+	if err != nil {
+		return err
+	}
+	if sb.State != StateRunning {
+		return statusError{http.StatusConflict, fault.New(fault.Conflict, fmt.Sprintf("sandbox %s is already paused", sb.ID), "Sandbox.connect resumes it")}
+	}
+	_, err = s.reg.update(r.Context(), sb.ID, func(sb *Sandbox) error {
+		sb.EndAt = time.Now().UTC()
+		return nil
+	})
+	if err != nil {
+		return s.updateErr(sb.ID, err)
+	}
+	s.pause(r.Context(), sb.ID, time.Now().UTC())
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
+// list is GET /v2/sandboxes (and the deprecated GET /sandboxes): filtered
+// by metadata, state, template and start time, paginated by X-Next-Token.
+func (s *Server) list(w http.ResponseWriter, r *http.Request) error {
+	q, err := url.ParseQuery(r.URL.RawQuery)
+	if err != nil {
+		return fault.Wrap(fault.BadInput, err, "the query string is malformed", "percent-encode query parameters")
+	}
+	all, err := s.reg.list(r.Context())
+	if err != nil {
+		return fault.Wrap(fault.StoreUnavailable, err, "the sandbox records could not be read", "retry; GET /healthz shows the store's state")
+	}
+	f, err := parseListFilter(q, r.URL.Path == "/sandboxes")
+	if err != nil {
+		return err
+	}
+	var out []sandboxDetailJSON
+	for _, sb := range all {
+		if f.match(sb) {
+			out = append(out, detail(sb))
+		}
+	}
+	if f.asc {
+		slices.Reverse(out)
+	}
+	start := 0
+	if f.next != "" {
+		start = slices.IndexFunc(out, func(d sandboxDetailJSON) bool { return d.SandboxID == f.next })
+		if start < 0 {
+			return fault.New(fault.BadInput, "nextToken names no sandbox in this listing", "start again without nextToken")
+		}
+	}
+	out = out[start:]
+	if f.limit > 0 && len(out) > f.limit {
+		w.Header().Set("X-Next-Token", out[f.limit].SandboxID)
+		out = out[:f.limit]
+	}
+	if out == nil {
+		out = []sandboxDetailJSON{}
+	}
+	return writeJSON(w, http.StatusOK, out)
+}
+
+type listFilter struct {
+	metadata url.Values
+	states   []string
+	template string
+	after    time.Time
+	asc      bool
+	limit    int
+	next     string
+}
+
+func parseListFilter(q url.Values, v1 bool) (listFilter, error) {
+	f := listFilter{states: []string{StateRunning, StatePaused}, template: q.Get("template"), next: q.Get("nextToken")}
+	if v1 {
+		f.states = []string{StateRunning} // the deprecated list shows running sandboxes only
+	}
+	if m := q.Get("metadata"); m != "" {
+		mv, err := url.ParseQuery(m)
+		if err != nil {
+			return f, fault.Wrap(fault.BadInput, err, "metadata is not a URL-encoded query", "send metadata as k=v&k2=v2, keys and values URL-encoded")
+		}
+		// The SDKs URL-encode each key and value before building the
+		// query string (docs/e2b-protocol.md §5), so decode them once more.
+		f.metadata = url.Values{}
+		for k, vs := range mv {
+			for _, v := range vs {
+				f.metadata.Add(unescape(k), unescape(v))
+			}
+		}
+	}
+	if st := q["state"]; len(st) > 0 {
+		f.states = nil
+		for _, v := range st {
+			for _, one := range strings.Split(v, ",") {
+				if one != StateRunning && one != StatePaused {
+					return f, fault.Badf("use running or paused", "state %q is not a sandbox state", one)
+				}
+				f.states = append(f.states, one)
+			}
+		}
+	}
+	if a := q.Get("startedAfter"); a != "" {
+		t, err := time.Parse(time.RFC3339Nano, a)
+		if err != nil {
+			return f, fault.Wrap(fault.BadInput, err, "startedAfter is not an RFC 3339 time", "send an ISO time such as 2026-01-02T15:04:05Z")
+		}
+		f.after = t
+	}
+	switch q.Get("order") {
+	case "", "desc":
+	case "asc":
+		f.asc = true
+	default:
+		return f, fault.New(fault.BadInput, "order is neither asc nor desc", "send order=asc or order=desc")
+	}
+	if l := q.Get("limit"); l != "" {
+		n, err := strconv.Atoi(l)
+		if err != nil || n < 0 {
+			return f, fault.Badf("send limit as a positive integer", "limit %q is not a positive integer", l)
+		}
+		f.limit = n
+	}
+	return f, nil
+}
+
+func (f listFilter) match(sb Sandbox) bool {
+	if !slices.Contains(f.states, sb.State) {
+		return false
+	}
+	if f.template != "" && f.template != sb.Template {
+		return false
+	}
+	if !f.after.IsZero() && sb.StartedAt.Before(f.after) {
+		return false
+	}
+	for k, vs := range f.metadata {
+		for _, v := range vs {
+			if sb.Metadata[k] != v {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+func unescape(s string) string {
+	if u, err := url.QueryUnescape(s); err == nil {
+		return u
+	}
+	return s
+}

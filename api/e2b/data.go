@@ -1,0 +1,298 @@
+package e2b
+
+import (
+	"compress/gzip"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"mime/multipart"
+	"net/http"
+	"path"
+	"strconv"
+
+	"connectrpc.com/connect"
+
+	"github.com/triadhq/triad/api/e2b/envd/filesystem/filesystemconnect"
+	"github.com/triadhq/triad/api/e2b/envd/process/processconnect"
+	"github.com/triadhq/triad/internal/fault"
+	"github.com/triadhq/triad/internal/runid"
+)
+
+type sandboxKey struct{}
+
+// sandboxOf returns the sandbox the data-plane middleware resolved.
+func sandboxOf(ctx context.Context) Sandbox {
+	sb, _ := ctx.Value(sandboxKey{}).(Sandbox)
+	return sb
+}
+
+func (s *Server) dataRoutes() http.Handler {
+	mux := http.NewServeMux()
+	// envd REST.
+	mux.Handle("/health", s.methods(map[string]handlerFunc{http.MethodGet: s.health}))
+	mux.Handle("/envs", s.methods(map[string]handlerFunc{http.MethodGet: s.envs}))
+	mux.Handle("/files", s.methods(map[string]handlerFunc{http.MethodGet: s.fileGet, http.MethodHead: s.fileGet, http.MethodPost: s.filePost}))
+	// envd Connect services. Their own errors are Connect errors; see
+	// connectErr.
+	opts := []connect.HandlerOption{connect.WithInterceptors(recoverInterceptor(s)),
+		connect.WithReadMaxBytes(int(min(s.c.Core.Limits().JSONBody, 1<<30)))}
+	p, h := filesystemconnect.NewFilesystemHandler(&filesystemService{s: s}, opts...)
+	mux.Handle(p, h)
+	p, h = processconnect.NewProcessHandler(&processService{s: s}, opts...)
+	mux.Handle(p, h)
+	// The code interpreter.
+	mux.Handle("/execute", s.methods(map[string]handlerFunc{http.MethodPost: s.execute}))
+	mux.Handle("/contexts", s.methods(map[string]handlerFunc{http.MethodGet: s.contextsList, http.MethodPost: s.contextCreate}))
+	mux.Handle("/contexts/{id}", s.methods(map[string]handlerFunc{http.MethodDelete: s.contextRemove}))
+	mux.Handle("/contexts/{id}/restart", s.methods(map[string]handlerFunc{http.MethodPost: s.contextRestart}))
+	mux.Handle("/", s.handle(func(w http.ResponseWriter, r *http.Request) error {
+		return fault.New(fault.NotFound, fmt.Sprintf("no route %s %s in the sandbox", r.Method, r.URL.Path),
+			"the data plane serves envd (/files, /health, filesystem.Filesystem, process.Process) and the code interpreter (/execute, /contexts)")
+	}))
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		sb, err := s.admit(r)
+		if err != nil {
+			if r.URL.Path == "/health" && errors.As(err, new(statusError)) {
+				// isRunning: 502 means "not running"; the SDK reads
+				// nothing else (docs/e2b-protocol.md §5).
+				s.writeError(w, r, err, 0)
+				return
+			}
+			if connectPath(r.URL.Path) {
+				s.writeConnectError(w, r, err)
+			} else {
+				s.writeError(w, r, err, 0)
+			}
+			return
+		}
+		mux.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), sandboxKey{}, sb)))
+	})
+}
+
+// admit resolves the sandbox a data-plane request names and checks it may
+// be served: it exists, it is running, and the request carries one of its
+// access tokens. An unknown or stopped sandbox is 502, which is what the
+// SDKs read as "the sandbox is not running" (docs/e2b-protocol.md §3).
+func (s *Server) admit(r *http.Request) (Sandbox, error) {
+	raw := r.Header.Get(HeaderSandboxID)
+	notRunning := func(msg, sug string) error {
+		return statusError{http.StatusBadGateway, fault.New(fault.NotFound, msg, sug)}
+	}
+	switch port := r.Header.Get(HeaderSandboxPort); port {
+	case "", EnvdPort, InterpreterPort:
+	default:
+		return Sandbox{}, notRunning(fmt.Sprintf("nothing listens on port %s of sandbox %q", port, raw),
+			"Triad serves envd (49983) and the code interpreter (49999) only")
+	}
+	id, err := runid.Parse(raw)
+	if err != nil {
+		return Sandbox{}, notRunning(fmt.Sprintf("sandbox %q not found", raw), "create a sandbox first; Sandbox.list shows them")
+	}
+	sb, err := s.reg.get(r.Context(), id)
+	if errors.Is(err, ErrNoRecord) {
+		return sb, notRunning(fmt.Sprintf("sandbox %q not found", raw),
+			"create a sandbox first; a killed sandbox is gone, but its run's journal and files stay readable through Triad's API")
+	}
+	if err != nil {
+		return sb, fault.Wrap(fault.StoreUnavailable, err, "the sandbox record could not be read", "retry; GET /healthz shows the store's state")
+	}
+	if sb.State != StateRunning {
+		return sb, notRunning(fmt.Sprintf("sandbox %s is paused: it passed its timeout", id),
+			"Sandbox.connect resumes it with a fresh kernel over the same files")
+	}
+	if r.URL.Path == "/health" {
+		return sb, nil // isRunning sends the token, but health tells nothing
+	}
+	tok := r.Header.Get(HeaderAccessToken)
+	// The code interpreter's context calls never send the token
+	// (docs/e2b-protocol.md §2); every other call must.
+	if tok == "" && isContextPath(r.URL.Path) {
+		return sb, nil
+	}
+	if !sb.tokenOK(tok) {
+		msg := "X-Access-Token is missing"
+		if tok != "" {
+			msg = "X-Access-Token is not this sandbox's access token"
+		}
+		return sb, statusError{http.StatusUnauthorized, fault.New(fault.Auth, msg,
+			"use the sandbox object that Sandbox.create or Sandbox.connect returned; connect hands out a fresh token")}
+	}
+	return sb, nil
+}
+
+func isContextPath(p string) bool {
+	return p == "/contexts" || len(p) > len("/contexts/") && p[:len("/contexts/")] == "/contexts/"
+}
+
+// health answers isRunning: admit let it through, so the sandbox runs.
+func (s *Server) health(w http.ResponseWriter, r *http.Request) error {
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
+// envs is envd's GET /envs: the sandbox's environment variables.
+func (s *Server) envs(w http.ResponseWriter, r *http.Request) error {
+	e := sandboxOf(r.Context()).Envs
+	if e == nil {
+		e = map[string]string{}
+	}
+	return writeJSON(w, http.StatusOK, e)
+}
+
+// fileGet is files.read: GET /files?path=, the bytes streamed from the
+// store as tmp.read.
+func (s *Server) fileGet(w http.ResponseWriter, r *http.Request) error {
+	sb := sandboxOf(r.Context())
+	p, err := filePathParam(r)
+	if err != nil {
+		return err
+	}
+	f, rd, err := s.c.Core.Open(r.Context(), sb.ID, p)
+	if err != nil {
+		return err
+	}
+	defer rd.Close()
+	w.Header().Set("Content-Type", "application/octet-stream")
+	w.Header().Set("Content-Length", strconv.FormatInt(f.Size, 10))
+	w.Header().Set("X-Content-SHA256", f.SHA256.String())
+	w.WriteHeader(http.StatusOK)
+	if r.Method == http.MethodHead {
+		return nil
+	}
+	if _, err := io.Copy(w, rd); err != nil {
+		// Headers and part of the body are out: cut the connection so
+		// the client sees a broken transfer, never short bytes.
+		s.log.ErrorContext(r.Context(), "files.read stopped mid-stream", "sandbox", sb.ID, "path", p, "err", err)
+		panic(http.ErrAbortHandler)
+	}
+	return nil
+}
+
+func filePathParam(r *http.Request) (string, error) {
+	q := r.URL.Query()
+	if !q.Has("path") {
+		return "", fault.New(fault.BadInput, "query parameter path is missing", "send ?path=<file>")
+	}
+	p, err := runPath(q.Get("path"))
+	if err != nil {
+		return "", err
+	}
+	if p == "" {
+		return "", fault.New(fault.BadInput, fmt.Sprintf("%s is a directory", Home), "name a file under it")
+	}
+	return p, nil
+}
+
+// writeInfo is envd's answer for one uploaded file.
+type writeInfo struct {
+	Path string `json:"path"`
+	Name string `json:"name"`
+	Type string `json:"type"`
+}
+
+// filePost is files.write: POST /files, either one octet-stream body
+// (?path=) or multipart parts named "file" whose filename is the path. Each
+// file streams into the store as its own tmp.write.
+func (s *Server) filePost(w http.ResponseWriter, r *http.Request) error {
+	sb := sandboxOf(r.Context())
+	limit := s.c.Core.Limits().StreamBody
+	if r.ContentLength > limit {
+		return fault.New(fault.TooLarge, fmt.Sprintf("the body is %d bytes; the limit is %d", r.ContentLength, limit),
+			"split the file, or raise --max-stream-bytes (TRIAD_MAX_STREAM_BYTES)")
+	}
+	var body io.Reader = r.Body
+	switch enc := r.Header.Get("Content-Encoding"); enc {
+	case "", "identity":
+	case "gzip":
+		zr, err := gzip.NewReader(r.Body)
+		if err != nil {
+			return fault.Wrap(fault.BadInput, err, "the body is not gzip", "send gzip bytes with Content-Encoding: gzip, or drop the header")
+		}
+		defer zr.Close()
+		body = zr
+	default:
+		return fault.Badf("send identity or gzip", "Content-Encoding %q is not supported", enc)
+	}
+	q := r.URL.Query()
+	mt, params, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
+	if err != nil {
+		mt = "application/octet-stream"
+	}
+	var out []writeInfo
+	if mt != "multipart/form-data" {
+		if !q.Has("path") {
+			return fault.New(fault.BadInput, "query parameter path is missing", "an octet-stream upload names its file in ?path=")
+		}
+		p, err := uploadPath(q.Get("path"))
+		if err != nil {
+			return err
+		}
+		ref, err := s.c.Core.WriteStream(r.Context(), sb.ID, p, body)
+		if err != nil {
+			return err
+		}
+		out = append(out, info(ref.Path))
+		return writeJSON(w, http.StatusOK, out)
+	}
+	mr := multipart.NewReader(body, params["boundary"])
+	for {
+		part, err := mr.NextPart()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return fault.Wrap(fault.BadInput, err, "the multipart body is malformed: "+err.Error(), "send multipart/form-data with one part named file per file")
+		}
+		if part.FormName() != "file" {
+			part.Close()
+			continue
+		}
+		// The part's filename is the path (docs/e2b-protocol.md §6);
+		// ?path= names it for a single-file upload. Read the raw
+		// filename: FileName() would keep only its base name.
+		name := rawFileName(part)
+		if q.Has("path") {
+			name = q.Get("path")
+		}
+		p, err := uploadPath(name)
+		if err != nil {
+			part.Close()
+			return err
+		}
+		ref, err := s.c.Core.WriteStream(r.Context(), sb.ID, p, part)
+		part.Close()
+		if err != nil {
+			return err
+		}
+		out = append(out, info(ref.Path))
+	}
+	if len(out) == 0 {
+		return fault.New(fault.BadInput, "the multipart body has no part named file", "send one part named file per file, its filename the path")
+	}
+	return writeJSON(w, http.StatusOK, out)
+}
+
+func uploadPath(p string) (string, error) {
+	rp, err := runPath(p)
+	if err != nil {
+		return "", err
+	}
+	if rp == "" {
+		return "", fault.New(fault.BadInput, fmt.Sprintf("%s is a directory", Home), "name a file under it")
+	}
+	return rp, nil
+}
+
+func rawFileName(p *multipart.Part) string {
+	_, params, err := mime.ParseMediaType(p.Header.Get("Content-Disposition"))
+	if err != nil {
+		return ""
+	}
+	return params["filename"]
+}
+
+func info(p string) writeInfo {
+	return writeInfo{Path: sdkPath(p), Name: path.Base(p), Type: "file"}
+}

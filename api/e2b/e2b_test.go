@@ -1,0 +1,769 @@
+package e2b_test
+
+import (
+	"bufio"
+	"bytes"
+	"compress/gzip"
+	"context"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"io"
+	"mime/multipart"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+
+	"github.com/triadhq/triad/api"
+	"github.com/triadhq/triad/api/e2b"
+	fspb "github.com/triadhq/triad/api/e2b/envd/filesystem"
+	"github.com/triadhq/triad/api/e2b/envd/filesystem/filesystemconnect"
+	procpb "github.com/triadhq/triad/api/e2b/envd/process"
+	"github.com/triadhq/triad/api/e2b/envd/process/processconnect"
+	"github.com/triadhq/triad/api/e2b/tmpfsrecords"
+	"github.com/triadhq/triad/orchestrator/orchestratortest"
+)
+
+const apiKey = "e2b_0123456789abcdef"
+
+// harness is a real Triad stack (store, Docker kernels, journal, evaluator)
+// behind Triad's HTTP API with the E2B surface in front, on one listener.
+type harness struct {
+	url   string
+	stack *orchestratortest.Stack
+	e2b   *e2b.Server
+}
+
+func newHarness(t *testing.T) *harness {
+	t.Helper()
+	return serve(t, orchestratortest.New(t, orchestratortest.Options{Sandbox: "docker", Warm: 1}))
+}
+
+// serve puts a fresh E2B surface in front of st; its sandbox records are in
+// st's store, so a second surface over the same stack is a restart.
+func serve(t *testing.T, st *orchestratortest.Stack) *harness {
+	t.Helper()
+	e, err := e2b.New(t.Context(), e2b.Config{Core: st.Orch, Blobs: st.Store, Records: tmpfsrecords.New(st.Store),
+		APIKey: apiKey, ExpiryInterval: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { e.Close() })
+	srv := httptest.NewServer(e.Handler(api.New(api.Config{Orchestrator: st.Orch})))
+	t.Cleanup(srv.Close)
+	return &harness{url: srv.URL, stack: st, e2b: e}
+}
+
+// sandbox is what create answers.
+type sandbox struct {
+	TemplateID      string `json:"templateID"`
+	SandboxID       string `json:"sandboxID"`
+	ClientID        string `json:"clientID"`
+	EnvdVersion     string `json:"envdVersion"`
+	EnvdAccessToken string `json:"envdAccessToken"`
+}
+
+type errBody struct {
+	Code    int    `json:"code"`
+	Message string `json:"message"`
+	Error   struct {
+		Kind       string `json:"kind"`
+		Message    string `json:"message"`
+		Suggestion string `json:"suggestion"`
+	} `json:"error"`
+}
+
+// do sends a request and returns the status and body.
+func (h *harness) do(t *testing.T, method, path string, hdr map[string]string, body io.Reader) (int, http.Header, []byte) {
+	t.Helper()
+	req, err := http.NewRequestWithContext(t.Context(), method, h.url+path, body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k, v := range hdr {
+		req.Header.Set(k, v)
+	}
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	b, err := io.ReadAll(res.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res.StatusCode, res.Header, b
+}
+
+func (h *harness) control(t *testing.T, method, path string, body any) (int, []byte) {
+	t.Helper()
+	var r io.Reader
+	if body != nil {
+		b, _ := json.Marshal(body)
+		r = bytes.NewReader(b)
+	}
+	st, _, b := h.do(t, method, path, map[string]string{"X-API-Key": apiKey, "Content-Type": "application/json"}, r)
+	return st, b
+}
+
+func (h *harness) create(t *testing.T, body map[string]any) sandbox {
+	t.Helper()
+	if body == nil {
+		body = map[string]any{}
+	}
+	if _, ok := body["templateID"]; !ok {
+		body["templateID"] = "code-interpreter-v1"
+	}
+	st, b := h.control(t, http.MethodPost, "/v2/sandboxes", body)
+	if st != http.StatusCreated {
+		t.Fatalf("create: got %d %s, want 201", st, b)
+	}
+	var sb sandbox
+	if err := json.Unmarshal(b, &sb); err != nil {
+		t.Fatal(err)
+	}
+	return sb
+}
+
+// envd returns the headers of a data-plane request to sb's envd.
+func envd(sb sandbox) map[string]string {
+	return map[string]string{"E2b-Sandbox-Id": sb.SandboxID, "E2b-Sandbox-Port": "49983", "X-Access-Token": sb.EnvdAccessToken}
+}
+
+func interp(sb sandbox) map[string]string {
+	return map[string]string{"E2b-Sandbox-Id": sb.SandboxID, "E2b-Sandbox-Port": "49999", "X-Access-Token": sb.EnvdAccessToken, "Content-Type": "application/json"}
+}
+
+// execute runs code with runCode's request and returns its JSON lines.
+func (h *harness) execute(t *testing.T, sb sandbox, body map[string]any) (int, []map[string]any) {
+	t.Helper()
+	b, _ := json.Marshal(body)
+	st, _, out := h.do(t, http.MethodPost, "/execute", interp(sb), bytes.NewReader(b))
+	if st != http.StatusOK {
+		return st, []map[string]any{{"body": string(out)}}
+	}
+	var lines []map[string]any
+	sc := bufio.NewScanner(bytes.NewReader(out))
+	sc.Buffer(make([]byte, 1<<20), 64<<20)
+	for sc.Scan() {
+		var m map[string]any
+		if err := json.Unmarshal(sc.Bytes(), &m); err != nil {
+			t.Fatalf("line %q: %v", sc.Text(), err)
+		}
+		if m["type"] != "keepalive" {
+			lines = append(lines, m)
+		}
+	}
+	return st, lines
+}
+
+func find(lines []map[string]any, typ string) []map[string]any {
+	var out []map[string]any
+	for _, l := range lines {
+		if l["type"] == typ {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+// rpc returns Connect clients for sb's envd that speak JSON, as the SDKs do.
+func (h *harness) rpc(sb sandbox) (filesystemconnect.FilesystemClient, processconnect.ProcessClient) {
+	hc := &http.Client{Transport: headers{envd(sb)}}
+	return filesystemconnect.NewFilesystemClient(hc, h.url, connect.WithProtoJSON()),
+		processconnect.NewProcessClient(hc, h.url, connect.WithProtoJSON())
+}
+
+type headers struct{ h map[string]string }
+
+func (x headers) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	for k, v := range x.h {
+		r.Header.Set(k, v)
+	}
+	return http.DefaultTransport.RoundTrip(r)
+}
+
+func codeOf(err error) connect.Code {
+	var ce *connect.Error
+	if errors.As(err, &ce) {
+		return ce.Code()
+	}
+	return connect.CodeUnknown
+}
+
+func TestControlPlane(t *testing.T) {
+	h := newHarness(t)
+	sb := h.create(t, map[string]any{"metadata": map[string]string{"team": "a b", "k": "v"}, "timeout": 120})
+	if sb.ClientID == "" || sb.EnvdVersion != e2b.EnvdVersion || sb.EnvdAccessToken == "" || sb.TemplateID != "code-interpreter-v1" {
+		t.Fatalf("create answered %+v", sb)
+	}
+
+	t.Run("getInfo", func(t *testing.T) {
+		st, b := h.control(t, http.MethodGet, "/sandboxes/"+sb.SandboxID, nil)
+		var d map[string]any
+		json.Unmarshal(b, &d)
+		if st != 200 || d["state"] != "running" || d["sandboxID"] != sb.SandboxID || d["metadata"].(map[string]any)["team"] != "a b" {
+			t.Fatalf("got %d %s", st, b)
+		}
+		for _, k := range []string{"templateID", "clientID", "startedAt", "endAt", "cpuCount", "memoryMB", "diskSizeMB", "envdVersion"} {
+			if _, ok := d[k]; !ok {
+				t.Errorf("getInfo lacks required %q: %s", k, b)
+			}
+		}
+	})
+
+	t.Run("allow_internet_access is accepted, and getInfo says there is none", func(t *testing.T) {
+		// The Python SDK sends true on every create.
+		net := h.create(t, map[string]any{"allow_internet_access": true, "secure": true, "metadata": map[string]string{}, "envVars": map[string]string{}})
+		st, b := h.control(t, http.MethodGet, "/sandboxes/"+net.SandboxID, nil)
+		var d map[string]any
+		json.Unmarshal(b, &d)
+		if st != 200 || d["allowInternetAccess"] != false {
+			t.Fatalf("got %d %s", st, b)
+		}
+		h.control(t, http.MethodDelete, "/sandboxes/"+net.SandboxID, nil)
+	})
+
+	t.Run("list filters and pages", func(t *testing.T) {
+		other := h.create(t, nil)
+		// The SDK URL-encodes keys and values, then the pairs (e2b-protocol.md §5).
+		md := url.Values{"team": {url.QueryEscape("a b")}}.Encode()
+		st, b := h.control(t, http.MethodGet, "/v2/sandboxes?metadata="+url.QueryEscape(md), nil)
+		var l []map[string]any
+		json.Unmarshal(b, &l)
+		if st != 200 || len(l) != 1 || l[0]["sandboxID"] != sb.SandboxID {
+			t.Fatalf("metadata filter: got %d %s", st, b)
+		}
+		st, hdr, b := h.do(t, http.MethodGet, "/v2/sandboxes?limit=1", map[string]string{"X-API-Key": apiKey}, nil)
+		json.Unmarshal(b, &l)
+		next := hdr.Get("X-Next-Token")
+		if st != 200 || len(l) != 1 || next == "" {
+			t.Fatalf("page 1: got %d %s next=%q", st, b, next)
+		}
+		first := l[0]["sandboxID"]
+		st, hdr, b = h.do(t, http.MethodGet, "/v2/sandboxes?limit=1&nextToken="+next, map[string]string{"X-API-Key": apiKey}, nil)
+		json.Unmarshal(b, &l)
+		if st != 200 || len(l) != 1 || l[0]["sandboxID"] == first || hdr.Get("X-Next-Token") != "" {
+			t.Fatalf("page 2: got %d %s next=%q", st, b, hdr.Get("X-Next-Token"))
+		}
+		if st, b := h.control(t, http.MethodDelete, "/sandboxes/"+other.SandboxID, nil); st != 204 {
+			t.Fatalf("kill: got %d %s", st, b)
+		}
+	})
+
+	t.Run("setTimeout and connect", func(t *testing.T) {
+		if st, b := h.control(t, http.MethodPost, "/sandboxes/"+sb.SandboxID+"/timeout", map[string]any{"timeout": 600}); st != 204 {
+			t.Fatalf("setTimeout: got %d %s", st, b)
+		}
+		st, b := h.control(t, http.MethodPost, "/v2/sandboxes/"+sb.SandboxID+"/connect", map[string]any{"timeout": 30})
+		var c sandbox
+		json.Unmarshal(b, &c)
+		if st != 200 || c.EnvdAccessToken == "" || c.EnvdAccessToken == sb.EnvdAccessToken {
+			t.Fatalf("connect to a running sandbox: got %d %s, want 200 with a fresh token", st, b)
+		}
+		// Both tokens open the data plane.
+		for _, tok := range []string{sb.EnvdAccessToken, c.EnvdAccessToken} {
+			s2 := sb
+			s2.EnvdAccessToken = tok
+			if st, _, b := h.do(t, http.MethodGet, "/envs", envd(s2), nil); st != 200 {
+				t.Fatalf("envs with token: got %d %s", st, b)
+			}
+		}
+	})
+
+	t.Run("auth", func(t *testing.T) {
+		for _, key := range []string{"", "e2b_wrong"} {
+			st, _, b := h.do(t, http.MethodGet, "/v2/sandboxes", map[string]string{"X-API-Key": key}, nil)
+			var e errBody
+			json.Unmarshal(b, &e)
+			if st != 401 || e.Code != 401 || e.Error.Kind != "auth" || e.Error.Suggestion == "" {
+				t.Fatalf("key %q: got %d %s, want 401 with both error shapes", key, st, b)
+			}
+		}
+		bad := sb
+		bad.EnvdAccessToken = "nope"
+		if st, _, b := h.do(t, http.MethodGet, "/files?path=x", envd(bad), nil); st != 401 {
+			t.Fatalf("wrong access token: got %d %s, want 401", st, b)
+		}
+	})
+
+	t.Run("unknown sandbox", func(t *testing.T) {
+		for _, tc := range []struct{ method, path string }{
+			{"GET", "/sandboxes/r-nope"}, {"DELETE", "/sandboxes/r-nope"}, {"POST", "/sandboxes/r-nope/timeout"},
+			{"POST", "/v2/sandboxes/r-nope/connect"}, {"GET", "/sandboxes/..%2f..%2fetc"},
+		} {
+			st, b := h.control(t, tc.method, tc.path, map[string]any{"timeout": 10})
+			var e errBody
+			json.Unmarshal(b, &e)
+			if st != 404 || e.Code != 404 {
+				t.Errorf("%s %s: got %d %s, want 404 with code 404 (the SDK reads it)", tc.method, tc.path, st, b)
+			}
+		}
+		ghost := sandbox{SandboxID: "r-nope", EnvdAccessToken: "x"}
+		if st, _, b := h.do(t, http.MethodGet, "/health", envd(ghost), nil); st != 502 {
+			t.Fatalf("health of an unknown sandbox: got %d %s, want 502 (isRunning false)", st, b)
+		}
+	})
+
+	t.Run("bad create input", func(t *testing.T) {
+		for name, body := range map[string]any{
+			"no template": map[string]any{},
+			"mcp":         map[string]any{"templateID": "base", "mcp": map[string]any{"x": 1}},
+			"timeout":     map[string]any{"templateID": "base", "timeout": -1},
+			"env name":    map[string]any{"templateID": "base", "envVars": map[string]string{"A=B": "x"}},
+		} {
+			st, b := h.control(t, http.MethodPost, "/v2/sandboxes", body)
+			var e errBody
+			json.Unmarshal(b, &e)
+			if st < 400 || st >= 500 || e.Code != st || e.Error.Kind == "" {
+				t.Errorf("%s: got %d %s, want a 4xx with both error shapes", name, st, b)
+			}
+		}
+		st, _, b := h.do(t, http.MethodPost, "/v2/sandboxes", map[string]string{"X-API-Key": apiKey}, strings.NewReader("{"))
+		if st != 400 {
+			t.Errorf("malformed JSON: got %d %s", st, b)
+		}
+	})
+
+	t.Run("kill", func(t *testing.T) {
+		if st, b := h.control(t, http.MethodDelete, "/sandboxes/"+sb.SandboxID, nil); st != 204 {
+			t.Fatalf("kill: got %d %s", st, b)
+		}
+		if st, b := h.control(t, http.MethodGet, "/sandboxes/"+sb.SandboxID, nil); st != 404 {
+			t.Fatalf("getInfo after kill: got %d %s", st, b)
+		}
+		st, b := h.control(t, http.MethodGet, "/v2/sandboxes", nil)
+		if st != 200 || strings.Contains(string(b), sb.SandboxID) {
+			t.Fatalf("list after kill: got %d %s", st, b)
+		}
+		if st, _, b := h.do(t, http.MethodGet, "/health", envd(sb), nil); st != 502 {
+			t.Fatalf("health after kill: got %d %s", st, b)
+		}
+	})
+}
+
+func upload(t *testing.T, h *harness, sb sandbox, files map[string][]byte) []map[string]string {
+	t.Helper()
+	var buf bytes.Buffer
+	mw := multipart.NewWriter(&buf)
+	for p, data := range files {
+		w, err := mw.CreateFormFile("file", p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		w.Write(data)
+	}
+	mw.Close()
+	hdr := envd(sb)
+	hdr["Content-Type"] = mw.FormDataContentType()
+	st, _, b := h.do(t, http.MethodPost, "/files", hdr, &buf)
+	if st != 200 {
+		t.Fatalf("upload: got %d %s", st, b)
+	}
+	var out []map[string]string
+	json.Unmarshal(b, &out)
+	return out
+}
+
+func sum(b []byte) string {
+	s := sha256.Sum256(b)
+	return hex.EncodeToString(s[:])
+}
+
+func TestFiles(t *testing.T) {
+	h := newHarness(t)
+	sb := h.create(t, nil)
+	fs, _ := h.rpc(sb)
+	ctx := t.Context()
+	csv := []byte("a,b\n1,2\n")
+
+	t.Run("write multipart, several files", func(t *testing.T) {
+		out := upload(t, h, sb, map[string][]byte{"data/a.csv": csv, "/home/user/data/sub/b.txt": []byte("bee")})
+		if len(out) != 2 {
+			t.Fatalf("got %v", out)
+		}
+		for _, w := range out {
+			if w["type"] != "file" || !strings.HasPrefix(w["path"], "/home/user/data/") {
+				t.Errorf("write info %v", w)
+			}
+		}
+	})
+
+	t.Run("write octet-stream gzip", func(t *testing.T) {
+		var z bytes.Buffer
+		zw := gzip.NewWriter(&z)
+		zw.Write([]byte("zipped"))
+		zw.Close()
+		hdr := envd(sb)
+		hdr["Content-Type"] = "application/octet-stream"
+		hdr["Content-Encoding"] = "gzip"
+		st, _, b := h.do(t, http.MethodPost, "/files?path=z.txt", hdr, &z)
+		if st != 200 || !strings.Contains(string(b), `"/home/user/z.txt"`) {
+			t.Fatalf("got %d %s", st, b)
+		}
+	})
+
+	t.Run("read", func(t *testing.T) {
+		st, hdr, b := h.do(t, http.MethodGet, "/files?path="+url.QueryEscape("/home/user/data/a.csv"), envd(sb), nil)
+		if st != 200 || !bytes.Equal(b, csv) || hdr.Get("Content-Length") != "8" {
+			t.Fatalf("got %d %q %v", st, b, hdr)
+		}
+		st, _, b = h.do(t, http.MethodGet, "/files?path=z.txt", envd(sb), nil)
+		if st != 200 || string(b) != "zipped" {
+			t.Fatalf("gzip upload read back: got %d %q", st, b)
+		}
+	})
+
+	t.Run("visible to Triad's tmp.list with sha256", func(t *testing.T) {
+		st, _, b := h.do(t, http.MethodGet, "/tmp/list?prefix=data/", map[string]string{"X-Run-Id": sb.SandboxID}, nil)
+		if st != 200 || !strings.Contains(string(b), sum(csv)) {
+			t.Fatalf("tmp.list: got %d %s, want a.csv with sha256 %s", st, b, sum(csv))
+		}
+	})
+
+	t.Run("stat, exists, list", func(t *testing.T) {
+		r, err := fs.Stat(ctx, connect.NewRequest(&fspb.StatRequest{Path: "data/a.csv"}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		e := r.Msg.GetEntry()
+		if e.GetType() != fspb.FileType_FILE_TYPE_FILE || e.GetSize() != int64(len(csv)) || e.GetPath() != "/home/user/data/a.csv" || e.GetMetadata()["sha256"] != sum(csv) {
+			t.Fatalf("stat: got %v", e)
+		}
+		r, err = fs.Stat(ctx, connect.NewRequest(&fspb.StatRequest{Path: "/home/user/data"}))
+		if err != nil || r.Msg.GetEntry().GetType() != fspb.FileType_FILE_TYPE_DIRECTORY {
+			t.Fatalf("stat dir: %v %v", r, err)
+		}
+		if _, err := fs.Stat(ctx, connect.NewRequest(&fspb.StatRequest{Path: "data/nope.csv"})); codeOf(err) != connect.CodeNotFound {
+			t.Fatalf("stat missing: got %v, want not_found (files.exists false)", err)
+		}
+		l, err := fs.ListDir(ctx, connect.NewRequest(&fspb.ListDirRequest{Path: "data", Depth: 1}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, e := range l.Msg.GetEntries() {
+			got = append(got, e.GetName()+":"+e.GetType().String())
+		}
+		if strings.Join(got, ",") != "a.csv:FILE_TYPE_FILE,sub:FILE_TYPE_DIRECTORY" {
+			t.Fatalf("list depth 1: got %v", got)
+		}
+		l, _ = fs.ListDir(ctx, connect.NewRequest(&fspb.ListDirRequest{Path: "data", Depth: 2}))
+		if len(l.Msg.GetEntries()) != 3 {
+			t.Fatalf("list depth 2: got %v", l.Msg.GetEntries())
+		}
+	})
+
+	t.Run("makeDir, rename, remove", func(t *testing.T) {
+		if _, err := fs.MakeDir(ctx, connect.NewRequest(&fspb.MakeDirRequest{Path: "out"})); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := fs.MakeDir(ctx, connect.NewRequest(&fspb.MakeDirRequest{Path: "out"})); codeOf(err) != connect.CodeAlreadyExists {
+			t.Fatalf("makeDir twice: got %v, want already_exists (the SDK returns false)", err)
+		}
+		m, err := fs.Move(ctx, connect.NewRequest(&fspb.MoveRequest{Source: "data/sub/b.txt", Destination: "out/b.txt"}))
+		if err != nil || m.Msg.GetEntry().GetPath() != "/home/user/out/b.txt" {
+			t.Fatalf("move: %v %v", m, err)
+		}
+		if st, _, b := h.do(t, http.MethodGet, "/files?path=out/b.txt", envd(sb), nil); st != 200 || string(b) != "bee" {
+			t.Fatalf("moved file: got %d %q", st, b)
+		}
+		if _, err := fs.Stat(ctx, connect.NewRequest(&fspb.StatRequest{Path: "data/sub/b.txt"})); codeOf(err) != connect.CodeNotFound {
+			t.Fatalf("move left the source: %v", err)
+		}
+		if _, err := fs.Remove(ctx, connect.NewRequest(&fspb.RemoveRequest{Path: "out"})); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := fs.Stat(ctx, connect.NewRequest(&fspb.StatRequest{Path: "out"})); codeOf(err) != connect.CodeNotFound {
+			t.Fatalf("removed dir still there: %v", err)
+		}
+		if _, err := fs.Remove(ctx, connect.NewRequest(&fspb.RemoveRequest{Path: "out"})); codeOf(err) != connect.CodeNotFound {
+			t.Fatalf("remove missing: got %v, want not_found", err)
+		}
+	})
+
+	t.Run("bad input", func(t *testing.T) {
+		for _, p := range []string{"../etc/passwd", "/home/user/../../etc/passwd", "/etc/passwd", "a/../../b"} {
+			if st, _, b := h.do(t, http.MethodGet, "/files?path="+url.QueryEscape(p), envd(sb), nil); st != 400 {
+				t.Errorf("read %q: got %d %s, want 400 (InvalidArgumentError)", p, st, b)
+			}
+			if _, err := fs.Stat(ctx, connect.NewRequest(&fspb.StatRequest{Path: p})); codeOf(err) != connect.CodeInvalidArgument {
+				t.Errorf("stat %q: got %v, want invalid_argument", p, err)
+			}
+		}
+		if st, _, b := h.do(t, http.MethodGet, "/files?path=nope.txt", envd(sb), nil); st != 404 {
+			t.Errorf("missing file: got %d %s, want 404 (FileNotFoundError)", st, b)
+		}
+		if st, _, b := h.do(t, http.MethodPost, "/files?path=CEL.md", map[string]string{"E2b-Sandbox-Id": sb.SandboxID, "X-Access-Token": sb.EnvdAccessToken, "Content-Type": "application/octet-stream"}, strings.NewReader("x")); st != 403 {
+			t.Errorf("writing the journal: got %d %s, want 403", st, b)
+		}
+		// A malformed Connect request: invalid_argument, never a 500.
+		hdr := envd(sb)
+		hdr["Content-Type"] = "application/json"
+		hdr["Connect-Protocol-Version"] = "1"
+		st, _, b := h.do(t, http.MethodPost, "/filesystem.Filesystem/Stat", hdr, strings.NewReader(`{"path": 5`))
+		if st != 400 || !strings.Contains(string(b), `"invalid_argument"`) {
+			t.Errorf("malformed Connect body: got %d %s, want 400 invalid_argument", st, b)
+		}
+		st, _, b = h.do(t, http.MethodPost, "/filesystem.Filesystem/Stat", hdr, strings.NewReader(`{"path": 5}`))
+		if st != 400 || !strings.Contains(string(b), `"invalid_argument"`) {
+			t.Errorf("wrong field type: got %d %s, want 400 invalid_argument", st, b)
+		}
+		delete(hdr, "X-Access-Token")
+		st, _, b = h.do(t, http.MethodPost, "/filesystem.Filesystem/Stat", hdr, strings.NewReader(`{"path": "a"}`))
+		if st != 401 || !strings.Contains(string(b), `"unauthenticated"`) {
+			t.Errorf("no token: got %d %s, want 401 unauthenticated", st, b)
+		}
+	})
+}
+
+func TestExecute(t *testing.T) {
+	h := newHarness(t)
+	sb := h.create(t, map[string]any{"envVars": map[string]string{"SANDBOX_VAR": "from-create"}})
+
+	t.Run("state and results", func(t *testing.T) {
+		if st, lines := h.execute(t, sb, map[string]any{"code": "x = 21"}); st != 200 || len(find(lines, "end_of_execution")) != 1 {
+			t.Fatalf("got %d %v", st, lines)
+		}
+		st, lines := h.execute(t, sb, map[string]any{"code": "x * 2"})
+		res := find(lines, "result")
+		if st != 200 || len(res) != 1 || res[0]["text"] != "42" || res[0]["is_main_result"] != true {
+			t.Fatalf("got %d %v", st, lines)
+		}
+		if n := find(lines, "number_of_executions"); len(n) != 1 || n[0]["execution_count"].(float64) < 2 {
+			t.Fatalf("execution count: %v", lines)
+		}
+		other := h.create(t, nil)
+		_, lines = h.execute(t, other, map[string]any{"code": "x"})
+		if e := find(lines, "error"); len(e) != 1 || e[0]["name"] != "NameError" {
+			t.Fatalf("another sandbox sees x: %v", lines)
+		}
+	})
+
+	t.Run("stdout, errors, rich output", func(t *testing.T) {
+		_, lines := h.execute(t, sb, map[string]any{"code": "print('hi')\n1/0"})
+		if o := find(lines, "stdout"); len(o) != 1 || o[0]["text"] != "hi\n" {
+			t.Fatalf("stdout: %v", lines)
+		}
+		e := find(lines, "error")
+		if len(e) != 1 || e[0]["name"] != "ZeroDivisionError" || !strings.Contains(e[0]["traceback"].(string), "ZeroDivisionError") {
+			t.Fatalf("error: %v", lines)
+		}
+		_, lines = h.execute(t, sb, map[string]any{"code": "import matplotlib.pyplot as plt\nplt.plot([1,2,3])\nplt.show()\nimport pandas as pd\npd.DataFrame({'a':[1,2]})"})
+		var png, html bool
+		for _, r := range find(lines, "result") {
+			if p, ok := r["png"].(string); ok {
+				b, err := base64.StdEncoding.DecodeString(p)
+				png = err == nil && bytes.HasPrefix(b, []byte("\x89PNG"))
+			}
+			if s, ok := r["html"].(string); ok && strings.Contains(s, "<table") && r["is_main_result"] == true {
+				html = true
+			}
+		}
+		if !png || !html {
+			t.Fatalf("want a base64 PNG display and a DataFrame with html: %v", lines)
+		}
+	})
+
+	t.Run("a long stdout arrives whole", func(t *testing.T) {
+		// Triad's answer caps stdout at 64 KiB and keeps the rest in a run
+		// file; runCode reads it back and sends all of it.
+		_, lines := h.execute(t, sb, map[string]any{"code": "print('é' * 100000)"})
+		var out strings.Builder
+		for _, l := range find(lines, "stdout") {
+			out.WriteString(l["text"].(string))
+		}
+		if want := strings.Repeat("é", 100000) + "\n"; out.String() != want {
+			t.Fatalf("got %d bytes of stdout, want %d", out.Len(), len(want))
+		}
+	})
+
+	t.Run("envs", func(t *testing.T) {
+		_, lines := h.execute(t, sb, map[string]any{"code": "import os\n(os.environ.get('SANDBOX_VAR'), os.environ.get('CALL_VAR'))", "env_vars": map[string]string{"CALL_VAR": "per-call"}})
+		if r := find(lines, "result"); len(r) != 1 || r[0]["text"] != "('from-create', 'per-call')" {
+			t.Fatalf("envs: %v", lines)
+		}
+		_, lines = h.execute(t, sb, map[string]any{"code": "import os\nos.environ.get('CALL_VAR')"})
+		if r := find(lines, "result"); len(r) != 0 {
+			t.Fatalf("a per-call env outlived its call: %v", lines)
+		}
+	})
+
+	t.Run("bad input", func(t *testing.T) {
+		if st, lines := h.execute(t, sb, map[string]any{"code": "1", "context_id": "nope"}); st != 404 {
+			t.Fatalf("unknown context: got %d %v, want 404 (NotFoundError)", st, lines)
+		}
+		if st, lines := h.execute(t, sb, map[string]any{"code": "1", "language": "r"}); st < 400 || st >= 500 {
+			t.Fatalf("language r: got %d %v", st, lines)
+		}
+		if st, lines := h.execute(t, sb, map[string]any{}); st != 400 {
+			t.Fatalf("no code: got %d %v", st, lines)
+		}
+		ghost := sb
+		ghost.SandboxID = "r-ghost"
+		b, _ := json.Marshal(map[string]any{"code": "1"})
+		if st, _, body := h.do(t, http.MethodPost, "/execute", interp(ghost), bytes.NewReader(b)); st != 502 {
+			t.Fatalf("unknown sandbox: got %d %s, want 502", st, body)
+		}
+	})
+
+	t.Run("contexts", func(t *testing.T) {
+		hdr := interp(sb)
+		delete(hdr, "X-Access-Token") // the SDK sends none for contexts
+		st, _, b := h.do(t, http.MethodGet, "/contexts", hdr, nil)
+		if st != 200 || !strings.Contains(string(b), `"default"`) {
+			t.Fatalf("list: got %d %s", st, b)
+		}
+		if st, _, b := h.do(t, http.MethodPost, "/contexts/nope/restart", hdr, nil); st != 404 {
+			t.Fatalf("restart unknown: got %d %s", st, b)
+		}
+		if st, _, b := h.do(t, http.MethodPost, "/contexts/default/restart", hdr, nil); st != 200 {
+			t.Fatalf("restart: got %d %s", st, b)
+		}
+		_, lines := h.execute(t, sb, map[string]any{"code": "x"})
+		if e := find(lines, "error"); len(e) != 1 || e[0]["name"] != "NameError" {
+			t.Fatalf("x survived a restart: %v", lines)
+		}
+	})
+
+	t.Run("journal", func(t *testing.T) {
+		st, _, b := h.do(t, http.MethodGet, "/cel", map[string]string{"X-Run-Id": sb.SandboxID}, nil)
+		if st != 200 || !strings.Contains(string(b), "sandbox.exec") || strings.Contains(string(b), "PENDING") {
+			t.Fatalf("journal: got %d\n%s", st, b)
+		}
+		if strings.Contains(string(b), "from-create") || strings.Contains(string(b), "per-call") {
+			t.Fatalf("the journal shows an environment value:\n%s", b)
+		}
+	})
+}
+
+func TestCommands(t *testing.T) {
+	h := newHarness(t)
+	sb := h.create(t, map[string]any{"envVars": map[string]string{"GREETING": "hello"}})
+	_, proc := h.rpc(sb)
+	run := func(t *testing.T, cmd string, envs map[string]string) (pid uint32, stdout, stderr string, end *procpb.ProcessEvent_EndEvent) {
+		t.Helper()
+		s, err := proc.Start(t.Context(), connect.NewRequest(&procpb.StartRequest{Process: &procpb.ProcessConfig{Cmd: "/bin/bash", Args: []string{"-l", "-c", cmd}, Envs: envs}}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		for s.Receive() {
+			switch e := s.Msg().GetEvent(); {
+			case e.GetStart() != nil:
+				if end != nil || stdout != "" {
+					t.Fatal("start came after output")
+				}
+				pid = e.GetStart().GetPid()
+			case e.GetData() != nil:
+				stdout += string(e.GetData().GetStdout())
+				stderr += string(e.GetData().GetStderr())
+			case e.GetEnd() != nil:
+				end = e.GetEnd()
+			}
+		}
+		if err := s.Err(); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	t.Run("exit code", func(t *testing.T) {
+		pid, out, _, end := run(t, "echo hi && exit 3", nil)
+		if pid == 0 || out != "hi\n" || end == nil || end.GetExitCode() != 3 {
+			t.Fatalf("got pid %d stdout %q end %v", pid, out, end)
+		}
+	})
+	t.Run("envs", func(t *testing.T) {
+		_, out, errOut, end := run(t, `echo "$GREETING $WHO" >&2; pwd`, map[string]string{"WHO": "world"})
+		if end.GetExitCode() != 0 || errOut != "hello world\n" || out != "/work\n" {
+			t.Fatalf("got stdout %q stderr %q end %v", out, errOut, end)
+		}
+	})
+	t.Run("no network", func(t *testing.T) {
+		_, _, errOut, end := run(t, "python3 -c \"import urllib.request; urllib.request.urlopen('http://1.1.1.1', timeout=5)\"", nil)
+		if end.GetExitCode() == 0 {
+			t.Fatalf("a network call succeeded in the jail: %v %q", end, errOut)
+		}
+	})
+	t.Run("unsupported", func(t *testing.T) {
+		_, err := proc.SendInput(t.Context(), connect.NewRequest(&procpb.SendInputRequest{}))
+		if codeOf(err) != connect.CodeUnimplemented {
+			t.Fatalf("stdin: got %v", err)
+		}
+		if _, err := proc.SendSignal(t.Context(), connect.NewRequest(&procpb.SendSignalRequest{Process: &procpb.ProcessSelector{Selector: &procpb.ProcessSelector_Pid{Pid: 999}}})); codeOf(err) != connect.CodeNotFound {
+			t.Fatalf("kill unknown pid: got %v, want not_found (the SDK returns false)", err)
+		}
+	})
+}
+
+// TestLifecycle: past its timeout a sandbox's kernel stops and its files
+// stay, verified by hash; connect resumes it with a fresh kernel over them;
+// a restarted server knows its sandboxes.
+func TestLifecycle(t *testing.T) {
+	h := newHarness(t)
+	sb := h.create(t, map[string]any{"timeout": 1})
+	data := []byte("kept across the timeout")
+	upload(t, h, sb, map[string][]byte{"keep.txt": data})
+	h.execute(t, sb, map[string]any{"code": "y = 1"})
+
+	waitState(t, h, sb, "paused")
+	if st, _, b := h.do(t, http.MethodGet, "/files?path=keep.txt", envd(sb), nil); st != 502 {
+		t.Fatalf("data plane of a paused sandbox: got %d %s, want 502", st, b)
+	}
+	if st, _, _ := h.do(t, http.MethodGet, "/health", envd(sb), nil); st != 502 {
+		t.Fatalf("health of a paused sandbox: got %d, want 502", st)
+	}
+
+	// A restarted surface over the same store knows the sandbox, and a
+	// damaged record (the reserved run is reachable through Triad's own
+	// API) costs only itself.
+	st, _, b := h.do(t, http.MethodPost, "/tmp/write", map[string]string{"X-Run-Id": tmpfsrecords.Run, "Content-Type": "application/json"},
+		strings.NewReader(`{"path": "sandboxes/r-broken.json", "text": "{not json"}`))
+	if st != 200 {
+		t.Fatalf("writing a damaged record: got %d %s", st, b)
+	}
+	h.e2b.Close()
+	h2 := serve(t, h.stack)
+	st, b = h2.control(t, http.MethodPost, "/v2/sandboxes/"+sb.SandboxID+"/connect", map[string]any{"timeout": 300})
+	var c sandbox
+	json.Unmarshal(b, &c)
+	if st != 201 || c.EnvdAccessToken == "" {
+		t.Fatalf("connect to a paused sandbox: got %d %s, want 201", st, b)
+	}
+	sb.EnvdAccessToken = c.EnvdAccessToken
+	st, _, got := h2.do(t, http.MethodGet, "/files?path=keep.txt", envd(sb), nil)
+	if st != 200 || sum(got) != sum(data) {
+		t.Fatalf("file after resume: got %d %q, want sha256 %s", st, got, sum(data))
+	}
+	_, lines := h2.execute(t, sb, map[string]any{"code": "open('keep.txt').read(), 'y' in globals()"})
+	if r := find(lines, "result"); len(r) != 1 || r[0]["text"] != "('kept across the timeout', False)" {
+		t.Fatalf("fresh kernel over the same files: %v", lines)
+	}
+}
+
+func waitState(t *testing.T, h *harness, sb sandbox, state string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+	defer cancel()
+	for {
+		st, b := h.control(t, http.MethodGet, "/sandboxes/"+sb.SandboxID, nil)
+		var d map[string]any
+		json.Unmarshal(b, &d)
+		if st == 200 && d["state"] == state {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("sandbox never became %s: last %d %s", state, st, b)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}

@@ -1,0 +1,313 @@
+package e2b
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/triadhq/triad/internal/runid"
+)
+
+// Sandbox states, as E2B's API names them. A sandbox past its timeout is
+// paused: its kernel is stopped, its files stay, and connect resumes it
+// with a fresh kernel over the same files.
+const (
+	StateRunning = "running"
+	StatePaused  = "paused"
+)
+
+// maxTokens bounds how many envd access tokens a sandbox keeps: create and
+// every connect mint one, and SDK objects holding an older one keep working
+// until that many newer connects have happened.
+const maxTokens = 32
+
+// Sandbox is what the surface keeps about one E2B sandbox. Its ID is the
+// run id. Access tokens are kept only as sha256 digests, so a record at rest
+// grants nothing.
+type Sandbox struct {
+	ID        runid.ID          `json:"id"`
+	Template  string            `json:"template"`
+	Metadata  map[string]string `json:"metadata,omitempty"`
+	Envs      map[string]string `json:"envs,omitempty"`
+	TimeoutS  int64             `json:"timeout_s"`
+	StartedAt time.Time         `json:"started_at"`
+	EndAt     time.Time         `json:"end_at"`
+	State     string            `json:"state"`
+	// TokenSHA256 are the hex sha256 digests of the envd access tokens
+	// create and connect handed out, newest last.
+	TokenSHA256 []string `json:"token_sha256"`
+}
+
+func (s Sandbox) clone() Sandbox {
+	s.Metadata = maps.Clone(s.Metadata)
+	s.Envs = maps.Clone(s.Envs)
+	s.TokenSHA256 = slices.Clone(s.TokenSHA256)
+	return s
+}
+
+// newToken mints an envd access token and records its digest.
+func (s *Sandbox) newToken() (string, error) {
+	b := make([]byte, 24)
+	if _, err := rand.Read(b); err != nil {
+		return "", fmt.Errorf("mint access token: %w", err)
+	}
+	tok := "e2b_at_" + hex.EncodeToString(b)
+	s.TokenSHA256 = append(s.TokenSHA256, tokenDigest(tok))
+	if n := len(s.TokenSHA256); n > maxTokens {
+		s.TokenSHA256 = s.TokenSHA256[n-maxTokens:]
+	}
+	return tok, nil
+}
+
+// tokenOK reports whether tok is one of the sandbox's access tokens.
+func (s *Sandbox) tokenOK(tok string) bool {
+	if tok == "" {
+		return false
+	}
+	d := []byte(tokenDigest(tok))
+	ok := false
+	for _, h := range s.TokenSHA256 {
+		if subtle.ConstantTimeCompare(d, []byte(h)) == 1 {
+			ok = true
+		}
+	}
+	return ok
+}
+
+func tokenDigest(tok string) string {
+	sum := sha256.Sum256([]byte(tok))
+	return hex.EncodeToString(sum[:])
+}
+
+// ErrNoRecord is returned by Records.Get for a sandbox it does not hold:
+// the sandbox was never created here, or was killed.
+var ErrNoRecord = errors.New("e2b: no such sandbox record")
+
+// Records persists sandbox records, so that a restarted server (or another
+// replica sharing the store) knows every sandbox. Implementations are safe
+// for concurrent use: MemRecords in memory, tmpfsrecords in Triad's store.
+type Records interface {
+	// Put stores the record of sandbox id, replacing any earlier one.
+	Put(ctx context.Context, id runid.ID, b []byte) error
+	// Get returns the record of sandbox id, or ErrNoRecord.
+	Get(ctx context.Context, id runid.ID) ([]byte, error)
+	// Delete removes the record of sandbox id; deleting a missing record is
+	// not an error.
+	Delete(ctx context.Context, id runid.ID) error
+	// All returns every record.
+	All(ctx context.Context) ([][]byte, error)
+}
+
+// MemRecords keeps records in memory: for tests, and for a server that
+// need not remember its sandboxes across restarts.
+type MemRecords struct {
+	mu sync.Mutex
+	m  map[runid.ID][]byte
+}
+
+var _ Records = (*MemRecords)(nil)
+
+// Put implements Records.
+func (m *MemRecords) Put(_ context.Context, id runid.ID, b []byte) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.m == nil {
+		m.m = map[runid.ID][]byte{}
+	}
+	m.m[id] = slices.Clone(b)
+	return nil
+}
+
+// Get implements Records.
+func (m *MemRecords) Get(_ context.Context, id runid.ID) ([]byte, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	b, ok := m.m[id]
+	if !ok {
+		return nil, ErrNoRecord
+	}
+	return slices.Clone(b), nil
+}
+
+// Delete implements Records.
+func (m *MemRecords) Delete(_ context.Context, id runid.ID) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	delete(m.m, id)
+	return nil
+}
+
+// All implements Records.
+func (m *MemRecords) All(context.Context) ([][]byte, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := make([][]byte, 0, len(m.m))
+	for _, b := range m.m {
+		out = append(out, slices.Clone(b))
+	}
+	return out, nil
+}
+
+// registry is the in-memory view of the sandboxes, written through to
+// Records. A sandbox unknown in memory is looked up in Records, so one
+// created by another replica is found.
+type registry struct {
+	recs Records
+	log  *slog.Logger
+	mu   sync.Mutex
+	m    map[runid.ID]Sandbox
+}
+
+func newRegistry(ctx context.Context, recs Records, log *slog.Logger) (*registry, error) {
+	g := &registry{recs: recs, log: log, m: map[runid.ID]Sandbox{}}
+	all, err := recs.All(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("load sandbox records: %w", err)
+	}
+	for _, b := range all {
+		if s, ok := g.parse(ctx, b); ok {
+			g.m[s.ID] = s
+		}
+	}
+	return g, nil
+}
+
+// parse decodes a record. One that does not decode to a valid sandbox is
+// logged and skipped, so a damaged record costs that sandbox, never the
+// server.
+func (g *registry) parse(ctx context.Context, b []byte) (Sandbox, bool) {
+	var s Sandbox
+	if err := json.Unmarshal(b, &s); err != nil || s.ID.String() == "" || (s.State != StateRunning && s.State != StatePaused) {
+		g.log.ErrorContext(ctx, "skipping a damaged E2B sandbox record", "err", err, "record", shorten(string(b), 200))
+		return s, false
+	}
+	return s, true
+}
+
+// get returns a copy of sandbox id, or ErrNoRecord.
+func (g *registry) get(ctx context.Context, id runid.ID) (Sandbox, error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.getLocked(ctx, id)
+}
+
+func (g *registry) getLocked(ctx context.Context, id runid.ID) (Sandbox, error) {
+	if s, ok := g.m[id]; ok {
+		return s.clone(), nil
+	}
+	b, err := g.recs.Get(ctx, id)
+	if err != nil {
+		return Sandbox{}, err
+	}
+	s, ok := g.parse(ctx, b)
+	if !ok || s.ID != id {
+		return Sandbox{}, ErrNoRecord
+	}
+	g.m[id] = s
+	return s.clone(), nil
+}
+
+// create stores a new sandbox.
+func (g *registry) create(ctx context.Context, s Sandbox) error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.putLocked(ctx, s)
+}
+
+// update applies fn to sandbox id and stores the result; fn's error aborts
+// the update and is returned.
+func (g *registry) update(ctx context.Context, id runid.ID, fn func(*Sandbox) error) (Sandbox, error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	s, err := g.getLocked(ctx, id)
+	if err != nil {
+		return s, err
+	}
+	if err := fn(&s); err != nil {
+		return s, err
+	}
+	return s.clone(), g.putLocked(ctx, s)
+}
+
+func (g *registry) putLocked(ctx context.Context, s Sandbox) error {
+	b, err := json.Marshal(s)
+	if err != nil {
+		return err
+	}
+	if err := g.recs.Put(ctx, s.ID, b); err != nil {
+		return fmt.Errorf("store sandbox record %s: %w", s.ID, err)
+	}
+	g.m[s.ID] = s.clone()
+	return nil
+}
+
+// remove forgets sandbox id.
+func (g *registry) remove(ctx context.Context, id runid.ID) error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if err := g.recs.Delete(ctx, id); err != nil {
+		return fmt.Errorf("delete sandbox record %s: %w", id, err)
+	}
+	delete(g.m, id)
+	return nil
+}
+
+// list returns every sandbox, read from Records so that sandboxes of
+// other replicas are included, sorted newest first.
+func (g *registry) list(ctx context.Context) ([]Sandbox, error) {
+	all, err := g.recs.All(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("list sandbox records: %w", err)
+	}
+	out := make([]Sandbox, 0, len(all))
+	g.mu.Lock()
+	for _, b := range all {
+		s, ok := g.parse(ctx, b)
+		if !ok {
+			continue
+		}
+		g.m[s.ID] = s
+		out = append(out, s.clone())
+	}
+	g.mu.Unlock()
+	slices.SortFunc(out, func(a, b Sandbox) int {
+		if c := b.StartedAt.Compare(a.StartedAt); c != 0 {
+			return c
+		}
+		return compareIDs(a.ID, b.ID)
+	})
+	return out, nil
+}
+
+// expired returns the running sandboxes whose end is at or before now.
+func (g *registry) expired(now time.Time) []runid.ID {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	var out []runid.ID
+	for id, s := range g.m {
+		if s.State == StateRunning && !s.EndAt.After(now) {
+			out = append(out, id)
+		}
+	}
+	return out
+}
+
+func compareIDs(a, b runid.ID) int {
+	switch {
+	case a.String() < b.String():
+		return -1
+	case a.String() > b.String():
+		return 1
+	}
+	return 0
+}

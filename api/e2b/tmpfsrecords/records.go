@@ -1,0 +1,98 @@
+// Package tmpfsrecords keeps the E2B surface's sandbox records in Triad's file store, so every replica sharing the store and every restart knows the sandboxes.
+//
+// The records are surface bookkeeping, not tool calls: they live under a
+// reserved run that no E2B call touches, one JSON file per sandbox. Access
+// tokens are never in them, only their digests (see e2b.Sandbox).
+package tmpfsrecords
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/triadhq/triad/api/e2b"
+	"github.com/triadhq/triad/internal/runid"
+	"github.com/triadhq/triad/tmpfs"
+)
+
+// Run is the reserved run that holds the records.
+const Run = "triad-e2b-sandboxes"
+
+const dir = "sandboxes/"
+
+// Store is the part of *tmpfs.Store the records use.
+type Store interface {
+	WriteBytes(ctx context.Context, run runid.ID, path string, b []byte) (tmpfs.File, error)
+	ReadAll(ctx context.Context, run runid.ID, path string) ([]byte, tmpfs.File, error)
+	Delete(ctx context.Context, run runid.ID, path string) error
+	List(ctx context.Context, run runid.ID, prefix string) ([]tmpfs.File, error)
+}
+
+var _ Store = (*tmpfs.Store)(nil)
+
+// Records implements e2b.Records over a Store.
+type Records struct {
+	st  Store
+	run runid.ID
+}
+
+var _ e2b.Records = (*Records)(nil)
+
+// New returns Records kept in st.
+func New(st Store) *Records {
+	run, err := runid.Parse(Run)
+	if err != nil {
+		panic(err) // Run is a constant valid id
+	}
+	return &Records{st: st, run: run}
+}
+
+func path(id runid.ID) string { return dir + id.String() + ".json" }
+
+// Put implements e2b.Records.
+func (r *Records) Put(ctx context.Context, id runid.ID, b []byte) error {
+	_, err := r.st.WriteBytes(ctx, r.run, path(id), b)
+	return err
+}
+
+// Get implements e2b.Records.
+func (r *Records) Get(ctx context.Context, id runid.ID) ([]byte, error) {
+	b, _, err := r.st.ReadAll(ctx, r.run, path(id))
+	if errors.Is(err, tmpfs.ErrNotFound) {
+		return nil, e2b.ErrNoRecord
+	}
+	return b, err
+}
+
+// Delete implements e2b.Records.
+func (r *Records) Delete(ctx context.Context, id runid.ID) error {
+	err := r.st.Delete(ctx, r.run, path(id))
+	if errors.Is(err, tmpfs.ErrNotFound) {
+		return nil
+	}
+	return err
+}
+
+// All implements e2b.Records.
+func (r *Records) All(ctx context.Context) ([][]byte, error) {
+	files, err := r.st.List(ctx, r.run, dir)
+	if err != nil {
+		return nil, err
+	}
+	out := make([][]byte, 0, len(files))
+	for _, f := range files {
+		if !strings.HasSuffix(f.Path, ".json") {
+			continue
+		}
+		b, _, err := r.st.ReadAll(ctx, r.run, f.Path)
+		if errors.Is(err, tmpfs.ErrNotFound) {
+			continue // deleted since the listing
+		}
+		if err != nil {
+			return nil, fmt.Errorf("read %s: %w", f.Path, err)
+		}
+		out = append(out, b)
+	}
+	return out, nil
+}
