@@ -8,9 +8,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/triadhq/triad/internal/fault"
 	"github.com/triadhq/triad/internal/runid"
@@ -27,6 +27,10 @@ type ExecConfig struct {
 	// StreamCap caps stdout, stderr and each text output in the answer; the
 	// full text is kept as a run file.
 	StreamCap int // 64 KiB
+	// SpoolDir holds the temporary files that streams longer than
+	// StreamCap spill into while a cell runs (default os.TempDir()); each
+	// is bounded by the cell's output limit and removed after the call.
+	SpoolDir string
 }
 
 func (c *ExecConfig) defaults() {
@@ -39,6 +43,9 @@ func (c *ExecConfig) defaults() {
 	if c.StreamCap == 0 {
 		c.StreamCap = 64 << 10
 	}
+	if c.SpoolDir == "" {
+		c.SpoolDir = os.TempDir()
+	}
 }
 
 // Kernels returns the kernel manager, or nil when the sandbox is off.
@@ -46,6 +53,15 @@ func (o *Orchestrator) Kernels() *kernels.Manager { return o.kernels }
 
 // Exec is sandbox.exec.
 func (o *Orchestrator) Exec(ctx context.Context, run runid.ID, in wire.ExecRequest) (wire.ExecResponse, error) {
+	return o.ExecStream(ctx, run, in, nil)
+}
+
+// ExecStream is sandbox.exec with the cell's output handed to on as it
+// arrives (stdout and stderr chunks, displays, the result), before the
+// answer; on runs on the sandbox's goroutine and must not block for long.
+// The answer and the journal are exactly Exec's: streaming is a view of
+// the same call, not a second path.
+func (o *Orchestrator) ExecStream(ctx context.Context, run runid.ID, in wire.ExecRequest, on func(ExecEvent)) (wire.ExecResponse, error) {
 	var out wire.ExecResponse
 	if o.kernels == nil {
 		return out, fault.New(fault.NotConfigured, "no sandbox backend is configured", "start triad with --sandbox docker, wasm or auto")
@@ -61,7 +77,7 @@ func (o *Orchestrator) Exec(ctx context.Context, run runid.ID, in wire.ExecReque
 	oc := &ExecOutcome{Code: codeSummary(in.Code), TimeoutS: timeout.Seconds(), FilesIn: in.FilesIn, Timeout: timeout}
 	err := o.call(ctx, run, oc, func(ctx context.Context, s *Step) error {
 		var err error
-		out, err = o.exec1(ctx, run, in, timeout, s, oc)
+		out, err = o.exec1(ctx, run, in, timeout, s, oc, on)
 		return err
 	})
 	return out, err
@@ -93,7 +109,7 @@ func (o *Orchestrator) validateExec(in *wire.ExecRequest) error {
 	return nil
 }
 
-func (o *Orchestrator) exec1(ctx context.Context, run runid.ID, in wire.ExecRequest, timeout time.Duration, s *Step, oc *ExecOutcome) (wire.ExecResponse, error) {
+func (o *Orchestrator) exec1(ctx context.Context, run runid.ID, in wire.ExecRequest, timeout time.Duration, s *Step, oc *ExecOutcome, on func(ExecEvent)) (wire.ExecResponse, error) {
 	out := wire.ExecResponse{Display: []wire.Bundle{}, FilesOut: []wire.FileRef{}, Kernel: wire.KernelInfo{Backend: o.kernels.Backend()}}
 	oc.Backend = out.Kernel.Backend
 	sess, err := o.kernels.Acquire(ctx, run)
@@ -116,10 +132,11 @@ func (o *Orchestrator) exec1(ctx context.Context, run runid.ID, in wire.ExecRequ
 			return out, fault.Wrap(fault.Internal, err, "copy files_in into the working directory", "retry; if the disk quota is full, delete files first")
 		}
 	}
-	// The Collector keeps the whole output in memory, as before the
-	// output became a stream; it is bounded by the cell's output limit.
-	var col sandbox.Collector
-	res, err := sess.Kernel.Execute(ctx, sandbox.Cell{Code: in.Code, Timeout: timeout, Output: col.Add})
+	// Streams are kept to StreamCap in memory and spooled past it; the
+	// caller's callback, if any, sees every event as it arrives.
+	outp := newOutput(o.exec.StreamCap, o.exec.SpoolDir, on)
+	defer outp.close()
+	res, err := sess.Kernel.Execute(ctx, sandbox.Cell{Code: in.Code, Timeout: timeout, Output: outp.add})
 	if err != nil {
 		// The kernel was unusable before the cell ran: drop it so the
 		// next call starts fresh (unless the caller had already gone,
@@ -167,10 +184,9 @@ func (o *Orchestrator) exec1(ctx context.Context, run runid.ID, in wire.ExecRequ
 		return f, sess.Dir.Put(ctx, f)
 	}
 	var trunc bool
-	stdout, stderr := col.Stdout.String(), col.Stderr.String()
-	out.Stdout, out.StdoutFile, trunc = o.capStream(stdout, "stdout.txt", keep)
+	out.Stdout, out.StdoutFile, trunc = o.keepStream(ctx, run, &outp.stdout, prefix+"-stdout.txt", s)
 	out.Truncated = out.Truncated || trunc
-	out.Stderr, out.StderrFile, trunc = o.capStream(stderr, "stderr.txt", keep)
+	out.Stderr, out.StderrFile, trunc = o.keepStream(ctx, run, &outp.stderr, prefix+"-stderr.txt", s)
 	out.Truncated = out.Truncated || trunc
 	// A caller in the process (the recipe runner) gets the image bytes
 	// from here, not by reading them back from the store.
@@ -179,20 +195,20 @@ func (o *Orchestrator) exec1(ctx context.Context, run runid.ID, in wire.ExecRequ
 		images = map[string][]byte{}
 		r.Images = images
 	}
-	for i, b := range col.Display {
+	for i, b := range outp.display {
 		sb, trunc := o.shapeBundle(b, fmt.Sprintf("display-%d", i+1), keep, images)
 		out.Truncated = out.Truncated || trunc
 		out.Display = append(out.Display, sb)
 	}
-	if col.Value != nil {
-		sb, trunc := o.shapeBundle(*col.Value, "result", keep, images)
+	if outp.value != nil {
+		sb, trunc := o.shapeBundle(*outp.value, "result", keep, images)
 		out.Truncated = out.Truncated || trunc
 		out.Result = &sb
 	}
 	if res.Error != nil {
 		out.Error = execError(res.Error, timeout)
 	}
-	oc.Ran, oc.OK, oc.Error, oc.Stderr, oc.Restarted = true, out.OK, out.Error, stderr, out.Kernel.Restarted
+	oc.Ran, oc.OK, oc.Error, oc.Stderr, oc.Restarted = true, out.OK, out.Error, out.Stderr, out.Kernel.Restarted
 	return out, nil
 }
 
@@ -216,17 +232,27 @@ func (o *Orchestrator) resolveFileIn(ctx context.Context, run runid.ID, p string
 	return f, nil
 }
 
-func (o *Orchestrator) capStream(text, name string, keep func(string, []byte) (tmpfs.File, error)) (string, *wire.FileRef, bool) {
-	if len(text) <= o.exec.StreamCap {
+// keepStream returns a stream's text for the answer and, when it was over
+// the cap, stores its full text as a run file (streamed from the spool, never
+// whole in memory) and returns that file's reference.
+func (o *Orchestrator) keepStream(ctx context.Context, run runid.ID, sp *spool, path string, s *Step) (string, *wire.FileRef, bool) {
+	text, truncated := sp.text()
+	if !truncated {
 		return text, nil, false
 	}
-	f, err := keep(name, []byte(text))
-	if err != nil {
-		o.log.Error("keep full output", "err", err)
-		return truncateUTF8(text, o.exec.StreamCap), nil, true
+	f, ok, err := sp.full()
+	if err == nil && ok {
+		var stored tmpfs.File
+		stored, err = o.store.Write(ctx, run, path, f, 0)
+		if err == nil {
+			s.Artifacts = append(s.Artifacts, stored)
+			err = o.mirrorPut(ctx, run, stored)
+			r := wire.Ref(stored)
+			return text, &r, true
+		}
 	}
-	r := wire.Ref(f)
-	return truncateUTF8(text, o.exec.StreamCap), &r, true
+	o.log.ErrorContext(ctx, "keep full output", "run", run, "path", path, "err", err)
+	return text, nil, true
 }
 
 // binaryMIME are the bundle types stored as files instead of inlined.
@@ -328,16 +354,6 @@ func codeSummary(code string) string {
 	}
 	lines := strings.Count(strings.TrimRight(code, "\n"), "\n") + 1
 	return fmt.Sprintf("%q (%d lines, sha256:%s)", first, lines, hex.EncodeToString(sum[:])[:12])
-}
-
-func truncateUTF8(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	for n > 0 && !utf8.RuneStart(s[n]) {
-		n--
-	}
-	return s[:n]
 }
 
 // Restart is POST /sandbox/restart: the run's kernel starts afresh, its

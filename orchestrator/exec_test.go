@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/triadhq/triad/internal/runid"
+	"github.com/triadhq/triad/orchestrator"
 	"github.com/triadhq/triad/orchestrator/orchestratortest"
 	"github.com/triadhq/triad/sandbox"
 	"github.com/triadhq/triad/wire"
@@ -39,3 +40,44 @@ func TestExecOutputLimit(t *testing.T) {
 	}
 }
 func ptr[T any](v T) *T { return &v }
+
+// ExecStream hands the caller every piece of output as it arrives, and the
+// events add up to the answer; a stream over the cap is kept whole as a run
+// file (spooled, not held), its answer cut at the cap.
+func TestExecStream(t *testing.T) {
+	s := orchestratortest.New(t, orchestratortest.Options{Sandbox: "wasm"})
+	ctx := t.Context()
+	run := runid.New()
+	var events []orchestrator.ExecEvent
+	code := "import sys\nfor i in range(3):\n    print(i)\nprint('oops', file=sys.stderr)\nprint('x' * 200000)\n6 * 7"
+	out, err := s.Orch.ExecStream(ctx, run, wire.ExecRequest{Code: code}, func(e orchestrator.ExecEvent) { events = append(events, e) })
+	if err != nil || !out.OK {
+		t.Fatalf("exec: %+v %v", out, err)
+	}
+	var stdout, stderr strings.Builder
+	var result *wire.Bundle
+	for _, e := range events {
+		switch e.Type {
+		case wire.EventStdout:
+			stdout.WriteString(e.Text)
+		case wire.EventStderr:
+			stderr.WriteString(e.Text)
+		case wire.EventResult:
+			result = e.Bundle
+		}
+	}
+	full := "0\n1\n2\n" + strings.Repeat("x", 200000) + "\n"
+	if stdout.String() != full || stderr.String() != "oops\n" {
+		t.Errorf("events: got stdout of %d bytes, stderr %q; want %d bytes and oops", stdout.Len(), stderr.String(), len(full))
+	}
+	if result == nil || result.Data["text/plain"] != "42" || out.Result == nil || out.Result.Data["text/plain"] != "42" {
+		t.Errorf("result: event %+v, answer %+v; want 42", result, out.Result)
+	}
+	if !out.Truncated || out.Stdout != full[:64<<10] || out.StdoutFile == nil || out.StdoutFile.Size != int64(len(full)) {
+		t.Fatalf("answer: truncated=%v stdout %d bytes, file %+v; want the first 64 KiB and a file of %d", out.Truncated, len(out.Stdout), out.StdoutFile, len(full))
+	}
+	b, f, err := s.Store.ReadAll(ctx, run, out.StdoutFile.Path)
+	if err != nil || string(b) != full || f.SHA256 != out.StdoutFile.SHA256 {
+		t.Errorf("stdout file: %d bytes, %v; want the full stream", len(b), err)
+	}
+}

@@ -85,6 +85,28 @@ type ExecError struct {
 	Suggestion string   `json:"suggestion"`
 }
 
+// ExecEvent is one piece of a running cell's output, streamed before the
+// answer (POST /sandbox/exec with Accept: text/event-stream, MCP progress,
+// E2B's runCode callbacks). Type is one of the Event constants; Text is a
+// stdout or stderr chunk; Bundle is a display or result bundle as the
+// kernel sent it (images as base64, SVG as text, text capped). The final
+// answer, an ExecResponse, stores images as run files instead.
+type ExecEvent struct {
+	Type   string  `json:"type"`
+	Text   string  `json:"text,omitempty"`
+	Bundle *Bundle `json:"bundle,omitempty"`
+}
+
+// The types of ExecEvent.
+const (
+	EventStdout  = "stdout"
+	EventStderr  = "stderr"
+	EventDisplay = "display"
+	EventResult  = "result"
+	// EventClear says the cell cleared its displayed output.
+	EventClear = "clear"
+)
+
 // The kinds of ExecError.
 const (
 	CellExecution   = "execution_error" // the cell raised
