@@ -1,9 +1,6 @@
 package api
 
 import (
-	"encoding/json"
-	"errors"
-	"fmt"
 	"net/http"
 	"time"
 
@@ -66,19 +63,11 @@ func (s *Server) runEvents(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	fl, ok := w.(http.Flusher)
-	if !ok {
-		return errors.New("streaming unsupported by the connection")
+	sse, err := newEventStream(w)
+	if err != nil {
+		return err
 	}
-	w.Header().Set("Content-Type", "text/event-stream")
-	w.Header().Set("Cache-Control", "no-cache")
-	w.Header().Set("X-Accel-Buffering", "no")
-	w.WriteHeader(http.StatusOK)
-	send := func(event string, v any) {
-		b, _ := json.Marshal(v)
-		fmt.Fprintf(w, "event: %s\ndata: %s\n\n", event, b)
-		fl.Flush()
-	}
+	send := sse.send
 	send("state", st)
 	keep := time.NewTicker(15 * time.Second)
 	defer keep.Stop()
@@ -93,8 +82,7 @@ func (s *Server) runEvents(w http.ResponseWriter, r *http.Request) error {
 			}
 			send(e.Type, e)
 		case <-keep.C:
-			fmt.Fprint(w, ": keep-alive\n\n")
-			fl.Flush()
+			sse.comment("keep-alive")
 		case <-r.Context().Done():
 			return nil
 		}

@@ -1,8 +1,15 @@
 package api
 
 import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"mime"
 	"net/http"
+	"strings"
+	"sync"
 
+	"github.com/triadhq/triad/orchestrator"
 	"github.com/triadhq/triad/wire"
 )
 
@@ -15,4 +22,89 @@ func (s *Server) sandboxRestart(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	return writeJSON(w, http.StatusOK, wire.RestartResponse{OK: true, Kernel: wire.RestartKernel{Restarted: true}})
+}
+
+// sandboxExec is POST /sandbox/exec. With Accept: text/event-stream the
+// cell's output streams as Server-Sent Events while it runs, one event per
+// piece (stdout, stderr, display, result, clear; data is a wire.ExecEvent),
+// and the stream ends with a "done" event whose data is exactly the answer
+// the plain call returns, or an "error" event with the error body. Both are
+// the same orchestrated call.
+func (s *Server) sandboxExec(w http.ResponseWriter, r *http.Request) error {
+	if !acceptsEventStream(r) {
+		return jsonTool(s, s.orch.Exec)(w, r)
+	}
+	id, err := run(r)
+	if err != nil {
+		return err
+	}
+	var in wire.ExecRequest
+	if err := s.decode(w, r, &in); err != nil {
+		return err
+	}
+	sse, err := newEventStream(w)
+	if err != nil {
+		return err
+	}
+	out, err := s.orch.ExecStream(r.Context(), id, in, func(e orchestrator.ExecEvent) {
+		sse.send(e.Type, e.ExecEvent)
+	})
+	if err != nil {
+		body, _ := s.logError(r, err, 0)
+		sse.send("error", body)
+		return nil
+	}
+	sse.send("done", out)
+	return nil
+}
+
+// acceptsEventStream reports whether the client asked for Server-Sent
+// Events.
+func acceptsEventStream(r *http.Request) bool {
+	for _, v := range r.Header.Values("Accept") {
+		for _, part := range strings.Split(v, ",") {
+			mt, _, _ := mime.ParseMediaType(strings.TrimSpace(part))
+			if mt == "text/event-stream" {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// eventStream writes Server-Sent Events, flushing each.
+type eventStream struct {
+	mu sync.Mutex
+	w  http.ResponseWriter
+	fl http.Flusher
+}
+
+func newEventStream(w http.ResponseWriter) (*eventStream, error) {
+	fl, ok := w.(http.Flusher)
+	if !ok {
+		return nil, errors.New("streaming unsupported by the connection")
+	}
+	w.Header().Set("Content-Type", "text/event-stream")
+	w.Header().Set("Cache-Control", "no-cache")
+	w.Header().Set("X-Accel-Buffering", "no")
+	w.WriteHeader(http.StatusOK)
+	fl.Flush()
+	return &eventStream{w: w, fl: fl}, nil
+}
+
+// send writes one event; data is JSON on one line.
+func (e *eventStream) send(event string, v any) {
+	b, _ := json.Marshal(v)
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	fmt.Fprintf(e.w, "event: %s\ndata: %s\n\n", event, b)
+	e.fl.Flush()
+}
+
+// comment writes an SSE comment (a keep-alive).
+func (e *eventStream) comment(text string) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	fmt.Fprintf(e.w, ": %s\n\n", text)
+	e.fl.Flush()
 }

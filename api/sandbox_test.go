@@ -1,6 +1,7 @@
 package api_test
 
 import (
+	"bufio"
 	"bytes"
 	"encoding/json"
 	"net/http"
@@ -8,6 +9,8 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/google/go-cmp/cmp"
 
 	"github.com/triadhq/triad/api"
 	"github.com/triadhq/triad/orchestrator/orchestratortest"
@@ -162,5 +165,69 @@ func TestSandboxImagesAndParallelRuns(t *testing.T) {
 	}
 	if a := c.do(http.MethodGet, "/tmp/read?path=who.txt", "r-par-a", nil); !bytes.Contains(a.body, []byte("r-par-a")) {
 		t.Fatalf("run A's file: %s", a.body)
+	}
+}
+
+// POST /sandbox/exec with Accept: text/event-stream streams the cell's
+// prints as separate events while it runs, and its last event equals the
+// answer the plain call gives for the same cell.
+func TestSandboxExecSSE(t *testing.T) {
+	c := sandboxServer(t, "docker")
+	code := "import time\nfor i in range(3):\n    print(i)\n    time.sleep(0.5)\n'end'"
+	body, _ := json.Marshal(map[string]any{"code": code})
+	req, _ := http.NewRequest(http.MethodPost, c.url+"/sandbox/exec", bytes.NewReader(body))
+	req.Header.Set("X-Run-Id", "r-sse")
+	req.Header.Set("Accept", "text/event-stream")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if ct := resp.Header.Get("Content-Type"); resp.StatusCode != 200 || ct != "text/event-stream" {
+		t.Fatalf("got %d %s, want 200 text/event-stream", resp.StatusCode, ct)
+	}
+	type event struct{ name, data string }
+	var events []event
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 1<<20), 16<<20)
+	var cur event
+	for sc.Scan() {
+		line := sc.Text()
+		switch {
+		case strings.HasPrefix(line, "event: "):
+			cur.name = strings.TrimPrefix(line, "event: ")
+		case strings.HasPrefix(line, "data: "):
+			cur.data = strings.TrimPrefix(line, "data: ")
+		case line == "" && cur.name != "":
+			events = append(events, cur)
+			cur = event{}
+		}
+	}
+	var prints []string
+	for _, e := range events[:len(events)-1] {
+		if e.name == "stdout" {
+			var ev wire.ExecEvent
+			json.Unmarshal([]byte(e.data), &ev)
+			prints = append(prints, ev.Text)
+		}
+	}
+	if strings.Join(prints, "|") != "0\n|1\n|2\n" {
+		t.Errorf("got stdout events %q, want one per print before the end", prints)
+	}
+	last := events[len(events)-1]
+	if last.name != "done" {
+		t.Fatalf("last event %q %s, want done", last.name, last.data)
+	}
+	var streamed wire.ExecResponse
+	if err := json.Unmarshal([]byte(last.data), &streamed); err != nil {
+		t.Fatal(err)
+	}
+	plain, a := c.exec("r-plain", map[string]any{"code": code})
+	if a.status != 200 {
+		t.Fatalf("plain: %d %s", a.status, a.body)
+	}
+	streamed.DurationMs, plain.DurationMs = 0, 0
+	if diff := cmp.Diff(plain, streamed); diff != "" {
+		t.Errorf("the streamed answer differs from the plain one (-plain +streamed):\n%s", diff)
 	}
 }

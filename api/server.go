@@ -87,7 +87,7 @@ func New(c Config) *Server {
 	r.Handle("/blobs/{sha256}", s.handle(s.blobGet)).Methods(http.MethodGet, http.MethodHead)
 
 	r.Handle("/browser/search", s.handle(s.browserSearch)).Methods(http.MethodPost)
-	r.Handle("/sandbox/exec", s.handle(jsonTool(s, s.orch.Exec))).Methods(http.MethodPost)
+	r.Handle("/sandbox/exec", s.handle(s.sandboxExec)).Methods(http.MethodPost)
 	r.Handle("/sandbox/restart", s.handle(s.sandboxRestart)).Methods(http.MethodPost)
 	return s
 }
@@ -124,6 +124,14 @@ func (s *Server) handle(h handlerFunc) http.Handler {
 // writeError writes err as {"error":{kind,message,suggestion}} (wire.Error)
 // and logs it. status 0 derives the status from the kind.
 func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error, status int) {
+	body, status := s.logError(r, err, status)
+	writeJSON(w, status, body)
+}
+
+// logError logs a failed request and returns its body and status (0
+// derives the status from the kind): the one place errors are logged, for
+// plain answers and for streams that end in an error event.
+func (s *Server) logError(r *http.Request, err error, status int) (wire.ErrorBody, int) {
 	body := wire.Error(err)
 	if status == 0 {
 		status = fault.Status(body.Error.Kind)
@@ -133,7 +141,7 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error, s
 		lvl = slog.LevelError
 	}
 	s.log.Log(r.Context(), lvl, "request failed", "method", r.Method, "path", r.URL.Path, "status", status, "kind", body.Error.Kind, "err", err)
-	writeJSON(w, status, body)
+	return body, status
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) error {

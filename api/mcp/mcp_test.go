@@ -2,6 +2,7 @@ package mcp
 
 import (
 	"bytes"
+	"context"
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"
@@ -14,6 +15,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -591,4 +593,35 @@ func TestSessionRun(t *testing.T) {
 func hexSum(s string) string {
 	sum := sha256.Sum256([]byte(s))
 	return hex.EncodeToString(sum[:16])
+}
+
+// A sandbox_exec whose client asks for progress gets each print as a
+// progress notification while the cell runs, before the result.
+func TestExecProgress(t *testing.T) {
+	s := newStack(t, stackOptions{sandbox: true})
+	var mu sync.Mutex
+	var msgs []string
+	c := sdk.NewClient(&sdk.Implementation{Name: "triad-test", Version: "0"}, &sdk.ClientOptions{
+		ProgressNotificationHandler: func(_ context.Context, req *sdk.ProgressNotificationClientRequest) {
+			mu.Lock()
+			defer mu.Unlock()
+			msgs = append(msgs, req.Params.Message)
+		},
+	})
+	cs, err := c.Connect(t.Context(), &sdk.StreamableClientTransport{Endpoint: s.url + "/mcp", DisableStandaloneSSE: true}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cs.Close()
+	params := &sdk.CallToolParams{Name: ToolExec, Arguments: map[string]any{"code": "import time\nfor i in range(3):\n    print(i)\n    time.sleep(0.5)"}}
+	params.SetProgressToken("p-1")
+	res, err := cs.CallTool(t.Context(), params)
+	if err != nil || res.IsError {
+		t.Fatalf("call: %+v %v", res, err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if strings.Join(msgs, "|") != "0\n|1\n|2\n" {
+		t.Errorf("got progress messages %q, want one per print", msgs)
+	}
 }

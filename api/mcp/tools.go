@@ -356,7 +356,7 @@ func (s *Server) exec(ctx context.Context, req *sdk.CallToolRequest, in execArgs
 	if err != nil {
 		return nil, wire.ExecResponse{}, err
 	}
-	out, err := s.orch.Exec(ctx, run, in.ExecRequest)
+	out, err := s.orch.ExecStream(ctx, run, in.ExecRequest, s.progress(ctx, req))
 	if err != nil {
 		return nil, out, err
 	}
@@ -370,6 +370,37 @@ func (s *Server) exec(ctx context.Context, req *sdk.CallToolRequest, in execArgs
 	}
 	res.Content = append([]sdk.Content{text}, s.images(ctx, out)...)
 	return res, out, nil
+}
+
+// progress returns the output callback for a sandbox_exec whose client
+// asked for progress (a progressToken in _meta): each stdout or stderr chunk
+// and each display becomes a notifications/progress whose message is the
+// text, so a client can show the cell's output as it runs. Without a token
+// it returns nil and the call streams nothing.
+func (s *Server) progress(ctx context.Context, req *sdk.CallToolRequest) func(orchestrator.ExecEvent) {
+	token := req.Params.GetProgressToken()
+	if token == nil || req.Session == nil {
+		return nil
+	}
+	var n float64
+	return func(e orchestrator.ExecEvent) {
+		msg := e.Text
+		switch e.Type {
+		case wire.EventStdout, wire.EventStderr:
+		case wire.EventDisplay, wire.EventResult:
+			if t, ok := e.Bundle.Data["text/plain"].(string); ok {
+				msg = t
+			} else {
+				msg = "(" + e.Type + ")"
+			}
+		default:
+			return
+		}
+		n++
+		if err := req.Session.NotifyProgress(ctx, &sdk.ProgressNotificationParams{ProgressToken: token, Progress: n, Message: msg}); err != nil {
+			s.log.DebugContext(ctx, "progress notification", "err", err)
+		}
+	}
 }
 
 func (s *Server) restart(ctx context.Context, req *sdk.CallToolRequest, in struct{ runArg }) (*sdk.CallToolResult, wire.RestartResponse, error) {
