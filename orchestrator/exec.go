@@ -60,6 +60,9 @@ func (o *Orchestrator) Exec(ctx context.Context, run runid.ID, in wire.ExecReque
 	timeout = min(timeout, o.exec.MaxTimeout)
 	oc := &ExecOutcome{Code: codeSummary(in.Code), TimeoutS: timeout.Seconds(), FilesIn: in.FilesIn, Timeout: timeout}
 	err := o.call(ctx, run, oc, func(ctx context.Context, s *Step) error {
+		if err := o.keepCode(ctx, run, in.Code, oc); err != nil {
+			return err
+		}
 		var err error
 		out, err = o.exec1(ctx, run, in, timeout, s, oc)
 		return err
@@ -100,6 +103,9 @@ func (o *Orchestrator) exec1(ctx context.Context, run runid.ID, in wire.ExecRequ
 	if err != nil {
 		return out, sandboxErr(err)
 	}
+	if err := o.prepareKernel(ctx, run, sess, oc); err != nil {
+		return out, err
+	}
 	for i, f := range in.FilesIn {
 		src, err := o.resolveFileIn(ctx, run, f.Path)
 		if err != nil {
@@ -119,6 +125,11 @@ func (o *Orchestrator) exec1(ctx context.Context, run runid.ID, in wire.ExecRequ
 		// next call starts fresh.
 		o.kernels.Drop(run)
 		return out, sandboxErr(err)
+	}
+	if res.Restarted {
+		if err := o.kernelRestarted(ctx, run, sess); err != nil {
+			o.log.ErrorContext(ctx, "set up the restarted kernel", "run", run, "err", err)
+		}
 	}
 	ch, herr := sess.Dir.Harvest(ctx)
 	for _, f := range ch.Written {
@@ -319,5 +330,5 @@ func (o *Orchestrator) Restart(ctx context.Context, run runid.ID) error {
 		o.kernels.Drop(run)
 		return sandboxErr(err)
 	}
-	return nil
+	return o.kernelRestarted(ctx, run, sess)
 }
