@@ -104,11 +104,10 @@ func Run(ctx context.Context, o *orchestrator.Orchestrator, orig runid.ID, opt O
 		rep.OriginalMs += tr.ElapsedMs
 		st := wire.ReplayStep{Step: tr.Step, Tool: tr.Tool}
 		rc := &orchestrator.Receipt{}
-		label := fmt.Sprintf("Replay of step %d of run %s", tr.Step, orig)
-		if tr.Label != "" {
-			label += ": " + tr.Label
-		}
-		cctx := orchestrator.WithStepInfo(ctx, orchestrator.StepInfo{Label: label, Receipt: rc})
+		// The original's label, unchanged: a cell that reads the journal
+		// sees the same Step Blocks but for their times (the header says
+		// the run is a replay).
+		cctx := orchestrator.WithStepInfo(ctx, orchestrator.StepInfo{Label: tr.Label, Receipt: rc})
 		skipped, code, err := call(cctx, o, run, tr)
 		if ctx.Err() != nil {
 			return nil, fmt.Errorf("replay of run %s stopped at step %d: %w", orig, tr.Step, ctx.Err())
@@ -489,11 +488,13 @@ var reads = []struct {
 }{
 	{"the clock", regexp.MustCompile(`\btime\.(?:time|time_ns)\s*\(|\b(?:datetime|date|Timestamp)\.(?:now|utcnow|today)\s*\(|\btime\.(?:localtime|gmtime|ctime)\s*\(\s*\)|\btime\.strftime\s*\([^,()]*\)|\bTimestamp\(\s*["'](?:now|today)["']`)},
 	{"entropy", regexp.MustCompile(`\bos\.urandom\s*\(|\buuid\.uuid[14]\s*\(|\bsecrets\.\w+|\bSystemRandom\s*\(|\bdefault_rng\s*\(\s*\)|\bRandomState\s*\(\s*\)|\brandom_state\s*=\s*None\b|\brandom\.seed\s*\(\s*\)`)},
+	{"the journal", regexp.MustCompile(`\b(?:CEL(?:\.step_\d+)?\.md|trace\.jsonl|evaluations\.jsonl)\b`)},
 	{"the network", regexp.MustCompile(`\burllib\.request\b|\burlopen\s*\(|\brequests\.(?:get|post|put|head|request|Session)\b|\bhttpx\.|\bhttp\.client\b|\bsocket\.(?:socket|create_connection)\s*\(`)},
 }
 
 // Reads returns what a cell's source reads that a replay cannot repeat, as
-// "the clock (time.time())": the clock, entropy and the network.
+// "the clock (time.time())": the clock, entropy, the journal (whose times
+// and run id are records) and the network.
 func Reads(code string) []string {
 	var out []string
 	for _, r := range reads {

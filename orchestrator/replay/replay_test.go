@@ -333,6 +333,7 @@ func TestReads(t *testing.T) {
 		{"import uuid; u = uuid.uuid4()", []string{"entropy (uuid.uuid4()"}},
 		{"import urllib.request\nurllib.request.urlopen('http://x')", []string{"the network (urllib.request)"}},
 		{"t = time.strftime('%Y')", []string{"the clock (time.strftime('%Y'))"}},
+		{"text = open('CEL.md').read()", []string{"the journal (CEL.md)"}},
 		// Seeded or data-dated code reads nothing a replay cannot repeat.
 		{"rng = np.random.default_rng(TRIAD_SEED)\nx = time.strftime('%Y', t)\nd = datetime.date.fromisoformat(as_of)", nil},
 	} {
