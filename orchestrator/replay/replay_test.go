@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
@@ -56,7 +57,7 @@ const salesCSV = "month,units\n2025-01,10\n2025-02,12\n2025-03,9\n2025-04,15\n"
 
 // manualSession makes the calls an agent would: tmp.write, three cells, a
 // search and a plot.
-func manualSession(t *testing.T, o *orchestrator.Orchestrator, run runid.ID) {
+func manualSession(t testing.TB, o *orchestrator.Orchestrator, run runid.ID) {
 	t.Helper()
 	ctx := t.Context()
 	text := salesCSV
@@ -74,7 +75,7 @@ func manualSession(t *testing.T, o *orchestrator.Orchestrator, run runid.ID) {
 	}
 }
 
-func exec(t *testing.T, o *orchestrator.Orchestrator, run runid.ID, code string) wire.ExecResponse {
+func exec(t testing.TB, o *orchestrator.Orchestrator, run runid.ID, code string) wire.ExecResponse {
 	t.Helper()
 	out, err := o.Exec(t.Context(), run, wire.ExecRequest{Code: code})
 	if err != nil {
@@ -318,6 +319,27 @@ func TestReplayRefusesAndReplaysReplays(t *testing.T) {
 	if !second.Identical || len(second.Steps) != 2 || second.Steps[1].Tool != orchestrator.ToolReplay || second.Steps[1].Skipped == "" {
 		t.Errorf("replay of a replay: got %+v, want identical with the report step skipped", second)
 	}
+}
+
+// BenchmarkReplay replays the manual session (Docker) right after making
+// it, in each iteration, and reports the replay's time as a ratio of the
+// session's, measured in the same run.
+func BenchmarkReplay(b *testing.B) {
+	s := orchestratortest.New(b, orchestratortest.Options{Sandbox: "docker", Search: true, Warm: 1})
+	var orig, again time.Duration
+	for b.Loop() {
+		run := runid.New()
+		t0 := time.Now()
+		manualSession(b, s.Orch, run)
+		t1 := time.Now()
+		rep, err := replay.Run(b.Context(), s.Orch, run, replay.Options{})
+		again += time.Since(t1)
+		orig += t1.Sub(t0)
+		if err != nil || !rep.Identical {
+			b.Fatalf("replay: %v %+v", err, rep)
+		}
+	}
+	b.ReportMetric(float64(again)/float64(orig), "replay/original")
 }
 
 func TestReads(t *testing.T) {
