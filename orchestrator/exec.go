@@ -103,6 +103,9 @@ func (o *Orchestrator) exec1(ctx context.Context, run runid.ID, in wire.ExecRequ
 	if err != nil {
 		return out, sandboxErr(err)
 	}
+	// The session is busy, so the idle reaper leaves it alone, until the
+	// cell's files are harvested and its outputs kept.
+	defer o.kernels.Release(sess)
 	if err := o.prepareKernel(ctx, run, sess, oc); err != nil {
 		return out, err
 	}
@@ -119,27 +122,45 @@ func (o *Orchestrator) exec1(ctx context.Context, run runid.ID, in wire.ExecRequ
 			return out, fault.Wrap(fault.Internal, err, "copy files_in into the working directory", "retry; if the disk quota is full, delete files first")
 		}
 	}
-	res, err := sess.Kernel.Execute(ctx, in.Code, timeout)
+	// The Collector keeps the whole output in memory, as before the
+	// output became a stream; it is bounded by the cell's output limit.
+	var col sandbox.Collector
+	res, err := sess.Kernel.Execute(ctx, sandbox.Cell{Code: in.Code, Timeout: timeout, Output: col.Add})
 	if err != nil {
 		// The kernel was unusable before the cell ran: drop it so the
-		// next call starts fresh.
-		o.kernels.Drop(run)
+		// next call starts fresh (unless the caller had already gone,
+		// which says nothing about the kernel).
+		if ctx.Err() == nil {
+			o.kernels.Drop(run)
+		}
 		return out, sandboxErr(err)
 	}
 	if res.Restarted {
-		if err := o.kernelRestarted(ctx, run, sess); err != nil {
+		// Set up for the next cell even if this one's caller hung up.
+		if err := o.kernelRestarted(context.WithoutCancel(ctx), run, sess); err != nil {
 			o.log.ErrorContext(ctx, "set up the restarted kernel", "run", run, "err", err)
 		}
 	}
-	ch, herr := sess.Dir.Harvest(ctx)
+	// The cell ran, if only until the caller hung up: what it wrote is
+	// harvested whole either way, so the store matches the directory.
+	ch, herr := sess.Dir.Harvest(context.WithoutCancel(ctx))
 	for _, f := range ch.Written {
 		out.FilesOut = append(out.FilesOut, wire.Ref(f))
 		s.Artifacts = append(s.Artifacts, f)
 	}
 	out.FilesDeleted = ch.Deleted
 	oc.Tampered, oc.Skipped = ch.Tampered, ch.Skipped
+	for _, r := range ch.Refused {
+		out.FilesRefused = append(out.FilesRefused, wire.RefusedFile{Path: r.Path, Size: r.Size, Reason: r.Reason})
+		oc.Refused = append(oc.Refused, fmt.Sprintf("%s (%s)", r.Path, r.Reason))
+	}
 	if herr != nil {
-		o.log.ErrorContext(ctx, "harvest working directory", "run", run, "err", herr)
+		// Never a success with files missing: the caller must know.
+		o.log.ErrorContext(ctx, "harvest working directory", "run", run, "stored", len(ch.Written), "err", herr)
+		return out, harvestErr(herr, len(ch.Written))
+	}
+	for _, r := range ch.Refused {
+		o.log.WarnContext(ctx, "refused to harvest a file", "run", run, "path", r.Path, "size", r.Size, "reason", r.Reason)
 	}
 	out.OK = res.OK
 	out.ExecutionCount = res.ExecutionCount
@@ -158,9 +179,10 @@ func (o *Orchestrator) exec1(ctx context.Context, run runid.ID, in wire.ExecRequ
 		return f, sess.Dir.Put(ctx, f)
 	}
 	var trunc bool
-	out.Stdout, out.StdoutFile, trunc = o.capStream(res.Stdout, "stdout.txt", keep)
+	stdout, stderr := col.Stdout.String(), col.Stderr.String()
+	out.Stdout, out.StdoutFile, trunc = o.capStream(stdout, "stdout.txt", keep)
 	out.Truncated = out.Truncated || trunc
-	out.Stderr, out.StderrFile, trunc = o.capStream(res.Stderr, "stderr.txt", keep)
+	out.Stderr, out.StderrFile, trunc = o.capStream(stderr, "stderr.txt", keep)
 	out.Truncated = out.Truncated || trunc
 	// A caller in the process (the recipe runner) gets the image bytes
 	// from here, not by reading them back from the store.
@@ -169,20 +191,20 @@ func (o *Orchestrator) exec1(ctx context.Context, run runid.ID, in wire.ExecRequ
 		images = map[string][]byte{}
 		r.Images = images
 	}
-	for i, b := range res.Display {
+	for i, b := range col.Display {
 		sb, trunc := o.shapeBundle(b, fmt.Sprintf("display-%d", i+1), keep, images)
 		out.Truncated = out.Truncated || trunc
 		out.Display = append(out.Display, sb)
 	}
-	if res.Value != nil {
-		sb, trunc := o.shapeBundle(*res.Value, "result", keep, images)
+	if col.Value != nil {
+		sb, trunc := o.shapeBundle(*col.Value, "result", keep, images)
 		out.Truncated = out.Truncated || trunc
 		out.Result = &sb
 	}
 	if res.Error != nil {
 		out.Error = execError(res.Error, timeout)
 	}
-	oc.Ran, oc.OK, oc.Error, oc.Stderr, oc.Restarted = true, out.OK, out.Error, res.Stderr, out.Kernel.Restarted
+	oc.Ran, oc.OK, oc.Error, oc.Stderr, oc.Restarted = true, out.OK, out.Error, stderr, out.Kernel.Restarted
 	return out, nil
 }
 
@@ -271,12 +293,28 @@ func execError(e *sandbox.ExecError, timeout time.Duration) *wire.ExecError {
 			out.Message += " (" + e.Reason + ")"
 		}
 		out.Suggestion = "the next call gets a fresh kernel with no variables; use less memory (OOMKilled) or avoid os._exit, then re-run the cells that set up state"
+	case sandbox.KindOutputLimit:
+		out.Message = "the cell's output passed the per-cell output limit and the cell was stopped: " + e.Evalue
+		out.Suggestion = "print less: write large results to a file in the working directory (it becomes a run file) and print a summary; if the kernel was restarted, re-run the cells that set up state"
+	case sandbox.KindInterrupted:
+		out.Message = "the call was abandoned while the cell ran, so the cell was interrupted: " + e.Evalue
+		out.Suggestion = "run the cell again and wait for its answer; if the kernel was restarted, re-run the cells that set up state"
 	default:
 		out.Kind = sandbox.KindExecution
 		out.Message = strings.TrimSpace(e.Ename + ": " + e.Evalue)
 		out.Suggestion = "fix the code and run the cell again; the traceback shows where it failed"
 	}
 	return out
+}
+
+// harvestErr reports a harvest that could not store every file the cell
+// left: the call fails rather than answer with files missing.
+func harvestErr(err error, stored int) error {
+	msg := fmt.Sprintf("the cell ran, but its files could not all be stored (%d were)", stored)
+	if errors.Is(err, sandbox.ErrClosed) {
+		msg = fmt.Sprintf("the cell ran, but its kernel was stopped while its files were being stored (%d were); the others are lost", stored)
+	}
+	return fault.Wrap(fault.Unavailable, err, msg, "check the run's files with tmp.list, and run the cell again to write the missing ones")
 }
 
 func sandboxErr(err error) error {

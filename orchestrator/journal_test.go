@@ -350,3 +350,28 @@ import sys; sys.modules['json'] = json
 		t.Fatalf("verdicts differ or pass a broken JSON file:\ncontrol %s\npatched %s", a, b)
 	}
 }
+
+// The closing summary lists the run's deliverables, not Triad's index of
+// them.
+func TestFinalizeListsDeliverables(t *testing.T) {
+	s := orchestratortest.New(t, orchestratortest.Options{})
+	ctx := t.Context()
+	run := runid.New()
+	if _, err := s.Orch.Write(ctx, run, wire.WriteRequest{Path: "artifacts/brief.md", Text: text("# Brief\n")}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Store.Stat(ctx, run, runfiles.Index); err != nil {
+		t.Fatalf("no index after a deliverable: %v", err)
+	}
+	if err := s.Orch.Finalize(ctx, run, "succeeded"); err != nil {
+		t.Fatal(err)
+	}
+	cel := string(journal(t, s, run))
+	_, summary, ok := strings.Cut(cel, "\n## Summary\n")
+	if !ok {
+		t.Fatalf("no summary:\n%s", cel)
+	}
+	if !strings.Contains(summary, "`tmp/artifacts/brief.md`") || strings.Contains(summary, "index.json") {
+		t.Errorf("got summary\n%s\nwant artifacts/brief.md and not the index", summary)
+	}
+}

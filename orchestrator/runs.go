@@ -85,7 +85,9 @@ func (o *Orchestrator) Finalize(ctx context.Context, run runid.ID, status string
 	}
 	arts, _ := o.store.List(ctx, run, runfiles.ArtifactsDir)
 	for _, a := range arts {
-		sum.Artifacts = append(sum.Artifacts, wire.Ref(a))
+		if runfiles.IsDeliverable(a.Path) {
+			sum.Artifacts = append(sum.Artifacts, wire.Ref(a))
+		}
 	}
 	files, err := o.j.cel.Finalize(ctx, run, sum)
 	if err != nil {

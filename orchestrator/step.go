@@ -124,8 +124,11 @@ type ExecOutcome struct {
 	// Tampered are Triad's records the cell changed; they were restored.
 	Tampered []string
 	// Skipped are working-directory entries not harvested (symlinks,
-	// special files, names the path rules refuse, files over the quota).
+	// special files, names the path rules refuse).
 	Skipped []string
+	// Refused are files the cell wrote that were not stored, with why
+	// (over the disk quota: a sparse file's apparent size counts).
+	Refused []string
 	Timeout time.Duration
 }
 
@@ -164,6 +167,9 @@ func (e *ExecOutcome) describe(s *Step) (did, next []string, failed bool) {
 	}
 	if len(e.Tampered) > 0 {
 		did = append(did, fmt.Sprintf("Restored %d record(s) of Triad's the cell changed: %s", len(e.Tampered), strings.Join(e.Tampered, ", ")))
+	}
+	if len(e.Refused) > 0 {
+		did = append(did, fmt.Sprintf("Refused to store %d file(s) the cell wrote: %s", len(e.Refused), strings.Join(e.Refused, "; ")))
 	}
 	if len(e.Skipped) > 0 {
 		did = append(did, fmt.Sprintf("Did not store %d working-directory entr(y/ies): %s", len(e.Skipped), strings.Join(e.Skipped, ", ")))

@@ -166,7 +166,7 @@ func (o *Orchestrator) Delete(ctx context.Context, run runid.ID, path string) (w
 		out.OK = true
 		if o.kernels != nil {
 			if sess := o.kernels.Peek(run); sess != nil {
-				if err := sess.Dir.Remove(p); err != nil {
+				if err := sess.Dir.Remove(ctx, p); err != nil {
 					o.log.ErrorContext(ctx, "remove from working directory", "run", run, "path", p, "err", err)
 				}
 			}

@@ -20,7 +20,7 @@ import (
 // MaxSize is the largest recipe file Parse accepts.
 const MaxSize = 1 << 20
 
-const fixSuggestion = "fix the recipe file; the format is described in the recipes section of the README"
+const fixSuggestion = "fix the recipe file; the format is described in docs/recipes.md"
 
 var (
 	nameRE  = regexp.MustCompile(`^[a-z0-9]+(-[a-z0-9]+)*$`)

@@ -34,15 +34,27 @@ type ExecResponse struct {
 	Error    *ExecError `json:"error,omitempty"`
 	FilesOut []FileRef  `json:"files_out"`
 	// FilesDeleted are run files the cell removed.
-	FilesDeleted   []string `json:"files_deleted,omitempty"`
-	ExecutionCount int      `json:"execution_count"`
-	DurationMs     int64    `json:"duration_ms"`
+	FilesDeleted []string `json:"files_deleted,omitempty"`
+	// FilesRefused are files the cell wrote that were not stored, and why
+	// (a file larger than the kernel's disk quota, such as a sparse file
+	// whose apparent size is past it).
+	FilesRefused   []RefusedFile `json:"files_refused,omitempty"`
+	ExecutionCount int           `json:"execution_count"`
+	DurationMs     int64         `json:"duration_ms"`
 	// Truncated is true when a stream or text output was capped; the full
 	// text is in StdoutFile / StderrFile.
 	Truncated  bool       `json:"truncated"`
 	StdoutFile *FileRef   `json:"stdout_file,omitempty"`
 	StderrFile *FileRef   `json:"stderr_file,omitempty"`
 	Kernel     KernelInfo `json:"kernel"`
+}
+
+// RefusedFile is a file a cell wrote that Triad did not store.
+type RefusedFile struct {
+	Path string `json:"path"`
+	// Size is the file's apparent size.
+	Size   int64  `json:"size"`
+	Reason string `json:"reason"`
 }
 
 // KernelInfo says which kernel ran the cell.

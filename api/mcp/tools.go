@@ -173,7 +173,7 @@ var (
 		"stderr":          "Error stream output, capped; see truncated and stderr_file.",
 		"display":         "display_data bundles in order. Images are stored as run files and appear as {path, sha256, size}; they also come back as image content.",
 		"result":          "The last expression's value as a MIME bundle (data[\"text/plain\"] is its repr).",
-		"error":           "Why the cell failed: kind (execution, timeout, kernel_died), ename, evalue, traceback, message and suggestion.",
+		"error":           "Why the cell failed: kind (execution_error, timeout, kernel_died, output_limit, interrupted), ename, evalue, traceback, message and suggestion.",
 		"files_out":       "Files the cell created or changed in the working directory, now run files.",
 		"files_deleted":   "Run files the cell removed.",
 		"execution_count": "The kernel's cell counter.",

@@ -147,10 +147,11 @@ func main() {
 	var tk []time.Duration
 	for range *n {
 		t0 := time.Now()
-		_, err := sess.Kernel.Execute(ctx, "1+1", 10*time.Second)
+		_, err := sess.Kernel.Execute(ctx, sandbox.Cell{Code: "1+1", Timeout: 10 * time.Second})
 		check(err)
 		tk = append(tk, time.Since(t0))
 	}
+	pooled.Release(sess)
 	bareO := orchestrator.New(orchestrator.Config{Store: store, Kernels: pooled})
 	var to []time.Duration
 	for range *n {
@@ -268,7 +269,7 @@ func wasmIdleMemory(ctx context.Context, b *wasm.Backend) string {
 	for range 8 {
 		k, err := b.Start(ctx, sandbox.Spec{})
 		check(err)
-		_, err = k.Execute(ctx, "1+1", 10*time.Second)
+		_, err = k.Execute(ctx, sandbox.Cell{Code: "1+1", Timeout: 10 * time.Second})
 		check(err)
 		ks = append(ks, k)
 	}

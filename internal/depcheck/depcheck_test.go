@@ -23,7 +23,7 @@ var layers = [][]string{
 		"internal/miniotest", "internal/depcheck", "recipes/sampledata/internal/gen", "recipes/sampledata/internal/regen"},
 	// 1: the contract and the seams: wire types, the records' names, and
 	// the interfaces the tools implement.
-	{"wire", "runfiles", "tmpfs", "sandbox"},
+	{"wire", "runfiles", "tmpfs", "sandbox", "sandbox/internal/emit"},
 	// 2: tools and records.
 	{"browser", "browser/replay", "browser/tavily", "browser/tavilytest",
 		"tmpfs/local", "tmpfs/s3", "tmpfs/tmpfstest",
@@ -46,6 +46,7 @@ var sameLayer = map[string][]string{
 	"internal/safepath":                 {"internal/fault"},
 	"internal/miniotest":                {"internal/testenv"},
 	"wire":                              {"tmpfs"},
+	"sandbox/internal/emit":             {"sandbox"},
 	"browser/replay":                    {"browser"},
 	"browser/tavily":                    {"browser"},
 	"sandbox/docker":                    {"sandbox/docker/image", "sandbox/docker/jupyter", "sandbox/hostdir"},
