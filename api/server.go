@@ -68,6 +68,7 @@ func New(c Config) *Server {
 	r.Handle("/runs", s.handle(s.newRun)).Methods(http.MethodPost)
 	r.Handle("/runs/{id}", s.handle(s.runGet)).Methods(http.MethodGet)
 	r.Handle("/runs/{id}/events", s.handle(s.runEvents)).Methods(http.MethodGet)
+	r.Handle("/runs/{id}/replay", s.handle(s.runReplay)).Methods(http.MethodPost)
 	r.Handle("/run", s.handle(s.postRun)).Methods(http.MethodPost)
 	r.Handle("/recipes", s.handle(s.recipesList)).Methods(http.MethodGet)
 	r.Handle("/recipes/{name}", s.handle(s.recipeGet)).Methods(http.MethodGet)
@@ -197,7 +198,8 @@ func (s *Server) version(w http.ResponseWriter, r *http.Request) error {
 
 // newRun mints a run id. The optional body {"replay": true} or
 // {"replay_from": "<run id>"} makes the run answer its searches from
-// recorded citations (its own, or copied from another run).
+// recorded citations (its own, or copied from another run); {"seed": n,
+// "as_of": "YYYY-MM-DD"} sets up its kernel (recorded in run.setup.json).
 func (s *Server) newRun(w http.ResponseWriter, r *http.Request) error {
 	var in wire.NewRunRequest
 	if r.ContentLength != 0 {
@@ -206,6 +208,21 @@ func (s *Server) newRun(w http.ResponseWriter, r *http.Request) error {
 		}
 	}
 	id := runid.New()
+	out := wire.NewRunResponse{RunID: id.String()}
+	if in.Seed != nil || in.AsOf != nil {
+		setup := wire.RunSetup{}
+		if in.Seed != nil {
+			setup.Seed = *in.Seed
+		}
+		if in.AsOf != nil {
+			setup.AsOf = *in.AsOf
+		}
+		st, err := s.orch.SetRunSetup(r.Context(), id, setup)
+		if err != nil {
+			return err
+		}
+		out.Seed, out.AsOf = st.Seed, st.AsOf
+	}
 	replay := in.Replay != nil && *in.Replay
 	if in.ReplayFrom != "" {
 		src, err := runid.Parse(in.ReplayFrom)
@@ -219,5 +236,6 @@ func (s *Server) newRun(w http.ResponseWriter, r *http.Request) error {
 	} else if replay {
 		s.orch.SetReplay(id, true)
 	}
-	return writeJSON(w, http.StatusCreated, wire.NewRunResponse{RunID: id.String(), Replay: replay})
+	out.Replay = replay
+	return writeJSON(w, http.StatusCreated, out)
 }

@@ -117,6 +117,9 @@ type Header struct {
 	Started   time.Time
 	Recipe    string
 	Objective string
+	// Setup, when set, is what the run's kernel is set up with (seed,
+	// as_of, sandbox image): the facts a replay must match.
+	Setup *wire.RunSetup
 }
 
 // FormatHeader renders h.
@@ -130,6 +133,25 @@ func FormatHeader(h Header) string {
 	}
 	if h.Objective != "" {
 		fmt.Fprintf(&w, "- **Objective:** %s\n", inline(h.Objective))
+	}
+	if s := h.Setup; s != nil {
+		fmt.Fprintf(&w, "- **Seed:** %d (%s): Python's random and NumPy's global generator start from it in every fresh kernel; PYTHONHASHSEED=%d\n",
+			s.Seed, inline(s.SeedFrom), s.PythonHashSeed)
+		asOf := "none"
+		if s.AsOf != "" {
+			asOf = inline(s.AsOf)
+		}
+		fmt.Fprintf(&w, "- **As of:** %s (%s): SOURCE_DATE_EPOCH=%d\n", asOf, inline(s.AsOfFrom), s.SourceDateEpoch)
+		if s.Backend != "" {
+			sb := inline(s.Backend)
+			if s.Image != "" {
+				sb += ", image " + codeSpan(s.Image)
+			}
+			fmt.Fprintf(&w, "- **Sandbox:** %s\n", sb)
+		}
+		if s.ReplayOf != "" {
+			fmt.Fprintf(&w, "- **Replay of:** %s\n", inline(s.ReplayOf))
+		}
 	}
 	return w.String()
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/triadhq/triad/internal/runid"
 	"github.com/triadhq/triad/tmpfs"
 	"github.com/triadhq/triad/tmpfs/local"
+	"github.com/triadhq/triad/wire"
 )
 
 var update = flag.Bool("update", false, "rewrite golden files")
@@ -63,6 +64,12 @@ func TestFormatGolden(t *testing.T) {
 	}
 	t.Run("header", func(t *testing.T) {
 		golden(t, "header.md", cel.FormatHeader(cel.Header{Run: runid.Must("r-1"), Started: when, Recipe: "market-scan", Objective: "Size the EU market"}))
+	})
+	t.Run("header_setup", func(t *testing.T) {
+		golden(t, "header_setup.md", cel.FormatHeader(cel.Header{Run: runid.Must("r-2"), Started: when, Recipe: "sales-reallocation",
+			Setup: &wire.RunSetup{Seed: 1234567, SeedFrom: "derived from the recipe, its params and its inputs", AsOf: "2025-06-30",
+				AsOfFrom: "the latest date in input leads", SourceDateEpoch: 1751241600, Backend: "docker", Image: "triad-sandbox:c8128650f7f9",
+				ReplayOf: "r-1"}}))
 	})
 	t.Run("note", func(t *testing.T) {
 		golden(t, "note.md", cel.FormatNote(cel.Note{When: when, Author: "ana", Text: "Use the 2025 price list.\nIgnore vendor blogs."}))

@@ -76,6 +76,9 @@ func (o *Orchestrator) ExecStream(ctx context.Context, run runid.ID, in wire.Exe
 	timeout = min(timeout, o.exec.MaxTimeout)
 	oc := &ExecOutcome{Code: codeSummary(in.Code), TimeoutS: timeout.Seconds(), FilesIn: in.FilesIn, Timeout: timeout}
 	err := o.call(ctx, run, oc, func(ctx context.Context, s *Step) error {
+		if err := o.keepCode(ctx, run, in.Code, oc); err != nil {
+			return err
+		}
 		var err error
 		out, err = o.exec1(ctx, run, in, timeout, s, oc, on)
 		return err
@@ -119,6 +122,9 @@ func (o *Orchestrator) exec1(ctx context.Context, run runid.ID, in wire.ExecRequ
 	// The session is busy, so the idle reaper leaves it alone, until the
 	// cell's files are harvested and its outputs kept.
 	defer o.kernels.Release(sess)
+	if err := o.prepareKernel(ctx, run, sess, oc); err != nil {
+		return out, err
+	}
 	for i, f := range in.FilesIn {
 		src, err := o.resolveFileIn(ctx, run, f.Path)
 		if err != nil {
@@ -145,6 +151,12 @@ func (o *Orchestrator) exec1(ctx context.Context, run runid.ID, in wire.ExecRequ
 			o.kernels.Drop(run)
 		}
 		return out, sandboxErr(err)
+	}
+	if res.Restarted {
+		// Set up for the next cell even if this one's caller hung up.
+		if err := o.kernelRestarted(context.WithoutCancel(ctx), run, sess); err != nil {
+			o.log.ErrorContext(ctx, "set up the restarted kernel", "run", run, "err", err)
+		}
 	}
 	// The cell ran, if only until the caller hung up: what it wrote is
 	// harvested whole either way, so the store matches the directory.
@@ -372,7 +384,7 @@ func (o *Orchestrator) Restart(ctx context.Context, run runid.ID) error {
 		o.kernels.Drop(run)
 		return sandboxErr(err)
 	}
-	return nil
+	return o.kernelRestarted(ctx, run, sess)
 }
 
 // Stop ends the run's kernel, if one is live: its files stay in the store

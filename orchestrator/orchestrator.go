@@ -20,6 +20,7 @@ import (
 	"github.com/triadhq/triad/internal/runid"
 	"github.com/triadhq/triad/orchestrator/kernels"
 	"github.com/triadhq/triad/tmpfs"
+	"github.com/triadhq/triad/wire"
 )
 
 // Orchestrator runs tool calls.
@@ -36,6 +37,11 @@ type Orchestrator struct {
 	replayAll   bool
 	replayRuns  map[runid.ID]bool
 	replayCount map[runid.ID]map[string]int // replayed calls per request key
+	replaySrc   map[runid.ID]runid.ID       // runs whose searches replay another run's records
+
+	smu    sync.Mutex
+	setups map[runid.ID]wire.RunSetup // seed and as_of per run, set or loaded
+	fresh  map[runid.ID]bool          // runs whose kernel restarted since their last cell
 
 	runs sync.Map // runid.ID -> *sync.Mutex
 }
@@ -84,7 +90,8 @@ func New(c Config) *Orchestrator {
 	}
 	c.Exec.defaults()
 	o := &Orchestrator{store: c.Store, kernels: c.Kernels, exec: c.Exec, limits: c.Limits, log: c.Logger,
-		search0: c.Search, replayAll: c.Replay, replayRuns: map[runid.ID]bool{}, replayCount: map[runid.ID]map[string]int{}}
+		search0: c.Search, replayAll: c.Replay, replayRuns: map[runid.ID]bool{}, replayCount: map[runid.ID]map[string]int{},
+		replaySrc: map[runid.ID]runid.ID{}, setups: map[runid.ID]wire.RunSetup{}, fresh: map[runid.ID]bool{}}
 	if c.Journal != nil {
 		o.j = &journal{cel: c.Journal, eval: c.Evaluator, cites: map[runid.ID]map[string]bool{}, meta: map[runid.ID]cel.Header{}}
 	}

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"sort"
 	"sync"
+	"time"
 
 	"github.com/triadhq/triad/browser"
 	"github.com/triadhq/triad/cel"
@@ -38,6 +39,28 @@ func (o *Orchestrator) SetRunInfo(run runid.ID, recipe, objective string) {
 	o.j.meta[run] = cel.Header{Run: run, Recipe: recipe, Objective: objective}
 }
 
+// startJournal writes the journal's header, with the run's setup, if the
+// run has none yet: at its first call or note. The setup is recorded then
+// too, so every journaled run has one.
+func (o *Orchestrator) startJournal(ctx context.Context, run runid.ID, when time.Time) ([]tmpfs.File, error) {
+	if started, err := o.j.cel.Started(ctx, run); err != nil || started {
+		return nil, err
+	}
+	o.j.mu.Lock()
+	h, ok := o.j.meta[run]
+	o.j.mu.Unlock()
+	if !ok {
+		h = cel.Header{Run: run}
+	}
+	h.Started = when
+	setup, err := o.ensureSetup(ctx, run)
+	if err != nil {
+		return nil, err
+	}
+	h.Setup = &setup
+	return o.j.cel.Start(ctx, h)
+}
+
 // record runs after every tool call, in the run's lock: Step Block with the
 // evaluator's verdict, then evaluations.jsonl, trace.jsonl and the artifact
 // index. Failures here are logged, not returned: the tool's effect happened.
@@ -52,14 +75,7 @@ func (o *Orchestrator) record(ctx context.Context, s *Step) {
 
 func (o *Orchestrator) record1(ctx context.Context, s *Step) error {
 	run := s.Run
-	o.j.mu.Lock()
-	h, ok := o.j.meta[run]
-	o.j.mu.Unlock()
-	if !ok {
-		h = cel.Header{Run: run}
-	}
-	h.Started = s.Started
-	files, err := o.j.cel.Start(ctx, h)
+	files, err := o.startJournal(ctx, run, s.Started)
 	if err != nil {
 		return err
 	}

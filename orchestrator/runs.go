@@ -35,7 +35,7 @@ func (o *Orchestrator) Note(ctx context.Context, run runid.ID, text, author stri
 	}
 	unlock := o.lockRun(run)
 	defer unlock()
-	files, err := o.j.cel.Start(ctx, cel.Header{Run: run, Started: time.Now().UTC()})
+	files, err := o.startJournal(ctx, run, time.Now().UTC())
 	if err != nil {
 		return storeErr(err, run, cel.Path)
 	}

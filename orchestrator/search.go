@@ -123,16 +123,22 @@ func (o *Orchestrator) search(ctx context.Context, run runid.ID, req browser.Req
 // replayed answers from the run's citations records, in the order the
 // original run made its searches.
 func (o *Orchestrator) replayed(ctx context.Context, run runid.ID, req browser.Request) (*browser.Record, tmpfs.File, error) {
-	files, err := o.store.List(ctx, run, runfiles.CitationsDir)
+	o.rmu.Lock()
+	src, other := o.replaySrc[run]
+	o.rmu.Unlock()
+	if !other {
+		src = run
+	}
+	files, err := o.store.List(ctx, src, runfiles.CitationsDir)
 	if err != nil {
-		return nil, tmpfs.File{}, storeErr(err, run, runfiles.CitationsDir)
+		return nil, tmpfs.File{}, storeErr(err, src, runfiles.CitationsDir)
 	}
 	rp := replay.New(nil)
 	byDigest := map[tmpfs.Digest]tmpfs.File{}
 	for _, f := range files {
-		b, _, err := o.store.ReadAll(ctx, run, f.Path)
+		b, _, err := o.store.ReadAll(ctx, src, f.Path)
 		if err != nil {
-			return nil, tmpfs.File{}, storeErr(err, run, f.Path)
+			return nil, tmpfs.File{}, storeErr(err, src, f.Path)
 		}
 		if rp.AddBytes(b) == nil {
 			byDigest[f.SHA256] = f
@@ -166,7 +172,24 @@ func (o *Orchestrator) replayed(ctx context.Context, run runid.ID, req browser.R
 	if !ok {
 		return nil, tmpfs.File{}, fault.New(fault.Internal, "replay: a recorded citations record did not round-trip", "report this with the run id")
 	}
+	if other {
+		// The record appears in the replaying run when its search is made,
+		// at the path the original gave it, as it did in the original.
+		if f, err = o.store.Link(ctx, run, f.Path, f.SHA256, f.Size); err != nil {
+			return nil, tmpfs.File{}, storeErr(err, run, f.Path)
+		}
+	}
 	return rec, f, nil
+}
+
+// ReplaySearchesFrom answers run dst's searches from run src's citations
+// records: each search links the record it replays into dst when it is
+// made, at the path src gave it, so dst's files match src's step by step.
+func (o *Orchestrator) ReplaySearchesFrom(dst, src runid.ID) {
+	o.rmu.Lock()
+	o.replaySrc[dst] = src
+	o.rmu.Unlock()
+	o.SetReplay(dst, true)
 }
 
 // SetReplay turns replay of recorded searches on or off for one run.

@@ -102,7 +102,13 @@ func inputs(kv ...Input) []Input {
 // ExecOutcome is sandbox.exec's part of a step.
 type ExecOutcome struct {
 	// Code is the cell's summary: its first line and a hash.
-	Code     string
+	Code string
+	// CodeSHA256 is the hash of the cell's source, which is kept as a blob
+	// so a replay can run the same cell.
+	CodeSHA256 tmpfs.Digest
+	// Fresh is true when the cell ran in an interpreter no earlier cell of
+	// the run ran in (a new kernel, or one restarted since the last cell).
+	Fresh    bool
 	TimeoutS float64
 	FilesIn  []wire.FileIn
 	// Backend ran the cell ("docker", "wasm", ...); empty when the call
@@ -170,6 +176,8 @@ func (e *ExecOutcome) describe(s *Step) (did, next []string, failed bool) {
 	}
 	return did, next, failed
 }
+
+func (e *ExecOutcome) trace(tr *TraceRecord) { tr.CodeSHA256, tr.FreshKernel = e.CodeSHA256, e.Fresh }
 
 // SearchOutcome is browser.search's part of a step.
 type SearchOutcome struct {
@@ -356,7 +364,16 @@ type TraceRecord struct {
 	Outputs   []wire.FileRef     `json:"outputs"`
 	Eval      *evaluator.Verdict `json:"evaluation"`
 	Label     string             `json:"label,omitempty"`
+	// CodeSHA256 is a cell's source, kept as a blob (sandbox.exec).
+	CodeSHA256 tmpfs.Digest `json:"code_sha256,omitzero"`
+	// FreshKernel is true when the cell ran in an interpreter no earlier
+	// cell of the run ran in (sandbox.exec).
+	FreshKernel bool `json:"fresh_kernel,omitempty"`
 }
+
+// tracer is an Outcome with facts of its own for the trace, beyond its
+// inputs: what a replay needs to repeat the call.
+type tracer interface{ trace(tr *TraceRecord) }
 
 // TraceError is a failed call's error in the trace.
 type TraceError struct {
@@ -370,6 +387,9 @@ func traceRecord(s *Step, si StepInfo, n int, v evaluator.Verdict) TraceRecord {
 		Inputs: map[string]any{}, OK: s.Err == nil, Outputs: wire.Refs(s.Artifacts), Eval: &v, Label: si.Label}
 	for _, in := range s.Outcome.Inputs() {
 		tr.Inputs[in.Key] = in.Value
+	}
+	if t, ok := s.Outcome.(tracer); ok {
+		t.trace(&tr)
 	}
 	if s.Err != nil {
 		fe := fault.From(s.Err)

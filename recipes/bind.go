@@ -154,7 +154,7 @@ func (r *Recipe) bind(params map[string]any) (*Plan, error) {
 	}
 	plan := &Plan{Recipe: r, Params: values}
 	plan.Steps = append(plan.Steps, Step{ID: ParametersID, Title: "Parameters", Kind: KindExec, Line: 1,
-		Rerun: true, Code: parametersCell(r.Params, values), Outputs: []Output{}})
+		Rerun: true, Code: parametersCell(r.Params, values, false), Outputs: []Output{}})
 	for _, b := range r.Blocks {
 		items := []any{nil}
 		if b.Foreach != "" {
@@ -570,13 +570,23 @@ func describe(v any) string {
 
 // parametersCell is the Python cell that assigns each param, as Papermill's
 // injected parameters cell does. Literals come from pyLiteral, never from
-// pasting text, so no value can break out of its literal.
-func parametersCell(params []Param, values map[string]any) string {
+// pasting text, so no value can break out of its literal. In a Triad run
+// (literal false) seed and as_of are read from the kernel, where Triad's
+// setup put the run's values, so that the cell's source is the same
+// whatever they are and a replay with another seed runs the same cell.
+func parametersCell(params []Param, values map[string]any, literal bool) string {
 	var b strings.Builder
 	b.WriteString("# Parameters, injected by Triad (as Papermill does) from the run's params\n")
 	b.WriteString("# and the recipe's defaults. Later cells read these variables.\n")
 	for _, p := range params {
-		fmt.Fprintf(&b, "%s = %s\n", p.Name, pyLiteral(values[p.Name]))
+		switch {
+		case !literal && p.Name == ParamSeed:
+			fmt.Fprintf(&b, "%s = TRIAD_SEED  # the run's seed, set by Triad when the kernel started\n", p.Name)
+		case !literal && p.Name == ParamAsOf:
+			fmt.Fprintf(&b, "%s = TRIAD_AS_OF  # the run's as-of date, YYYY-MM-DD, or \"\" for none\n", p.Name)
+		default:
+			fmt.Fprintf(&b, "%s = %s\n", p.Name, pyLiteral(values[p.Name]))
+		}
 	}
 	return b.String()
 }

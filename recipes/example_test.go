@@ -53,5 +53,7 @@ func ExampleParse() {
 	// 4 exec step-2
 	// objective = ""
 	// topics = ["Pricing", "Net retention"]
+	// seed = TRIAD_SEED  # the run's seed, set by Triad when the kernel started
+	// as_of = TRIAD_AS_OF  # the run's as-of date, YYYY-MM-DD, or "" for none
 	// bad_input: bad.md:8: search block: unknown field "topk"
 }

@@ -26,10 +26,27 @@ func ExportNotebook(r *Recipe) ([]byte, error) {
 			values[p.Name] = placeholder(p.Type)
 		}
 	}
+	inputs := map[string][]byte{}
+	for _, in := range r.Inputs {
+		if in.Default != "" {
+			b, err := in.DefaultData()
+			if err != nil {
+				return nil, err
+			}
+			inputs[in.Name] = b
+		}
+	}
+	// Outside Triad nothing sets TRIAD_SEED: the starter notebook carries
+	// the values a run on the bundled inputs would get.
+	values, _, err := r.Derive(values, inputs)
+	if err != nil {
+		return nil, err
+	}
 	plan, err := r.Bind(values)
 	if err != nil {
 		return nil, err
 	}
+	plan.Steps[0].Code = parametersCell(r.Params, plan.Params, true)
 	nb := notebook.New()
 	nb.Metadata["triad"] = map[string]any{"recipe": r.Name, "kind": "starter"}
 	nb.AddMarkdown("intro", r.intro())

@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -58,6 +59,8 @@ print(nb.nbformat, nb.nbformat_minor, len(nb.cells))`
 	}
 }
 
+var seedLiteral = regexp.MustCompile(`(?m)^seed = [0-9]+$`)
+
 func TestExportNotebookOfEveryStandardRecipe(t *testing.T) {
 	for _, r := range Standard() {
 		t.Run(r.Name, func(t *testing.T) {
@@ -84,8 +87,8 @@ func TestExportNotebookOfEveryStandardRecipe(t *testing.T) {
 				code++
 				if tags, _ := c.Metadata["tags"].([]any); len(tags) == 1 && tags[0] == "parameters" {
 					params++
-					if !strings.Contains(strings.Join(c.Source, ""), "objective = ") {
-						t.Errorf("parameters cell does not assign objective:\n%s", strings.Join(c.Source, ""))
+					if src := strings.Join(c.Source, ""); !strings.Contains(src, "objective = ") || !seedLiteral.MatchString(src) {
+						t.Errorf("parameters cell does not assign objective and a literal seed (nothing outside Triad sets TRIAD_SEED):\n%s", src)
 					}
 				}
 			}

@@ -314,6 +314,20 @@ func (r *Recipe) parseFrontMatter(src string, base int) error {
 	} else if p, _ := r.Param("objective"); p.Type != TypeString {
 		return errAt(p.Line, "param objective must have type string")
 	}
+	// Every run has a seed and an as-of date; see Recipe.Derive.
+	for _, rp := range []Param{
+		{Name: ParamSeed, Type: TypeInt, Description: "Seed of the run's kernel (random, NumPy's global generator, TRIAD_SEED); by default derived from the recipe, its params and its inputs."},
+		{Name: ParamAsOf, Type: TypeString, Description: "The run's as-of date, YYYY-MM-DD (TRIAD_AS_OF; SOURCE_DATE_EPOCH for document writers); by default the latest date in the inputs."},
+	} {
+		if !seen[rp.Name] {
+			rp.Line = base
+			r.Params = append(r.Params, rp)
+		} else if p, _ := r.Param(rp.Name); p.Type != rp.Type {
+			return errAt(p.Line, "param %s must have type %s", rp.Name, rp.Type)
+		} else if err := checkRunParam(p.Name, p.Default); err != nil {
+			return errAt(p.Line, "param %s: default: %v", p.Name, err)
+		}
+	}
 
 	seen = map[string]bool{}
 	paths := map[string]string{}

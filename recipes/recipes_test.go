@@ -80,7 +80,8 @@ func TestParseDemo(t *testing.T) {
 		names = append(names, fmt.Sprintf("%s:%s=%v", p.Name, p.Type, p.Default))
 	}
 	want := []string{"objective:string=Size the market", "top_k:int=4",
-		"competitors:list=[Acme Analytics Globex Insights]", "threshold:float=0.5", "strict:bool=<nil>"}
+		"competitors:list=[Acme Analytics Globex Insights]", "threshold:float=0.5", "strict:bool=<nil>",
+		"seed:int=<nil>", "as_of:string=<nil>"}
 	if diff := cmp.Diff(want, names); diff != "" {
 		t.Errorf("params (-want +got):\n%s", diff)
 	}
@@ -137,6 +138,8 @@ top_k = 7
 competitors = ["Acme Analytics", "Globex Insights"]
 threshold = 0.5
 strict = False
+seed = TRIAD_SEED  # the run's seed, set by Triad when the kernel started
+as_of = TRIAD_AS_OF  # the run's as-of date, YYYY-MM-DD, or "" for none
 `
 	if !strings.HasSuffix(p.Steps[0].Code, wantCell) {
 		t.Errorf("got parameters cell\n%s\nwant it to end with\n%s", p.Steps[0].Code, wantCell)
@@ -304,7 +307,7 @@ func TestParametersCellIsValidPython(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	script := p.Steps[0].Code + `
+	script := "TRIAD_SEED, TRIAD_AS_OF = 1, \"\"\n" + p.Steps[0].Code + `
 import ast, json, sys
 with open(sys.argv[1]) as f:
     ast.parse(f.read())

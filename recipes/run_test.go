@@ -146,14 +146,11 @@ func runRecipe(t *testing.T, r *Recipe, run cellRunner, search *tavily.Client) s
 	if err := os.Chmod(dir, 0o777); err != nil { // the sandbox user writes here
 		t.Fatal(err)
 	}
-	plan, err := r.Bind(nil)
-	if err != nil {
-		t.Fatal(err)
-	}
 	inputs, err := r.InputFiles()
 	if err != nil {
 		t.Fatal(err)
 	}
+	plan := outsideTriad(t, r)
 	for p, b := range inputs {
 		writeFile(t, dir, p, b)
 	}
@@ -214,6 +211,33 @@ func runRecipe(t *testing.T, r *Recipe, run cellRunner, search *tavily.Client) s
 	return dir
 }
 
+// outsideTriad binds r's defaults on its bundled inputs for cells run
+// outside Triad, as in the starter notebook: the parameters cell carries
+// the seed and as_of that Triad's kernel setup would set.
+func outsideTriad(t *testing.T, r *Recipe) *Plan {
+	t.Helper()
+	byName := map[string][]byte{}
+	for _, in := range r.Inputs {
+		if in.Default != "" {
+			b, err := in.DefaultData()
+			if err != nil {
+				t.Fatal(err)
+			}
+			byName[in.Name] = b
+		}
+	}
+	params, _, err := r.Derive(nil, byName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	plan, err := r.Bind(params)
+	if err != nil {
+		t.Fatal(err)
+	}
+	plan.Steps[0].Code = parametersCell(r.Params, plan.Params, true)
+	return plan
+}
+
 // runCell runs exec step s in a fresh interpreter, after the parameters
 // cell, and fails the test if it fails or writes to stderr.
 func runCell(t *testing.T, plan *Plan, s Step, dir, cells string, run cellRunner) *wire.ExecResponse {
@@ -260,10 +284,7 @@ func checkBriefJournal(t *testing.T, r *Recipe, dir string, run cellRunner) {
 		}
 		return ev
 	}
-	plan, err := r.Bind(nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	plan := outsideTriad(t, r)
 	var evStep, renderStep Step
 	for _, s := range plan.Steps {
 		switch s.ID {

@@ -32,6 +32,14 @@ const (
 	RunState = "run.json"
 	// Notebook is a recipe run's notebook of the cells it executed.
 	Notebook = "run.ipynb"
+	// Setup is the run's setup: its seed and as_of date, the sandbox
+	// backend and image, and the run it replays. With the trace and the
+	// content-addressed files it is all a replay needs.
+	Setup = "run.setup.json"
+	// Reproducibility is a replay's report: per file the original run
+	// produced, identical or different, both hashes, and the first step
+	// whose outputs diverged.
+	Reproducibility = "artifacts/reproducibility.json"
 	// CitationsDir holds one citations record per search.
 	CitationsDir = "citations/"
 	// OutputsDir holds what sandbox.exec kept of a cell's output: images
@@ -67,6 +75,7 @@ const (
 func PolicyOf(p string) Policy {
 	switch {
 	case p == Journal, p == Trace, p == Evaluations, p == Index, p == RunState, p == Notebook,
+		p == Setup, p == Reproducibility,
 		checkpointRE.MatchString(p),
 		strings.HasPrefix(p, CitationsDir), strings.HasPrefix(p, OutputsDir):
 		return Kept

@@ -20,6 +20,8 @@ func TestPolicy(t *testing.T) {
 		{"artifacts/index.json", runfiles.Kept},
 		{"run.json", runfiles.Kept},
 		{"run.ipynb", runfiles.Kept},
+		{"run.setup.json", runfiles.Kept},
+		{"artifacts/reproducibility.json", runfiles.Kept},
 		{"citations/0001-abc.json", runfiles.Kept},
 		{"outputs/exec-0001-display-1.png", runfiles.Kept},
 		// Near misses stay the caller's.
@@ -30,6 +32,7 @@ func TestPolicy(t *testing.T) {
 		{"artifacts/report.md", runfiles.Open},
 		{"data/trace.jsonl", runfiles.Open},
 		{"citations.json", runfiles.Open},
+		{"artifacts/run.setup.json", runfiles.Open},
 	} {
 		if got := runfiles.PolicyOf(tc.path); got != tc.want {
 			t.Errorf("PolicyOf(%q): got %v, want %v", tc.path, got, tc.want)
@@ -45,7 +48,7 @@ func TestDatasetAndDeliverable(t *testing.T) {
 			t.Errorf("IsDataset(%q): got %v, want %v", p, got, want)
 		}
 	}
-	for p, want := range map[string]bool{"artifacts/brief.pdf": true, "artifacts/index.json": false, "brief.pdf": false} {
+	for p, want := range map[string]bool{"artifacts/brief.pdf": true, "artifacts/index.json": false, "artifacts/reproducibility.json": true, "brief.pdf": false} {
 		if got := runfiles.IsDeliverable(p); got != want {
 			t.Errorf("IsDeliverable(%q): got %v, want %v", p, got, want)
 		}

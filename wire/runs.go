@@ -8,12 +8,20 @@ type NewRunRequest struct {
 	Replay *bool `json:"replay,omitempty"`
 	// ReplayFrom copies another run's citations records and replays them.
 	ReplayFrom string `json:"replay_from,omitempty"`
+	// Seed seeds the run's kernel (random, NumPy's global generator,
+	// TRIAD_SEED); absent means 0.
+	Seed *int64 `json:"seed,omitempty"`
+	// AsOf is the run's as-of date, YYYY-MM-DD: TRIAD_AS_OF and
+	// SOURCE_DATE_EPOCH in its kernel. Absent means none (epoch 0).
+	AsOf *string `json:"as_of,omitempty"`
 }
 
 // NewRunResponse is POST /runs's answer.
 type NewRunResponse struct {
 	RunID  string `json:"run_id"`
 	Replay bool   `json:"replay"`
+	Seed   int64  `json:"seed"`
+	AsOf   string `json:"as_of,omitempty"`
 }
 
 // NoteRequest is cel.note's input: an operator note the next step sees.

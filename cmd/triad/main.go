@@ -31,6 +31,9 @@ Usage:
   triad mcp [flags]       serve the tools over MCP on stdin/stdout (one session, one run)
   triad run RECIPE [--param k=v] [--input name=FILE] [--server URL] [--resume RUN_ID]
                           run a recipe (in-process with the embedded defaults, or on a server)
+  triad replay RUN_ID [--seed N] [--as-of DATE] [--server URL] [--json]
+                          re-execute a run's calls from its trace as a new run and compare every
+                          file it produced (exit status 1 when one differs)
   triad recipes [list]    list the recipes
   triad recipes export NAME [-o FILE]
                           write a recipe's starter notebook
@@ -57,6 +60,8 @@ func main() {
 		err = mcpCmd(ctx, os.Args[2:])
 	case "run":
 		err = runCmd(ctx, os.Args[2:])
+	case "replay":
+		err = replayCmd(ctx, os.Args[2:])
 	case "recipes":
 		err = recipesCmd(ctx, os.Args[2:])
 	case "image":

@@ -86,6 +86,15 @@ func New(c Config) *Manager {
 // Backend returns the backend's name ("docker" or "wasm").
 func (m *Manager) Backend() string { return m.c.Backend.Name() }
 
+// Image returns what the backend names its kernels' image (a Docker image
+// tag, the python.wasm build), or "" when it names none.
+func (m *Manager) Image() string {
+	if im, ok := m.c.Backend.(interface{ Image() string }); ok {
+		return im.Image()
+	}
+	return ""
+}
+
 // Acquire returns the run's session, starting a kernel (from the pool when
 // one is ready) and materialising the run's files on first use. The
 // session is busy, and never reaped, until Release. Callers serialize

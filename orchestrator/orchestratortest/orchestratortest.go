@@ -38,6 +38,9 @@ type Options struct {
 	// Dir is the data directory; empty means a fresh temp dir. Reusing a
 	// Dir across two stacks simulates a restart.
 	Dir string
+	// Store, when set, is the file store (an S3 store, say) instead of a
+	// local one under Dir. Reusing it across two stacks simulates a restart.
+	Store *tmpfs.Store
 }
 
 // Stack is an assembled orchestrator and its parts.
@@ -48,7 +51,24 @@ type Stack struct {
 	Orch    *orchestrator.Orchestrator
 	Backend string
 	Tavily  *tavilytest.Server
+
+	closers []func()
+	once    sync.Once
 }
+
+// Close stops the stack as a server stops: kernels, the sandbox backend,
+// the evaluator and the local store's index, in that order, leaving the
+// store's files. It runs when the test ends, and may run before to
+// simulate a restart.
+func (s *Stack) Close() {
+	s.once.Do(func() {
+		for i := len(s.closers) - 1; i >= 0; i-- {
+			s.closers[i]()
+		}
+	})
+}
+
+func (s *Stack) onClose(f func()) { s.closers = append(s.closers, f) }
 
 var (
 	evalOnce sync.Once
@@ -64,36 +84,42 @@ func New(t testing.TB, o Options) *Stack {
 	t.Helper()
 	ctx := context.Background()
 	s := &Stack{Dir: o.Dir}
+	t.Cleanup(s.Close)
 	if s.Dir == "" {
 		s.Dir = t.TempDir()
 	}
-	b, err := local.NewBlobs(filepath.Join(s.Dir, "store"))
-	if err != nil {
-		t.Fatal(err)
+	s.Store = o.Store
+	if s.Store == nil {
+		b, err := local.NewBlobs(filepath.Join(s.Dir, "store"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		x, err := local.NewIndex(filepath.Join(s.Dir, "store"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.onClose(func() { x.Close() })
+		s.Store = tmpfs.New(b, x, nil)
 	}
-	x, err := local.NewIndex(filepath.Join(s.Dir, "store"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { x.Close() })
-	s.Store = tmpfs.New(b, x, nil)
 
 	var backend sandbox.Backend
 	switch o.Sandbox {
 	case "docker":
-		backend = Docker(t, filepath.Join(s.Dir, "work", "docker"))
+		db := Docker(t, filepath.Join(s.Dir, "work", "docker"))
+		s.onClose(func() { db.Close() })
+		backend = db
 	case "wasm":
 		wb, err := wasm.New(ctx, wasm.Config{WorkRoot: filepath.Join(s.Dir, "work", "wasm"), CacheDir: wazeroCache()})
 		if err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(func() { wb.Close() })
+		s.onClose(func() { wb.Close() })
 		backend = wb
 	}
 	if backend != nil {
 		s.Backend = backend.Name()
 		s.Kernels = kernels.New(kernels.Config{Backend: backend, Store: s.Store, Warm: o.Warm, Protect: runfiles.IsKept})
-		t.Cleanup(func() { s.Kernels.Close() })
+		s.onClose(func() { s.Kernels.Close() })
 	}
 
 	evalOnce.Do(func() {
@@ -111,7 +137,7 @@ func New(t testing.TB, o Options) *Stack {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { ev.Close() })
+	s.onClose(func() { ev.Close() })
 
 	cfg := orchestrator.Config{Store: s.Store, Kernels: s.Kernels, Journal: cel.New(s.Store), Evaluator: ev}
 	if o.Search {

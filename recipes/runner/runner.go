@@ -211,6 +211,14 @@ func (r *Runner) prepare(ctx context.Context, req Request, inputs map[string][]b
 	if _, ok := rec.Param("objective"); ok && objective != "" {
 		params["objective"] = objective
 	}
+	data, err := r.inputData(ctx, run, rec, inputs)
+	if err != nil {
+		return nil, err
+	}
+	params, derived, err := rec.Derive(params, data)
+	if err != nil {
+		return nil, err
+	}
 	plan, err := rec.Bind(params)
 	if err != nil {
 		return nil, err
@@ -233,6 +241,12 @@ func (r *Runner) prepare(ctx context.Context, req Request, inputs map[string][]b
 		if !found {
 			return nil, fault.Badf("the recipe's inputs are listed by GET /recipes/"+rec.Name, "recipe %s has no input %q", rec.Name, name)
 		}
+	}
+	// The kernel's setup (seed, as_of) is recorded before the first call;
+	// a resume that would change it is refused here.
+	if _, err := r.o.SetRunSetup(ctx, run, wire.RunSetup{Seed: plan.Params[recipes.ParamSeed].(int64), SeedFrom: derived.SeedFrom,
+		AsOf: plan.Params[recipes.ParamAsOf].(string), AsOfFrom: derived.AsOfFrom, Recipe: rec.Name}); err != nil {
+		return nil, err
 	}
 	st := State{RunID: run.String(), Recipe: rec.Name, Objective: objective, Params: plan.Params, Status: Queued, Created: time.Now().UTC()}
 	if hasPrev {
@@ -331,7 +345,7 @@ func (r *Runner) execute(ctx context.Context, p *prepared) {
 				}
 			}
 		}
-		key, err := r.key(ctx, run, step, exclude)
+		key, err := r.key(ctx, run, p.plan, step, exclude)
 		if err != nil {
 			fail(errText(err))
 			return
@@ -421,6 +435,31 @@ func (r *Runner) seed(ctx context.Context, run runid.ID, p *prepared) error {
 	return nil
 }
 
+// inputData returns the bytes each of the recipe's inputs will hold, as
+// seed will write them: the caller's file, else what the run already has,
+// else the bundled sample data. The seed and as_of are derived from them.
+func (r *Runner) inputData(ctx context.Context, run runid.ID, rec *recipes.Recipe, given map[string][]byte) (map[string][]byte, error) {
+	out := map[string][]byte{}
+	for _, in := range rec.Inputs {
+		if b, ok := given[in.Name]; ok {
+			out[in.Name] = b
+			continue
+		}
+		b, _, err := r.o.Store().ReadAll(ctx, run, in.Path)
+		switch {
+		case err == nil:
+			out[in.Name] = b
+		case !errors.Is(err, tmpfs.ErrNotFound):
+			return nil, err
+		case in.Default != "":
+			if out[in.Name], err = in.DefaultData(); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return out, nil
+}
+
 // step runs one plan step through the orchestrator.
 func (r *Runner) step(ctx context.Context, run runid.ID, plan *recipes.Plan, i int, rc *orchestrator.Receipt) (*notebook.Exec, map[string]string, error) {
 	s := plan.Steps[i]
@@ -479,7 +518,7 @@ func (r *Runner) step(ctx context.Context, run runid.ID, plan *recipes.Plan, i i
 
 // key is the step's resume key: its definition plus the run's files
 // before it.
-func (r *Runner) key(ctx context.Context, run runid.ID, s *recipes.Step, exclude map[string]bool) (string, error) {
+func (r *Runner) key(ctx context.Context, run runid.ID, plan *recipes.Plan, s *recipes.Step, exclude map[string]bool) (string, error) {
 	files, err := r.o.Store().List(ctx, run, "")
 	if err != nil {
 		return "", err
@@ -487,6 +526,9 @@ func (r *Runner) key(ctx context.Context, run runid.ID, s *recipes.Step, exclude
 	h := sha256.New()
 	h.Write(s.Definition())
 	h.Write([]byte{0})
+	// The run's seed and as_of are not in the parameters cell's source but
+	// decide what every cell computes.
+	fmt.Fprintf(h, "seed=%v\x00as_of=%v\x00", plan.Params[recipes.ParamSeed], plan.Params[recipes.ParamAsOf])
 	for _, f := range files {
 		if runfiles.IsKept(f.Path) || exclude[f.Path] {
 			continue

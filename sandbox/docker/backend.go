@@ -245,6 +245,10 @@ func rootHash(root string) string {
 // Name implements sandbox.Backend.
 func (b *Backend) Name() string { return "docker" }
 
+// Image is the sandbox image every kernel runs, recorded per run so a
+// replay can tell when it ran on another image.
+func (b *Backend) Image() string { return b.cfg.Image }
+
 // Quota reports whether working directories carry a real disk quota (a
 // loop-mounted ext4 image) rather than being plain directories.
 func (b *Backend) Quota() bool { return b.quotaOK }

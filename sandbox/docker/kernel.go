@@ -197,6 +197,7 @@ func (k *Kernel) containerConfig() *container.Config {
 			"MPLBACKEND=module://matplotlib_inline.backend_inline",
 			"LANG=C.UTF-8",
 			"PYTHONDONTWRITEBYTECODE=1",
+			"PYTHONHASHSEED=0", // fixed for every kernel, pooled ones too; the run's seed is set when a run claims it
 			// Numeric libraries size their thread pools by the host's CPUs,
 			// not the container's quota; one CPU wants one thread.
 			fmt.Sprintf("OMP_NUM_THREADS=%d", max(1, int(k.limits.CPUs+0.5))),

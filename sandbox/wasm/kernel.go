@@ -381,6 +381,7 @@ func (b *Backend) launch(ctx context.Context, k *Kernel) (*instance, error) {
 		WithEnv("PYTHONUTF8", "1").
 		WithEnv("HOME", "/work").
 		WithEnv("LANG", "C.UTF-8").
+		WithEnv("PYTHONHASHSEED", "0"). // fixed for every kernel; the run's seed is set when a run claims it
 		WithStdin(inst.cmd).
 		WithStdout(inst.io.stdout()).
 		WithStderr(inst.io.stderr()).

@@ -22,6 +22,7 @@ import (
 	"cmp"
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
 	"embed"
 	"encoding/hex"
 	"errors"
@@ -271,6 +272,15 @@ func compilerConfig() (rc wazero.RuntimeConfig, err error) {
 
 // Name implements sandbox.Backend.
 func (b *Backend) Name() string { return "wasm" }
+
+// Image names the embedded interpreter by the hash of python.wasm, recorded
+// per run so a replay can tell when it ran on another build.
+func (b *Backend) Image() string { return "python.wasm@sha256:" + wasmDigest() }
+
+var wasmDigest = sync.OnceValue(func() string {
+	sum := sha256.Sum256(pythonWasm)
+	return hex.EncodeToString(sum[:6])
+})
 
 // Start implements sandbox.Backend: a fresh working directory under WorkRoot
 // and an interpreter that has answered its first frame.

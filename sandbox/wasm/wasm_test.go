@@ -414,7 +414,7 @@ func TestJail(t *testing.T) {
 	}{
 		{"root lists only the mounts", "import os; sorted(os.listdir('/'))", "['lib', 'work']"},
 		{"lib holds only the stdlib", "import os; os.listdir('/lib')", "['python311.zip']"},
-		{"environment is the sandbox's", "import os; sorted(os.environ)", "['HOME', 'LANG', 'PYTHONHOME', 'PYTHONUTF8']"},
+		{"environment is the sandbox's", "import os; sorted(os.environ)", "['HOME', 'LANG', 'PYTHONHASHSEED', 'PYTHONHOME', 'PYTHONUTF8']"},
 		{"no DNS, so no urllib", "import urllib.request\ntry:\n    urllib.request.urlopen('http://127.0.0.1:1/')\n    r = 'fetched'\nexcept Exception as e:\n    r = 'refused'\nr", "'refused'"},
 		{"threads cannot start", "import threading\ntry:\n    threading.Thread(target=print).start()\nexcept RuntimeError as e:\n    r = 'refused'\nr", "'refused'"},
 	}
