@@ -257,7 +257,7 @@ func (o *Orchestrator) setUpKernel(ctx context.Context, run runid.ID, sess *kern
 // runSetupCell executes the setup cell; it is the one place the setup
 // talks to the sandbox seam.
 func runSetupCell(ctx context.Context, k sandbox.Kernel, code string) error {
-	res, err := k.Execute(ctx, sandbox.Cell{Code: code, Timeout: setupTimeout})
+	res, err := k.Execute(ctx, sandbox.Cell{Code: code, Timeout: setupTimeout, Setup: true})
 	if err != nil {
 		return err
 	}

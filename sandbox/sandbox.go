@@ -125,6 +125,10 @@ type Cell struct {
 	// backend does not watch the cell's deadline while it runs, and it
 	// must not call the kernel's methods.
 	Output func(Event)
+	// Setup marks a cell Triad runs for itself (seeding a run's kernel):
+	// it does not advance the kernel's execution counter, so the caller's
+	// first cell is still number 1.
+	Setup bool
 }
 
 // EventKind says what an Event carries.

@@ -160,7 +160,7 @@ func TestManualSession(t *testing.T) {
 	}
 	checkIdentical(t, s.Orch, rep, []string{"data/sales.csv", "work/noisy.csv", "work/set.txt", "evidence/search.json",
 		"artifacts/sources.md", "artifacts/draws.csv", "artifacts/chart.png", "artifacts/chart.svg", "artifacts/chart.pdf",
-		"outputs/exec-0004-display-1.png"})
+		"outputs/exec-0003-display-1.png"})
 	if len(rep.Steps) != 5 {
 		t.Errorf("got %d steps, want 5 (a write, three cells, a search)", len(rep.Steps))
 	}

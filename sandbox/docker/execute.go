@@ -37,7 +37,7 @@ func (k *Kernel) Execute(ctx context.Context, cell sandbox.Cell) (*sandbox.Resul
 	if timeout <= 0 {
 		timeout = k.b.cfg.CellTimeout
 	}
-	c := &cellRun{k: k, timeout: timeout, em: emit.New(k.limits.OutputBytes, cell.Output)}
+	c := &cellRun{k: k, timeout: timeout, setup: cell.Setup, em: emit.New(k.limits.OutputBytes, cell.Output)}
 	if k.client == nil {
 		// An earlier death could not restart the kernel; try again now.
 		if err := k.restartLocked(ctx); err != nil {
@@ -57,6 +57,7 @@ type cellRun struct {
 	start     time.Time
 	timeout   time.Duration
 	restarted bool
+	setup     bool // a setup cell: not counted in the execution counter
 
 	// What has been delivered, as of the last snapshot. The strings share
 	// the client's buffers, so keeping them costs nothing while they grow
@@ -145,7 +146,7 @@ func (c *cellRun) send(ctx context.Context, code string) (*jupyter.Execution, er
 	client := k.client
 	ch := make(chan sent, 1)
 	go func() {
-		ex, err := client.Execute(context.WithoutCancel(ctx), code, jupyter.ExecOptions{})
+		ex, err := client.Execute(context.WithoutCancel(ctx), code, jupyter.ExecOptions{SkipHistory: c.setup})
 		ch <- sent{ex, err}
 	}()
 	t := time.NewTimer(c.timeout)

@@ -130,7 +130,9 @@ func (k *Kernel) Execute(ctx context.Context, cell sandbox.Cell) (*sandbox.Resul
 		timeout = k.b.cellTimeout
 	}
 	inst := k.inst
-	k.count++
+	if !cell.Setup {
+		k.count++
+	}
 	c := &cellRun{k: k, inst: inst, n: k.count, timeout: timeout, restarted: restarted, em: emit.New(k.outLimit, cell.Output)}
 	inst.io.begin(c.n, k.outLimit)
 	inst.mem.refused.Store(false) // an earlier MemoryError does not explain a death now
