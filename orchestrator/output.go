@@ -27,6 +27,7 @@ type ExecEvent struct {
 // the full text can be kept as a run file without the server holding it),
 // and the display and result bundles, which the cell's output limit bounds.
 // It forwards every event to the caller's callback, if any.
+// See "Streams are spooled past the cap" in docs/DECISIONS.md.
 type output struct {
 	cap            int
 	dir            string // where streams spill

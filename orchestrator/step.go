@@ -45,6 +45,7 @@ type Step struct {
 // by one function (evalRequest, stepBlock, traceRecord), which asks the
 // Outcome for the tool's part: adding a tool adds an Outcome type, not a
 // case to three switches.
+// See "Typed step outcomes" in docs/DECISIONS.md.
 type Outcome interface {
 	// Tool is the tool's name, e.g. ToolExec.
 	Tool() string

@@ -6,6 +6,7 @@
 // replace or delete them, through any surface (tmp.*, files_in, the PUT
 // stream, a cell's writes, notes, recipes). This package is the only place
 // that spells their names; every other package asks it.
+// See "Triad's records have one owner" in docs/DECISIONS.md.
 package runfiles
 
 import (

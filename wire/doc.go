@@ -5,4 +5,5 @@
 // absent takes its default, and a field that is present is validated, so a
 // caller who sends top_k: 0 is told it is out of range instead of silently
 // getting the default. Optional numbers and booleans are therefore pointers.
+// See "One wire contract" in docs/DECISIONS.md.
 package wire
