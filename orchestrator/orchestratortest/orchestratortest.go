@@ -84,10 +84,12 @@ func New(t testing.TB, o Options) *Stack {
 	t.Helper()
 	ctx := context.Background()
 	s := &Stack{Dir: o.Dir}
-	t.Cleanup(s.Close)
+	// The directory is registered first so that it is removed last, after
+	// Close has stopped the kernels and unmounted their working directories.
 	if s.Dir == "" {
 		s.Dir = t.TempDir()
 	}
+	t.Cleanup(s.Close)
 	s.Store = o.Store
 	if s.Store == nil {
 		b, err := local.NewBlobs(filepath.Join(s.Dir, "store"))
@@ -105,7 +107,7 @@ func New(t testing.TB, o Options) *Stack {
 	var backend sandbox.Backend
 	switch o.Sandbox {
 	case "docker":
-		db := Docker(t, filepath.Join(s.Dir, "work", "docker"))
+		db := newDocker(t, filepath.Join(s.Dir, "work", "docker"))
 		s.onClose(func() { db.Close() })
 		backend = db
 	case "wasm":
@@ -194,10 +196,18 @@ func Image(t testing.TB) string {
 // is closed when the test ends.
 func Docker(t testing.TB, workRoot string) *docker.Backend {
 	t.Helper()
+	b := newDocker(t, workRoot)
+	t.Cleanup(func() { b.Close() })
+	return b
+}
+
+// newDocker is Docker without the cleanup, for the stack, which closes its
+// kernel manager before the backend it starts kernels from.
+func newDocker(t testing.TB, workRoot string) *docker.Backend {
+	t.Helper()
 	b, err := docker.New(context.Background(), docker.Config{Image: Image(t), WorkRoot: workRoot})
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { b.Close() })
 	return b
 }
