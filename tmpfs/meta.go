@@ -53,7 +53,8 @@ const MaxMetaKey = 512
 // MaxMetaValue bounds a Meta record: records are small JSON documents.
 const MaxMetaValue = 1 << 20
 
-// CheckMetaKey validates a Meta key: segments of [a-z0-9._-] joined by
+// CheckMetaKey validates a Meta key: segments of [A-Za-z0-9._-] (run ids
+// appear in keys as they are) joined by
 // "/", none empty, none "." or "..". Keys are built by Triad, never taken
 // from a caller whole, so a bad key is a bug; the check keeps a bug from
 // reaching outside the namespace on disk.
@@ -67,8 +68,8 @@ func CheckMetaKey(key string) error {
 		}
 		for i := 0; i < len(seg); i++ {
 			c := seg[i]
-			if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-') {
-				return fmt.Errorf("tmpfs: meta key %q: byte %q outside [a-z0-9._-/]", key, c)
+			if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-') {
+				return fmt.Errorf("tmpfs: meta key %q: byte %q outside [A-Za-z0-9._-/]", key, c)
 			}
 		}
 	}

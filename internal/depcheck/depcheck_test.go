@@ -19,13 +19,14 @@ const module = "github.com/triadhq/triad/"
 // before its tests pass: placing it is the decision this test asks for.
 var layers = [][]string{
 	// 0: leaf helpers.
-	{"internal/fault", "internal/runid", "internal/safepath", "internal/version", "internal/testenv",
+	{"auth", "internal/fault", "internal/runid", "internal/safepath", "internal/version", "internal/testenv",
 		"internal/miniotest", "internal/depcheck", "recipes/sampledata/internal/gen", "recipes/sampledata/internal/regen"},
 	// 1: the contract and the seams: wire types, the records' names, and
 	// the interfaces the tools implement.
 	{"wire", "runfiles", "tmpfs", "sandbox"},
 	// 2: tools and records.
-	{"browser", "browser/replay", "browser/tavily", "browser/tavilytest",
+	{"auth/keys", "auth/share",
+		"browser", "browser/replay", "browser/tavily", "browser/tavilytest",
 		"tmpfs/local", "tmpfs/s3", "tmpfs/tmpfstest",
 		"sandbox/docker", "sandbox/docker/image", "sandbox/docker/jupyter", "sandbox/wasm",
 		"sandbox/hostdir", "sandbox/sandboxtest", "sandbox/kube",
