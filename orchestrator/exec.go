@@ -12,6 +12,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/triadhq/triad/auth"
 	"github.com/triadhq/triad/internal/fault"
 	"github.com/triadhq/triad/internal/runid"
 	"github.com/triadhq/triad/orchestrator/kernels"
@@ -96,12 +97,21 @@ func (o *Orchestrator) validateExec(in *wire.ExecRequest) error {
 func (o *Orchestrator) exec1(ctx context.Context, run runid.ID, in wire.ExecRequest, timeout time.Duration, s *Step, oc *ExecOutcome) (wire.ExecResponse, error) {
 	out := wire.ExecResponse{Display: []wire.Bundle{}, FilesOut: []wire.FileRef{}, Kernel: wire.KernelInfo{Backend: o.kernels.Backend()}}
 	oc.Backend = out.Kernel.Backend
+	ow, _, err := o.ownerOf(ctx, run)
+	if err != nil {
+		return out, err
+	}
+	release, err := o.reserveKernel(ctx, run, ow)
+	if err != nil {
+		return out, err
+	}
 	sess, err := o.kernels.Acquire(ctx, run)
+	release()
 	if err != nil {
 		return out, sandboxErr(err)
 	}
 	for i, f := range in.FilesIn {
-		src, err := o.resolveFileIn(ctx, run, f.Path)
+		src, err := o.resolveFileIn(ctx, run, ow, f.Path)
 		if err != nil {
 			return out, fault.Wrap(fault.NotFound, err, fmt.Sprintf("files_in[%d]: %s", i, fault.As(err).Message), fault.As(err).Suggestion)
 		}
@@ -113,7 +123,9 @@ func (o *Orchestrator) exec1(ctx context.Context, run runid.ID, in wire.ExecRequ
 			return out, fault.Wrap(fault.Internal, err, "copy files_in into the working directory", "retry; if the disk quota is full, delete files first")
 		}
 	}
+	o.metrics.cellRunning(1)
 	res, err := sess.Kernel.Execute(ctx, in.Code, timeout)
+	o.metrics.cellRunning(-1)
 	if err != nil {
 		// The kernel was unusable before the cell ran: drop it so the
 		// next call starts fresh.
@@ -175,16 +187,22 @@ func (o *Orchestrator) exec1(ctx context.Context, run runid.ID, in wire.ExecRequ
 	return out, nil
 }
 
-// resolveFileIn finds a files_in source: a run path or sha256:<hex>.
-func (o *Orchestrator) resolveFileIn(ctx context.Context, run runid.ID, p string) (tmpfs.File, error) {
+// resolveFileIn finds a files_in source: a run path or sha256:<hex>. A
+// blob by hash must be one some run of the run's tenant has held; any
+// other hash is not found, exists or not, so files_in is no oracle for
+// other tenants' bytes.
+func (o *Orchestrator) resolveFileIn(ctx context.Context, run runid.ID, ow owner, p string) (tmpfs.File, error) {
 	if strings.HasPrefix(p, "sha256:") {
 		d, err := tmpfs.ParseDigest(p)
 		if err != nil {
 			return tmpfs.File{}, fault.Wrap(fault.BadInput, err, fmt.Sprintf("%q is not a sha256 reference", p), "use sha256:<64 hex digits>")
 		}
+		if !o.tenantHolds(ctx, ow.Tenant, d) {
+			return tmpfs.File{}, blobNotFound(d)
+		}
 		n, err := o.store.Blobs().Stat(ctx, d)
 		if err != nil {
-			return tmpfs.File{}, fault.Wrap(fault.NotFound, err, fmt.Sprintf("no blob %s", d), "upload the bytes first with tmp.write; blobs exist once written")
+			return tmpfs.File{}, blobNotFound(d)
 		}
 		return tmpfs.File{SHA256: d, Size: n}, nil
 	}
@@ -308,6 +326,9 @@ func truncateUTF8(s string, n int) string {
 func (o *Orchestrator) Restart(ctx context.Context, run runid.ID) error {
 	if o.kernels == nil {
 		return fault.New(fault.NotConfigured, "no sandbox backend is configured", "start triad with --sandbox docker, wasm or auto")
+	}
+	if _, err := o.access(ctx, run, auth.Runs, true); err != nil {
+		return err
 	}
 	unlock := o.lockRun(run)
 	defer unlock()

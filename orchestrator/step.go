@@ -350,6 +350,10 @@ type TraceRecord struct {
 	Outputs   []wire.FileRef     `json:"outputs"`
 	Eval      *evaluator.Verdict `json:"evaluation"`
 	Label     string             `json:"label,omitempty"`
+	// KeyID is the API key that made the call (never the key itself),
+	// empty for the operator; Tenant is its tenant.
+	KeyID  string `json:"key_id,omitempty"`
+	Tenant string `json:"tenant"`
 }
 
 // TraceError is a failed call's error in the trace.

@@ -39,6 +39,8 @@ type RunView struct {
 	Params      map[string]any `json:"params,omitempty"`
 	Created     *time.Time     `json:"created,omitempty"`
 	Finished    *time.Time     `json:"finished,omitempty"`
+	// StartedBy is who started the run: its key and tenant.
+	StartedBy *Caller `json:"started_by,omitempty"`
 }
 
 // StepStatus is one journaled call of a run.
