@@ -14,8 +14,9 @@ type Metrics interface {
 	Evaluated(verdict string, d time.Duration)
 	// Search is one live search: "ok", or the kind of its upstream error.
 	Search(outcome string)
-	// RunCreated is a run gaining its owner: a new run.
-	RunCreated()
+	// RunStatus is a run entering a status: "open" for a new run, then a
+	// recipe run's queued, running, succeeded or failed.
+	RunStatus(status string)
 	// QuotaRefused is a call refused by a tenant quota ("kernels",
 	// "stored_bytes", "runs_per_hour").
 	QuotaRefused(limit string)
@@ -44,9 +45,9 @@ func (h hooks) search(outcome string) {
 	}
 }
 
-func (h hooks) runCreated() {
+func (h hooks) runStatus(status string) {
 	if h.m != nil {
-		h.m.RunCreated()
+		h.m.RunStatus(status)
 	}
 }
 

@@ -237,7 +237,7 @@ func (o *Orchestrator) create(ctx context.Context, run runid.ID, p auth.Principa
 	}
 	ow, err := o.putOwner(ctx, owner{Run: run, Tenant: p.Tenant, KeyID: p.KeyID, Name: p.Name, Created: time.Now().UTC()})
 	if err == nil {
-		o.metrics.runCreated()
+		o.metrics.runStatus("open")
 	}
 	return ow, err
 }
@@ -427,7 +427,12 @@ func (o *Orchestrator) updateSummary(ctx context.Context, run runid.ID, edit fun
 // SetRecipeState records a recipe run's recipe and status in its index
 // entry, for GET /runs.
 func (o *Orchestrator) SetRecipeState(ctx context.Context, run runid.ID, recipe, status string) {
-	o.updateSummary(ctx, run, func(s *summary) { s.Recipe, s.Status = recipe, status })
+	o.updateSummary(ctx, run, func(s *summary) {
+		if s.Status != status {
+			o.metrics.runStatus(status)
+		}
+		s.Recipe, s.Status = recipe, status
+	})
 }
 
 func blobMarker(tenant string, d tmpfs.Digest) string {

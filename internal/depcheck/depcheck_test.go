@@ -25,7 +25,7 @@ var layers = [][]string{
 	// the interfaces the tools implement.
 	{"wire", "runfiles", "tmpfs", "sandbox"},
 	// 2: tools and records.
-	{"auth/keys", "auth/share",
+	{"auth/keys", "auth/share", "metrics",
 		"browser", "browser/replay", "browser/tavily", "browser/tavilytest",
 		"tmpfs/local", "tmpfs/s3", "tmpfs/tmpfstest",
 		"sandbox/docker", "sandbox/docker/image", "sandbox/docker/jupyter", "sandbox/wasm",

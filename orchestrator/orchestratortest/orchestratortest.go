@@ -11,6 +11,8 @@ import (
 
 	"github.com/docker/docker/client"
 
+	"github.com/triadhq/triad/auth"
+	"github.com/triadhq/triad/auth/keys"
 	"github.com/triadhq/triad/browser/tavily"
 	"github.com/triadhq/triad/browser/tavilytest"
 	"github.com/triadhq/triad/cel"
@@ -38,6 +40,8 @@ type Options struct {
 	// Dir is the data directory; empty means a fresh temp dir. Reusing a
 	// Dir across two stacks simulates a restart.
 	Dir string
+	// Quotas bound each tenant.
+	Quotas orchestrator.Quotas
 }
 
 // Stack is an assembled orchestrator and its parts.
@@ -48,6 +52,22 @@ type Stack struct {
 	Orch    *orchestrator.Orchestrator
 	Backend string
 	Tavily  *tavilytest.Server
+	// Keys holds the stack's API keys, in the store's records. Key is one
+	// of them (scope runs, tenant "default"), and Principal its caller:
+	// tests make their calls with Ctx, as that key, so authentication and
+	// tenancy are exercised everywhere, not only in their own tests.
+	Keys      *keys.Store
+	Key       string
+	Principal auth.Principal
+}
+
+// Ctx returns t's context carrying the stack's principal.
+func (s *Stack) Ctx(t testing.TB) context.Context {
+	ctx := context.Background()
+	if tt, ok := t.(interface{ Context() context.Context }); ok {
+		ctx = tt.Context()
+	}
+	return auth.With(ctx, s.Principal)
 }
 
 var (
@@ -122,7 +142,15 @@ func New(t testing.TB, o Options) *Stack {
 		}
 		cfg.Search = tc
 	}
+	cfg.Quotas = o.Quotas
 	s.Orch = orchestrator.New(cfg)
+	s.Keys = keys.New(s.Store.Meta(), keys.Config{})
+	if s.Key, _, err = s.Keys.Create(ctx, "orchestratortest", auth.DefaultTenant, []auth.Scope{auth.Runs}); err != nil {
+		t.Fatal(err)
+	}
+	if s.Principal, err = s.Keys.Authenticate(ctx, s.Key); err != nil {
+		t.Fatal(err)
+	}
 	return s
 }
 

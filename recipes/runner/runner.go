@@ -620,6 +620,18 @@ func (r *Runner) Status(ctx context.Context, run runid.ID) (State, error) {
 	return st, nil
 }
 
+// Active counts the recipe runs in flight in this process by status
+// (queued, running).
+func (r *Runner) Active() map[string]int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := map[string]int{}
+	for _, a := range r.active {
+		out[a.state.Status]++
+	}
+	return out
+}
+
 // Subscribe returns a channel of the run's events, closed when the run
 // ends (at once if it is not running), and a cancel func.
 func (r *Runner) Subscribe(run runid.ID) (<-chan Event, func()) {
