@@ -134,7 +134,17 @@ func (o *Orchestrator) call(ctx context.Context, run runid.ID, out Outcome, fn f
 	s.Err = fn(ctx, s)
 	s.Elapsed = time.Since(s.Started)
 	// The journal must be written even if the caller hung up mid-call.
-	o.record(context.WithoutCancel(ctx), s)
+	wctx := context.WithoutCancel(ctx)
+	o.record(wctx, s)
+	o.updateSummary(wctx, run, func(sum *summary) {
+		sum.Steps++
+		if s.verdict != nil {
+			sum.LastVerdict = "FAIL"
+			if s.verdict.Pass {
+				sum.LastVerdict = "PASS"
+			}
+		}
+	})
 	o.metrics.toolCall(out.Tool(), outcome(s.Err), time.Since(start))
 	return s.Err
 }

@@ -38,6 +38,8 @@ type Step struct {
 	Err     error
 	Started time.Time
 	Elapsed time.Duration
+
+	verdict *evaluator.Verdict // set once the journal recorded the step
 }
 
 // Outcome is what one tool contributes to its Step. The evaluator's

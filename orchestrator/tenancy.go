@@ -472,8 +472,10 @@ func (o *Orchestrator) tenantHolds(ctx context.Context, tenant string, d tmpfs.D
 // blobNotFound is the one answer for a blob the caller may not have,
 // whether it exists or not (no existence oracle; see docs/DECISIONS.md,
 // "Who may fetch a blob").
+// The message does not even echo the hash, so the body is byte for byte the
+// same for every blob.
 func blobNotFound(d tmpfs.Digest) error {
-	return fault.New(fault.NotFound, fmt.Sprintf("no blob %s in a run this caller can read", d),
+	return fault.New(fault.NotFound, "no such blob in a run this caller can read",
 		"send the X-Run-Id of a run that holds the file (tmp.list shows each file's sha256), or ask for a share link (POST /runs/{id}/share)")
 }
 

@@ -17,6 +17,7 @@ import (
 	"github.com/triadhq/triad/browser/tavilytest"
 	"github.com/triadhq/triad/cel"
 	"github.com/triadhq/triad/evaluator"
+	"github.com/triadhq/triad/metrics"
 	"github.com/triadhq/triad/internal/testenv"
 	"github.com/triadhq/triad/orchestrator"
 	"github.com/triadhq/triad/orchestrator/kernels"
@@ -42,6 +43,8 @@ type Options struct {
 	Dir string
 	// Quotas bound each tenant.
 	Quotas orchestrator.Quotas
+	// Metrics, when set, counts the stack's calls, store and kernels.
+	Metrics *metrics.Metrics
 }
 
 // Stack is an assembled orchestrator and its parts.
@@ -96,7 +99,12 @@ func New(t testing.TB, o Options) *Stack {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { x.Close() })
-	s.Store = tmpfs.New(b, x, nil)
+	var blobs tmpfs.Blobs = b
+	var index tmpfs.Index = x
+	if o.Metrics != nil {
+		blobs, index = o.Metrics.Store("local", b, x)
+	}
+	s.Store = tmpfs.New(blobs, index, nil)
 
 	var backend sandbox.Backend
 	switch o.Sandbox {
@@ -112,8 +120,15 @@ func New(t testing.TB, o Options) *Stack {
 	}
 	if backend != nil {
 		s.Backend = backend.Name()
-		s.Kernels = kernels.New(kernels.Config{Backend: backend, Store: s.Store, Warm: o.Warm, Protect: runfiles.IsKept})
+		kb := backend
+		if o.Metrics != nil {
+			kb = o.Metrics.Backend(backend)
+		}
+		s.Kernels = kernels.New(kernels.Config{Backend: kb, Store: s.Store, Warm: o.Warm, Protect: runfiles.IsKept})
 		t.Cleanup(func() { s.Kernels.Close() })
+		if o.Metrics != nil {
+			o.Metrics.Kernels(backend.Name(), s.Kernels.Live, s.Kernels.Pooled)
+		}
 	}
 
 	evalOnce.Do(func() {
@@ -143,6 +158,9 @@ func New(t testing.TB, o Options) *Stack {
 		cfg.Search = tc
 	}
 	cfg.Quotas = o.Quotas
+	if o.Metrics != nil {
+		cfg.Metrics = o.Metrics
+	}
 	s.Orch = orchestrator.New(cfg)
 	s.Keys = keys.New(s.Store.Meta(), keys.Config{})
 	if s.Key, _, err = s.Keys.Create(ctx, "orchestratortest", auth.DefaultTenant, []auth.Scope{auth.Runs}); err != nil {
