@@ -98,7 +98,6 @@ func (a answer) errKind(t testing.TB) string {
 	return string(e.Error.Kind)
 }
 
-
 func (c *client) post(path, run string, v any) answer {
 	c.t.Helper()
 	b, _ := json.Marshal(v)

@@ -51,9 +51,9 @@ func TestKeys(t *testing.T) {
 	c.write("r-keys", "a.txt", "a")
 
 	for name, key := range map[string]string{
-		"missing":   "",
-		"malformed": "not-a-key",
-		"unknown":   "trd_aaaaaaaaaaaa_" + strings.Repeat("a", 52),
+		"missing":      "",
+		"malformed":    "not-a-key",
+		"unknown":      "trd_aaaaaaaaaaaa_" + strings.Repeat("a", 52),
 		"wrong secret": c.key[:len(c.key)-52] + strings.Repeat("b", 52),
 	} {
 		a := c.as(key).do("GET", "/tmp/list", "r-keys", nil)

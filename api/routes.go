@@ -75,11 +75,11 @@ func (s *Server) routeOf(r *http.Request) *route {
 }
 
 var (
-	get    = []string{http.MethodGet}
-	getHd  = []string{http.MethodGet, http.MethodHead}
-	post   = []string{http.MethodPost}
-	put    = []string{http.MethodPut}
-	del    = []string{http.MethodDelete}
+	get   = []string{http.MethodGet}
+	getHd = []string{http.MethodGet, http.MethodHead}
+	post  = []string{http.MethodPost}
+	put   = []string{http.MethodPut}
+	del   = []string{http.MethodDelete}
 )
 
 // table lists every endpoint of the API.
@@ -117,7 +117,9 @@ func (s *Server) table() []*route {
 		{Methods: get, Path: "/tmp/list", Scope: auth.Read, RunHeader: true, Summary: "tmp.list: the run's files under a prefix",
 			Query: []param{{Name: "prefix", Description: "a directory prefix such as artifacts/"}}, Answer: wire.ListResponse{}, h: queryTool(s, "prefix", false, s.orch.List)},
 		{Methods: post, Path: "/tmp/delete", Scope: auth.Runs, RunHeader: true, Summary: "tmp.delete: delete a run file", Body: wire.PathRequest{}, Answer: wire.OK{},
-			h: jsonTool(s, func(ctx context.Context, id runid.ID, in wire.PathRequest) (wire.OK, error) { return s.orch.Delete(ctx, id, in.Path) })},
+			h: jsonTool(s, func(ctx context.Context, id runid.ID, in wire.PathRequest) (wire.OK, error) {
+				return s.orch.Delete(ctx, id, in.Path)
+			})},
 		{Methods: put, Path: "/tmp/files/{path:.+}", Scope: auth.Runs, RunHeader: true, Summary: "tmp.write, streamed: the raw body becomes the run file", BodyType: "application/octet-stream", Answer: wire.FileRef{}, h: s.filePut},
 		{Methods: getHd, Path: "/tmp/files/{path:.+}", Scope: auth.Read, RunHeader: true, Summary: "tmp.read, streamed: the run file's raw bytes (Range supported)", AnswerType: "application/octet-stream", h: s.fileGet},
 		{Methods: getHd, Path: "/blobs/{sha256}", Scope: auth.Read, RunHeader: true, Summary: "A blob by sha256, for a caller naming a run that holds it", AnswerType: "application/octet-stream", h: s.blobGet},
