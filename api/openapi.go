@@ -25,25 +25,31 @@ import (
 // reflection (kin-openapi's openapi3gen) from the wire types the handlers
 // decode and encode. See docs/DECISIONS.md, "The OpenAPI document".
 
-var (
-	docOnce sync.Once
-	docJSON []byte
-	docErr  error
-)
+// docCache holds the document as JSON, built on first request and
+// dropped when a route is added.
+type docCache struct {
+	mu   sync.Mutex
+	json []byte
+}
 
 // openapi is GET /openapi.json.
 func (s *Server) openapi(w http.ResponseWriter, r *http.Request) error {
-	docOnce.Do(func() {
-		var doc *openapi3.T
-		if doc, docErr = s.Document(); docErr == nil {
-			docJSON, docErr = json.MarshalIndent(doc, "", "  ")
+	s.doc.mu.Lock()
+	b := s.doc.json
+	if b == nil {
+		doc, err := s.Document()
+		if err == nil {
+			b, err = json.MarshalIndent(doc, "", "  ")
 		}
-	})
-	if docErr != nil {
-		return fault.Wrap(fault.Internal, docErr, "the OpenAPI document could not be built", "report this with the server log")
+		if err != nil {
+			s.doc.mu.Unlock()
+			return fault.Wrap(fault.Internal, err, "the OpenAPI document could not be built", "report this with the server log")
+		}
+		s.doc.json = b
 	}
+	s.doc.mu.Unlock()
 	w.Header().Set("Content-Type", "application/json")
-	_, err := w.Write(docJSON)
+	_, err := w.Write(b)
 	return err
 }
 

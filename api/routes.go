@@ -64,6 +64,9 @@ func (s *Server) add(rt *route) {
 	mr := s.router.Handle(rt.Path, h).Methods(rt.Methods...)
 	s.routes = append(s.routes, rt)
 	s.byRoute[mr] = rt
+	s.doc.mu.Lock()
+	s.doc.json = nil
+	s.doc.mu.Unlock()
 }
 
 // routeOf returns the route a request matched, if any.

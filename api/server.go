@@ -40,6 +40,7 @@ type Server struct {
 	c       Config
 	routes  []*route
 	byRoute map[*mux.Route]*route
+	doc     docCache
 }
 
 // Config configures a Server.
