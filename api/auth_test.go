@@ -16,9 +16,11 @@ import (
 	"github.com/triadhq/triad/auth/keys"
 	"github.com/triadhq/triad/cel"
 	"github.com/triadhq/triad/internal/miniotest"
+	"github.com/triadhq/triad/metrics"
 	"github.com/triadhq/triad/internal/runid"
 	"github.com/triadhq/triad/orchestrator"
 	"github.com/triadhq/triad/tmpfs"
+	"github.com/triadhq/triad/tmpfs/local"
 	"github.com/triadhq/triad/wire"
 )
 
@@ -241,17 +243,46 @@ func TestSecurityHeaders(t *testing.T) {
 func TestBlobsNeedARunThatHoldsThem(t *testing.T) {
 	for _, mode := range []string{"keys", "none"} {
 		t.Run(mode, func(t *testing.T) {
-			c := newServer(t, localBackend(t).open(t), orchestrator.Limits{})
+			// The store's seams are counted, to show a refused request
+			// never reaches the blob store.
+			m := metrics.New()
+			dir := t.TempDir()
+			lb, err := local.NewBlobs(dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			lx, err := local.NewIndex(dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { lx.Close() })
+			cb, cx := m.Store("local", lb, lx)
+			orch := orchestrator.New(orchestrator.Config{Store: tmpfs.New(cb, cx, nil)})
+			c := apiServer(t, api.Config{Orchestrator: orch})
 			if mode == "none" {
-				store := localBackend(t).open(t)
-				h := api.New(api.Config{Orchestrator: orchestrator.New(orchestrator.Config{Store: store})})
+				h := api.New(api.Config{Orchestrator: orch})
 				srv := httptest.NewServer(h)
 				t.Cleanup(srv.Close)
 				c = &client{t: t, url: srv.URL, h: h}
 			}
+			blobOps := func() float64 {
+				fams, _ := m.Registry().Gather()
+				n := 0.0
+				for _, f := range fams {
+					for _, s := range f.Metric {
+						for _, l := range s.Label {
+							if f.GetName() == "triad_store_operations_total" && l.GetName() == "op" && strings.HasPrefix(l.GetValue(), "blob_") {
+								n += s.Counter.GetValue()
+							}
+						}
+					}
+				}
+				return n
+			}
 			secret := c.write("r-holder", "pin.txt", "4711")
 			c.write("r-other", "other.txt", "x")
 			absent := tmpfs.DigestOf([]byte("4712"))
+			opsBefore := blobOps()
 			var first answer
 			for _, method := range []string{"GET", "HEAD"} {
 				for _, tc := range []struct {
@@ -283,6 +314,9 @@ func TestBlobsNeedARunThatHoldsThem(t *testing.T) {
 						t.Errorf("%s %s: %q differs from %q", method, tc.name, a.body, first.body)
 					}
 				}
+			}
+			if n := blobOps() - opsBefore; n != 0 {
+				t.Errorf("refused blob requests made %v blob store operations, want none", n)
 			}
 			a := c.do("GET", "/blobs/"+secret.SHA256.String(), "r-holder", nil)
 			if a.status != 200 || string(a.body) != "4711" {

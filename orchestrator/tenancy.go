@@ -385,14 +385,13 @@ func (o *Orchestrator) addUsage(ctx context.Context, tenant string, delta int64)
 
 // updateSummary refreshes a run's entry in its tenant's index after a
 // call or a change of a recipe run's state, and the tenant's usage and
-// blob markers with it. Failures are logged: the run itself is intact.
+// blob markers with it. Call it with the run locked: the entry is read,
+// changed and written back. Failures are logged: the run itself is intact.
 func (o *Orchestrator) updateSummary(ctx context.Context, run runid.ID, edit func(*summary)) {
 	ow, ok, err := o.ownerOf(ctx, run)
 	if err != nil || !ok {
 		return
 	}
-	o.t.sumMu.Lock()
-	defer o.t.sumMu.Unlock()
 	m := o.store.Meta()
 	key := indexKey(ow)
 	var sum summary
@@ -427,6 +426,8 @@ func (o *Orchestrator) updateSummary(ctx context.Context, run runid.ID, edit fun
 // SetRecipeState records a recipe run's recipe and status in its index
 // entry, for GET /runs.
 func (o *Orchestrator) SetRecipeState(ctx context.Context, run runid.ID, recipe, status string) {
+	unlock := o.lockRun(run)
+	defer unlock()
 	o.updateSummary(ctx, run, func(s *summary) {
 		if s.Status != status {
 			o.metrics.runStatus(status)
