@@ -23,7 +23,9 @@ func (s *Server) authenticate(next http.Handler) http.Handler {
 			need = rt.Scope
 		}
 		if need == Public {
-			next.ServeHTTP(w, r)
+			// A public route's handler acts for nobody: were it to call
+			// the core, it would be refused.
+			next.ServeHTTP(w, r.WithContext(auth.With(r.Context(), auth.Anonymous)))
 			return
 		}
 		p, err := s.principal(r)

@@ -58,8 +58,13 @@ type Principal struct {
 // CLI act as the operator, who may do anything.
 var Operator = Principal{Name: "operator", Tenant: DefaultTenant, Scopes: []Scope{Admin}}
 
-// IsOperator reports whether p is the operator rather than a key.
-func (p Principal) IsOperator() bool { return p.KeyID == "" }
+// Anonymous is a caller without a key on a route that needs none (a share
+// link, /healthz): it has no scope, so the core refuses it everything.
+var Anonymous = Principal{Name: "anonymous"}
+
+// IsOperator reports whether p is the operator rather than a key (or an
+// anonymous caller).
+func (p Principal) IsOperator() bool { return p.KeyID == "" && p.Admin() }
 
 // Has reports whether p's scopes include s.
 func (p Principal) Has(s Scope) bool {

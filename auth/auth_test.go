@@ -34,6 +34,9 @@ func TestFromDefaultsToOperator(t *testing.T) {
 	if p := auth.From(context.Background()); !p.IsOperator() || !p.Admin() || p.Tenant != auth.DefaultTenant {
 		t.Fatalf("got %+v, want the operator", p)
 	}
+	if a := auth.Anonymous; a.IsOperator() || a.Has(auth.Read) {
+		t.Fatalf("anonymous %+v is the operator or has a scope", a)
+	}
 	p := auth.Principal{KeyID: "abc", Tenant: "acme", Scopes: []auth.Scope{auth.Read}}
 	got := auth.From(auth.With(context.Background(), p))
 	if got.KeyID != "abc" || got.IsOperator() || got.CanSee("other") || !got.CanSee("acme") {
