@@ -146,6 +146,7 @@ func TestOpenUntilFirstKey(t *testing.T) {
 	store := localBackend(t).open(t)
 	ks := keys.New(store.Meta(), keys.Config{CacheTTL: time.Millisecond})
 	orch := orchestrator.New(orchestrator.Config{Store: store})
+	t.Cleanup(func() { orch.Close() })
 	h := api.New(api.Config{Orchestrator: orch, Keys: ks, OpenWithoutKeys: true})
 	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)

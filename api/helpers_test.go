@@ -73,6 +73,7 @@ func apiServer(t testing.TB, cfg api.Config) *client {
 	h := api.New(cfg)
 	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
+	t.Cleanup(func() { cfg.Orchestrator.Close() })
 	return &client{t: t, url: srv.URL, key: tok, h: h, keys: cfg.Keys}
 }
 

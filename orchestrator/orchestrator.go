@@ -136,7 +136,7 @@ func (o *Orchestrator) call(ctx context.Context, run runid.ID, out Outcome, fn f
 	// The journal must be written even if the caller hung up mid-call.
 	wctx := context.WithoutCancel(ctx)
 	o.record(wctx, s)
-	o.updateSummary(wctx, run, func(sum *summary) {
+	o.noteRun(wctx, run, func(sum *summary) {
 		sum.Steps++
 		if s.verdict != nil {
 			sum.LastVerdict = "FAIL"

@@ -60,6 +60,11 @@ func (ow owner) caller() wire.Caller {
 	return wire.Caller{KeyID: ow.KeyID, Name: ow.Name, Tenant: ow.Tenant}
 }
 
+// wireSummary is a new run's index entry.
+func wireSummary(ow owner) wire.RunSummary {
+	return wire.RunSummary{RunID: ow.Run.String(), Status: "open", Created: ow.Created, Updated: ow.Created, StartedBy: ow.caller()}
+}
+
 // summary is a run's entry in its tenant's run index.
 type summary struct {
 	wire.RunSummary
@@ -77,7 +82,13 @@ type tenancy struct {
 	usage   map[string]usageAt
 	marked  map[string]struct{}         // tenant + "/" + digest, marker written
 	pending map[string]map[runid.ID]int // kernels being started, per tenant
-	sumMu   sync.Mutex                  // serializes summary read-modify-writes
+
+	// Run summaries and usage changes not yet written (see summaries.go).
+	smu      sync.Mutex
+	sums     map[runid.ID]*runSum
+	delta    map[string]int64 // usage changes per tenant
+	flushing bool             // the background writer is running
+	flushMu  sync.Mutex       // one flush at a time
 }
 
 type usageAt struct {
@@ -90,7 +101,7 @@ const maxCached = 100000
 
 func newTenancy(q Quotas) *tenancy {
 	return &tenancy{q: q, owners: map[runid.ID]owner{}, usage: map[string]usageAt{}, marked: map[string]struct{}{},
-		pending: map[string]map[runid.ID]int{}}
+		pending: map[string]map[runid.ID]int{}, sums: map[runid.ID]*runSum{}, delta: map[string]int64{}}
 }
 
 func ownerKey(run runid.ID) string { return "owners/" + run.String() }
@@ -259,8 +270,7 @@ func (o *Orchestrator) putOwner(ctx context.Context, ow owner) (owner, error) {
 		return owner{}, storeErr(err, ow.Run, "")
 	}
 	o.cacheOwner(ow)
-	sum := summary{RunSummary: wire.RunSummary{RunID: ow.Run.String(), Status: "open", Created: ow.Created, Updated: ow.Created, StartedBy: ow.caller()}}
-	sb, _ := json.Marshal(sum)
+	sb, _ := json.Marshal(newSummary(ow))
 	if _, err := o.store.Meta().PutMeta(ctx, indexKey(ow), sb, tmpfs.Cond{}); err != nil {
 		o.log.WarnContext(ctx, "add a run to its tenant's index", "run", ow.Run, "err", err)
 	}
@@ -315,6 +325,7 @@ func (o *Orchestrator) checkBytes(ctx context.Context, ow owner, add int64) erro
 	if err != nil {
 		return err
 	}
+	used += o.pendingBytes(ow.Tenant)
 	if used < limit && used+add <= limit {
 		return nil
 	}
@@ -383,52 +394,12 @@ func (o *Orchestrator) addUsage(ctx context.Context, tenant string, delta int64)
 	return errors.New("usage: too many concurrent writers")
 }
 
-// updateSummary refreshes a run's entry in its tenant's index after a
-// call or a change of a recipe run's state, and the tenant's usage and
-// blob markers with it. Call it with the run locked: the entry is read,
-// changed and written back. Failures are logged: the run itself is intact.
-func (o *Orchestrator) updateSummary(ctx context.Context, run runid.ID, edit func(*summary)) {
-	ow, ok, err := o.ownerOf(ctx, run)
-	if err != nil || !ok {
-		return
-	}
-	m := o.store.Meta()
-	key := indexKey(ow)
-	var sum summary
-	if b, _, err := m.GetMeta(ctx, key); err == nil {
-		json.Unmarshal(b, &sum)
-	} else {
-		sum = summary{RunSummary: wire.RunSummary{RunID: run.String(), Status: "open", Created: ow.Created, StartedBy: ow.caller()}}
-	}
-	prev := sum.Bytes
-	files, err := o.store.List(ctx, run, "")
-	if err == nil {
-		sum.Bytes = 0
-		for _, f := range files {
-			sum.Bytes += f.Size
-		}
-		o.markBlobs(ctx, ow.Tenant, files)
-	}
-	edit(&sum)
-	sum.Updated = time.Now().UTC()
-	b, _ := json.Marshal(sum)
-	if _, err := m.PutMeta(ctx, key, b, tmpfs.Cond{}); err != nil {
-		o.log.WarnContext(ctx, "update the run's index entry", "run", run, "err", err)
-		return
-	}
-	if d := sum.Bytes - prev; d != 0 {
-		if err := o.addUsage(ctx, ow.Tenant, d); err != nil {
-			o.log.WarnContext(ctx, "update the tenant's usage", "tenant", ow.Tenant, "err", err)
-		}
-	}
-}
-
 // SetRecipeState records a recipe run's recipe and status in its index
 // entry, for GET /runs.
 func (o *Orchestrator) SetRecipeState(ctx context.Context, run runid.ID, recipe, status string) {
 	unlock := o.lockRun(run)
 	defer unlock()
-	o.updateSummary(ctx, run, func(s *summary) {
+	o.noteRun(ctx, run, func(s *summary) {
 		if s.Status != status {
 			o.metrics.runStatus(status)
 		}
@@ -465,7 +436,13 @@ func (o *Orchestrator) markBlobs(ctx context.Context, tenant string, files []tmp
 }
 
 // tenantHolds reports whether some run of the tenant has held blob d.
+// Markers are written in the background; a miss writes what is pending
+// and looks again.
 func (o *Orchestrator) tenantHolds(ctx context.Context, tenant string, d tmpfs.Digest) bool {
+	if _, _, err := o.store.Meta().GetMeta(ctx, blobMarker(tenant, d)); err == nil {
+		return true
+	}
+	o.Flush(ctx)
 	_, _, err := o.store.Meta().GetMeta(ctx, blobMarker(tenant, d))
 	return err == nil
 }
@@ -534,6 +511,7 @@ func (o *Orchestrator) Runs(ctx context.Context, tenant, cursor string, limit in
 	if !p.CanSee(tenant) {
 		return out, forbidden(p, auth.Admin)
 	}
+	o.Flush(ctx) // read your own writes
 	if limit == 0 {
 		limit = 50
 	}

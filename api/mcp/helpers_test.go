@@ -100,6 +100,7 @@ func newStack(t testing.TB, o stackOptions) *stack {
 	}
 	t.Cleanup(func() { search.Close() })
 	orch := orchestrator.New(orchestrator.Config{Store: store, Kernels: km, Journal: cel.New(store), Search: search})
+	t.Cleanup(func() { orch.Close() })
 	var rn *runner.Runner
 	var recipeRunner *runner.Runner
 	if o.recipes {

@@ -108,6 +108,8 @@ func openStack(ctx context.Context, c *config, log *slog.Logger) (*stack, error)
 		Quotas:    orchestrator.Quotas{Kernels: c.Quotas.Kernels, StoredBytes: c.Quotas.storedBytes, RunsPerHour: c.Quotas.RunsPerHour},
 		Metrics:   orchMetrics(c),
 	})
+	// The run index's last changes are written before the store closes.
+	s.closes = append(s.closes, func() { s.orch.Close() })
 	if s.catalog, err = catalog(c.Recipes); err != nil {
 		s.Close()
 		return nil, err

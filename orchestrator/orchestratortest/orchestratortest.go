@@ -162,6 +162,7 @@ func New(t testing.TB, o Options) *Stack {
 		cfg.Metrics = o.Metrics
 	}
 	s.Orch = orchestrator.New(cfg)
+	t.Cleanup(func() { s.Orch.Close() })
 	s.Keys = keys.New(s.Store.Meta(), keys.Config{})
 	if s.Key, _, err = s.Keys.Create(ctx, "orchestratortest", auth.DefaultTenant, []auth.Scope{auth.Runs}); err != nil {
 		t.Fatal(err)
