@@ -165,7 +165,7 @@ var (
 		"language":        `Optional: "python", the only language.`,
 		"files_in":        "Optional: files to place in the working directory before the cell runs.",
 		"files_in[].name": "Where the file appears, relative to the working directory.",
-		"files_in[].path": "A run file's path, or sha256:<hex> for any stored blob.",
+		"files_in[].path": "A run file's path, or sha256:<hex> of a file some run of yours holds.",
 		"timeout_s":       "Optional: the cell's deadline in seconds; omitted means the server default (60 s), and values over the server maximum are capped.",
 		"run_id":          runIDDesc,
 	}
