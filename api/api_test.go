@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -70,17 +69,10 @@ func backends(t *testing.T) []backend {
 // extraBackends is extended by files that add backends (S3).
 var extraBackends = func(t *testing.T) []backend { return nil }
 
-type client struct {
-	t   *testing.T
-	url string
-}
-
 func newServer(t *testing.T, store *tmpfs.Store, limits orchestrator.Limits) *client {
 	t.Helper()
 	orch := orchestrator.New(orchestrator.Config{Store: store, Limits: limits})
-	srv := httptest.NewServer(api.New(api.Config{Orchestrator: orch}))
-	t.Cleanup(srv.Close)
-	return &client{t: t, url: srv.URL}
+	return apiServer(t, api.Config{Orchestrator: orch})
 }
 
 type answer struct {
@@ -89,7 +81,7 @@ type answer struct {
 	header http.Header
 }
 
-func (a answer) json(t *testing.T, v any) {
+func (a answer) json(t testing.TB, v any) {
 	t.Helper()
 	if err := json.Unmarshal(a.body, v); err != nil {
 		t.Fatalf("decode %s: %v", a.body, err)
@@ -97,37 +89,13 @@ func (a answer) json(t *testing.T, v any) {
 }
 
 // errKind returns the structured error's kind, failing if the body isn't one.
-func (a answer) errKind(t *testing.T) string {
+func (a answer) errKind(t testing.TB) string {
 	t.Helper()
 	var e wire.ErrorBody
 	if err := json.Unmarshal(a.body, &e); err != nil || e.Error.Kind == "" || e.Error.Message == "" || e.Error.Suggestion == "" {
 		t.Fatalf("got body %s, want {error:{kind,message,suggestion}}", a.body)
 	}
 	return string(e.Error.Kind)
-}
-
-func (c *client) do(method, path, run string, body io.Reader, hdr ...string) answer {
-	c.t.Helper()
-	req, err := http.NewRequestWithContext(c.t.Context(), method, c.url+path, body)
-	if err != nil {
-		c.t.Fatal(err)
-	}
-	if run != "" {
-		req.Header.Set(api.RunHeader, run)
-	}
-	for i := 0; i+1 < len(hdr); i += 2 {
-		req.Header.Set(hdr[i], hdr[i+1])
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		c.t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		c.t.Fatalf("%s %s: read body: %v", method, path, err)
-	}
-	return answer{status: resp.StatusCode, body: b, header: resp.Header}
 }
 
 func (c *client) post(path, run string, v any) answer {
@@ -251,18 +219,18 @@ func TestStreamedUploadDedupAndRestart(t *testing.T) {
 			if got := b.blobCount(t) - before; got != 1 {
 				t.Fatalf("the same 50 MiB in two runs made %d new blobs, want 1", got)
 			}
-			a := c.do(http.MethodGet, "/blobs/"+want, "", nil)
+			a := c.do(http.MethodGet, "/blobs/"+want, "r-up-a-"+b.name, nil)
 			if a.status != 200 || !bytes.Equal(a.body, data) {
 				t.Fatalf("GET /blobs: got %d, %d bytes, equal=%v", a.status, len(a.body), bytes.Equal(a.body, data))
 			}
 			if a.header.Get("ETag") != `"`+want+`"` || !strings.Contains(a.header.Get("Cache-Control"), "immutable") {
 				t.Fatalf("GET /blobs headers: %v", a.header)
 			}
-			a = c.do(http.MethodGet, "/blobs/"+want, "", nil, "Range", "bytes=1000-1999")
+			a = c.do(http.MethodGet, "/blobs/"+want, "r-up-b-"+b.name, nil, "Range", "bytes=1000-1999")
 			if a.status != 206 || !bytes.Equal(a.body, data[1000:2000]) {
 				t.Fatalf("ranged /blobs: got %d, %d bytes", a.status, len(a.body))
 			}
-			a = c.do(http.MethodHead, "/blobs/"+want, "", nil)
+			a = c.do(http.MethodHead, "/blobs/"+want, "r-up-a-"+b.name, nil)
 			if a.status != 200 || a.header.Get("Content-Length") != fmt.Sprint(len(data)) {
 				t.Fatalf("HEAD /blobs: got %d %v", a.status, a.header)
 			}

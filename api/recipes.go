@@ -2,6 +2,7 @@ package api
 
 import (
 	"net/http"
+	"strconv"
 	"time"
 
 	"github.com/gorilla/mux"
@@ -105,4 +106,31 @@ func (s *Server) recipeGet(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	return writeJSON(w, http.StatusOK, rc.Info(true))
+}
+
+// runsList is GET /runs: the caller's runs from its tenant's run index.
+func (s *Server) runsList(w http.ResponseWriter, r *http.Request) error {
+	cursor, err := query(r, "cursor", false)
+	if err != nil {
+		return err
+	}
+	tenant, err := query(r, "tenant", false)
+	if err != nil {
+		return err
+	}
+	lim, err := query(r, "limit", false)
+	if err != nil {
+		return err
+	}
+	n := 0
+	if lim != "" {
+		if n, err = strconv.Atoi(lim); err != nil || n < 1 {
+			return fault.Badf("send limit between 1 and 200, or omit it for 50", "limit %q is not a positive integer", lim)
+		}
+	}
+	out, err := s.orch.Runs(r.Context(), tenant, cursor, n)
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusOK, out)
 }

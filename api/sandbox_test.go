@@ -5,7 +5,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
@@ -19,9 +18,7 @@ import (
 
 func sandboxServer(t *testing.T, backend string) *client {
 	s := orchestratortest.New(t, orchestratortest.Options{Sandbox: backend, Warm: 1})
-	srv := httptest.NewServer(api.New(api.Config{Orchestrator: s.Orch}))
-	t.Cleanup(srv.Close)
-	return &client{t: t, url: srv.URL}
+	return apiServer(t, api.Config{Orchestrator: s.Orch})
 }
 
 func (c *client) exec(run string, in map[string]any) (wire.ExecResponse, answer) {
@@ -144,7 +141,7 @@ func TestSandboxImagesAndParallelRuns(t *testing.T) {
 	if !ok {
 		t.Fatalf("display: %+v", out.Display[0].Data)
 	}
-	a := c.do("GET", "/blobs/"+ref["sha256"].(string), "", nil)
+	a := c.do("GET", "/blobs/"+ref["sha256"].(string), "r-plot", nil)
 	if a.status != 200 || !bytes.HasPrefix(a.body, []byte("\x89PNG\r\n\x1a\n")) || float64(len(a.body)) != ref["size"].(float64) {
 		t.Fatalf("/blobs of the plot: %d, %d bytes", a.status, len(a.body))
 	}

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"log/slog"
-	"net/http/httptest"
 	"strings"
 	"testing"
 
@@ -23,9 +22,7 @@ func TestSearchOverHTTP(t *testing.T) {
 	s := orchestratortest.New(t, orchestratortest.Options{Search: true})
 	logs := &testenv.Buffer{}
 	log := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	srv := httptest.NewServer(api.New(api.Config{Orchestrator: s.Orch, Logger: log}))
-	t.Cleanup(srv.Close)
-	c := &client{t: t, url: srv.URL}
+	c := apiServer(t, api.Config{Orchestrator: s.Orch, Logger: log})
 	const run = "r-search"
 	a := c.post("/browser/search", run, map[string]any{"query": "Acme Analytics pricing", "top_k": 3, "include_page": true})
 	if a.status != 200 {
@@ -42,7 +39,7 @@ func TestSearchOverHTTP(t *testing.T) {
 	if len(out.Results) == 0 || len(out.Results) > 3 || out.Results[0].URL == "" || out.Results[0].Snippet == "" || out.Results[0].Content == "" {
 		t.Fatalf("results: %+v", out.Results)
 	}
-	rec := c.do("GET", "/blobs/"+out.CitationsID, "", nil)
+	rec := c.do("GET", "/blobs/"+out.CitationsID, run, nil)
 	var record map[string]json.RawMessage
 	if rec.status != 200 || json.Unmarshal(rec.body, &record) != nil {
 		t.Fatalf("/blobs/<citations_id>: %d %s", rec.status, rec.body)
@@ -100,9 +97,7 @@ func TestRunRequests(t *testing.T) {
 	}
 	rn := runner.New(runner.Config{Orchestrator: s.Orch, Catalog: cat, Backend: s.Backend})
 	t.Cleanup(func() { rn.Close() })
-	srv := httptest.NewServer(api.New(api.Config{Orchestrator: s.Orch, Runner: rn}))
-	t.Cleanup(srv.Close)
-	c := &client{t: t, url: srv.URL}
+	c := apiServer(t, api.Config{Orchestrator: s.Orch, Runner: rn})
 	for _, tc := range []struct {
 		body   map[string]any
 		status int

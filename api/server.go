@@ -13,6 +13,9 @@ import (
 
 	"github.com/gorilla/mux"
 
+	"github.com/triadhq/triad/auth"
+	"github.com/triadhq/triad/auth/keys"
+	"github.com/triadhq/triad/auth/share"
 	"github.com/triadhq/triad/internal/fault"
 	"github.com/triadhq/triad/internal/runid"
 	"github.com/triadhq/triad/internal/version"
@@ -27,10 +30,17 @@ const RunHeader = "X-Run-Id"
 
 // Server is the HTTP surface.
 type Server struct {
-	orch   *orchestrator.Orchestrator
-	runner *runner.Runner
-	log    *slog.Logger
-	router *mux.Router
+	orch    *orchestrator.Orchestrator
+	runner  *runner.Runner
+	log     *slog.Logger
+	router  *mux.Router
+	keys    *keys.Store
+	open    bool
+	shares  *share.Links
+	c       Config
+	routes  []*route
+	byRoute map[*mux.Route]*route
+	doc     docCache
 }
 
 // Config configures a Server.
@@ -39,6 +49,37 @@ type Config struct {
 	// Runner runs recipes (POST /run); nil answers not_configured.
 	Runner *runner.Runner
 	Logger *slog.Logger
+	// Keys authenticates callers by their API keys. Nil turns
+	// authentication off (--auth none): every request is the operator.
+	Keys *keys.Store
+	// OpenWithoutKeys serves requests that carry no key as the operator
+	// while no key exists at all (a server on loopback before its first
+	// key). Once a key exists, every request needs one.
+	OpenWithoutKeys bool
+	// Shares makes and checks share links; nil answers not_configured.
+	Shares *share.Links
+	// ShareTTL is a share link's lifetime when the request names none
+	// (default 24 h); MaxShareTTL the longest allowed (default 30 days).
+	ShareTTL, MaxShareTTL time.Duration
+	// PublicURL is the server's address as callers reach it (for share
+	// links), e.g. https://triad.example.com; empty uses the request's.
+	PublicURL string
+	// TLS says the server is reached over HTTPS: answers carry HSTS.
+	TLS bool
+	// Metrics receives each request's route, status and latency.
+	Metrics Metrics
+	// MetricsHandler serves GET /metrics when set (nil: /metrics is on
+	// its own listener, or off). MetricsNeedKey makes it need an admin
+	// key; by default it needs none.
+	MetricsHandler http.Handler
+	MetricsNeedKey bool
+}
+
+// Metrics receives one finished request: its route template (never the
+// path itself, which may hold run ids and file names), method, status and
+// latency.
+type Metrics interface {
+	Request(route, method string, status int, d time.Duration)
 }
 
 // New returns a Server with every route registered.
@@ -46,7 +87,14 @@ func New(c Config) *Server {
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
-	s := &Server{orch: c.Orchestrator, runner: c.Runner, log: c.Logger}
+	if c.ShareTTL <= 0 {
+		c.ShareTTL = 24 * time.Hour
+	}
+	if c.MaxShareTTL <= 0 {
+		c.MaxShareTTL = 30 * 24 * time.Hour
+	}
+	s := &Server{orch: c.Orchestrator, runner: c.Runner, log: c.Logger, keys: c.Keys, open: c.OpenWithoutKeys,
+		shares: c.Shares, c: c, byRoute: map[*mux.Route]*route{}}
 	r := mux.NewRouter()
 	// Paths are validated, not cleaned: "/tmp/files/../x" must be refused
 	// with a structured 400, not redirected somewhere else.
@@ -54,50 +102,50 @@ func New(c Config) *Server {
 	r.UseEncodedPath()
 	r.NotFoundHandler = s.handle(func(w http.ResponseWriter, r *http.Request) error {
 		return fault.New(fault.NotFound, fmt.Sprintf("no route %s %s", r.Method, r.URL.Path),
-			"see the API section of the README for the endpoints")
+			"see the API section of the README for the endpoints, or GET /openapi.json")
 	})
 	r.MethodNotAllowedHandler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, &fault.Error{Kind: fault.BadInput,
 			Message:    fmt.Sprintf("method %s is not allowed on %s", r.Method, r.URL.Path),
-			Suggestion: "see the API section of the README for the methods each endpoint takes"}, http.StatusMethodNotAllowed)
+			Suggestion: "see the API section of the README for the methods each endpoint takes, or GET /openapi.json"}, http.StatusMethodNotAllowed)
 	})
+	r.Use(s.instrument, s.authenticate)
 	s.router = r
-
-	r.Handle("/healthz", s.handle(s.healthz)).Methods(http.MethodGet, http.MethodHead)
-	r.Handle("/version", s.handle(s.version)).Methods(http.MethodGet)
-	r.Handle("/runs", s.handle(s.newRun)).Methods(http.MethodPost)
-	r.Handle("/runs/{id}", s.handle(s.runGet)).Methods(http.MethodGet)
-	r.Handle("/runs/{id}/events", s.handle(s.runEvents)).Methods(http.MethodGet)
-	r.Handle("/runs/{id}/replay", s.handle(s.runReplay)).Methods(http.MethodPost)
-	r.Handle("/run", s.handle(s.postRun)).Methods(http.MethodPost)
-	r.Handle("/recipes", s.handle(s.recipesList)).Methods(http.MethodGet)
-	r.Handle("/recipes/{name}", s.handle(s.recipeGet)).Methods(http.MethodGet)
-
-	r.Handle("/cel", s.handle(s.celGet)).Methods(http.MethodGet)
-	r.Handle("/cel/note", s.handle(s.celNote)).Methods(http.MethodPost)
-	r.Handle("/cel/finalize", s.handle(s.celFinalize)).Methods(http.MethodPost)
-
-	r.Handle("/tmp/write", s.handle(jsonTool(s, s.orch.Write))).Methods(http.MethodPost)
-	r.Handle("/tmp/read", s.handle(queryTool(s, "path", true, s.orch.Read))).Methods(http.MethodGet)
-	r.Handle("/tmp/list", s.handle(queryTool(s, "prefix", false, s.orch.List))).Methods(http.MethodGet)
-	r.Handle("/tmp/delete", s.handle(jsonTool(s, func(ctx context.Context, id runid.ID, in wire.PathRequest) (wire.OK, error) {
-		return s.orch.Delete(ctx, id, in.Path)
-	}))).Methods(http.MethodPost)
-	r.Handle("/tmp/files/{path:.+}", s.handle(s.filePut)).Methods(http.MethodPut)
-	r.Handle("/tmp/files/{path:.+}", s.handle(s.fileGet)).Methods(http.MethodGet, http.MethodHead)
-	r.Handle("/blobs/{sha256}", s.handle(s.blobGet)).Methods(http.MethodGet, http.MethodHead)
-
-	r.Handle("/browser/search", s.handle(s.browserSearch)).Methods(http.MethodPost)
-	r.Handle("/sandbox/exec", s.handle(s.sandboxExec)).Methods(http.MethodPost)
-	r.Handle("/sandbox/restart", s.handle(s.sandboxRestart)).Methods(http.MethodPost)
+	for _, rt := range s.table() {
+		s.add(rt)
+	}
 	return s
 }
 
-// Router exposes the router so later surfaces (MCP at /mcp) mount beside the tools.
+// Router exposes the router so later surfaces (MCP at /mcp) mount beside
+// the tools; prefer Mount, which also documents the route.
 func (s *Server) Router() *mux.Router { return s.router }
 
-// ServeHTTP implements http.Handler.
-func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.router.ServeHTTP(w, r) }
+// Mount serves h at path for every method, behind the same
+// authentication as the rest of the API (a key with at least the read
+// scope; the surface checks finer scopes per call), and documents it.
+func (s *Server) Mount(path, summary string, h http.Handler) {
+	s.add(&route{Methods: []string{http.MethodGet, http.MethodPost, http.MethodDelete}, Path: path, Scope: auth.Read,
+		Summary: summary, raw: h, Mounted: true})
+}
+
+// ServeHTTP implements http.Handler: every answer, errors and unknown
+// routes included, carries the security headers.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	secure(w.Header(), s.c.TLS)
+	if s.c.Metrics == nil {
+		s.router.ServeHTTP(w, r)
+		return
+	}
+	start := time.Now()
+	m := &matched{path: "unmatched"}
+	sw := &statusWriter{ResponseWriter: w}
+	s.router.ServeHTTP(sw, r.WithContext(context.WithValue(r.Context(), matchedKey{}, m)))
+	if sw.status == 0 {
+		sw.status = http.StatusOK
+	}
+	s.c.Metrics.Request(m.path, r.Method, sw.status, time.Since(start))
+}
 
 // handlerFunc is a handler that returns its error instead of writing it.
 type handlerFunc func(w http.ResponseWriter, r *http.Request) error
@@ -126,6 +174,9 @@ func (s *Server) handle(h handlerFunc) http.Handler {
 // and logs it. status 0 derives the status from the kind.
 func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error, status int) {
 	body, status := s.logError(r, err, status)
+	if status == http.StatusUnauthorized {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="triad"`)
+	}
 	writeJSON(w, status, body)
 }
 
@@ -146,7 +197,11 @@ func (s *Server) logError(r *http.Request, err error, status int) (wire.ErrorBod
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) error {
-	w.Header().Set("Content-Type", "application/json")
+	return writeJSONAs(w, status, "application/json", v)
+}
+
+func writeJSONAs(w http.ResponseWriter, status int, mediaType string, v any) error {
+	w.Header().Set("Content-Type", mediaType)
 	w.WriteHeader(status)
 	enc := json.NewEncoder(w)
 	enc.SetEscapeHTML(false)
@@ -208,6 +263,9 @@ func (s *Server) newRun(w http.ResponseWriter, r *http.Request) error {
 		}
 	}
 	id := runid.New()
+	if err := s.orch.Claim(r.Context(), id); err != nil {
+		return err
+	}
 	out := wire.NewRunResponse{RunID: id.String()}
 	if in.Seed != nil || in.AsOf != nil {
 		setup := wire.RunSetup{}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/triadhq/triad/internal/fault"
 	"github.com/triadhq/triad/internal/runid"
+	"github.com/triadhq/triad/orchestrator"
 	"github.com/triadhq/triad/tmpfs"
 )
 
@@ -100,7 +101,12 @@ func (s *Server) fileGet(w http.ResponseWriter, r *http.Request) error {
 	return s.serveBlob(w, r, path.Base(f.Path), f.SHA256, rd, f.ModifiedAt.Unix())
 }
 
-// blobGet serves a blob by sha256: immutable, so cacheable forever.
+// blobGet serves a blob by sha256 to a caller who names (X-Run-Id) a run
+// it may read that holds those bytes. Without one, or with any other run,
+// the answer is one not_found, whether the blob exists or not: no caller
+// learns that some bytes are stored by asking (docs/DECISIONS.md, "Who
+// may fetch a blob"). Blobs are immutable, so a served one is cacheable,
+// but only privately: the answer depends on who asked.
 func (s *Server) blobGet(w http.ResponseWriter, r *http.Request) error {
 	raw := mux.Vars(r)["sha256"]
 	d, err := tmpfs.ParseDigest(raw)
@@ -108,19 +114,17 @@ func (s *Server) blobGet(w http.ResponseWriter, r *http.Request) error {
 		return fault.Wrap(fault.BadInput, err, fmt.Sprintf("%q is not a sha256", raw),
 			"use the 64 hex digits that tmp.write, tmp.list or files_out reported")
 	}
-	rd, err := s.orch.Store().OpenBlob(r.Context(), d)
-	if errors.Is(err, tmpfs.ErrNotFound) {
-		return fault.Wrap(fault.NotFound, err, fmt.Sprintf("no blob %s", d),
-			"check the hash against tmp.list; blobs exist once some run has written those bytes")
+	id, err := run(r)
+	if err != nil {
+		return orchestrator.BlobNotFound(d)
 	}
-	if errors.Is(err, tmpfs.ErrUnavailable) {
-		return fault.Wrap(fault.StoreUnavailable, err, "the file store does not answer", "retry in a few seconds; GET /healthz shows the store's state")
-	}
+	rd, err := s.orch.OpenBlob(r.Context(), id, d)
 	if err != nil {
 		return err
 	}
 	defer rd.Close()
-	w.Header().Set("Cache-Control", "public, max-age=31536000, immutable")
+	w.Header().Set("Cache-Control", "private, max-age=31536000, immutable")
+	w.Header().Set("Vary", "Authorization, X-Run-Id")
 	return s.serveBlob(w, r, "", d, rd, 0)
 }
 

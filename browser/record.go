@@ -25,7 +25,7 @@ type (
 )
 
 // Provider answers searches. Implementations translate their upstream's
-// failures into *fault.Error values (fault.Auth, fault.Quota, fault.Timeout,
+// failures into *fault.Error values (fault.UpstreamAuth, fault.Quota, fault.Timeout,
 // fault.Upstream, fault.Unavailable, fault.NotConfigured) so that callers can
 // answer with the right status and suggestion without knowing the upstream.
 type Provider interface {

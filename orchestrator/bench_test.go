@@ -28,6 +28,7 @@ func BenchmarkJournalOverhead(b *testing.B) {
 			}
 			full := orchestratortest.New(b, orchestratortest.Options{Sandbox: sb, Warm: 1})
 			bare := orchestrator.New(orchestrator.Config{Store: full.Store, Kernels: full.Kernels})
+			b.Cleanup(func() { bare.Close() })
 			runBare, runFull := runid.New(), runid.New()
 			call := func(o *orchestrator.Orchestrator, run runid.ID, i int) {
 				var err error

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/triadhq/triad/auth"
 	"github.com/triadhq/triad/internal/fault"
 	"github.com/triadhq/triad/internal/runid"
 	"github.com/triadhq/triad/orchestrator/kernels"
@@ -115,7 +116,16 @@ func (o *Orchestrator) validateExec(in *wire.ExecRequest) error {
 func (o *Orchestrator) exec1(ctx context.Context, run runid.ID, in wire.ExecRequest, timeout time.Duration, s *Step, oc *ExecOutcome, on func(ExecEvent)) (wire.ExecResponse, error) {
 	out := wire.ExecResponse{Display: []wire.Bundle{}, FilesOut: []wire.FileRef{}, Kernel: wire.KernelInfo{Backend: o.kernels.Backend()}}
 	oc.Backend = out.Kernel.Backend
+	ow, _, err := o.ownerOf(ctx, run)
+	if err != nil {
+		return out, err
+	}
+	release, err := o.reserveKernel(ctx, run, ow)
+	if err != nil {
+		return out, err
+	}
 	sess, err := o.kernels.Acquire(ctx, run)
+	release()
 	if err != nil {
 		return out, sandboxErr(err)
 	}
@@ -126,7 +136,7 @@ func (o *Orchestrator) exec1(ctx context.Context, run runid.ID, in wire.ExecRequ
 		return out, err
 	}
 	for i, f := range in.FilesIn {
-		src, err := o.resolveFileIn(ctx, run, f.Path)
+		src, err := o.resolveFileIn(ctx, run, ow, f.Path)
 		if err != nil {
 			return out, fault.Wrap(fault.NotFound, err, fmt.Sprintf("files_in[%d]: %s", i, fault.As(err).Message), fault.As(err).Suggestion)
 		}
@@ -142,7 +152,9 @@ func (o *Orchestrator) exec1(ctx context.Context, run runid.ID, in wire.ExecRequ
 	// caller's callback, if any, sees every event as it arrives.
 	outp := newOutput(o.exec.StreamCap, o.exec.SpoolDir, on)
 	defer outp.close()
+	o.metrics.cellRunning(1)
 	res, err := sess.Kernel.Execute(ctx, sandbox.Cell{Code: in.Code, Timeout: timeout, Output: outp.add})
+	o.metrics.cellRunning(-1)
 	if err != nil {
 		// The kernel was unusable before the cell ran: drop it so the
 		// next call starts fresh (unless the caller had already gone,
@@ -224,16 +236,22 @@ func (o *Orchestrator) exec1(ctx context.Context, run runid.ID, in wire.ExecRequ
 	return out, nil
 }
 
-// resolveFileIn finds a files_in source: a run path or sha256:<hex>.
-func (o *Orchestrator) resolveFileIn(ctx context.Context, run runid.ID, p string) (tmpfs.File, error) {
+// resolveFileIn finds a files_in source: a run path or sha256:<hex>. A
+// blob by hash must be one some run of the run's tenant has held; any
+// other hash is not found, exists or not, so files_in is no oracle for
+// other tenants' bytes.
+func (o *Orchestrator) resolveFileIn(ctx context.Context, run runid.ID, ow owner, p string) (tmpfs.File, error) {
 	if strings.HasPrefix(p, "sha256:") {
 		d, err := tmpfs.ParseDigest(p)
 		if err != nil {
 			return tmpfs.File{}, fault.Wrap(fault.BadInput, err, fmt.Sprintf("%q is not a sha256 reference", p), "use sha256:<64 hex digits>")
 		}
+		if !o.tenantHolds(ctx, ow.Tenant, d) {
+			return tmpfs.File{}, blobNotFound(d)
+		}
 		n, err := o.store.Blobs().Stat(ctx, d)
 		if err != nil {
-			return tmpfs.File{}, fault.Wrap(fault.NotFound, err, fmt.Sprintf("no blob %s", d), "upload the bytes first with tmp.write; blobs exist once written")
+			return tmpfs.File{}, blobNotFound(d)
 		}
 		return tmpfs.File{SHA256: d, Size: n}, nil
 	}
@@ -373,6 +391,9 @@ func codeSummary(code string) string {
 func (o *Orchestrator) Restart(ctx context.Context, run runid.ID) error {
 	if o.kernels == nil {
 		return fault.New(fault.NotConfigured, "no sandbox backend is configured", "start triad with --sandbox docker, wasm or auto")
+	}
+	if _, err := o.access(ctx, run, auth.Runs, true); err != nil {
+		return err
 	}
 	unlock := o.lockRun(run)
 	defer unlock()

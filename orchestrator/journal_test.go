@@ -45,7 +45,7 @@ func blocks(t *testing.T, cel []byte) []block {
 
 func journal(t *testing.T, s *orchestratortest.Stack, run runid.ID) []byte {
 	t.Helper()
-	b, err := s.Orch.Journal(t.Context(), run)
+	b, err := s.Orch.Journal(s.Ctx(t), run)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -56,7 +56,7 @@ func journal(t *testing.T, s *orchestratortest.Stack, run runid.ID) []byte {
 // operator note, and a failing cell that also warns.
 func TestJournalScenario(t *testing.T) {
 	s := orchestratortest.New(t, orchestratortest.Options{Sandbox: "docker", Search: true})
-	ctx := t.Context()
+	ctx := s.Ctx(t)
 	run := runid.New()
 	o := s.Orch
 	if _, err := o.Write(ctx, run, wire.WriteRequest{Path: "data/leads.csv", Text: text("source,leads\nads,40\nseo,25\n")}); err != nil {
@@ -152,7 +152,7 @@ func TestJournalScenario(t *testing.T) {
 // tool and outputs, and artifacts/index.json lists only live files.
 func checkTraceAgrees(t *testing.T, s *orchestratortest.Stack, run runid.ID, bs []block) {
 	t.Helper()
-	ctx := t.Context()
+	ctx := s.Ctx(t)
 	tr, err := s.Orch.Trace(ctx, run)
 	if err != nil {
 		t.Fatal(err)
@@ -188,7 +188,7 @@ func checkTraceAgrees(t *testing.T, s *orchestratortest.Stack, run runid.ID, bs 
 
 func TestArtifactIndexAgrees(t *testing.T) {
 	s := orchestratortest.New(t, orchestratortest.Options{Sandbox: "docker"})
-	ctx := t.Context()
+	ctx := s.Ctx(t)
 	run := runid.New()
 	out, err := s.Orch.Exec(ctx, run, wire.ExecRequest{Code: "import os\nos.makedirs('artifacts', exist_ok=True)\nopen('artifacts/a.md','w').write('# A\\nsee data.csv\\n')\nopen('artifacts/b.csv','w').write('x\\n1\\n')"})
 	if err != nil || !out.OK {
@@ -231,7 +231,7 @@ func TestArtifactIndexAgrees(t *testing.T) {
 // 20 concurrent calls on one run give steps 1..20, in order, no gaps.
 func TestConcurrentCallsAreSerialized(t *testing.T) {
 	s := orchestratortest.New(t, orchestratortest.Options{})
-	ctx := t.Context()
+	ctx := s.Ctx(t)
 	run := runid.New()
 	var wg sync.WaitGroup
 	errs := make(chan error, 20)
@@ -282,7 +282,7 @@ func TestConcurrentCallsAreSerialized(t *testing.T) {
 // is restored, and the step's hygiene is marked down.
 func TestCellCannotCorruptJournal(t *testing.T) {
 	s := orchestratortest.New(t, orchestratortest.Options{Sandbox: "docker"})
-	ctx := t.Context()
+	ctx := s.Ctx(t)
 	run := runid.New()
 	if _, err := s.Orch.Write(ctx, run, wire.WriteRequest{Path: "x.txt", Text: text("x")}); err != nil {
 		t.Fatal(err)
@@ -319,7 +319,7 @@ func TestCellCannotCorruptJournal(t *testing.T) {
 // evaluator: the same work gets the same verdict.
 func TestMonkeypatchedKernelDoesNotChangeVerdict(t *testing.T) {
 	s := orchestratortest.New(t, orchestratortest.Options{Sandbox: "docker"})
-	ctx := t.Context()
+	ctx := s.Ctx(t)
 	work := "open('bad.json','w').write('{not json')"
 	verdict := func(run runid.ID) string {
 		tr, err := s.Orch.Trace(ctx, run)

@@ -14,9 +14,11 @@ import (
 	"sync"
 	"time"
 
+	"github.com/triadhq/triad/auth"
 	"github.com/triadhq/triad/browser"
 	"github.com/triadhq/triad/cel"
 	"github.com/triadhq/triad/evaluator"
+	"github.com/triadhq/triad/internal/fault"
 	"github.com/triadhq/triad/internal/runid"
 	"github.com/triadhq/triad/orchestrator/kernels"
 	"github.com/triadhq/triad/tmpfs"
@@ -32,6 +34,8 @@ type Orchestrator struct {
 	log     *slog.Logger
 	j       *journal
 	search0 browser.Provider
+	t       *tenancy
+	metrics hooks
 
 	rmu         sync.Mutex
 	replayAll   bool
@@ -75,6 +79,10 @@ type Config struct {
 	Search browser.Provider
 	// Replay answers every run's searches from its recorded citations.
 	Replay bool
+	// Quotas bound each tenant; the zero value is unlimited.
+	Quotas Quotas
+	// Metrics receives the path's events; nil records none.
+	Metrics Metrics
 }
 
 // New returns an Orchestrator.
@@ -91,7 +99,8 @@ func New(c Config) *Orchestrator {
 	c.Exec.defaults()
 	o := &Orchestrator{store: c.Store, kernels: c.Kernels, exec: c.Exec, limits: c.Limits, log: c.Logger,
 		search0: c.Search, replayAll: c.Replay, replayRuns: map[runid.ID]bool{}, replayCount: map[runid.ID]map[string]int{},
-		replaySrc: map[runid.ID]runid.ID{}, setups: map[runid.ID]wire.RunSetup{}, fresh: map[runid.ID]bool{}}
+		replaySrc: map[runid.ID]runid.ID{}, setups: map[runid.ID]wire.RunSetup{}, fresh: map[runid.ID]bool{},
+		t: newTenancy(c.Quotas), metrics: hooks{c.Metrics}}
 	if c.Journal != nil {
 		o.j = &journal{cel: c.Journal, eval: c.Evaluator, cites: map[runid.ID]map[string]bool{}, meta: map[runid.ID]cel.Header{}}
 	}
@@ -106,17 +115,62 @@ func (o *Orchestrator) Limits() Limits { return o.limits }
 
 // call is the orchestration path. fn performs the tool call, filling in
 // the step's artifacts and its outcome's facts; call does everything
-// around it: the run lock, timing, and recording (Step Block with the
-// evaluator's verdict, trace, evaluations, artifact index).
+// around it: the caller's right to the run (its scope, its tenant, the
+// tenant's stored-bytes quota), the run lock, timing, and recording (Step
+// Block with the evaluator's verdict, trace, evaluations, artifact index,
+// the tenant's run index). A call refused before it starts (another
+// tenant's run, a scope or quota) is not recorded: it never touched the
+// run.
 func (o *Orchestrator) call(ctx context.Context, run runid.ID, out Outcome, fn func(ctx context.Context, s *Step) error) error {
+	start := time.Now()
+	ow, err := o.access(ctx, run, scopeOf(out.Tool()), true)
+	if err == nil && scopeOf(out.Tool()) == auth.Runs && out.Tool() != ToolDelete {
+		var add int64
+		if t, ok := out.(*TmpOutcome); ok {
+			add = int64(t.Bytes)
+		}
+		err = o.checkBytes(ctx, ow, add)
+	}
+	if err != nil {
+		o.metrics.toolCall(out.Tool(), outcome(err), time.Since(start))
+		return err
+	}
 	unlock := o.lockRun(run)
 	defer unlock()
 	s := &Step{Run: run, Outcome: out, Started: time.Now().UTC()}
 	s.Err = fn(ctx, s)
 	s.Elapsed = time.Since(s.Started)
 	// The journal must be written even if the caller hung up mid-call.
-	o.record(context.WithoutCancel(ctx), s)
+	wctx := context.WithoutCancel(ctx)
+	o.record(wctx, s)
+	o.noteRun(wctx, run, func(sum *summary) {
+		sum.Steps++
+		if s.verdict != nil {
+			sum.LastVerdict = "FAIL"
+			if s.verdict.Pass {
+				sum.LastVerdict = "PASS"
+			}
+		}
+	})
+	o.metrics.toolCall(out.Tool(), outcome(s.Err), time.Since(start))
 	return s.Err
+}
+
+// scopeOf is the scope a tool needs: reading a run's files needs read,
+// everything else runs.
+func scopeOf(tool string) auth.Scope {
+	if tool == ToolRead || tool == ToolList {
+		return auth.Read
+	}
+	return auth.Runs
+}
+
+// outcome labels a call's result for metrics: "ok" or its error's kind.
+func outcome(err error) string {
+	if err == nil {
+		return "ok"
+	}
+	return string(fault.From(err).Kind)
 }
 
 func (o *Orchestrator) lockRun(run runid.ID) func() {

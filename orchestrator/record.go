@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/triadhq/triad/auth"
 	"github.com/triadhq/triad/browser"
 	"github.com/triadhq/triad/cel"
 	"github.com/triadhq/triad/evaluator"
@@ -104,6 +105,8 @@ func (o *Orchestrator) record1(ctx context.Context, s *Step) error {
 	files = append(files, f)
 
 	tr := traceRecord(s, si, n, verdict)
+	p := auth.From(ctx)
+	tr.KeyID, tr.Tenant = p.KeyID, p.Tenant
 	line, err := runfiles.Marshal(tr)
 	if err != nil {
 		return err
@@ -126,6 +129,7 @@ func (o *Orchestrator) record1(ctx context.Context, s *Step) error {
 	if si.Receipt != nil {
 		si.Receipt.Step, si.Receipt.Verdict = n, verdict
 	}
+	s.verdict = &verdict
 	return nil
 }
 
@@ -151,11 +155,18 @@ func (o *Orchestrator) evaluate(ctx context.Context, s *Step, si StepInfo) evalu
 	if o.j.eval == nil {
 		return evaluator.Verdict{Critique: "No evaluator is configured."}
 	}
+	t0 := time.Now()
 	v, err := o.j.eval.Evaluate(ctx, s.Run, req)
 	if err != nil {
+		o.metrics.evaluated("error", time.Since(t0))
 		o.log.ErrorContext(ctx, "evaluator", "run", s.Run, "err", err)
 		return evaluator.Verdict{Critique: "The evaluator could not grade this step: " + err.Error()}
 	}
+	verdict := "fail"
+	if v.Pass {
+		verdict = "pass"
+	}
+	o.metrics.evaluated(verdict, time.Since(t0))
 	return v
 }
 

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/triadhq/triad/auth"
 	"github.com/triadhq/triad/cel"
 	"github.com/triadhq/triad/internal/fault"
 	"github.com/triadhq/triad/internal/runid"
@@ -33,6 +34,9 @@ func (o *Orchestrator) Note(ctx context.Context, run runid.ID, text, author stri
 	if o.j == nil {
 		return fault.New(fault.NotConfigured, "the journal is off", "start triad normally; the journal is always on in triad serve")
 	}
+	if _, err := o.access(ctx, run, auth.Runs, true); err != nil {
+		return err
+	}
 	unlock := o.lockRun(run)
 	defer unlock()
 	files, err := o.startJournal(ctx, run, time.Now().UTC())
@@ -53,6 +57,9 @@ func (o *Orchestrator) Note(ctx context.Context, run runid.ID, text, author stri
 
 // Journal returns the run's CEL.md.
 func (o *Orchestrator) Journal(ctx context.Context, run runid.ID) ([]byte, error) {
+	if _, err := o.access(ctx, run, auth.Read, false); err != nil {
+		return nil, err
+	}
 	b, _, err := o.store.ReadAll(ctx, run, cel.Path)
 	if errors.Is(err, tmpfs.ErrNotFound) {
 		return nil, fault.Wrap(fault.NotFound, err, fmt.Sprintf("run %s has no journal yet", run),
@@ -68,6 +75,9 @@ func (o *Orchestrator) Journal(ctx context.Context, run runid.ID) ([]byte, error
 func (o *Orchestrator) Finalize(ctx context.Context, run runid.ID, status string) error {
 	if o.j == nil {
 		return nil
+	}
+	if _, err := o.access(ctx, run, auth.Runs, true); err != nil {
+		return err
 	}
 	unlock := o.lockRun(run)
 	defer unlock()
@@ -101,6 +111,9 @@ func (o *Orchestrator) Finalize(ctx context.Context, run runid.ID, status string
 
 // Trace returns the run's trace records.
 func (o *Orchestrator) Trace(ctx context.Context, run runid.ID) ([]TraceRecord, error) {
+	if _, err := o.access(ctx, run, auth.Read, false); err != nil {
+		return nil, err
+	}
 	b, _, err := o.store.ReadAll(ctx, run, runfiles.Trace)
 	if errors.Is(err, tmpfs.ErrNotFound) {
 		return nil, nil
@@ -122,21 +135,20 @@ func (o *Orchestrator) Trace(ctx context.Context, run runid.ID) ([]TraceRecord, 
 }
 
 // Status reports a run from its trace and artifact index: the journal's
-// part of the run view (runner.View adds a recipe run's part). A run with
-// no calls and no files yet is not found.
+// part of the run view (runner.View adds a recipe run's part), with who
+// started it. A run nobody started, or one of another tenant, is not
+// found.
 func (o *Orchestrator) Status(ctx context.Context, run runid.ID) (wire.RunView, error) {
 	st := wire.RunView{RunID: run.String(), Status: "open", Steps: []wire.StepStatus{}, Artifacts: []wire.IndexEntry{}}
-	trace, err := o.Trace(ctx, run)
+	ow, err := o.access(ctx, run, auth.Read, false)
 	if err != nil {
 		return st, err
 	}
-	files, err := o.store.List(ctx, run, "")
+	by := ow.caller()
+	st.StartedBy, st.Created = &by, &ow.Created
+	trace, err := o.Trace(ctx, run)
 	if err != nil {
-		return st, storeErr(err, run, "")
-	}
-	if len(trace) == 0 && len(files) == 0 {
-		return st, fault.New(fault.NotFound, fmt.Sprintf("run %s has no calls and no files", run),
-			"runs start at their first tool call; POST /runs gives a fresh id, POST /run starts a recipe")
+		return st, err
 	}
 	for _, t := range trace {
 		ss := wire.StepStatus{Step: t.Step, Tool: t.Tool, OK: t.OK, DurationMs: t.ElapsedMs, Label: t.Label, Evaluation: "FAIL"}
@@ -163,6 +175,9 @@ func (o *Orchestrator) Status(ctx context.Context, run runid.ID) (wire.RunView, 
 // bookkeeping (a recipe run's state and notebook): not a tool call, so no
 // Step Block, but mirrored into the live kernel like every run file.
 func (o *Orchestrator) PutInternal(ctx context.Context, run runid.ID, path string, data []byte) (tmpfs.File, error) {
+	if _, err := o.access(ctx, run, auth.Runs, true); err != nil {
+		return tmpfs.File{}, err
+	}
 	f, err := o.store.WriteBytes(ctx, run, path, data)
 	if err != nil {
 		return f, storeErr(err, run, path)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/triadhq/triad/auth"
 	"github.com/triadhq/triad/browser"
 	"github.com/triadhq/triad/browser/replay"
 	"github.com/triadhq/triad/internal/fault"
@@ -95,11 +96,13 @@ func (o *Orchestrator) search(ctx context.Context, run runid.ID, req browser.Req
 	}
 	rec, err := o.search0.Search(ctx, req)
 	if err != nil {
-		if fault.As(err) != nil {
-			return nil, tmpfs.File{}, err
+		if fault.As(err) == nil {
+			err = fault.Wrap(fault.Upstream, err, "the search failed: "+err.Error(), "retry the search")
 		}
-		return nil, tmpfs.File{}, fault.Wrap(fault.Upstream, err, "the search failed: "+err.Error(), "retry the search")
+		o.metrics.search(outcome(err))
+		return nil, tmpfs.File{}, err
 	}
+	o.metrics.search("ok")
 	b, err := rec.Marshal()
 	if err != nil {
 		return nil, tmpfs.File{}, err
@@ -212,6 +215,12 @@ func (o *Orchestrator) replaying(run runid.ID) bool {
 // ReplayFrom copies the citations records of run src into run dst and turns
 // replay on for dst, so dst's searches answer as src's did.
 func (o *Orchestrator) ReplayFrom(ctx context.Context, dst, src runid.ID) error {
+	if _, err := o.access(ctx, src, auth.Read, false); err != nil {
+		return err
+	}
+	if _, err := o.access(ctx, dst, auth.Runs, true); err != nil {
+		return err
+	}
 	files, err := o.store.List(ctx, src, runfiles.CitationsDir)
 	if err != nil {
 		return storeErr(err, src, runfiles.CitationsDir)

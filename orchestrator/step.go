@@ -38,6 +38,8 @@ type Step struct {
 	Err     error
 	Started time.Time
 	Elapsed time.Duration
+
+	verdict *evaluator.Verdict // set once the journal recorded the step
 }
 
 // Outcome is what one tool contributes to its Step. The evaluator's
@@ -370,6 +372,10 @@ type TraceRecord struct {
 	// FreshKernel is true when the cell ran in an interpreter no earlier
 	// cell of the run ran in (sandbox.exec).
 	FreshKernel bool `json:"fresh_kernel,omitempty"`
+	// KeyID is the API key that made the call (never the key itself),
+	// empty for the operator; Tenant is its tenant.
+	KeyID  string `json:"key_id,omitempty"`
+	Tenant string `json:"tenant"`
 }
 
 // tracer is an Outcome with facts of its own for the trace, beyond its

@@ -19,6 +19,7 @@ import (
 type Store struct {
 	blobs Blobs
 	index Index
+	meta  Meta
 	log   *slog.Logger
 	now   func() time.Time
 
@@ -36,12 +37,17 @@ type verifyKey struct {
 // maxVerified bounds the verification cache; past it the cache starts over.
 const maxVerified = 4096
 
-// New returns a Store. log may be nil.
+// New returns a Store. log may be nil. An index that also implements Meta
+// keeps the store's records outside runs (see Store.Meta).
 func New(blobs Blobs, index Index, log *slog.Logger) *Store {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Store{blobs: blobs, index: index, log: log, now: time.Now, verified: map[verifyKey]struct{}{}}
+	var meta Meta = noMeta{}
+	if m, ok := index.(Meta); ok {
+		meta = checkedMeta{m}
+	}
+	return &Store{blobs: blobs, index: index, meta: meta, log: log, now: time.Now, verified: map[verifyKey]struct{}{}}
 }
 
 // Blobs returns the blob store, for callers that hold digests already.

@@ -14,8 +14,9 @@ type ExecRequest struct {
 	TimeoutS *float64 `json:"timeout_s,omitempty"`
 }
 
-// FileIn copies a run file (Path) or a blob ("sha256:<hex>") into the
-// working directory as Name before the cell runs.
+// FileIn copies a run file (Path) or a blob ("sha256:<hex>", one some run
+// of the caller's tenant holds) into the working directory as Name before
+// the cell runs.
 type FileIn struct {
 	Name string `json:"name"`
 	Path string `json:"path"`

@@ -47,6 +47,8 @@ type RunView struct {
 	Params      map[string]any `json:"params,omitempty"`
 	Created     *time.Time     `json:"created,omitempty"`
 	Finished    *time.Time     `json:"finished,omitempty"`
+	// StartedBy is who started the run: its key and tenant.
+	StartedBy *Caller `json:"started_by,omitempty"`
 }
 
 // StepStatus is one journaled call of a run.
@@ -206,4 +208,108 @@ type Health struct {
 // Version is GET /version's answer.
 type Version struct {
 	Version string `json:"version"`
+}
+
+// Caller names who made a call or started a run: the API key's id (never
+// the key itself) and name, and the tenant. KeyID is empty for the
+// operator (authentication off, MCP over stdio, the CLI).
+type Caller struct {
+	KeyID  string `json:"key_id,omitempty"`
+	Name   string `json:"name,omitempty"`
+	Tenant string `json:"tenant"`
+}
+
+// RunSummary is one run in GET /runs: what a listing needs without
+// reading the run's trace.
+type RunSummary struct {
+	RunID  string `json:"run_id"`
+	Status string `json:"status"`
+	Recipe string `json:"recipe,omitempty"`
+	Steps  int    `json:"steps"`
+	// LastVerdict is the evaluator's verdict on the run's last call
+	// ("PASS" or "FAIL"), empty before the first call.
+	LastVerdict string    `json:"last_verdict,omitempty"`
+	Created     time.Time `json:"created"`
+	Updated     time.Time `json:"updated"`
+	StartedBy   Caller    `json:"started_by"`
+}
+
+// RunList is GET /runs's answer: the caller's runs, newest first, a page
+// at a time. NextCursor, when set, fetches the next page
+// (GET /runs?cursor=...).
+type RunList struct {
+	Runs       []RunSummary `json:"runs"`
+	NextCursor string       `json:"next_cursor,omitempty"`
+}
+
+// ShareRequest is POST /runs/{id}/share's body: exactly one of Path (one
+// file) and Prefix (every file under it), and how long the link lives.
+type ShareRequest struct {
+	Path   string `json:"path,omitempty"`
+	Prefix string `json:"prefix,omitempty"`
+	// TTL is the link's lifetime as a Go duration ("24h", "90m"): absent
+	// takes the server's default; present must be positive and at most
+	// the server's maximum.
+	TTL string `json:"ttl,omitempty"`
+}
+
+// Share is a share link: POST /runs/{id}/share's answer. URL downloads
+// the shared file (or, for a prefix, lists the shared files) without an
+// API key until Expires or until DELETE /shares/{id} revokes it.
+type Share struct {
+	ID      string    `json:"id"`
+	RunID   string    `json:"run_id"`
+	Path    string    `json:"path,omitempty"`
+	Prefix  string    `json:"prefix,omitempty"`
+	URL     string    `json:"url"`
+	Created time.Time `json:"created"`
+	Expires time.Time `json:"expires"`
+}
+
+// SharedFiles is a prefix share link's answer: the files it shares, each
+// with the URL that downloads it.
+type SharedFiles struct {
+	Prefix  string       `json:"prefix"`
+	Expires time.Time    `json:"expires"`
+	Files   []SharedFile `json:"files"`
+}
+
+// SharedFile is one file of a prefix share.
+type SharedFile struct {
+	FileRef
+	URL string `json:"url"`
+}
+
+// Key is an API key as listings show it: never its secret.
+type Key struct {
+	ID      string    `json:"id"`
+	Name    string    `json:"name"`
+	Tenant  string    `json:"tenant"`
+	Scopes  []string  `json:"scopes"`
+	Created time.Time `json:"created"`
+	// LastUsed is when the key last authenticated a request, to within
+	// the server's last-used interval (a minute by default).
+	LastUsed *time.Time `json:"last_used,omitempty"`
+	Revoked  *time.Time `json:"revoked,omitempty"`
+}
+
+// KeyList is GET /keys's answer.
+type KeyList struct {
+	Keys []Key `json:"keys"`
+}
+
+// NewKeyRequest is POST /keys's body.
+type NewKeyRequest struct {
+	Name string `json:"name"`
+	// Tenant defaults to "default".
+	Tenant string `json:"tenant,omitempty"`
+	// Scopes default to ["runs"].
+	Scopes []string `json:"scopes,omitempty"`
+}
+
+// NewKey is POST /keys's answer: the key itself (trd_<id>_<secret>),
+// shown this once and never again, and its listing entry.
+type NewKey struct {
+	Token string `json:"token"`
+	Key   Key    `json:"key"`
 }

@@ -19,6 +19,8 @@ import (
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/triadhq/triad/api"
+	"github.com/triadhq/triad/auth"
+	"github.com/triadhq/triad/auth/keys"
 	"github.com/triadhq/triad/browser/tavily"
 	"github.com/triadhq/triad/browser/tavilytest"
 	"github.com/triadhq/triad/cel"
@@ -45,6 +47,24 @@ type stack struct {
 	runner *runner.Runner // nil unless stackOptions.recipes
 	mcp    *Server
 	url    string // base URL of the HTTP API; MCP is at url+"/mcp"
+	// key is an API key (tenant default, scope runs) that every HTTP
+	// request sends, so the suite runs with authentication on.
+	key  string
+	keys *keys.Store
+}
+
+// client is an HTTP client that sends the stack's key.
+func (s *stack) client() *http.Client { return &http.Client{Transport: bearer{s.key}} }
+
+// bearer adds Authorization: Bearer to every request.
+type bearer struct{ key string }
+
+func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	if b.key != "" {
+		r.Header.Set("Authorization", "Bearer "+b.key)
+	}
+	return http.DefaultTransport.RoundTrip(r)
 }
 
 type stackOptions struct {
@@ -80,6 +100,7 @@ func newStack(t testing.TB, o stackOptions) *stack {
 	}
 	t.Cleanup(func() { search.Close() })
 	orch := orchestrator.New(orchestrator.Config{Store: store, Kernels: km, Journal: cel.New(store), Search: search})
+	t.Cleanup(func() { orch.Close() })
 	var rn *runner.Runner
 	var recipeRunner *runner.Runner
 	if o.recipes {
@@ -104,11 +125,16 @@ func newStack(t testing.TB, o stackOptions) *stack {
 			t.Errorf("second Server.Close: %v", err)
 		}
 	})
-	h := api.New(api.Config{Orchestrator: orch, Runner: rn})
-	h.Router().Handle("/mcp", srv.Handler())
+	ks := keys.New(store.Meta(), keys.Config{})
+	tok, _, err := ks.Create(context.Background(), "mcp suite", auth.DefaultTenant, []auth.Scope{auth.Runs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := api.New(api.Config{Orchestrator: orch, Runner: rn, Keys: ks})
+	h.Mount("/mcp", "MCP over streamable HTTP", srv.Handler())
 	hs := httptest.NewServer(h)
 	t.Cleanup(hs.Close)
-	return &stack{orch: orch, store: store, runner: rn, mcp: srv, url: hs.URL}
+	return &stack{orch: orch, store: store, runner: rn, mcp: srv, url: hs.URL, key: tok, keys: ks}
 }
 
 // sandboxImage returns the sandbox image's tag (see orchestratortest.Image).
@@ -151,7 +177,7 @@ func newClient() *sdk.Client {
 // connectHTTP opens a streamable HTTP session at /mcp of the HTTP API.
 func connectHTTP(t testing.TB, s *stack) *sdk.ClientSession {
 	t.Helper()
-	cs, err := newClient().Connect(t.Context(), &sdk.StreamableClientTransport{Endpoint: s.url + "/mcp", DisableStandaloneSSE: true}, nil)
+	cs, err := newClient().Connect(t.Context(), &sdk.StreamableClientTransport{Endpoint: s.url + "/mcp", DisableStandaloneSSE: true, HTTPClient: s.client()}, nil)
 	if err != nil {
 		t.Fatalf("connect over HTTP: %v", err)
 	}
@@ -275,7 +301,7 @@ func (s *stack) httpDo(t *testing.T, method, path, run string, body any) (int, a
 		t.Fatal(err)
 	}
 	req.Header.Set(api.RunHeader, run)
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := s.client().Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}

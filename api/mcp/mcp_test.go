@@ -269,7 +269,7 @@ func TestFiles(t *testing.T) {
 			}
 			req, _ := http.NewRequestWithContext(t.Context(), http.MethodGet, s.url+"/cel", nil)
 			req.Header.Set("X-Run-Id", run)
-			resp, err := http.DefaultClient.Do(req)
+			resp, err := s.client().Do(req)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -546,7 +546,7 @@ func TestRecipeRun(t *testing.T) {
 // session starts a new run.
 func TestClose(t *testing.T) {
 	s := newStack(t, stackOptions{})
-	cs, err := newClient().Connect(t.Context(), &sdk.StreamableClientTransport{Endpoint: s.url + "/mcp", MaxRetries: -1}, nil)
+	cs, err := newClient().Connect(t.Context(), &sdk.StreamableClientTransport{Endpoint: s.url + "/mcp", MaxRetries: -1, HTTPClient: s.client()}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,6 +12,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -19,8 +20,10 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	mcpauth "github.com/modelcontextprotocol/go-sdk/auth"
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/triadhq/triad/auth"
 	"github.com/triadhq/triad/internal/fault"
 	"github.com/triadhq/triad/internal/runid"
 	"github.com/triadhq/triad/internal/version"
@@ -103,9 +106,51 @@ func (s *Server) maxBody() int64 {
 	return s.orch.Limits().JSONBody*4/3 + 64<<10
 }
 
-// Handler serves MCP over streamable HTTP; mount it at /mcp. Each session
-// (Mcp-Session-Id) is one run.
-func (s *Server) Handler() http.Handler { return s.http }
+// Handler serves MCP over streamable HTTP; mount it at /mcp behind the
+// HTTP API's authentication (api.Server.Mount), which puts the caller in
+// the request's context. Each session (Mcp-Session-Id) is one run, bound
+// to the key that opened it: a request for the session with another key
+// is refused. A request that carries a key the API did not authenticate
+// (the handler mounted without the API in front) is refused too.
+func (s *Server) Handler() http.Handler {
+	bearer := mcpauth.RequireBearerToken(func(ctx context.Context, _ string, r *http.Request) (*mcpauth.TokenInfo, error) {
+		p := auth.From(r.Context())
+		if p.IsOperator() {
+			return nil, fmt.Errorf("%w: the key was not authenticated", mcpauth.ErrInvalidToken)
+		}
+		return &mcpauth.TokenInfo{UserID: p.KeyID, Scopes: scopeNames(p), Extra: map[string]any{principalKey: p}}, nil
+	}, &mcpauth.RequireBearerTokenOptions{AllowMissingExpiration: true})(s.http)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Authorization") == "" {
+			// No key: the API let the request through as the operator (a
+			// server with authentication off, or open on loopback).
+			s.http.ServeHTTP(w, r)
+			return
+		}
+		bearer.ServeHTTP(w, r)
+	})
+}
+
+const principalKey = "triad/principal"
+
+func scopeNames(p auth.Principal) []string {
+	out := make([]string, 0, len(p.Scopes))
+	for _, sc := range p.Scopes {
+		out = append(out, string(sc))
+	}
+	return out
+}
+
+// principal is the caller of a tool call: the key that authenticated the
+// HTTP request, or the operator (stdio, or a server without keys).
+func principal(req *sdk.CallToolRequest) auth.Principal {
+	if req != nil && req.Extra != nil && req.Extra.TokenInfo != nil {
+		if p, ok := req.Extra.TokenInfo.Extra[principalKey].(auth.Principal); ok {
+			return p
+		}
+	}
+	return auth.Operator
+}
 
 // ServeStdio serves one MCP session over the process's stdin and stdout
 // until the client closes stdin or ctx ends. The session is one fresh run.

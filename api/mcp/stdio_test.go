@@ -71,6 +71,7 @@ func stdioChild(tag string) int {
 	km := kernels.New(kernels.Config{Backend: b, Store: store, Protect: runfiles.IsKept, Logger: log})
 	defer km.Close()
 	orch := orchestrator.New(orchestrator.Config{Store: store, Kernels: km, Journal: cel.New(store), Logger: log})
+	defer orch.Close()
 	srv := New(Config{Orchestrator: orch, Logger: log})
 	defer srv.Close()
 	if err := srv.ServeStdio(context.Background()); err != nil {

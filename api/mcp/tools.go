@@ -6,6 +6,7 @@ import (
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/triadhq/triad/auth"
 	"github.com/triadhq/triad/internal/fault"
 	"github.com/triadhq/triad/internal/runid"
 	"github.com/triadhq/triad/orchestrator"
@@ -129,6 +130,7 @@ func describe(name, what string) string {
 // shape (see toolErr).
 func addTool[In, Out any](s *Server, t *sdk.Tool, h func(ctx context.Context, req *sdk.CallToolRequest, in In) (*sdk.CallToolResult, Out, error)) {
 	sdk.AddTool(s.mcp, t, func(ctx context.Context, req *sdk.CallToolRequest, in In) (*sdk.CallToolResult, Out, error) {
+		ctx = auth.With(ctx, principal(req))
 		res, out, err := h(ctx, req, in)
 		if err != nil {
 			var zero Out
@@ -163,7 +165,7 @@ var (
 		"language":        `Optional: "python", the only language.`,
 		"files_in":        "Optional: files to place in the working directory before the cell runs.",
 		"files_in[].name": "Where the file appears, relative to the working directory.",
-		"files_in[].path": "A run file's path, or sha256:<hex> for any stored blob.",
+		"files_in[].path": "A run file's path, or sha256:<hex> of a file some run of yours holds.",
 		"timeout_s":       "Optional: the cell's deadline in seconds; omitted means the server default (60 s), and values over the server maximum are capped.",
 		"run_id":          runIDDesc,
 	}

@@ -65,7 +65,7 @@ func TestLive(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = bad.Search(t.Context(), browser.Request{Query: "tavily"})
-	if fe := fault.As(err); fe == nil || fe.Kind != fault.Auth {
-		t.Errorf("wrong key: got %v, want kind %s", err, fault.Auth)
+	if fe := fault.As(err); fe == nil || fe.Kind != fault.UpstreamAuth {
+		t.Errorf("wrong key: got %v, want kind %s", err, fault.UpstreamAuth)
 	}
 }

@@ -415,7 +415,7 @@ func (c *Client) statusError(resp *http.Response, body []byte) *attemptError {
 	ae := &attemptError{status: code, retryAfter: -1}
 	switch {
 	case code == http.StatusUnauthorized || code == http.StatusForbidden:
-		ae.fault = fault.New(fault.Auth, say("Tavily refused the API key"),
+		ae.fault = fault.New(fault.UpstreamAuth, say("Tavily refused the API key"),
 			"set TAVILY_API_KEY to a valid Tavily API key (see https://app.tavily.com) and restart the server")
 	case code == 432:
 		ae.fault = fault.New(fault.Quota, say("Tavily plan or key usage limit exceeded"),

@@ -369,9 +369,9 @@ func TestErrors(t *testing.T) {
 		suggestion string // substring of the suggestion
 	}{
 		{"401 bad key", nil, func(c *tavily.Config) { c.APIKey = "tvly-dev-not-a-real-key" },
-			fault.Auth, 502, 1, "Unauthorized: missing or invalid API key.", "TAVILY_API_KEY"},
+			fault.UpstreamAuth, 502, 1, "Unauthorized: missing or invalid API key.", "TAVILY_API_KEY"},
 		{"403", []tavilytest.Fault{{Status: 403, Detail: "Forbidden"}}, nil,
-			fault.Auth, 502, 1, "HTTP 403", "TAVILY_API_KEY"},
+			fault.UpstreamAuth, 502, 1, "HTTP 403", "TAVILY_API_KEY"},
 		{"432 plan limit", []tavilytest.Fault{tavilytest.PlanLimit()}, nil,
 			fault.Quota, 429, 1, "plan's set usage limit", "plan"},
 		{"433 pay-as-you-go limit", []tavilytest.Fault{tavilytest.PayGoLimit()}, nil,
@@ -629,7 +629,7 @@ func TestEchoedKeyIsScrubbed(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = c.Search(t.Context(), browser.Request{Query: "q"})
-	wantFault(t, err, fault.Auth, http.StatusBadGateway)
+	wantFault(t, err, fault.UpstreamAuth, http.StatusBadGateway)
 	if strings.Contains(err.Error(), key) {
 		t.Errorf("error contains the key: %v", err)
 	}

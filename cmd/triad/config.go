@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/triadhq/triad/metrics"
 )
 
 // config is the binary's one flat configuration, filled from flags and their
@@ -36,6 +38,21 @@ type config struct {
 	Recipes        string
 
 	E2B e2bConfig
+
+	// serve's own flags (see serveFlags).
+	Auth        string
+	TLSCert     string
+	TLSKey      string
+	MetricsAddr string
+	MetricsAuth bool
+	PublicURL   string
+	ShareSecret string
+	ShareTTL    time.Duration
+	ShareMaxTTL time.Duration
+	Quotas      quotaConfig
+
+	// metrics, when set, receives what the stack does (triad serve).
+	metrics *metrics.Metrics
 }
 
 // e2bConfig holds the flags of the E2B surface (triad serve only).
@@ -56,6 +73,63 @@ func (c *e2bConfig) flags(f *flagSet) {
 func (c *e2bConfig) validate() error {
 	if c.DefaultTimeout <= 0 || c.MaxTimeout < 0 {
 		return fmt.Errorf("--e2b-default-timeout must be positive and --e2b-max-timeout not negative")
+	}
+	return nil
+}
+
+// quotaConfig holds the per-tenant quota flags.
+type quotaConfig struct {
+	Kernels     int
+	StoredBytes string
+	RunsPerHour int
+
+	storedBytes int64
+}
+
+// serveFlags registers the flags only triad serve has.
+func (c *config) serveFlags(f *flagSet) {
+	f.str(&c.Addr, "addr", "127.0.0.1:8080", "listen address; any address but loopback needs an API key to exist (or --auth none)")
+	f.str(&c.Auth, "auth", "keys", "keys: callers send an API key (Authorization: Bearer), except on loopback before the first key exists; none: no authentication, every caller is the operator")
+	f.str(&c.TLSCert, "tls-cert", "", "PEM certificate (chain) to serve HTTPS with; reloaded on SIGHUP")
+	f.str(&c.TLSKey, "tls-key", "", "PEM private key of --tls-cert; reloaded on SIGHUP")
+	f.str(&c.MetricsAddr, "metrics-addr", "", "serve /metrics on this address of its own instead of on --addr")
+	f.boolean(&c.MetricsAuth, "metrics-auth", false, "make /metrics on --addr need an admin key (it needs none by default)")
+	f.str(&c.PublicURL, "public-url", "", "the server's URL as callers reach it, for share links (default: the request's scheme and host)")
+	f.str(&c.ShareSecret, "share-secret", "", "secret that signs share links, at least 16 bytes (default: drawn once and kept in the store, so replicas agree); changing it voids every link")
+	f.duration(&c.ShareTTL, "share-ttl", 24*time.Hour, "a share link's lifetime when the request names none")
+	f.duration(&c.ShareMaxTTL, "share-max-ttl", 30*24*time.Hour, "the longest lifetime a share link may ask for")
+	f.int(&c.Quotas.Kernels, "quota-kernels", 4, "most kernels one tenant's runs may have live at once (0: no limit)")
+	f.str(&c.Quotas.StoredBytes, "quota-stored-bytes", "10GiB", "most bytes one tenant's runs may hold (0: no limit)")
+	f.int(&c.Quotas.RunsPerHour, "quota-runs-per-hour", 200, "most runs one tenant may start in an hour (0: no limit)")
+}
+
+// validateServe checks serve's own flags.
+func (c *config) validateServe() error {
+	switch c.Auth {
+	case "keys", "none":
+	default:
+		return fmt.Errorf("--auth %q: want keys or none", c.Auth)
+	}
+	if (c.TLSCert == "") != (c.TLSKey == "") {
+		return fmt.Errorf("--tls-cert and --tls-key go together: give both (HTTPS) or neither (HTTP)")
+	}
+	if c.ShareSecret != "" && len(c.ShareSecret) < 16 {
+		return fmt.Errorf("--share-secret (TRIAD_SHARE_SECRET) must be at least 16 bytes")
+	}
+	if c.ShareTTL <= 0 || c.ShareMaxTTL < c.ShareTTL {
+		return fmt.Errorf("--share-ttl must be positive and at most --share-max-ttl")
+	}
+	if c.Quotas.Kernels < 0 || c.Quotas.RunsPerHour < 0 {
+		return fmt.Errorf("--quota-kernels and --quota-runs-per-hour must be 0 (no limit) or positive")
+	}
+	if strings.TrimSpace(c.Quotas.StoredBytes) != "0" {
+		var err error
+		if c.Quotas.storedBytes, err = parseBytes(c.Quotas.StoredBytes); err != nil {
+			return fmt.Errorf("--quota-stored-bytes: %w", err)
+		}
+	}
+	if c.PublicURL != "" && !strings.HasPrefix(c.PublicURL, "http://") && !strings.HasPrefix(c.PublicURL, "https://") {
+		return fmt.Errorf("--public-url %q: want a URL starting with http:// or https://", c.PublicURL)
 	}
 	return nil
 }

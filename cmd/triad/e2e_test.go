@@ -43,6 +43,48 @@ type server struct {
 	cmd  *exec.Cmd
 	url  string
 	logs *bytes.Buffer
+	// key is sent with every request: the suite runs with authentication
+	// on, as a server on any address but loopback must.
+	key string
+}
+
+// createKey makes an API key with the real binary, as an operator would:
+// triad keys create over the server's data directory.
+func createKey(t *testing.T, bin, data string, args ...string) string {
+	t.Helper()
+	cmd := exec.Command(bin, append([]string{"keys", "create", "--data", data}, args...)...)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("triad keys create: %v\n%s", err, stderr.String())
+	}
+	key := strings.TrimSpace(string(out))
+	if !strings.HasPrefix(key, "trd_") || strings.Contains(key, "\n") {
+		t.Fatalf("triad keys create printed %q, want one trd_ key", out)
+	}
+	return key
+}
+
+// do sends req with the server's key.
+func (s *server) do(req *http.Request) (*http.Response, error) {
+	if s.key != "" {
+		req.Header.Set("Authorization", "Bearer "+s.key)
+	}
+	return http.DefaultClient.Do(req)
+}
+
+func (s *server) get(path, run string) *http.Response {
+	s.t.Helper()
+	req, _ := http.NewRequest("GET", s.url+path, nil)
+	if run != "" {
+		req.Header.Set("X-Run-Id", run)
+	}
+	resp, err := s.do(req)
+	if err != nil {
+		s.t.Fatalf("GET %s: %v\n%s", path, err, s.logs)
+	}
+	return resp
 }
 
 func freeAddr(t *testing.T) string {
@@ -54,8 +96,24 @@ func freeAddr(t *testing.T) string {
 	return l.Addr().String()
 }
 
-// startServer runs `triad serve` and waits until it answers.
+// startServer runs `triad serve` with a key of its own (made once per data
+// directory) and waits until it answers.
 func startServer(t *testing.T, bin, data string, extra ...string) *server {
+	t.Helper()
+	key := keys[data]
+	if key == "" {
+		key = createKey(t, bin, data, "--name", "e2e")
+		keys[data] = key
+	}
+	s := launch(t, bin, data, extra...)
+	s.key = key
+	return s
+}
+
+var keys = map[string]string{}
+
+// launch runs `triad serve` and waits until /healthz answers.
+func launch(t *testing.T, bin, data string, extra ...string) *server {
 	t.Helper()
 	addr := freeAddr(t)
 	args := append([]string{"serve", "--addr", addr, "--data", data}, extra...)
@@ -101,7 +159,7 @@ func (s *server) json(method, path string, body any, out any) int {
 		rd = bytes.NewReader(b)
 	}
 	req, _ := http.NewRequest(method, s.url+path, rd)
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := s.do(req)
 	if err != nil {
 		s.t.Fatalf("%s %s: %v\n%s", method, path, err, s.logs)
 	}
@@ -205,12 +263,7 @@ func TestKillMidRunAndResume(t *testing.T) {
 	var files struct {
 		Files []struct{ Path string } `json:"files"`
 	}
-	req, _ := http.NewRequest("GET", s2.url+"/tmp/list?prefix=data/", nil)
-	req.Header.Set("X-Run-Id", run)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
+	resp := s2.get("/tmp/list?prefix=data/", run)
 	json.NewDecoder(resp.Body).Decode(&files)
 	resp.Body.Close()
 	if len(files.Files) < 2 {
@@ -221,10 +274,7 @@ func TestKillMidRunAndResume(t *testing.T) {
 		t.Fatalf("resume: %d", code)
 	}
 	// Follow the events until the run ends.
-	er, err := http.Get(s2.url + "/runs/" + run + "/events")
-	if err != nil {
-		t.Fatal(err)
-	}
+	er := s2.get("/runs/"+run+"/events", "")
 	sc := bufio.NewScanner(er.Body)
 	sawSkip := false
 	for sc.Scan() {
@@ -250,12 +300,7 @@ func TestKillMidRunAndResume(t *testing.T) {
 			t.Errorf("step %d (%s): got %s, want succeeded", st.N, st.ID, st.Status)
 		}
 	}
-	req, _ = http.NewRequest("GET", s2.url+"/cel", nil)
-	req.Header.Set("X-Run-Id", run)
-	resp, err = http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
+	resp = s2.get("/cel", run)
 	cel, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
 	if !bytes.Contains(cel, []byte("Resumed (resume 1): skipped step(s) 2 (")) {
@@ -287,7 +332,9 @@ func TestServeWithoutDocker(t *testing.T) {
 	for _, mode := range []string{"auto", "wasm"} {
 		t.Run(mode, func(t *testing.T) {
 			addr := freeAddr(t)
-			cmd := exec.Command(bin, "serve", "--addr", addr, "--data", t.TempDir(), "--sandbox", mode)
+			dir := t.TempDir()
+			key := createKey(t, bin, dir, "--name", "no-docker", "--scope", "runs")
+			cmd := exec.Command(bin, "serve", "--addr", addr, "--data", dir, "--sandbox", mode)
 			// No engine answers here, whatever the machine has.
 			cmd.Env = append(os.Environ(), "DOCKER_HOST=unix:///nonexistent/docker.sock", "TAVILY_API_KEY=")
 			logs := &bytes.Buffer{}
@@ -312,6 +359,7 @@ func TestServeWithoutDocker(t *testing.T) {
 				b, _ := json.Marshal(map[string]any{"code": code})
 				req, _ := http.NewRequest("POST", s.url+"/sandbox/exec", bytes.NewReader(b))
 				req.Header.Set("X-Run-Id", "r-nodocker")
+				req.Header.Set("Authorization", "Bearer "+key)
 				resp, err := http.DefaultClient.Do(req)
 				if err != nil {
 					t.Fatal(err)

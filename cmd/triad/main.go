@@ -3,6 +3,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
@@ -17,8 +18,10 @@ import (
 
 	"github.com/triadhq/triad/api"
 	"github.com/triadhq/triad/api/mcp"
+	"github.com/triadhq/triad/auth/keys"
+	"github.com/triadhq/triad/auth/share"
 	"github.com/triadhq/triad/internal/version"
-	"github.com/triadhq/triad/recipes/runner"
+	"github.com/triadhq/triad/metrics"
 	"github.com/triadhq/triad/tmpfs"
 	"github.com/triadhq/triad/tmpfs/local"
 	"github.com/triadhq/triad/tmpfs/s3"
@@ -37,6 +40,9 @@ Usage:
   triad recipes [list]    list the recipes
   triad recipes export NAME [-o FILE]
                           write a recipe's starter notebook
+  triad keys create --name NAME [--tenant T] [--scope runs,read,admin]
+  triad keys list | revoke ID
+                          manage API keys (kept hashed in the store)
   triad image build       build the sandbox image (offline, from Debian packages)
   triad image tag         print the sandbox image tag for this build
   triad version           print the version
@@ -58,6 +64,8 @@ func main() {
 		err = serve(ctx, os.Args[2:])
 	case "mcp":
 		err = mcpCmd(ctx, os.Args[2:])
+	case "keys":
+		err = keysCmd(ctx, os.Args[2:])
 	case "run":
 		err = runCmd(ctx, os.Args[2:])
 	case "replay":
@@ -86,29 +94,71 @@ func main() {
 func serve(ctx context.Context, args []string) error {
 	var c config
 	fs := newFlagSet("serve")
-	fs.str(&c.Addr, "addr", "127.0.0.1:8080", "listen address")
+	c.serveFlags(fs)
 	c.E2B.flags(fs)
 	c.common(fs)
 	if err := c.parse(fs, args); err != nil {
 		return err
 	}
+	if err := c.validateServe(); err != nil {
+		return err
+	}
 	if err := c.E2B.validate(); err != nil {
 		return err
 	}
-	st, log, err := open(ctx, &c)
+	c.metrics = metrics.New()
+	log := newLogger(&c)
+	// Refuse an open public server before anything slow starts.
+	store, closeStore, err := openStore(ctx, &c, log)
+	if err != nil {
+		return err
+	}
+	var ks *keys.Store
+	open := false
+	if c.Auth == "keys" {
+		ks = keys.New(store.Meta(), keys.Config{Logger: log})
+		any, err := ks.Any(ctx)
+		if err != nil {
+			closeStore()
+			return fmt.Errorf("read the API keys from the store: %w", err)
+		}
+		if !any {
+			if !loopback(c.Addr) {
+				closeStore()
+				return fmt.Errorf("refusing to serve on %s with no API key: anyone who can reach it could run code and read every run.\n"+
+					"Create a key first, with the same store settings:\n    triad keys create --name NAME\n"+
+					"or pass --auth none (TRIAD_AUTH=none) to serve without authentication deliberately", c.Addr)
+			}
+			open = true
+			log.Warn("no API key exists: serving without authentication on loopback until the first key is created (triad keys create --name NAME)", "addr", c.Addr)
+		}
+	} else {
+		log.Warn("authentication is off (--auth none): every caller is the operator, who can run code and read every run", "addr", c.Addr)
+	}
+	closeStore()
+
+	st, err := openStack(ctx, &c, log)
 	if err != nil {
 		return err
 	}
 	defer st.Close()
-	orch, rn := st.orch, st.runner
-	h := api.New(api.Config{Orchestrator: orch, Runner: rn, Logger: log})
-	var recipes *runner.Runner
-	if rn != nil {
-		recipes = rn
+	if ks != nil {
+		ks = keys.New(st.store.Meta(), keys.Config{Logger: log})
 	}
-	m := mcp.New(mcp.Config{Orchestrator: orch, Recipes: recipes, Logger: log})
+	shares, err := share.Open(ctx, st.store.Meta(), share.Config{Secret: []byte(c.ShareSecret)})
+	if err != nil {
+		return err
+	}
+	cfg := api.Config{Orchestrator: st.orch, Runner: st.runner, Logger: log, Keys: ks, OpenWithoutKeys: open, Shares: shares,
+		ShareTTL: c.ShareTTL, MaxShareTTL: c.ShareMaxTTL, PublicURL: c.PublicURL, TLS: c.TLSCert != "",
+		Metrics: c.metrics, MetricsNeedKey: c.MetricsAuth}
+	if c.MetricsAddr == "" {
+		cfg.MetricsHandler = c.metrics.Handler()
+	}
+	h := api.New(cfg)
+	m := mcp.New(mcp.Config{Orchestrator: st.orch, Recipes: st.runner, Logger: log})
 	defer m.Close()
-	h.Router().Handle("/mcp", m.Handler())
+	h.Mount("/mcp", "MCP over streamable HTTP: the tools for MCP clients; a session is one run", m.Handler())
 	var handler http.Handler = h
 	if c.E2B.Enabled {
 		e, err := openE2B(ctx, &c, st, log)
@@ -127,8 +177,32 @@ func serve(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	log.Info("triad serving", "addr", ln.Addr().String(), "store", c.Store, "version", version.String())
-	errc := make(chan error, 1)
+	scheme := "http"
+	if c.TLSCert != "" {
+		certs, err := newCertReloader(c.TLSCert, c.TLSKey, log)
+		if err != nil {
+			ln.Close()
+			return err
+		}
+		stop := certs.reloadOnHUP()
+		defer stop()
+		srv.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12, GetCertificate: certs.get}
+		ln = tls.NewListener(ln, srv.TLSConfig)
+		scheme = "https"
+	}
+	errc := make(chan error, 2)
+	var msrv *http.Server
+	if c.MetricsAddr != "" {
+		mln, err := net.Listen("tcp", c.MetricsAddr)
+		if err != nil {
+			ln.Close()
+			return fmt.Errorf("--metrics-addr: %w", err)
+		}
+		msrv = &http.Server{Handler: metricsMux(c.metrics), ReadHeaderTimeout: 10 * time.Second}
+		log.Info("metrics serving", "addr", mln.Addr().String())
+		go func() { errc <- msrv.Serve(mln) }()
+	}
+	log.Info("triad serving", "addr", ln.Addr().String(), "scheme", scheme, "auth", c.Auth, "store", c.Store, "version", version.String())
 	go func() { errc <- srv.Serve(ln) }()
 	select {
 	case err := <-errc:
@@ -139,12 +213,44 @@ func serve(ctx context.Context, args []string) error {
 	m.Close() // end open MCP sessions before the HTTP server waits for them
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 15*time.Second)
 	defer cancel()
+	if msrv != nil {
+		msrv.Shutdown(sctx)
+	}
 	return srv.Shutdown(sctx)
+}
+
+// metricsMux serves /metrics alone, for --metrics-addr.
+func metricsMux(m *metrics.Metrics) http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", m.Handler())
+	return mux
+}
+
+// loopback reports whether addr listens on loopback only: 127.0.0.0/8,
+// ::1 or localhost. An empty host (":8080") is every interface.
+func loopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }
 
 func newLogger(c *config) *slog.Logger {
 	lvl, _ := c.level()
 	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lvl}))
+}
+
+// newStore joins blobs and index, counted by the metrics when there are.
+func newStore(c *config, name string, b tmpfs.Blobs, x tmpfs.Index, log *slog.Logger) *tmpfs.Store {
+	if c.metrics != nil {
+		b, x = c.metrics.Store(name, b, x)
+	}
+	return tmpfs.New(b, x, log)
 }
 
 // openStore builds the configured file store.
@@ -160,7 +266,7 @@ func openStore(ctx context.Context, c *config, log *slog.Logger) (*tmpfs.Store, 
 		if err != nil {
 			return nil, nil, err
 		}
-		return tmpfs.New(b, x, log), func() { x.Close() }, nil
+		return newStore(c, "local", b, x, log), func() { x.Close() }, nil
 	case "s3":
 		b, x, err := s3.New(ctx, s3.Config{
 			Endpoint: c.S3Endpoint, Bucket: c.S3Bucket, AccessKey: c.S3AccessKey, SecretKey: c.S3SecretKey,
@@ -169,7 +275,7 @@ func openStore(ctx context.Context, c *config, log *slog.Logger) (*tmpfs.Store, 
 		if err != nil {
 			return nil, nil, fmt.Errorf("open S3 store %s/%s: %w", c.S3Endpoint, c.S3Bucket, err)
 		}
-		return tmpfs.New(b, x, log), func() { x.Close(); b.Close() }, nil
+		return newStore(c, "s3", b, x, log), func() { x.Close(); b.Close() }, nil
 	default:
 		return nil, nil, fmt.Errorf("--store %q: want local or s3", c.Store)
 	}

@@ -31,9 +31,10 @@ func (m *multi) Set(v string) error { *m = append(*m, v); return nil }
 func runCmd(ctx context.Context, args []string) error {
 	var c config
 	var params, inputs multi
-	var server, resume, objective, out string
+	var server, resume, objective, out, key string
 	fs := newFlagSet("run")
 	c.common(fs)
+	fs.str(&key, "api-key", "", "API key for --server (Authorization: Bearer)")
 	fs.Var(&params, "param", "recipe param as name=value (repeatable)")
 	fs.Var(&inputs, "input", "recipe input as name=FILE (repeatable)")
 	fs.StringVar(&server, "server", "", "run on this triad server (e.g. http://127.0.0.1:8080) instead of in-process")
@@ -71,7 +72,7 @@ func runCmd(ctx context.Context, args []string) error {
 		inputFiles[k] = b
 	}
 	if server != "" {
-		return runRemote(ctx, server, req, inputFiles, params, out)
+		return runRemote(ctx, remote{server: strings.TrimRight(server, "/"), key: key}, req, inputFiles, params, out)
 	}
 	st, _, err := open(ctx, &c)
 	if err != nil {
@@ -161,9 +162,26 @@ func printEvent(e runner.Event) {
 	}
 }
 
+// remote is a triad server and the key to call it with.
+type remote struct{ server, key string }
+
+func (r remote) do(ctx context.Context, method, path string, body io.Reader) (*http.Response, error) {
+	req, err := http.NewRequestWithContext(ctx, method, r.server+path, body)
+	if err != nil {
+		return nil, err
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if r.key != "" {
+		req.Header.Set("Authorization", "Bearer "+r.key)
+	}
+	return http.DefaultClient.Do(req)
+}
+
 // runRemote starts the run on a server and follows its events.
-func runRemote(ctx context.Context, server string, req runner.Request, inputFiles map[string][]byte, params multi, out string) error {
-	server = strings.TrimRight(server, "/")
+func runRemote(ctx context.Context, rm remote, req runner.Request, inputFiles map[string][]byte, params multi, out string) error {
+	server := rm.server
 	for _, kv := range params {
 		k, v, ok := strings.Cut(kv, "=")
 		if !ok {
@@ -179,7 +197,7 @@ func runRemote(ctx context.Context, server string, req runner.Request, inputFile
 		return fmt.Errorf("--input with --server: upload the files first (PUT %s/tmp/files/PATH with X-Run-Id), then POST /run with that run_id", server)
 	}
 	body, _ := json.Marshal(req)
-	resp, err := http.Post(server+"/run", "application/json", bytes.NewReader(body))
+	resp, err := rm.do(ctx, http.MethodPost, "/run", bytes.NewReader(body))
 	if err != nil {
 		return err
 	}
@@ -193,7 +211,7 @@ func runRemote(ctx context.Context, server string, req runner.Request, inputFile
 	}
 	json.Unmarshal(b, &started)
 	fmt.Fprintf(os.Stderr, "triad: run %s started on %s\n", started.RunID, server)
-	er, err := http.Get(server + "/runs/" + started.RunID + "/events")
+	er, err := rm.do(ctx, http.MethodGet, "/runs/"+started.RunID+"/events", nil)
 	if err == nil {
 		sc := bufio.NewScanner(er.Body)
 		event := ""
@@ -212,7 +230,7 @@ func runRemote(ctx context.Context, server string, req runner.Request, inputFile
 		er.Body.Close()
 	}
 	for {
-		resp, err := http.Get(server + "/runs/" + started.RunID)
+		resp, err := rm.do(ctx, http.MethodGet, "/runs/"+started.RunID, nil)
 		if err != nil {
 			return err
 		}
@@ -235,7 +253,7 @@ func runRemote(ctx context.Context, server string, req runner.Request, inputFile
 		sort.Slice(v.Artifacts, func(i, j int) bool { return v.Artifacts[i].Path < v.Artifacts[j].Path })
 		fmt.Printf("\nrun %s %s\n", started.RunID, v.Status)
 		for _, a := range v.Artifacts {
-			fmt.Printf("  %-48s %10d  %s%s\n", a.Path, a.Size, server, a.URL)
+			fmt.Printf("  %-48s %10d  %s%s (X-Run-Id: %s)\n", a.Path, a.Size, server, a.URL, started.RunID)
 		}
 		if v.Status != runner.Succeeded {
 			return fmt.Errorf("run %s %s: %s", started.RunID, v.Status, v.Error)

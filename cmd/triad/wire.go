@@ -34,6 +34,14 @@ func (s *stack) Close() {
 	}
 }
 
+// orchMetrics is the orchestrator's view of the metrics, nil without.
+func orchMetrics(c *config) orchestrator.Metrics {
+	if c.metrics == nil {
+		return nil
+	}
+	return c.metrics
+}
+
 // open makes the command's logger and opens its stack.
 func open(ctx context.Context, c *config) (*stack, *slog.Logger, error) {
 	log := newLogger(c)
@@ -59,8 +67,15 @@ func openStack(ctx context.Context, c *config, log *slog.Logger) (*stack, error)
 	var km *kernels.Manager
 	if backend != nil {
 		s.closes = append(s.closes, func() { backend.Close() })
-		km = kernels.New(kernels.Config{Backend: backend, Store: store, Warm: c.Sandbox.Warm, IdleTTL: c.Sandbox.IdleTTL,
+		counted := backend
+		if c.metrics != nil {
+			counted = c.metrics.Backend(backend)
+		}
+		km = kernels.New(kernels.Config{Backend: counted, Store: store, Warm: c.Sandbox.Warm, IdleTTL: c.Sandbox.IdleTTL,
 			Limits: c.Sandbox.limits(), Protect: runfiles.IsKept, Logger: log})
+		if c.metrics != nil {
+			c.metrics.Kernels(backend.Name(), km.Live, km.Pooled)
+		}
 		s.closes = append(s.closes, func() { km.Close() })
 		log.Info("sandbox ready", "backend", backend.Name(), "warm", c.Sandbox.Warm)
 		s.backend = backend.Name()
@@ -90,7 +105,11 @@ func openStack(ctx context.Context, c *config, log *slog.Logger) (*stack, error)
 		Evaluator: eval,
 		Search:    search,
 		Replay:    c.ReplaySearches,
+		Quotas:    orchestrator.Quotas{Kernels: c.Quotas.Kernels, StoredBytes: c.Quotas.storedBytes, RunsPerHour: c.Quotas.RunsPerHour},
+		Metrics:   orchMetrics(c),
 	})
+	// The run index's last changes are written before the store closes.
+	s.closes = append(s.closes, func() { s.orch.Close() })
 	if s.catalog, err = catalog(c.Recipes); err != nil {
 		s.Close()
 		return nil, err
@@ -102,6 +121,9 @@ func openStack(ctx context.Context, c *config, log *slog.Logger) (*stack, error)
 	if s.backend != "" {
 		s.runner = runner.New(runner.Config{Orchestrator: s.orch, Catalog: s.catalog, Backend: s.backend, Logger: log})
 		s.closes = append(s.closes, func() { s.runner.Close() })
+		if c.metrics != nil {
+			c.metrics.ActiveRuns(s.runner.Active)
+		}
 	}
 	return s, nil
 }

@@ -19,7 +19,7 @@ const module = "github.com/triadhq/triad/"
 // before its tests pass: placing it is the decision this test asks for.
 var layers = [][]string{
 	// 0: leaf helpers.
-	{"internal/fault", "internal/runid", "internal/safepath", "internal/version", "internal/testenv",
+	{"auth", "internal/fault", "internal/runid", "internal/safepath", "internal/version", "internal/testenv",
 		"internal/miniotest", "internal/depcheck", "recipes/sampledata/internal/gen", "recipes/sampledata/internal/regen"},
 	// 1: the contract and the seams: wire types, the records' names, and
 	// the interfaces the tools implement.
@@ -28,7 +28,8 @@ var layers = [][]string{
 		"api/e2b/envd", "api/e2b/envd/filesystem", "api/e2b/envd/filesystem/filesystemconnect",
 		"api/e2b/envd/process", "api/e2b/envd/process/processconnect"},
 	// 2: tools and records.
-	{"browser", "browser/replay", "browser/tavily", "browser/tavilytest",
+	{"auth/keys", "auth/share", "metrics",
+		"browser", "browser/replay", "browser/tavily", "browser/tavilytest",
 		"tmpfs/local", "tmpfs/s3", "tmpfs/tmpfstest",
 		"sandbox/docker", "sandbox/docker/image", "sandbox/docker/jupyter", "sandbox/docker/jupyter/zmtp",
 		"sandbox/docker/jupyter/jupytertest", "sandbox/wasm",

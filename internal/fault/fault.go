@@ -13,6 +13,7 @@ import (
 type Kind string
 
 // The kinds Triad answers with, and the HTTP status each maps to (see Status).
+// Kinds lists them all.
 const (
 	BadInput         Kind = "bad_input"         // 400: the caller sent something malformed.
 	MissingRun       Kind = "missing_run_id"    // 400: a tool call without X-Run-Id.
@@ -22,16 +23,22 @@ const (
 	TooLarge         Kind = "too_large"         // 413: a body or file over a configured limit.
 	Unsupported      Kind = "unsupported"       // 422: valid, but not possible on this backend.
 	Reserved         Kind = "reserved"          // 403: a path the journal owns.
-	Quota            Kind = "quota"             // 429: an upstream quota or rate limit is exhausted.
+	Auth             Kind = "auth"              // 401: the caller's API key is missing, malformed, unknown or revoked.
+	Forbidden        Kind = "forbidden"         // 403: the caller's key is valid but its scope does not allow the call.
+	Quota            Kind = "quota"             // 429: a tenant's quota, or an upstream's quota or rate limit, is exhausted.
 	Timeout          Kind = "timeout"           // 504: a deadline passed.
 	KernelDied       Kind = "kernel_died"       // 200 inside an exec result; 502 elsewhere.
-	Auth             Kind = "auth"              // 502: an upstream refused our credentials.
+	UpstreamAuth     Kind = "upstream_auth"     // 502: an upstream refused Triad's own credentials (TAVILY_API_KEY).
 	Upstream         Kind = "upstream"          // 502: an upstream answered with an error.
 	NotConfigured    Kind = "not_configured"    // 503: the tool needs configuration it lacks.
 	StoreUnavailable Kind = "store_unavailable" // 503: the file store does not answer.
 	Unavailable      Kind = "unavailable"       // 503: a backend (Docker, the sandbox) does not answer.
 	Internal         Kind = "internal"          // 500: a bug in Triad, never the caller's input.
 )
+
+// Kinds lists every kind, for documents that enumerate them (OpenAPI).
+var Kinds = []Kind{BadInput, MissingRun, InvalidRun, NotFound, Conflict, TooLarge, Unsupported, Reserved, Auth, Forbidden,
+	Quota, Timeout, KernelDied, UpstreamAuth, Upstream, NotConfigured, StoreUnavailable, Unavailable, Internal}
 
 // Error is a failure with everything a caller needs to correct itself.
 type Error struct {
@@ -91,13 +98,15 @@ func Status(k Kind) int {
 		return http.StatusRequestEntityTooLarge
 	case Unsupported:
 		return http.StatusUnprocessableEntity
-	case Reserved:
+	case Auth:
+		return http.StatusUnauthorized
+	case Reserved, Forbidden:
 		return http.StatusForbidden
 	case Quota:
 		return http.StatusTooManyRequests
 	case Timeout:
 		return http.StatusGatewayTimeout
-	case KernelDied, Auth, Upstream:
+	case KernelDied, UpstreamAuth, Upstream:
 		return http.StatusBadGateway
 	case NotConfigured, StoreUnavailable, Unavailable:
 		return http.StatusServiceUnavailable

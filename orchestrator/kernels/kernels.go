@@ -184,6 +184,17 @@ func (m *Manager) Live() int {
 	return len(m.sessions)
 }
 
+// Runs returns the runs that have a live kernel.
+func (m *Manager) Runs() []runid.ID {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := make([]runid.ID, 0, len(m.sessions))
+	for run := range m.sessions {
+		out = append(out, run)
+	}
+	return out
+}
+
 // Pooled returns the number of ready kernels in the pool.
 func (m *Manager) Pooled() int { return len(m.pool) }
 

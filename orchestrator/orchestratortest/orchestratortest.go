@@ -11,11 +11,14 @@ import (
 
 	"github.com/docker/docker/client"
 
+	"github.com/triadhq/triad/auth"
+	"github.com/triadhq/triad/auth/keys"
 	"github.com/triadhq/triad/browser/tavily"
 	"github.com/triadhq/triad/browser/tavilytest"
 	"github.com/triadhq/triad/cel"
 	"github.com/triadhq/triad/evaluator"
 	"github.com/triadhq/triad/internal/testenv"
+	"github.com/triadhq/triad/metrics"
 	"github.com/triadhq/triad/orchestrator"
 	"github.com/triadhq/triad/orchestrator/kernels"
 	"github.com/triadhq/triad/runfiles"
@@ -41,6 +44,10 @@ type Options struct {
 	// Store, when set, is the file store (an S3 store, say) instead of a
 	// local one under Dir. Reusing it across two stacks simulates a restart.
 	Store *tmpfs.Store
+	// Quotas bound each tenant.
+	Quotas orchestrator.Quotas
+	// Metrics, when set, counts the stack's calls, store and kernels.
+	Metrics *metrics.Metrics
 }
 
 // Stack is an assembled orchestrator and its parts.
@@ -51,9 +58,25 @@ type Stack struct {
 	Orch    *orchestrator.Orchestrator
 	Backend string
 	Tavily  *tavilytest.Server
+	// Keys holds the stack's API keys, in the store's records. Key is one
+	// of them (scope runs, tenant "default"), and Principal its caller:
+	// tests make their calls with Ctx, as that key, so authentication and
+	// tenancy are exercised everywhere, not only in their own tests.
+	Keys      *keys.Store
+	Key       string
+	Principal auth.Principal
 
 	closers []func()
 	once    sync.Once
+}
+
+// Ctx returns t's context carrying the stack's principal.
+func (s *Stack) Ctx(t testing.TB) context.Context {
+	ctx := context.Background()
+	if tt, ok := t.(interface{ Context() context.Context }); ok {
+		ctx = tt.Context()
+	}
+	return auth.With(ctx, s.Principal)
 }
 
 // Close stops the stack as a server stops: kernels, the sandbox backend,
@@ -101,7 +124,12 @@ func New(t testing.TB, o Options) *Stack {
 			t.Fatal(err)
 		}
 		s.onClose(func() { x.Close() })
-		s.Store = tmpfs.New(b, x, nil)
+		var blobs tmpfs.Blobs = b
+		var index tmpfs.Index = x
+		if o.Metrics != nil {
+			blobs, index = o.Metrics.Store("local", b, x)
+		}
+		s.Store = tmpfs.New(blobs, index, nil)
 	}
 
 	var backend sandbox.Backend
@@ -120,8 +148,15 @@ func New(t testing.TB, o Options) *Stack {
 	}
 	if backend != nil {
 		s.Backend = backend.Name()
-		s.Kernels = kernels.New(kernels.Config{Backend: backend, Store: s.Store, Warm: o.Warm, Protect: runfiles.IsKept})
+		kb := backend
+		if o.Metrics != nil {
+			kb = o.Metrics.Backend(backend)
+		}
+		s.Kernels = kernels.New(kernels.Config{Backend: kb, Store: s.Store, Warm: o.Warm, Protect: runfiles.IsKept})
 		s.onClose(func() { s.Kernels.Close() })
+		if o.Metrics != nil {
+			o.Metrics.Kernels(backend.Name(), s.Kernels.Live, s.Kernels.Pooled)
+		}
 	}
 
 	evalOnce.Do(func() {
@@ -150,7 +185,20 @@ func New(t testing.TB, o Options) *Stack {
 		}
 		cfg.Search = tc
 	}
+	cfg.Quotas = o.Quotas
+	if o.Metrics != nil {
+		cfg.Metrics = o.Metrics
+	}
 	s.Orch = orchestrator.New(cfg)
+	// Closed first: it flushes the run index before the store closes.
+	s.onClose(func() { s.Orch.Close() })
+	s.Keys = keys.New(s.Store.Meta(), keys.Config{})
+	if s.Key, _, err = s.Keys.Create(ctx, "orchestratortest", auth.DefaultTenant, []auth.Scope{auth.Runs}); err != nil {
+		t.Fatal(err)
+	}
+	if s.Principal, err = s.Keys.Authenticate(ctx, s.Key); err != nil {
+		t.Fatal(err)
+	}
 	return s
 }
 

@@ -20,6 +20,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/triadhq/triad/auth"
 	"github.com/triadhq/triad/evaluator"
 	"github.com/triadhq/triad/internal/fault"
 	"github.com/triadhq/triad/internal/runid"
@@ -117,10 +118,14 @@ func (r *Runner) Start(ctx context.Context, req Request) (State, error) {
 		return State{}, err
 	}
 	st := cloneState(p.state)
+	// The run outlives the request, but acts for the caller who started
+	// it: its calls are recorded as theirs and checked against their
+	// tenant's quotas.
+	rctx := auth.With(r.ctx, auth.From(ctx))
 	r.wg.Add(1)
 	go func() {
 		defer r.wg.Done()
-		r.execute(r.ctx, p)
+		r.execute(rctx, p)
 	}()
 	return st, nil
 }
@@ -165,6 +170,10 @@ func (r *Runner) prepare(ctx context.Context, req Request, inputs map[string][]b
 			return nil, err
 		}
 		run = id
+	}
+	// The run becomes the caller's, or is another tenant's and not found.
+	if err := r.o.Claim(ctx, run); err != nil {
+		return nil, err
 	}
 	prev, hasPrev, err := r.load(ctx, run)
 	if err != nil {
@@ -274,6 +283,7 @@ func (r *Runner) prepare(ctx context.Context, req Request, inputs map[string][]b
 		r.mu.Unlock()
 		return nil, err
 	}
+	r.o.SetRecipeState(ctx, run, st.Recipe, st.Status)
 	return p, nil
 }
 
@@ -596,6 +606,7 @@ func (r *Runner) update(ctx context.Context, run runid.ID, st *State, e Event) {
 	if err := r.save(ctx, run, *st); err != nil {
 		r.log.Error("save run state", "run", run, "err", err)
 	}
+	r.o.SetRecipeState(ctx, run, st.Recipe, st.Status)
 }
 
 func (r *Runner) save(ctx context.Context, run runid.ID, st State) error {
@@ -626,6 +637,9 @@ func (r *Runner) load(ctx context.Context, run runid.ID) (State, bool, error) {
 // goroutine of this process owns was interrupted (the server stopped): it
 // is reported failed, and POST /run with its id resumes it.
 func (r *Runner) Status(ctx context.Context, run runid.ID) (State, error) {
+	if err := r.o.Visible(ctx, run); err != nil {
+		return State{}, err
+	}
 	r.mu.Lock()
 	a := r.active[run]
 	r.mu.Unlock()
@@ -646,6 +660,18 @@ func (r *Runner) Status(ctx context.Context, run runid.ID) (State, error) {
 		st.Error = "interrupted: the server stopped during the run; POST /run with this run_id resumes it"
 	}
 	return st, nil
+}
+
+// Active counts the recipe runs in flight in this process by status
+// (queued, running).
+func (r *Runner) Active() map[string]int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := map[string]int{}
+	for _, a := range r.active {
+		out[a.state.Status]++
+	}
+	return out
 }
 
 // Subscribe returns a channel of the run's events, closed when the run

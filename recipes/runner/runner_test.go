@@ -45,7 +45,7 @@ func TestStandardRecipesEndToEnd(t *testing.T) {
 	}
 	for _, rc := range std {
 		t.Run(rc.Name, func(t *testing.T) {
-			ctx := t.Context()
+			ctx := s.Ctx(t)
 			st, err := r.Run(ctx, runner.Request{Recipe: rc.Name, Objective: "Test objective for " + rc.Name}, nil, nil)
 			if err != nil {
 				t.Fatal(err)
@@ -131,7 +131,7 @@ func stepBlock(cel string, n int) string {
 
 // checkMAPE: the forecast pack reports MAPE on a holdout.
 func checkMAPE(t *testing.T, s *orchestratortest.Stack, run runid.ID) {
-	ctx := t.Context()
+	ctx := s.Ctx(t)
 	b, _, err := s.Store.ReadAll(ctx, run, "artifacts/holdout_metrics.csv")
 	if err != nil {
 		t.Fatal(err)
@@ -147,7 +147,7 @@ func checkMAPE(t *testing.T, s *orchestratortest.Stack, run runid.ID) {
 
 // checkPDF: the brief's PDF has more than one page and renders.
 func checkPDF(t *testing.T, s *orchestratortest.Stack, run runid.ID) {
-	ctx := t.Context()
+	ctx := s.Ctx(t)
 	arts, _ := s.Store.List(ctx, run, "artifacts/")
 	var pdf string
 	for _, a := range arts {
@@ -206,7 +206,7 @@ func TestBadRequests(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := r.Start(t.Context(), tc.req)
+			_, err := r.Start(s.Ctx(t), tc.req)
 			fe := fault.As(err)
 			if fe == nil || fe.Kind != tc.kind || !strings.Contains(fe.Message, tc.msg) || fe.Suggestion == "" {
 				t.Fatalf("got %v, want a %s fault mentioning %q with a suggestion", err, tc.kind, tc.msg)

@@ -4,6 +4,7 @@
 //
 //	blobs/sha256/ab/abcdef…   immutable blob files, written atomically
 //	runs/<run>/index.jsonl    the run's index: one put or del record a line
+//	meta/<key>!               Triad's records outside runs (tmpfs.Meta)
 //	tmp/                      temp files for writes in flight
 //
 // Every write is durable when it returns: blobs are written to a temp file,

@@ -5,6 +5,7 @@
 //	blobs/sha256/<hex>              immutable blob objects, named by the sha256 of their
 //	                                bytes, which is also in their x-amz-meta-sha256
 //	runs/<run>/index/<sha256(path)> one small JSON object per index entry: a tmpfs.File
+//	meta/<key>!                     Triad's records outside runs (tmpfs.Meta), read through
 //
 // The bucket is the only durable state: a process started with an empty
 // local directory sees every blob and every run's files. The local SpoolDir

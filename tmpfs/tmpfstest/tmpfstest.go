@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 	"sync"
 	"testing"
 
@@ -189,4 +190,152 @@ func Run(t *testing.T, newStore func(t *testing.T) *tmpfs.Store) {
 			t.Fatalf("got %v, want ErrNotFound", err)
 		}
 	})
+	t.Run("Meta", func(t *testing.T) { testMeta(t, newStore) })
+}
+
+// testMeta checks the namespace outside runs: conditional writes, paged
+// listings, and that a second store over the same backing (a replica)
+// sees every write at once, with no cache in between.
+func testMeta(t *testing.T, newStore func(t *testing.T) *tmpfs.Store) {
+	s1, s2 := newStore(t), newStore(t)
+	m1, m2 := s1.Meta(), s2.Meta()
+	ctx := t.Context()
+	ns := "t-" + strings.ToLower(rand.Text()) + "/"
+
+	if _, _, err := m1.GetMeta(ctx, ns+"missing"); !errors.Is(err, tmpfs.ErrNotFound) {
+		t.Fatalf("get missing: got %v, want ErrNotFound", err)
+	}
+	v1, err := m1.PutMeta(ctx, ns+"a", []byte(`{"n":1}`), tmpfs.Cond{IfAbsent: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m2.PutMeta(ctx, ns+"a", []byte(`{"n":9}`), tmpfs.Cond{IfAbsent: true}); !errors.Is(err, tmpfs.ErrPrecondition) {
+		t.Fatalf("second create on a replica: got %v, want ErrPrecondition", err)
+	}
+	b, v, err := m2.GetMeta(ctx, ns+"a")
+	if err != nil || string(b) != `{"n":1}` || v != v1 {
+		t.Fatalf("replica read: got %q %q %v, want {\"n\":1} at version %q", b, v, err, v1)
+	}
+	v2, err := m2.PutMeta(ctx, ns+"a", []byte(`{"n":2}`), tmpfs.Cond{IfVersion: v1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m1.PutMeta(ctx, ns+"a", []byte(`{"n":3}`), tmpfs.Cond{IfVersion: v1}); !errors.Is(err, tmpfs.ErrPrecondition) {
+		t.Fatalf("stale replace: got %v, want ErrPrecondition", err)
+	}
+	if _, err := m1.PutMeta(ctx, ns+"nope", []byte(`{}`), tmpfs.Cond{IfVersion: v1}); !errors.Is(err, tmpfs.ErrPrecondition) {
+		t.Fatalf("replace of a missing record: got %v, want ErrPrecondition", err)
+	}
+	if b, v, err := m1.GetMeta(ctx, ns+"a"); err != nil || string(b) != `{"n":2}` || v != v2 {
+		t.Fatalf("after replace, the first store reads %q %q %v, want {\"n\":2} at %q", b, v, err, v2)
+	}
+
+	// A key and keys below it coexist; listings are ordered and paged.
+	want := []string{ns + "a", ns + "a/x", ns + "b/1", ns + "b/2", ns + "b/3", ns + "c"}
+	for _, k := range want[1:] {
+		if _, err := m1.PutMeta(ctx, k, []byte("{}"), tmpfs.Cond{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	all, err := m2.ListMeta(ctx, ns, "", 0)
+	if err != nil || strings.Join(all, ",") != strings.Join(want, ",") {
+		t.Fatalf("list: got %q, %v, want %q", all, err, want)
+	}
+	page, err := m2.ListMeta(ctx, ns+"b/", ns+"b/1", 1)
+	if err != nil || len(page) != 1 || page[0] != ns+"b/2" {
+		t.Fatalf("page after b/1: got %q, %v, want [b/2]", page, err)
+	}
+	if page, err := m2.ListMeta(ctx, ns+"b", "", 0); err != nil || len(page) != 3 {
+		t.Fatalf("list by partial segment: got %q, %v, want b/1..b/3", page, err)
+	}
+
+	if err := m2.DeleteMeta(ctx, ns+"b/2"); err != nil {
+		t.Fatal(err)
+	}
+	if err := m1.DeleteMeta(ctx, ns+"b/2"); !errors.Is(err, tmpfs.ErrNotFound) {
+		t.Fatalf("second delete: got %v, want ErrNotFound", err)
+	}
+	if _, _, err := m1.GetMeta(ctx, ns+"b/2"); !errors.Is(err, tmpfs.ErrNotFound) {
+		t.Fatalf("read after a replica's delete: got %v, want ErrNotFound", err)
+	}
+
+	// Bad keys never reach the backing store.
+	for _, k := range []string{"", "../x", ns + "a//b", ns + "a b", ns + "ü", ns + "a/../../x", "/abs"} {
+		if _, err := m1.PutMeta(ctx, k, []byte("{}"), tmpfs.Cond{}); err == nil {
+			t.Errorf("put %q: got nil error, want a refusal", k)
+		}
+	}
+
+	// Runs and the namespace do not see each other.
+	run := runid.Must("meta")
+	if _, err := s1.WriteBytes(ctx, run, strings.TrimSuffix(ns, "/")+"/a", []byte("run file")); err != nil {
+		t.Fatal(err)
+	}
+	if b, _, _ := m1.GetMeta(ctx, ns+"a"); string(b) != `{"n":2}` {
+		t.Fatalf("a run file changed the record: got %q", b)
+	}
+	if files, _ := s1.List(ctx, runid.Must("meta"), ""); len(files) != 1 {
+		t.Fatalf("the namespace leaked into run files: %+v", files)
+	}
+
+	// Concurrent creates: exactly one wins. Concurrent read-modify-writes
+	// with retries lose no update.
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	wins := 0
+	for i := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			m := m1
+			if i%2 == 1 {
+				m = m2
+			}
+			if _, err := m.PutMeta(ctx, ns+"race", []byte(fmt.Sprint(i)), tmpfs.Cond{IfAbsent: true}); err == nil {
+				mu.Lock()
+				wins++
+				mu.Unlock()
+			} else if !errors.Is(err, tmpfs.ErrPrecondition) {
+				t.Error(err)
+			}
+		}()
+	}
+	wg.Wait()
+	if wins != 1 {
+		t.Fatalf("concurrent creates: %d won, want 1", wins)
+	}
+	if _, err := m1.PutMeta(ctx, ns+"count", []byte("0"), tmpfs.Cond{}); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 6 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			m := m1
+			if i%2 == 1 {
+				m = m2
+			}
+			for range 5 {
+				for {
+					b, v, err := m.GetMeta(ctx, ns+"count")
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					var n int
+					fmt.Sscan(string(b), &n)
+					if _, err := m.PutMeta(ctx, ns+"count", []byte(fmt.Sprint(n+1)), tmpfs.Cond{IfVersion: v}); err == nil {
+						break
+					} else if !errors.Is(err, tmpfs.ErrPrecondition) {
+						t.Error(err)
+						return
+					}
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if b, _, err := m2.GetMeta(ctx, ns+"count"); err != nil || string(b) != "30" {
+		t.Fatalf("counter after 30 concurrent increments: got %q, %v, want 30", b, err)
+	}
 }

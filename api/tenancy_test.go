@@ -1,0 +1,282 @@
+package api_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gorilla/mux"
+	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/triadhq/triad/api"
+	"github.com/triadhq/triad/api/mcp"
+	"github.com/triadhq/triad/auth"
+	"github.com/triadhq/triad/internal/runid"
+	"github.com/triadhq/triad/orchestrator"
+	"github.com/triadhq/triad/orchestrator/orchestratortest"
+	"github.com/triadhq/triad/recipes"
+	"github.com/triadhq/triad/recipes/runner"
+	"github.com/triadhq/triad/wire"
+)
+
+// bearer adds Authorization: Bearer to every request of an HTTP client.
+type bearer struct{ key string }
+
+func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	r.Header.Set("Authorization", "Bearer "+b.key)
+	return http.DefaultTransport.RoundTrip(r)
+}
+
+// Tenant B gets 404 not_found on every endpoint for tenant A's run: tools,
+// journal, run views and events, resuming A's recipe, sharing it, A's
+// share link, A's blobs (also by hash in files_in), and MCP tools with A's
+// run. The test walks every route the server has, so a route added
+// without a probe here fails it; and A's run is unchanged afterwards.
+func TestTenantsSeeOnlyTheirRuns(t *testing.T) {
+	s := orchestratortest.New(t, orchestratortest.Options{Sandbox: "wasm", Search: true})
+	cat, err := recipes.NewCatalog()
+	if err != nil {
+		t.Fatal(err)
+	}
+	rn := runner.New(runner.Config{Orchestrator: s.Orch, Catalog: cat, Backend: s.Backend})
+	t.Cleanup(func() { rn.Close() })
+	m := mcp.New(mcp.Config{Orchestrator: s.Orch, Recipes: rn})
+	t.Cleanup(func() { m.Close() })
+	a := apiServer(t, api.Config{Orchestrator: s.Orch, Runner: rn, Keys: s.Keys})
+	a.h.Mount("/mcp", "MCP", m.Handler())
+	b := a.as(a.newKey("globex", auth.Runs))
+
+	// A's run: a recipe run (resumable once it ends), a deliverable, a
+	// share link.
+	var started wire.RecipeRunStarted
+	if ans := a.post("/run", "", map[string]any{"recipe": "market-scan", "params": map[string]any{"top_k": 2}}); ans.status != 202 {
+		t.Fatalf("A's recipe run: %d %s", ans.status, ans.body)
+	} else {
+		ans.json(t, &started)
+	}
+	runA := started.RunID
+	deadline := time.Now().Add(5 * time.Minute)
+	for {
+		var v wire.RunView
+		a.do("GET", "/runs/"+runA, "", nil).json(t, &v)
+		if v.Status == "succeeded" || v.Status == "failed" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("A's recipe run did not end: %+v", v)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	secret := a.write(runA, "artifacts/secret.csv", "account,pin\nacme,4711\n")
+	var sh wire.Share
+	a.post("/runs/"+runA+"/share", "", map[string]any{"path": "artifacts/secret.csv"}).json(t, &sh)
+	var before wire.RunView
+	a.do("GET", "/runs/"+runA, "", nil).json(t, &before)
+	runB := "r-globex-own"
+	b.write(runB, "mine.txt", "b's")
+
+	body := func(v any) *strings.Reader { j, _ := json.Marshal(v); return strings.NewReader(string(j)) }
+	sha := secret.SHA256.String()
+	// One probe per route: B's request against A's run.
+	probes := map[string]func() answer{
+		"GET /runs/{id}":        func() answer { return b.do("GET", "/runs/"+runA, "", nil) },
+		"GET /runs/{id}/events": func() answer { return b.do("GET", "/runs/"+runA+"/events", "", nil) },
+		"POST /runs/{id}/share": func() answer {
+			return b.do("POST", "/runs/"+runA+"/share", "", body(map[string]any{"path": "artifacts/secret.csv"}))
+		},
+		"DELETE /shares/{id}": func() answer { return b.do("DELETE", "/shares/"+sh.ID, "", nil) },
+		"POST /run":           func() answer { return b.do("POST", "/run", "", body(map[string]any{"run_id": runA})) },
+		"GET /cel":            func() answer { return b.do("GET", "/cel", runA, nil) },
+		"POST /cel/note":      func() answer { return b.do("POST", "/cel/note", runA, body(map[string]any{"text": "b was here"})) },
+		"POST /cel/finalize":  func() answer { return b.do("POST", "/cel/finalize", runA, nil) },
+		"POST /tmp/write": func() answer {
+			return b.do("POST", "/tmp/write", runA, body(map[string]any{"path": "x.txt", "text": "b"}))
+		},
+		"GET /tmp/read": func() answer { return b.do("GET", "/tmp/read?path=artifacts/secret.csv", runA, nil) },
+		"GET /tmp/list": func() answer { return b.do("GET", "/tmp/list", runA, nil) },
+		"POST /tmp/delete": func() answer {
+			return b.do("POST", "/tmp/delete", runA, body(map[string]any{"path": "artifacts/secret.csv"}))
+		},
+		"PUT /tmp/files/{path:.+}":  func() answer { return b.do("PUT", "/tmp/files/x.bin", runA, strings.NewReader("b")) },
+		"GET /tmp/files/{path:.+}":  func() answer { return b.do("GET", "/tmp/files/artifacts/secret.csv", runA, nil) },
+		"HEAD /tmp/files/{path:.+}": func() answer { return b.do("HEAD", "/tmp/files/artifacts/secret.csv", runA, nil) },
+		"GET /blobs/{sha256}":       func() answer { return b.do("GET", "/blobs/"+sha, runA, nil) },
+		"HEAD /blobs/{sha256}":      func() answer { return b.do("HEAD", "/blobs/"+sha, runA, nil) },
+		"POST /browser/search":      func() answer { return b.do("POST", "/browser/search", runA, body(map[string]any{"query": "acme"})) },
+		"POST /sandbox/exec": func() answer {
+			return b.do("POST", "/sandbox/exec", runA, body(map[string]any{"code": "open('artifacts/secret.csv').read()"}))
+		},
+		"POST /sandbox/restart": func() answer { return b.do("POST", "/sandbox/restart", runA, nil) },
+	}
+	// Routes that name no run, with the reason they need no probe.
+	exempt := map[string]string{
+		"GET /healthz": "public", "HEAD /healthz": "public", "GET /version": "public", "GET /openapi.json": "public",
+		"GET /recipes": "the catalog", "GET /recipes/{name}": "the catalog",
+		"POST /runs":                    "mints a fresh run for the caller (and GET /runs is checked below)",
+		"GET /runs":                     "checked below: B's list lacks A's run",
+		"GET /share/{token}":            "the link is the credential (TestShareLinks)",
+		"HEAD /share/{token}":           "the link is the credential (TestShareLinks)",
+		"GET /share/{token}/{path:.+}":  "the link is the credential (TestShareLinks)",
+		"HEAD /share/{token}/{path:.+}": "the link is the credential (TestShareLinks)",
+		"GET /keys":                     "admin only (TestKeys)",
+		"POST /keys":                    "admin only (TestKeys)",
+		"DELETE /keys/{id}":             "admin only (TestKeys)",
+		"GET /mcp":                      "the MCP session stream; tools are probed under POST /mcp",
+		"DELETE /mcp":                   "ends the caller's own MCP session",
+		"POST /mcp":                     "probed below, tool by tool",
+	}
+	seen := 0
+	a.h.Router().Walk(func(r *mux.Route, _ *mux.Router, _ []*mux.Route) error {
+		tmpl, err := r.GetPathTemplate()
+		if err != nil {
+			return nil
+		}
+		methods, _ := r.GetMethods()
+		for _, m := range methods {
+			key := m + " " + tmpl
+			if _, ok := exempt[key]; ok {
+				continue
+			}
+			probe, ok := probes[key]
+			if !ok {
+				t.Errorf("route %s has no tenant-isolation probe: add one to this test (or an exemption with its reason)", key)
+				continue
+			}
+			seen++
+			ans := probe()
+			if ans.status != 404 {
+				t.Errorf("%s as tenant B on A's run: got %d %s, want 404", key, ans.status, ans.body)
+				continue
+			}
+			if m == "HEAD" {
+				continue
+			}
+			if e := errBody(t, ans); e.Kind != "not_found" {
+				t.Errorf("%s: kind %s, want not_found", key, e.Kind)
+			}
+			if strings.Contains(string(ans.body), "acme") || strings.Contains(string(ans.body), "4711") {
+				t.Errorf("%s: the answer leaks A's tenant or data: %s", key, ans.body)
+			}
+		}
+		return nil
+	})
+	if seen < len(probes) {
+		t.Errorf("walked %d probed routes, but there are %d probes: a route went missing", seen, len(probes))
+	}
+
+	// B's own run cannot reach A's blob by hash either.
+	wantErr(t, b.do("GET", "/blobs/"+sha, runB, nil), 404, "not_found")
+	ans := b.post("/sandbox/exec", runB, map[string]any{"code": "print(open('s.csv').read())",
+		"files_in": []map[string]string{{"name": "s.csv", "path": "sha256:" + sha}}})
+	wantErr(t, ans, 404, "not_found")
+	// A itself may, from another of its runs.
+	if ans := a.post("/sandbox/exec", "r-acme-second", map[string]any{"code": "print(open('s.csv').read())",
+		"files_in": []map[string]string{{"name": "s.csv", "path": "sha256:" + sha}}}); ans.status != 200 || !strings.Contains(string(ans.body), "4711") {
+		t.Errorf("A's own files_in by hash: %d %s", ans.status, ans.body)
+	}
+
+	var list wire.RunList
+	b.do("GET", "/runs", "", nil).json(t, &list)
+	for _, r := range list.Runs {
+		if r.RunID == runA {
+			t.Error("GET /runs as B lists A's run")
+		}
+	}
+
+	// MCP over HTTP with B's key: every tool that takes a run.
+	cs, err := sdk.NewClient(&sdk.Implementation{Name: "tenant-b", Version: "0"}, nil).Connect(t.Context(),
+		&sdk.StreamableClientTransport{Endpoint: a.url + "/mcp", HTTPClient: &http.Client{Transport: bearer{b.key}}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cs.Close()
+	for tool, args := range map[string]map[string]any{
+		mcp.ToolExec:      {"code": "1"},
+		mcp.ToolRestart:   {},
+		mcp.ToolSearch:    {"query": "acme"},
+		mcp.ToolWrite:     {"path": "x.txt", "text": "b"},
+		mcp.ToolRead:      {"path": "artifacts/secret.csv"},
+		mcp.ToolList:      {},
+		mcp.ToolDelete:    {"path": "artifacts/secret.csv"},
+		mcp.ToolJournal:   {},
+		mcp.ToolNote:      {"text": "b was here"},
+		mcp.ToolRecipe:    {"recipe": "market-scan"},
+		mcp.ToolRunStatus: {},
+	} {
+		args["run_id"] = runA
+		res, err := cs.CallTool(t.Context(), &sdk.CallToolParams{Name: tool, Arguments: args})
+		if err != nil {
+			t.Fatalf("%s: %v", tool, err)
+		}
+		txt := ""
+		if len(res.Content) > 0 {
+			if tc, ok := res.Content[0].(*sdk.TextContent); ok {
+				txt = tc.Text
+			}
+		}
+		var e wire.ErrorBody
+		if !res.IsError || json.Unmarshal([]byte(txt), &e) != nil || e.Error.Kind != "not_found" {
+			t.Errorf("MCP %s as B with A's run: got %s, want a not_found error", tool, txt)
+		}
+	}
+
+	// A's run is as it was: B's attempts wrote nothing into it.
+	var after wire.RunView
+	a.do("GET", "/runs/"+runA, "", nil).json(t, &after)
+	if len(after.Steps) != len(before.Steps) {
+		t.Errorf("A's run went from %d to %d steps while B probed it", len(before.Steps), len(after.Steps))
+	}
+	if ans := a.do("GET", "/tmp/read?path=artifacts/secret.csv", runA, nil); ans.status != 200 {
+		t.Errorf("A lost its file: %d", ans.status)
+	}
+	cel, err := s.Orch.Journal(context.Background(), runid.Must(runA))
+	if err != nil || strings.Contains(string(cel), "b was here") {
+		t.Errorf("A's journal holds B's note (%v)", err)
+	}
+}
+
+// The (N+1)th concurrent kernel of a tenant is refused with 429 quota; the
+// N kernels keep working, and another tenant has a quota of its own.
+func TestKernelQuota(t *testing.T) {
+	const n = 2
+	s := orchestratortest.New(t, orchestratortest.Options{Sandbox: "docker", Quotas: orchestrator.Quotas{Kernels: n}})
+	c := apiServer(t, api.Config{Orchestrator: s.Orch, Keys: s.Keys})
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if out, ans := c.exec(fmt.Sprintf("r-k%d", i), map[string]any{"code": fmt.Sprintf("x = %d", i)}); !out.OK {
+				t.Errorf("kernel %d: %d %s", i, ans.status, ans.body)
+			}
+		}()
+	}
+	wg.Wait()
+	_, ans := c.exec("r-k-extra", map[string]any{"code": "x = 99"})
+	e := wantErr(t, ans, 429, "quota")
+	if !strings.Contains(e.Message, "concurrent kernels") || !strings.Contains(e.Suggestion, "--quota-kernels") {
+		t.Errorf("quota answer %+v does not name the limit and what to do", e)
+	}
+	for i := range n {
+		out, ans := c.exec(fmt.Sprintf("r-k%d", i), map[string]any{"code": "x"})
+		if out.Result == nil || out.Result.Data["text/plain"] != fmt.Sprint(i) {
+			t.Errorf("kernel %d after the refusal: %d %s", i, ans.status, ans.body)
+		}
+	}
+	other := c.as(c.newKey("globex", auth.Runs))
+	if out, ans := other.exec("r-globex", map[string]any{"code": "1+1"}); !out.OK {
+		t.Errorf("another tenant's first kernel: %d %s", ans.status, ans.body)
+	}
+	// A live kernel's run is never refused, and when one goes, a new one
+	// may start.
+	s.Kernels.Drop(runid.Must("r-k0"))
+	if out, ans := c.exec("r-k-extra", map[string]any{"code": "x = 99"}); !out.OK {
+		t.Errorf("after a kernel stopped: %d %s", ans.status, ans.body)
+	}
+}

@@ -1,0 +1,605 @@
+package orchestrator
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/triadhq/triad/auth"
+	"github.com/triadhq/triad/internal/fault"
+	"github.com/triadhq/triad/internal/runid"
+	"github.com/triadhq/triad/tmpfs"
+	"github.com/triadhq/triad/wire"
+)
+
+// Tenancy: every run belongs to the tenant whose caller created it, and
+// only that tenant (or an admin) sees it. The records live in the store's
+// namespace outside runs (tmpfs.Meta), which no tool reaches:
+//
+//	owners/<run>                     the run's owner: tenant, key, created
+//	tenants/<t>/runs/<inv>-<run>     the tenant's run index: one summary per
+//	                                 run, keyed newest first (<inv> counts
+//	                                 down from the run's creation), so GET
+//	                                 /runs and the runs-per-hour quota read
+//	                                 one page instead of every run
+//	tenants/<t>/usage                the bytes the tenant's runs hold
+//	tenants/<t>/blobs/<sha256>       a blob some run of the tenant has held
+//
+// A run owned by another tenant is answered exactly as a run that does not
+// exist: not_found, never forbidden, so run ids leak nothing. See
+// docs/DECISIONS.md, "Tenants".
+
+// Quotas bound what one tenant may use; zero means no limit. The operator
+// (authentication off, MCP over stdio, the CLI) is never limited.
+type Quotas struct {
+	// Kernels is the most kernels a tenant's runs may have live at once.
+	Kernels int
+	// StoredBytes is the most bytes a tenant's runs may hold (the sum of
+	// their files' sizes).
+	StoredBytes int64
+	// RunsPerHour is the most runs a tenant may start in any hour.
+	RunsPerHour int
+}
+
+// owner is a run's owner record.
+type owner struct {
+	Run     runid.ID  `json:"run"`
+	Tenant  string    `json:"tenant"`
+	KeyID   string    `json:"key_id,omitempty"`
+	Name    string    `json:"name,omitempty"`
+	Created time.Time `json:"created"`
+}
+
+func (ow owner) caller() wire.Caller {
+	return wire.Caller{KeyID: ow.KeyID, Name: ow.Name, Tenant: ow.Tenant}
+}
+
+// wireSummary is a new run's index entry.
+func wireSummary(ow owner) wire.RunSummary {
+	return wire.RunSummary{RunID: ow.Run.String(), Status: "open", Created: ow.Created, Updated: ow.Created, StartedBy: ow.caller()}
+}
+
+// summary is a run's entry in its tenant's run index.
+type summary struct {
+	wire.RunSummary
+	// Bytes is what the run's files hold, for the tenant's usage.
+	Bytes int64 `json:"bytes"`
+}
+
+// tenancy is the Orchestrator's ownership state: caches of records that
+// never change (owners) or are checked often (usage).
+type tenancy struct {
+	q Quotas
+
+	mu      sync.Mutex
+	owners  map[runid.ID]owner
+	usage   map[string]usageAt
+	marked  map[string]struct{}         // tenant + "/" + digest, marker written
+	pending map[string]map[runid.ID]int // kernels being started, per tenant
+
+	// Run summaries and usage changes not yet written (see summaries.go).
+	smu      sync.Mutex
+	sums     map[runid.ID]*runSum
+	delta    map[string]int64 // usage changes per tenant
+	flushing bool             // the background writer is running
+	flushMu  sync.Mutex       // one flush at a time
+}
+
+type usageAt struct {
+	bytes int64
+	at    time.Time
+}
+
+// maxCached bounds each cache; past it, the cache starts over.
+const maxCached = 100000
+
+func newTenancy(q Quotas) *tenancy {
+	return &tenancy{q: q, owners: map[runid.ID]owner{}, usage: map[string]usageAt{}, marked: map[string]struct{}{},
+		pending: map[string]map[runid.ID]int{}, sums: map[runid.ID]*runSum{}, delta: map[string]int64{}}
+}
+
+func ownerKey(run runid.ID) string { return "owners/" + run.String() }
+
+func runsPrefix(tenant string) string { return "tenants/" + tenant + "/runs/" }
+
+// indexKey names a run's entry in its tenant's index: newest sorts first.
+func indexKey(ow owner) string {
+	return fmt.Sprintf("%s%019d-%s", runsPrefix(ow.Tenant), math.MaxInt64-ow.Created.UnixNano(), ow.Run)
+}
+
+// createdOf reads a run's creation time back from its index key.
+func createdOf(key string) (time.Time, bool) {
+	i := strings.LastIndexByte(key, '/')
+	inv, _, ok := strings.Cut(key[i+1:], "-")
+	n, err := strconv.ParseInt(inv, 10, 64)
+	if !ok || err != nil {
+		return time.Time{}, false
+	}
+	return time.Unix(0, math.MaxInt64-n), true
+}
+
+// notFound is the one answer for a run the caller may not see, whether it
+// exists or not.
+func notFound(run runid.ID) error {
+	return fault.New(fault.NotFound, fmt.Sprintf("no run %s", run),
+		"check the run id; GET /runs lists your runs, POST /runs gives a fresh id")
+}
+
+// forbidden is the answer for a key whose scope does not allow a call.
+func forbidden(p auth.Principal, need auth.Scope) error {
+	return fault.New(fault.Forbidden, fmt.Sprintf("API key %s (scopes %v) does not have the %s scope this call needs", p.KeyID, p.Scopes, need),
+		fmt.Sprintf("use a key with the %s scope; an admin creates one with: triad keys create --name NAME --scope %s", need, need))
+}
+
+// Claim is how a caller starts or takes up a run outside a tool call (POST
+// /runs, a recipe run): the run becomes the caller's if nobody owns it
+// yet, and another tenant's run is not found.
+func (o *Orchestrator) Claim(ctx context.Context, run runid.ID) error {
+	_, err := o.access(ctx, run, auth.Runs, true)
+	return err
+}
+
+// Visible checks that the caller may read run, an existing run: a run
+// that does not exist and another tenant's run are both not found.
+func (o *Orchestrator) Visible(ctx context.Context, run runid.ID) error {
+	_, err := o.access(ctx, run, auth.Read, false)
+	return err
+}
+
+// StartedBy returns who started a run the caller may read.
+func (o *Orchestrator) StartedBy(ctx context.Context, run runid.ID) (wire.Caller, time.Time, error) {
+	ow, err := o.access(ctx, run, auth.Read, false)
+	return ow.caller(), ow.Created, err
+}
+
+// access checks the caller's scope and its right to the run, and returns
+// the run's owner. With create, a run nobody owns becomes the caller's
+// (within the runs-per-hour quota); without, it is not found.
+func (o *Orchestrator) access(ctx context.Context, run runid.ID, need auth.Scope, create bool) (owner, error) {
+	p := auth.From(ctx)
+	if !p.Has(need) {
+		return owner{}, forbidden(p, need)
+	}
+	ow, ok, err := o.ownerOf(ctx, run)
+	if err != nil {
+		return owner{}, err
+	}
+	if !ok {
+		if ow, ok, err = o.adoptLegacy(ctx, run); err != nil {
+			return owner{}, err
+		}
+	}
+	if !ok && !create {
+		return owner{}, notFound(run)
+	}
+	if !ok {
+		if ow, err = o.create(ctx, run, p); err != nil {
+			return owner{}, err
+		}
+	}
+	if !p.CanSee(ow.Tenant) {
+		return owner{}, notFound(run)
+	}
+	return ow, nil
+}
+
+// ownerOf reads a run's owner, from the cache when it was seen before:
+// owners never change, so the cache needs no expiry.
+func (o *Orchestrator) ownerOf(ctx context.Context, run runid.ID) (owner, bool, error) {
+	o.t.mu.Lock()
+	ow, ok := o.t.owners[run]
+	o.t.mu.Unlock()
+	if ok {
+		return ow, true, nil
+	}
+	b, _, err := o.store.Meta().GetMeta(ctx, ownerKey(run))
+	if errors.Is(err, tmpfs.ErrNotFound) {
+		return owner{}, false, nil
+	}
+	if err != nil {
+		return owner{}, false, storeErr(err, run, "")
+	}
+	if err := json.Unmarshal(b, &ow); err != nil {
+		return owner{}, false, fmt.Errorf("owner of run %s: %w", run, err)
+	}
+	o.cacheOwner(ow)
+	return ow, true, nil
+}
+
+func (o *Orchestrator) cacheOwner(ow owner) {
+	o.t.mu.Lock()
+	defer o.t.mu.Unlock()
+	if len(o.t.owners) >= maxCached {
+		clear(o.t.owners)
+	}
+	o.t.owners[ow.Run] = ow
+}
+
+// adoptLegacy gives a run that has files but no owner (made before runs
+// had owners) to the default tenant, once.
+func (o *Orchestrator) adoptLegacy(ctx context.Context, run runid.ID) (owner, bool, error) {
+	files, err := o.store.List(ctx, run, "")
+	if err != nil {
+		return owner{}, false, storeErr(err, run, "")
+	}
+	if len(files) == 0 {
+		return owner{}, false, nil
+	}
+	created := files[0].ModifiedAt
+	for _, f := range files {
+		if f.ModifiedAt.Before(created) {
+			created = f.ModifiedAt
+		}
+	}
+	ow, err := o.putOwner(ctx, owner{Run: run, Tenant: auth.DefaultTenant, Name: "before tenants", Created: created.UTC()})
+	return ow, err == nil, err
+}
+
+// create makes the caller the owner of a run nobody owns.
+func (o *Orchestrator) create(ctx context.Context, run runid.ID, p auth.Principal) (owner, error) {
+	if err := o.checkRunsPerHour(ctx, p); err != nil {
+		return owner{}, err
+	}
+	ow, err := o.putOwner(ctx, owner{Run: run, Tenant: p.Tenant, KeyID: p.KeyID, Name: p.Name, Created: time.Now().UTC()})
+	if err == nil {
+		o.metrics.runStatus("open")
+	}
+	return ow, err
+}
+
+// putOwner writes an owner record and the run's first index entry. If
+// another call (here or on a replica) created the run first, its record
+// wins and is returned.
+func (o *Orchestrator) putOwner(ctx context.Context, ow owner) (owner, error) {
+	b, _ := json.Marshal(ow)
+	_, err := o.store.Meta().PutMeta(ctx, ownerKey(ow.Run), b, tmpfs.Cond{IfAbsent: true})
+	if errors.Is(err, tmpfs.ErrPrecondition) {
+		got, ok, err := o.ownerOf(ctx, ow.Run)
+		if err == nil && !ok {
+			err = fmt.Errorf("owner of run %s vanished", ow.Run)
+		}
+		return got, err
+	}
+	if err != nil {
+		return owner{}, storeErr(err, ow.Run, "")
+	}
+	o.cacheOwner(ow)
+	sb, _ := json.Marshal(newSummary(ow))
+	if _, err := o.store.Meta().PutMeta(ctx, indexKey(ow), sb, tmpfs.Cond{}); err != nil {
+		o.log.WarnContext(ctx, "add a run to its tenant's index", "run", ow.Run, "err", err)
+	}
+	return ow, nil
+}
+
+// checkRunsPerHour counts the tenant's runs started in the last hour from
+// the newest page of its index.
+func (o *Orchestrator) checkRunsPerHour(ctx context.Context, p auth.Principal) error {
+	limit := o.t.q.RunsPerHour
+	if limit <= 0 || p.IsOperator() {
+		return nil
+	}
+	keys, err := o.store.Meta().ListMeta(ctx, runsPrefix(p.Tenant), "", limit)
+	if err != nil {
+		return storeErr(err, runid.ID{}, "")
+	}
+	since := time.Now().Add(-time.Hour)
+	n := 0
+	var oldest time.Time
+	for _, k := range keys {
+		if c, ok := createdOf(k); ok && c.After(since) {
+			n++
+			oldest = c
+		}
+	}
+	if n < limit {
+		return nil
+	}
+	o.metrics.quotaRefused("runs_per_hour")
+	return fault.New(fault.Quota,
+		fmt.Sprintf("tenant %s started %d runs in the last hour, its limit (runs per hour)", p.Tenant, n),
+		fmt.Sprintf("keep working in a run you have (its X-Run-Id), or start one after %s; the operator can raise --quota-runs-per-hour (TRIAD_QUOTA_RUNS_PER_HOUR)",
+			oldest.Add(time.Hour).UTC().Format(time.RFC3339)))
+}
+
+// usageKey names a tenant's usage record.
+func usageKey(tenant string) string { return "tenants/" + tenant + "/usage" }
+
+type usageRec struct {
+	Bytes int64 `json:"bytes"`
+}
+
+// checkBytes refuses a call that would take the run's tenant over its
+// stored-bytes quota: already over, or over with add more bytes.
+func (o *Orchestrator) checkBytes(ctx context.Context, ow owner, add int64) error {
+	limit := o.t.q.StoredBytes
+	if limit <= 0 || auth.From(ctx).IsOperator() {
+		return nil
+	}
+	used, err := o.usage(ctx, ow.Tenant)
+	if err != nil {
+		return err
+	}
+	used += o.pendingBytes(ow.Tenant)
+	if used < limit && used+add <= limit {
+		return nil
+	}
+	o.metrics.quotaRefused("stored_bytes")
+	return fault.New(fault.Quota,
+		fmt.Sprintf("tenant %s stores %d bytes; this call would take it past its stored-bytes quota of %d", ow.Tenant, used+add, limit),
+		"delete files you no longer need (tmp.delete), or ask the operator to raise --quota-stored-bytes (TRIAD_QUOTA_STORED_BYTES)")
+}
+
+// usage reads a tenant's stored bytes, trusted for a second.
+func (o *Orchestrator) usage(ctx context.Context, tenant string) (int64, error) {
+	o.t.mu.Lock()
+	u, ok := o.t.usage[tenant]
+	o.t.mu.Unlock()
+	if ok && time.Since(u.at) < time.Second {
+		return u.bytes, nil
+	}
+	b, _, err := o.store.Meta().GetMeta(ctx, usageKey(tenant))
+	var rec usageRec
+	switch {
+	case errors.Is(err, tmpfs.ErrNotFound):
+	case err != nil:
+		return 0, storeErr(err, runid.ID{}, "")
+	default:
+		json.Unmarshal(b, &rec)
+	}
+	o.setUsage(tenant, rec.Bytes)
+	return rec.Bytes, nil
+}
+
+func (o *Orchestrator) setUsage(tenant string, n int64) {
+	o.t.mu.Lock()
+	defer o.t.mu.Unlock()
+	if len(o.t.usage) >= maxCached {
+		clear(o.t.usage)
+	}
+	o.t.usage[tenant] = usageAt{bytes: n, at: time.Now()}
+}
+
+// addUsage adds delta to a tenant's usage with a conditional write, so
+// replicas updating at once lose no update.
+func (o *Orchestrator) addUsage(ctx context.Context, tenant string, delta int64) error {
+	m := o.store.Meta()
+	for range 20 {
+		b, v, err := m.GetMeta(ctx, usageKey(tenant))
+		var rec usageRec
+		cond := tmpfs.Cond{IfVersion: v}
+		switch {
+		case errors.Is(err, tmpfs.ErrNotFound):
+			cond = tmpfs.Cond{IfAbsent: true}
+		case err != nil:
+			return err
+		default:
+			json.Unmarshal(b, &rec)
+		}
+		rec.Bytes = max(rec.Bytes+delta, 0)
+		nb, _ := json.Marshal(rec)
+		if _, err := m.PutMeta(ctx, usageKey(tenant), nb, cond); errors.Is(err, tmpfs.ErrPrecondition) {
+			continue
+		} else if err != nil {
+			return err
+		}
+		o.setUsage(tenant, rec.Bytes)
+		return nil
+	}
+	return errors.New("usage: too many concurrent writers")
+}
+
+// SetRecipeState records a recipe run's recipe and status in its index
+// entry, for GET /runs.
+func (o *Orchestrator) SetRecipeState(ctx context.Context, run runid.ID, recipe, status string) {
+	unlock := o.lockRun(run)
+	defer unlock()
+	o.noteRun(ctx, run, func(s *summary) {
+		if s.Status != status {
+			o.metrics.runStatus(status)
+		}
+		s.Recipe, s.Status = recipe, status
+	})
+}
+
+func blobMarker(tenant string, d tmpfs.Digest) string {
+	return "tenants/" + tenant + "/blobs/" + d.String()
+}
+
+// markBlobs notes that the tenant holds these files' blobs, once each.
+func (o *Orchestrator) markBlobs(ctx context.Context, tenant string, files []tmpfs.File) {
+	for _, f := range files {
+		k := blobMarker(tenant, f.SHA256)
+		o.t.mu.Lock()
+		_, done := o.t.marked[k]
+		o.t.mu.Unlock()
+		if done {
+			continue
+		}
+		_, err := o.store.Meta().PutMeta(ctx, k, []byte("{}"), tmpfs.Cond{IfAbsent: true})
+		if err != nil && !errors.Is(err, tmpfs.ErrPrecondition) {
+			o.log.WarnContext(ctx, "mark a tenant's blob", "tenant", tenant, "err", err)
+			continue
+		}
+		o.t.mu.Lock()
+		if len(o.t.marked) >= maxCached {
+			clear(o.t.marked)
+		}
+		o.t.marked[k] = struct{}{}
+		o.t.mu.Unlock()
+	}
+}
+
+// tenantHolds reports whether some run of the tenant has held blob d.
+// Markers are written in the background; a miss writes what is pending
+// and looks again.
+func (o *Orchestrator) tenantHolds(ctx context.Context, tenant string, d tmpfs.Digest) bool {
+	if _, _, err := o.store.Meta().GetMeta(ctx, blobMarker(tenant, d)); err == nil {
+		return true
+	}
+	o.Flush(ctx)
+	_, _, err := o.store.Meta().GetMeta(ctx, blobMarker(tenant, d))
+	return err == nil
+}
+
+// blobNotFound is the one answer for a blob the caller may not have,
+// whether it exists or not (no existence oracle; see docs/DECISIONS.md,
+// "Who may fetch a blob").
+// The message does not even echo the hash, so the body is byte for byte the
+// same for every blob.
+func blobNotFound(d tmpfs.Digest) error {
+	return fault.New(fault.NotFound, "no such blob in a run this caller can read",
+		"send the X-Run-Id of a run that holds the file (tmp.list shows each file's sha256), or ask for a share link (POST /runs/{id}/share)")
+}
+
+// BlobNotFound is OpenBlob's answer for a request that names no run.
+func BlobNotFound(d tmpfs.Digest) error { return blobNotFound(d) }
+
+// OpenBlob opens blob d for a caller who names run: the caller must be
+// able to read the run, and the run must hold a file with those bytes.
+// Membership is checked before the blob store is touched, and every
+// failure is the same not_found, so the answer says nothing about whether
+// the blob exists.
+func (o *Orchestrator) OpenBlob(ctx context.Context, run runid.ID, d tmpfs.Digest) (*tmpfs.Reader, error) {
+	if _, err := o.access(ctx, run, auth.Read, false); err != nil {
+		if fe := fault.As(err); fe != nil && fe.Kind == fault.Forbidden {
+			return nil, err
+		}
+		return nil, blobNotFound(d)
+	}
+	files, err := o.store.List(ctx, run, "")
+	if err != nil {
+		return nil, storeErr(err, run, "")
+	}
+	held := false
+	for _, f := range files {
+		held = held || f.SHA256 == d
+	}
+	if !held {
+		return nil, blobNotFound(d)
+	}
+	r, err := o.store.OpenBlob(ctx, d)
+	if errors.Is(err, tmpfs.ErrNotFound) {
+		return nil, blobNotFound(d)
+	}
+	if err != nil {
+		return nil, storeErr(err, run, "")
+	}
+	return r, nil
+}
+
+// Runs lists the caller's runs, newest first, a page at a time: limit
+// runs (1-200, default 50) after the cursor a previous page returned. An
+// admin may name another tenant.
+func (o *Orchestrator) Runs(ctx context.Context, tenant, cursor string, limit int) (wire.RunList, error) {
+	out := wire.RunList{Runs: []wire.RunSummary{}}
+	p := auth.From(ctx)
+	if !p.Has(auth.Read) {
+		return out, forbidden(p, auth.Read)
+	}
+	if tenant == "" {
+		tenant = p.Tenant
+	}
+	if err := auth.CheckTenant(tenant); err != nil {
+		return out, fault.Wrap(fault.BadInput, err, err.Error(), "omit tenant to list your own runs")
+	}
+	if !p.CanSee(tenant) {
+		return out, forbidden(p, auth.Admin)
+	}
+	o.Flush(ctx) // read your own writes
+	if limit == 0 {
+		limit = 50
+	}
+	if limit < 1 || limit > 200 {
+		return out, fault.Badf("send limit between 1 and 200, or omit it for 50", "limit %d is out of range", limit)
+	}
+	after := ""
+	if cursor != "" {
+		after = runsPrefix(tenant) + cursor
+		if err := tmpfs.CheckMetaKey(after); err != nil || strings.Contains(cursor, "/") {
+			return out, fault.New(fault.BadInput, "the cursor is not one this server gave", "send next_cursor from the previous page unchanged, or omit it for the first page")
+		}
+	}
+	keys, err := o.store.Meta().ListMeta(ctx, runsPrefix(tenant), after, limit+1)
+	if err != nil {
+		return out, storeErr(err, runid.ID{}, "")
+	}
+	if len(keys) > limit {
+		keys = keys[:limit]
+		out.NextCursor = strings.TrimPrefix(keys[limit-1], runsPrefix(tenant))
+	}
+	sums := make([]wire.RunSummary, len(keys))
+	errs := make([]error, len(keys))
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 16)
+	for i, k := range keys {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			b, _, err := o.store.Meta().GetMeta(ctx, k)
+			if err != nil {
+				errs[i] = err
+				return
+			}
+			var s summary
+			errs[i] = json.Unmarshal(b, &s)
+			sums[i] = s.RunSummary
+		}()
+	}
+	wg.Wait()
+	for i := range keys {
+		if errs[i] == nil {
+			out.Runs = append(out.Runs, sums[i])
+		} else if !errors.Is(errs[i], tmpfs.ErrNotFound) {
+			return out, storeErr(errs[i], runid.ID{}, "")
+		}
+	}
+	return out, nil
+}
+
+// reserveKernel counts a kernel the call is about to start against the
+// run's tenant's concurrent-kernels quota, and returns the release to
+// call when the start is over (the live kernel then counts by itself).
+func (o *Orchestrator) reserveKernel(ctx context.Context, run runid.ID, ow owner) (func(), error) {
+	limit := o.t.q.Kernels
+	if limit <= 0 || o.kernels == nil || auth.From(ctx).IsOperator() || o.kernels.Peek(run) != nil {
+		return func() {}, nil
+	}
+	live := map[runid.ID]bool{}
+	for _, r := range o.kernels.Runs() {
+		if ro, ok, _ := o.ownerOf(ctx, r); ok && ro.Tenant == ow.Tenant {
+			live[r] = true
+		}
+	}
+	o.t.mu.Lock()
+	defer o.t.mu.Unlock()
+	for r := range o.t.pending[ow.Tenant] {
+		live[r] = true
+	}
+	if !live[run] && len(live) >= limit {
+		o.metrics.quotaRefused("kernels")
+		return nil, fault.New(fault.Quota,
+			fmt.Sprintf("tenant %s has %d kernels live, its limit of concurrent kernels", ow.Tenant, len(live)),
+			"keep working in a run whose kernel is live, or wait until one is stopped after it sits idle (--idle-ttl); the operator can raise --quota-kernels (TRIAD_QUOTA_KERNELS)")
+	}
+	if o.t.pending[ow.Tenant] == nil {
+		o.t.pending[ow.Tenant] = map[runid.ID]int{}
+	}
+	o.t.pending[ow.Tenant][run]++
+	return func() {
+		o.t.mu.Lock()
+		defer o.t.mu.Unlock()
+		if o.t.pending[ow.Tenant][run]--; o.t.pending[ow.Tenant][run] <= 0 {
+			delete(o.t.pending[ow.Tenant], run)
+		}
+		if len(o.t.pending[ow.Tenant]) == 0 {
+			delete(o.t.pending, ow.Tenant)
+		}
+	}, nil
+}
