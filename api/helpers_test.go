@@ -26,6 +26,10 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	// Text answers (CEL.md, event streams) are validated as opaque bodies
+	// of their documented media type.
+	openapi3filter.RegisterBodyDecoder("text/markdown", openapi3filter.FileBodyDecoder)
+	openapi3filter.RegisterBodyDecoder("text/event-stream", openapi3filter.FileBodyDecoder)
 	code := m.Run()
 	miniotest.StopShared()
 	if code == 0 && validated.Load() == 0 {

@@ -175,6 +175,7 @@ func TestSandboxExecSSE(t *testing.T) {
 	req, _ := http.NewRequest(http.MethodPost, c.url+"/sandbox/exec", bytes.NewReader(body))
 	req.Header.Set("X-Run-Id", "r-sse")
 	req.Header.Set("Accept", "text/event-stream")
+	req.Header.Set("Authorization", "Bearer "+c.key)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
