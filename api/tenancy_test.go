@@ -85,8 +85,8 @@ func TestTenantsSeeOnlyTheirRuns(t *testing.T) {
 	sha := secret.SHA256.String()
 	// One probe per route: B's request against A's run.
 	probes := map[string]func() answer{
-		"GET /runs/{id}":        func() answer { return b.do("GET", "/runs/"+runA, "", nil) },
-		"GET /runs/{id}/events": func() answer { return b.do("GET", "/runs/"+runA+"/events", "", nil) },
+		"GET /runs/{id}":         func() answer { return b.do("GET", "/runs/"+runA, "", nil) },
+		"GET /runs/{id}/events":  func() answer { return b.do("GET", "/runs/"+runA+"/events", "", nil) },
 		"POST /runs/{id}/replay": func() answer { return b.do("POST", "/runs/"+runA+"/replay", "", nil) },
 		"POST /runs/{id}/share": func() answer {
 			return b.do("POST", "/runs/"+runA+"/share", "", body(map[string]any{"path": "artifacts/secret.csv"}))
