@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/triadhq/triad/auth"
 	"github.com/triadhq/triad/internal/fault"
 	"github.com/triadhq/triad/internal/runid"
 )
@@ -85,7 +86,8 @@ func (s *Server) controlRoutes() http.Handler {
 			"Triad serves create, connect, kill, list, getInfo, setTimeout and pause; see docs/e2b-protocol.md")
 	}))
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if !s.authOK(r) {
+		p, ok := s.authorize(r)
+		if !ok {
 			msg := "X-API-Key is missing"
 			if r.Header.Get(HeaderAPIKey) != "" {
 				msg = "X-API-Key is not a key this server accepts"
@@ -93,7 +95,7 @@ func (s *Server) controlRoutes() http.Handler {
 			s.writeError(w, r, authError(msg), 0)
 			return
 		}
-		mux.ServeHTTP(w, r)
+		mux.ServeHTTP(w, r.WithContext(auth.With(r.Context(), p)))
 	})
 }
 
@@ -159,8 +161,9 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	now := time.Now().UTC()
+	owner := auth.From(r.Context())
 	sb := Sandbox{ID: runid.New(), Template: in.TemplateID, Metadata: in.Metadata, Envs: in.EnvVars,
-		TimeoutS: int64(life / time.Second), StartedAt: now, EndAt: now.Add(life), State: StateRunning}
+		TimeoutS: int64(life / time.Second), StartedAt: now, EndAt: now.Add(life), State: StateRunning, Owner: &owner}
 	tok, err := sb.newToken()
 	if err != nil {
 		return err
@@ -206,8 +209,9 @@ func (s *Server) lookup(r *http.Request) (Sandbox, error) {
 		return Sandbox{}, err
 	}
 	sb, err := s.reg.get(r.Context(), id)
-	if errors.Is(err, ErrNoRecord) {
-		return sb, notFound(id.String())
+	if errors.Is(err, ErrNoRecord) || err == nil && !visible(r.Context(), sb) {
+		// Another tenant's sandbox is not found, as its run is.
+		return Sandbox{}, notFound(id.String())
 	}
 	if err != nil {
 		return sb, fault.Wrap(fault.StoreUnavailable, err, "the sandbox record could not be read", "retry; GET /healthz shows the store's state")
@@ -375,7 +379,7 @@ func (s *Server) list(w http.ResponseWriter, r *http.Request) error {
 	}
 	var out []sandboxDetailJSON
 	for _, sb := range all {
-		if f.match(sb) {
+		if visible(r.Context(), sb) && f.match(sb) {
 			out = append(out, detail(sb))
 		}
 	}

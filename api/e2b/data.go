@@ -16,6 +16,7 @@ import (
 
 	"github.com/triadhq/triad/api/e2b/envd/filesystem/filesystemconnect"
 	"github.com/triadhq/triad/api/e2b/envd/process/processconnect"
+	"github.com/triadhq/triad/auth"
 	"github.com/triadhq/triad/internal/fault"
 	"github.com/triadhq/triad/internal/runid"
 )
@@ -67,7 +68,9 @@ func (s *Server) dataRoutes() http.Handler {
 			}
 			return
 		}
-		mux.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), sandboxKey{}, sb)))
+		// The data plane acts as whoever created the sandbox.
+		ctx := auth.With(context.WithValue(r.Context(), sandboxKey{}, sb), sb.owner())
+		mux.ServeHTTP(w, r.WithContext(ctx))
 	})
 }
 

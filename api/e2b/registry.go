@@ -15,6 +15,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/triadhq/triad/auth"
 	"github.com/triadhq/triad/internal/runid"
 )
 
@@ -46,6 +47,18 @@ type Sandbox struct {
 	// TokenSHA256 are the hex sha256 digests of the envd access tokens
 	// create and connect handed out, newest last.
 	TokenSHA256 []string `json:"token_sha256"`
+	// Owner is who created the sandbox (never a key's secret): its tenant
+	// owns the sandbox, and its data plane acts as it. Nil in records made
+	// before owners, which are the operator's.
+	Owner *auth.Principal `json:"owner,omitempty"`
+}
+
+// owner returns who the sandbox acts as.
+func (s Sandbox) owner() auth.Principal {
+	if s.Owner == nil {
+		return auth.Operator
+	}
+	return *s.Owner
 }
 
 func (s Sandbox) clone() Sandbox {

@@ -16,6 +16,7 @@ import (
 
 	"github.com/triadhq/triad/api/e2b/envd/filesystem/filesystemconnect"
 	"github.com/triadhq/triad/api/e2b/envd/process/processconnect"
+	"github.com/triadhq/triad/auth"
 	"github.com/triadhq/triad/internal/fault"
 	"github.com/triadhq/triad/internal/runid"
 	"github.com/triadhq/triad/wire"
@@ -50,8 +51,13 @@ type Config struct {
 	Records Records
 	// APIKey is the X-API-Key the control plane demands; empty leaves it
 	// open, as Triad's own API is on loopback. The SDKs insist on sending
-	// some key, so an open server accepts any.
+	// some key, so an open server accepts any. Used when Authorize is nil.
 	APIKey string
+	// Authorize, when set, decides who a control-plane request is from
+	// (its X-API-Key: a Triad key, or the operator's --e2b-api-key) and
+	// whether it may go on. The sandbox then belongs to that principal's
+	// tenant, and its data plane acts as that principal.
+	Authorize func(r *http.Request) (auth.Principal, bool)
 	// DefaultTimeout is a sandbox's lifetime when create names none (300 s).
 	DefaultTimeout time.Duration
 	// MaxTimeout caps the lifetime create, connect and setTimeout may ask
@@ -298,12 +304,24 @@ func writeJSON(w http.ResponseWriter, status int, v any) error {
 	return enc.Encode(v)
 }
 
-// authOK checks the control plane's X-API-Key.
-func (s *Server) authOK(r *http.Request) bool {
-	if s.c.APIKey == "" {
-		return true
+// authorize decides who a control-plane request is from: Config.Authorize,
+// or by default the operator when the X-API-Key matches Config.APIKey (or
+// none is configured).
+func (s *Server) authorize(r *http.Request) (auth.Principal, bool) {
+	if s.c.Authorize != nil {
+		return s.c.Authorize(r)
 	}
-	return subtle.ConstantTimeCompare([]byte(r.Header.Get(HeaderAPIKey)), []byte(s.c.APIKey)) == 1
+	if s.c.APIKey == "" {
+		return auth.Operator, true
+	}
+	return auth.Operator, subtle.ConstantTimeCompare([]byte(r.Header.Get(HeaderAPIKey)), []byte(s.c.APIKey)) == 1
+}
+
+// visible reports whether the caller may see sandbox sb: its own tenant's,
+// or any for an admin.
+func visible(ctx context.Context, sb Sandbox) bool {
+	p := auth.From(ctx)
+	return p.Has(auth.Admin) || sb.owner().Tenant == p.Tenant
 }
 
 func authError(what string) statusError {

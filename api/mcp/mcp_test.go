@@ -608,7 +608,7 @@ func TestExecProgress(t *testing.T) {
 			msgs = append(msgs, req.Params.Message)
 		},
 	})
-	cs, err := c.Connect(t.Context(), &sdk.StreamableClientTransport{Endpoint: s.url + "/mcp", DisableStandaloneSSE: true}, nil)
+	cs, err := c.Connect(t.Context(), &sdk.StreamableClientTransport{Endpoint: s.url + "/mcp", DisableStandaloneSSE: true, HTTPClient: s.client()}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -46,7 +46,7 @@ func TestE2BSDK(t *testing.T) {
 	defer cancel()
 	node := exec.CommandContext(ctx, "node", "--test", "--test-concurrency=1", "--test-reporter=tap")
 	node.Dir = filepath.Join(root, "e2e", "e2b")
-	node.Env = append(os.Environ(), "E2B_API_URL="+srv.url, "E2B_SANDBOX_URL="+srv.url, "E2B_API_KEY="+key, "TRIAD_URL="+srv.url)
+	node.Env = append(os.Environ(), "E2B_API_URL="+srv.url, "E2B_SANDBOX_URL="+srv.url, "E2B_API_KEY="+key, "TRIAD_URL="+srv.url, "TRIAD_API_KEY="+srv.key)
 	var out bytes.Buffer
 	node.Stdout, node.Stderr = &out, &out
 	err = node.Run()

@@ -161,7 +161,7 @@ func serve(ctx context.Context, args []string) error {
 	h.Mount("/mcp", "MCP over streamable HTTP: the tools for MCP clients; a session is one run", m.Handler())
 	var handler http.Handler = h
 	if c.E2B.Enabled {
-		e, err := openE2B(ctx, &c, st, log)
+		e, err := openE2B(ctx, &c, st, ks, open, log)
 		if err != nil {
 			return err
 		}

@@ -21,10 +21,11 @@ import (
 // that `triad replay RUN && ...` reads as "if the run reproduces".
 func replayCmd(ctx context.Context, args []string) error {
 	var c config
-	var server, asOf, seed string
+	var server, asOf, seed, key string
 	var asJSON bool
 	fs := newFlagSet("replay")
 	c.common(fs)
+	fs.str(&key, "api-key", "", "API key for --server (Authorization: Bearer)")
 	fs.StringVar(&server, "server", "", "replay on this triad server (e.g. http://127.0.0.1:8080) instead of in-process")
 	fs.StringVar(&seed, "seed", "", "replay with this seed instead of the original's")
 	fs.StringVar(&asOf, "as-of", "", "replay as of this date (YYYY-MM-DD) instead of the original's")
@@ -59,7 +60,7 @@ func replayCmd(ctx context.Context, args []string) error {
 	}
 	var rep *wire.ReplayReport
 	if server != "" {
-		if rep, err = replayRemote(ctx, server, run, req); err != nil {
+		if rep, err = replayRemote(ctx, server, key, run, req); err != nil {
 			return err
 		}
 	} else {
@@ -123,13 +124,16 @@ func orNone(s string) string {
 }
 
 // replayRemote asks a server for the replay: POST /runs/{id}/replay.
-func replayRemote(ctx context.Context, server string, run runid.ID, req wire.ReplayRequest) (*wire.ReplayReport, error) {
+func replayRemote(ctx context.Context, server, key string, run runid.ID, req wire.ReplayRequest) (*wire.ReplayReport, error) {
 	body, _ := json.Marshal(req)
 	hr, err := http.NewRequestWithContext(ctx, http.MethodPost, strings.TrimRight(server, "/")+"/runs/"+run.String()+"/replay", bytes.NewReader(body))
 	if err != nil {
 		return nil, err
 	}
 	hr.Header.Set("Content-Type", "application/json")
+	if key != "" {
+		hr.Header.Set("Authorization", "Bearer "+key)
+	}
 	resp, err := http.DefaultClient.Do(hr)
 	if err != nil {
 		return nil, err

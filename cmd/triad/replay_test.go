@@ -17,7 +17,7 @@ func (s *server) call(run, path string, body any) (int, []byte) {
 	b, _ := json.Marshal(body)
 	req, _ := http.NewRequest(http.MethodPost, s.url+path, bytes.NewReader(b))
 	req.Header.Set("X-Run-Id", run)
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := s.do(req)
 	if err != nil {
 		s.t.Fatalf("POST %s: %v\n%s", path, err, s.logs)
 	}
@@ -104,7 +104,7 @@ func TestReplayCommandAfterRestart(t *testing.T) {
 			t.Errorf("POST %s: got %d %+v, want %d with a suggestion", path, code, e, want)
 		}
 	}
-	out, err = exec.Command(bin, "replay", run, "--server", s.url, "--seed", "43").CombinedOutput()
+	out, err = exec.Command(bin, "replay", run, "--server", s.url, "--api-key", s.key, "--seed", "43").CombinedOutput()
 	if err == nil || !strings.Contains(string(out), "diverged") || !strings.Contains(string(out), "≠ out.txt") {
 		t.Errorf("triad replay --server --seed 43: err %v, want a failure naming out.txt:\n%s", err, out)
 	}

@@ -12,6 +12,8 @@ export const API_URL = must('E2B_API_URL')
 export const SANDBOX_URL = must('E2B_SANDBOX_URL')
 export const API_KEY = must('E2B_API_KEY')
 export const TRIAD_URL = process.env.TRIAD_URL ?? API_URL
+/** Triad's own API key (a server with keys demands one); empty sends none. */
+export const TRIAD_API_KEY = process.env.TRIAD_API_KEY ?? ''
 
 function must(name) {
   const v = process.env[name]
@@ -34,6 +36,7 @@ export const SEAM = 'phase 2 of issue 14: needs the orchestrator to stream a cel
 export async function triad(path, { run, method = 'GET', body, headers = {} } = {}) {
   const h = { ...headers }
   if (run) h['X-Run-Id'] = run
+  if (TRIAD_API_KEY && !h.Authorization) h.Authorization = `Bearer ${TRIAD_API_KEY}`
   if (body !== undefined && typeof body !== 'string') {
     h['Content-Type'] = 'application/json'
     body = JSON.stringify(body)

@@ -11,6 +11,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
 
+	"github.com/triadhq/triad/internal/fault"
 	"github.com/triadhq/triad/internal/miniotest"
 	"github.com/triadhq/triad/internal/runid"
 	"github.com/triadhq/triad/orchestrator"
@@ -303,7 +304,7 @@ func TestReplayAfterRestart(t *testing.T) {
 func TestReplayRefusesAndReplaysReplays(t *testing.T) {
 	s := orchestratortest.New(t, orchestratortest.Options{Sandbox: "wasm"})
 	ctx := t.Context()
-	if _, err := replay.Run(ctx, s.Orch, runid.New(), replay.Options{}); err == nil || !strings.Contains(err.Error(), "no calls to replay") {
+	if _, err := replay.Run(ctx, s.Orch, runid.New(), replay.Options{}); fault.As(err) == nil || fault.As(err).Kind != fault.NotFound {
 		t.Fatalf("replay of an unknown run: got %v, want not found", err)
 	}
 	orig := runid.New()
