@@ -38,6 +38,7 @@ type Orchestrator struct {
 	replayCount map[runid.ID]map[string]int // replayed calls per request key
 
 	runs sync.Map // runid.ID -> *sync.Mutex
+	cmds sync.Map // runid.ID -> *cmdCounter
 }
 
 // Limits bound what a single call may move.
