@@ -13,8 +13,6 @@ import (
 	"github.com/triadhq/triad/wire"
 )
 
-
-
 // A bash command runs in the run's kernel container in the foreground:
 // its output streams, its exit code is in the answer, what it wrote is
 // harvested, and its Step Block says language bash.
