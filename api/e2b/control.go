@@ -85,15 +85,12 @@ func (s *Server) controlRoutes() http.Handler {
 			"Triad serves create, connect, kill, list, getInfo, setTimeout and pause; see docs/e2b-protocol.md")
 	}))
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if !s.authOK(r) {
-			msg := "X-API-Key is missing"
-			if r.Header.Get(HeaderAPIKey) != "" {
-				msg = "X-API-Key is not a key this server accepts"
-			}
-			s.writeError(w, r, authError(msg), 0)
+		authed, err := s.c.CheckKey(r, r.Header.Get(HeaderAPIKey))
+		if err != nil {
+			s.writeError(w, r, authError(err.Error()), 0)
 			return
 		}
-		mux.ServeHTTP(w, r)
+		mux.ServeHTTP(w, authed)
 	})
 }
 
@@ -244,6 +241,13 @@ func (s *Server) kill(w http.ResponseWriter, r *http.Request) error {
 	s.procs.killAll(sb.ID)
 	if err := s.c.Core.Stop(r.Context(), sb.ID); err != nil {
 		s.log.ErrorContext(r.Context(), "stop kernel of killed sandbox", "sandbox", sb.ID, "err", err)
+	}
+	// The sandbox is gone for good: so are its code contexts (a paused
+	// one keeps them, to start afresh when it is resumed).
+	for _, c := range s.c.Core.Contexts(sb.ID) {
+		if err := s.c.Core.RemoveContext(r.Context(), sb.ID, c.ID); err != nil {
+			s.log.ErrorContext(r.Context(), "remove context of killed sandbox", "sandbox", sb.ID, "context", c.ID, "err", err)
+		}
 	}
 	s.log.InfoContext(r.Context(), "E2B sandbox killed; its run's journal and files stay", "sandbox", sb.ID)
 	w.WriteHeader(http.StatusNoContent)

@@ -44,14 +44,20 @@ const EnvdVersion = "0.6.1"
 
 // Config configures a Server.
 type Config struct {
-	Core  Core
-	Blobs Blobs
+	Core Core
 	// Records persists sandbox records; nil keeps them in memory only.
 	Records Records
 	// APIKey is the X-API-Key the control plane demands; empty leaves it
 	// open, as Triad's own API is on loopback. The SDKs insist on sending
-	// some key, so an open server accepts any.
+	// some key, so an open server accepts any. CheckKey, when set,
+	// decides instead.
 	APIKey string
+	// CheckKey authenticates a control-plane request by its X-API-Key
+	// ("" when the header is absent): it returns the request to serve
+	// (which may carry the caller's identity in its context), or an error
+	// for a key it refuses, answered as E2B's 401. Nil means
+	// StaticKey(APIKey). Triad's own API keys plug in here.
+	CheckKey func(r *http.Request, key string) (*http.Request, error)
 	// DefaultTimeout is a sandbox's lifetime when create names none (300 s).
 	DefaultTimeout time.Duration
 	// MaxTimeout caps the lifetime create, connect and setTimeout may ask
@@ -77,8 +83,11 @@ type Server struct {
 
 // New returns a Server and starts its expiry loop; Close stops it.
 func New(ctx context.Context, c Config) (*Server, error) {
-	if c.Core == nil || c.Blobs == nil {
-		return nil, errors.New("e2b: Config.Core and Config.Blobs are required")
+	if c.Core == nil {
+		return nil, errors.New("e2b: Config.Core is required")
+	}
+	if c.CheckKey == nil {
+		c.CheckKey = StaticKey(c.APIKey)
 	}
 	if c.Records == nil {
 		c.Records = &MemRecords{}
@@ -298,12 +307,21 @@ func writeJSON(w http.ResponseWriter, status int, v any) error {
 	return enc.Encode(v)
 }
 
-// authOK checks the control plane's X-API-Key.
-func (s *Server) authOK(r *http.Request) bool {
-	if s.c.APIKey == "" {
-		return true
+// StaticKey is the key check of a server started with one E2B key: want,
+// compared in constant time, or any key when want is empty (an open
+// server, as Triad's own API is on loopback).
+func StaticKey(want string) func(r *http.Request, key string) (*http.Request, error) {
+	return func(r *http.Request, key string) (*http.Request, error) {
+		switch {
+		case want == "":
+			return r, nil
+		case key == "":
+			return nil, errors.New("X-API-Key is missing")
+		case subtle.ConstantTimeCompare([]byte(key), []byte(want)) != 1:
+			return nil, errors.New("X-API-Key is not a key this server accepts")
+		}
+		return r, nil
 	}
-	return subtle.ConstantTimeCompare([]byte(r.Header.Get(HeaderAPIKey)), []byte(s.c.APIKey)) == 1
 }
 
 func authError(what string) statusError {

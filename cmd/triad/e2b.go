@@ -15,7 +15,7 @@ func openE2B(ctx context.Context, c *config, st *stack, log *slog.Logger) (*e2b.
 		log.Warn("the E2B surface is open: set --e2b-api-key (TRIAD_E2B_API_KEY) to demand an X-API-Key")
 	}
 	return e2b.New(ctx, e2b.Config{
-		Core: st.orch, Blobs: st.store, Records: tmpfsrecords.New(st.store),
+		Core: st.orch, Records: tmpfsrecords.New(st.store),
 		APIKey: c.E2B.APIKey, DefaultTimeout: c.E2B.DefaultTimeout, MaxTimeout: c.E2B.MaxTimeout,
 		Logger: log.With("surface", "e2b"),
 	})
