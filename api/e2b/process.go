@@ -109,11 +109,18 @@ func newProcesses() *processes {
 	return &processes{next: map[runid.ID]uint32{}, m: map[runid.ID]map[uint32]*command{}}
 }
 
-func (p *processes) add(run runid.ID, c *command) {
+// pid numbers the sandbox's next command.
+func (p *processes) pid(run runid.ID) uint32 {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.next[run]++
-	c.pid = p.next[run]
+	return p.next[run]
+}
+
+// add makes a started command findable.
+func (p *processes) add(run runid.ID, c *command) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
 	if p.m[run] == nil {
 		p.m[run] = map[uint32]*command{}
 	}
@@ -157,9 +164,7 @@ func (p *processes) list(run runid.ID) []*command {
 // killAll kills every command of the sandbox: it was killed or paused.
 func (p *processes) killAll(run runid.ID) {
 	for _, c := range p.list(run) {
-		if c.c != nil {
-			c.c.Kill()
-		}
+		c.c.Kill()
 	}
 }
 
@@ -192,18 +197,17 @@ func (ps *processService) Start(ctx context.Context, req *connect.Request[procpb
 	}
 	in.TimeoutS = seconds(timeout)
 	send := func(e *procpb.ProcessEvent) error { return stream.Send(&procpb.StartResponse{Event: e}) }
-	c := &command{cfg: cfg, tag: req.Msg.GetTag(), streams: map[*attached]struct{}{}}
-	ps.s.procs.add(sb.ID, c)
+	c := &command{pid: ps.s.procs.pid(sb.ID), cfg: cfg, tag: req.Msg.GetTag(), streams: map[*attached]struct{}{}}
 	// Output is delivered under c.mu: holding it until the start event is
 	// out keeps the command's first output behind it.
 	c.mu.Lock()
 	oc, err := ps.s.c.Core.StartCommand(ctx, sb.ID, in, func(e orchestrator.ExecEvent) { c.deliver(dataEvent(e)) })
 	if err != nil {
 		c.mu.Unlock()
-		ps.s.procs.remove(sb.ID, c.pid)
 		return connectErr(err)
 	}
 	c.c = oc
+	ps.s.procs.add(sb.ID, c)
 	go func() {
 		<-oc.Done()
 		ps.s.procs.remove(sb.ID, c.pid)
@@ -247,7 +251,7 @@ func (ps *processService) follow(ctx context.Context, h http.Header, c *command,
 func (ps *processService) Connect(ctx context.Context, req *connect.Request[procpb.ConnectRequest], stream *connect.ServerStream[procpb.ConnectResponse]) error {
 	sb := sandboxOf(ctx)
 	c := ps.s.procs.find(sb.ID, req.Msg.GetProcess())
-	if c == nil || c.c == nil {
+	if c == nil {
 		return connect.NewError(connect.CodeNotFound, errors.New("no such process in flight (commands.list shows them)"))
 	}
 	a, err := c.attach(func(e *procpb.ProcessEvent) error { return stream.Send(&procpb.ConnectResponse{Event: e}) })
@@ -277,7 +281,7 @@ func (ps *processService) List(ctx context.Context, _ *connect.Request[procpb.Li
 func (ps *processService) SendSignal(ctx context.Context, req *connect.Request[procpb.SendSignalRequest]) (*connect.Response[procpb.SendSignalResponse], error) {
 	sb := sandboxOf(ctx)
 	c := ps.s.procs.find(sb.ID, req.Msg.GetProcess())
-	if c == nil || c.c == nil {
+	if c == nil {
 		return nil, connect.NewError(connect.CodeNotFound, errors.New("no such process in flight (commands.list shows them)"))
 	}
 	c.c.Kill()
