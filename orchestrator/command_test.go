@@ -245,6 +245,19 @@ func TestContexts(t *testing.T) {
 			if !strings.Contains(cel, "context="+a.ID) || strings.Contains(cel, "ctx-nope") {
 				t.Errorf("Step Blocks name the context; refused calls are not steps:\n%s", cel)
 			}
+			ops := map[string]int{}
+			for _, blk := range blocks(t, []byte(cel)) {
+				if blk.tool == orchestrator.ToolContext {
+					for _, op := range []string{"create", "restart", "remove"} {
+						if strings.Contains(blk.body, "op="+op) {
+							ops[op]++
+						}
+					}
+				}
+			}
+			if ops["create"] != 2 || ops["restart"] != 1 || ops["remove"] != 1 {
+				t.Errorf("sandbox.context steps: got %v, want 2 creates, 1 restart, 1 remove\n%s", ops, cel)
+			}
 		})
 	}
 }

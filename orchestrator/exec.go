@@ -515,6 +515,8 @@ func (o *Orchestrator) Stop(_ context.Context, run runid.ID) error {
 // context's id. The run's contexts outlive any one kernel: after the
 // kernel is stopped (idle, or a sandbox past its timeout), a context
 // starts afresh on its next cell, and the answer says it was restarted.
+// Making, restarting and removing a context are steps of the journal
+// (tool sandbox.context).
 func (o *Orchestrator) NewContext(ctx context.Context, run runid.ID, cwd string) (wire.Context, error) {
 	if o.kernels == nil {
 		return wire.Context{}, fault.New(fault.NotConfigured, "no sandbox backend is configured", "start triad with --sandbox docker, wasm or auto")
@@ -527,13 +529,17 @@ func (o *Orchestrator) NewContext(ctx context.Context, run runid.ID, cwd string)
 		}
 		cwd = c
 	}
-	unlock := o.lockRun(run)
-	defer unlock()
-	c, err := o.kernels.NewContext(ctx, run, cwd)
-	if err != nil {
-		return wire.Context{}, contextErr(err, run, "")
-	}
-	return wireContext(c), nil
+	var out wire.Context
+	oc := &ContextOutcome{Op: ContextCreate, Cwd: cwd, Backend: o.kernels.Backend()}
+	err := o.call(ctx, run, oc, func(ctx context.Context, s *Step) error {
+		c, err := o.kernels.NewContext(ctx, run, cwd)
+		if err != nil {
+			return contextErr(err, run, "")
+		}
+		out, oc.ID, oc.Done = wireContext(c), c.ID, true
+		return nil
+	})
+	return out, err
 }
 
 func wireContext(c kernels.Context) wire.Context {
@@ -554,31 +560,47 @@ func (o *Orchestrator) Contexts(run runid.ID) []wire.Context {
 
 // RestartContext restarts the run's context id: its variables go, the
 // run's kernel and other contexts keep theirs. The empty id is the run's
-// kernel (Restart).
+// kernel, which may end the contexts (see sandbox.Contexts).
 func (o *Orchestrator) RestartContext(ctx context.Context, run runid.ID, id string) error {
-	if id == "" {
-		return o.Restart(ctx, run)
-	}
-	if o.kernels == nil {
-		return fault.New(fault.NotConfigured, "no sandbox backend is configured", "start triad with --sandbox docker, wasm or auto")
-	}
-	unlock := o.lockRun(run)
-	defer unlock()
-	if err := o.kernels.RestartContext(ctx, run, id); err != nil {
-		return contextErr(err, run, id)
-	}
-	return nil
+	return o.contextOp(ctx, run, ContextRestart, id, func(ctx context.Context) error {
+		if id == "" {
+			sess := o.kernels.Peek(run)
+			if sess == nil {
+				return nil // nothing running: the next cell starts fresh anyway
+			}
+			if err := sess.Kernel.Restart(ctx); err != nil {
+				o.kernels.Drop(run)
+				return sandboxErr(err)
+			}
+			return nil
+		}
+		return o.kernels.RestartContext(ctx, run, id)
+	})
 }
 
 // RemoveContext ends the run's context id and forgets it.
 func (o *Orchestrator) RemoveContext(ctx context.Context, run runid.ID, id string) error {
+	if id == "" {
+		return fault.New(fault.BadInput, "the run's kernel is not a context that can be removed", "name a context the run made")
+	}
+	return o.contextOp(ctx, run, ContextRemove, id, func(context.Context) error { return o.kernels.RemoveContext(run, id) })
+}
+
+// contextOp is a journaled restart or removal of a context; an unknown
+// one is refused before the journal sees it, as an exec naming it is.
+func (o *Orchestrator) contextOp(ctx context.Context, run runid.ID, op, id string, fn func(context.Context) error) error {
 	if o.kernels == nil {
 		return fault.New(fault.NotConfigured, "no sandbox backend is configured", "start triad with --sandbox docker, wasm or auto")
 	}
-	unlock := o.lockRun(run)
-	defer unlock()
-	if err := o.kernels.RemoveContext(run, id); err != nil {
-		return contextErr(err, run, id)
+	if id != "" && !o.kernels.HasContext(run, id) {
+		return contextErr(kernels.ErrNoContext, run, id)
 	}
-	return nil
+	oc := &ContextOutcome{Op: op, ID: id, Backend: o.kernels.Backend()}
+	return o.call(ctx, run, oc, func(ctx context.Context, s *Step) error {
+		if err := fn(ctx); err != nil {
+			return contextErr(err, run, id)
+		}
+		oc.Done = true
+		return nil
+	})
 }

@@ -23,6 +23,8 @@ const (
 	ToolRead   = "tmp.read"
 	ToolList   = "tmp.list"
 	ToolDelete = "tmp.delete"
+	// ToolContext makes, restarts or removes a code context.
+	ToolContext = "sandbox.context"
 )
 
 // Step is one finished tool call, as the journal, evaluator and trace see it.
@@ -226,6 +228,60 @@ func (e *ExecOutcome) describe(s *Step) (did, next []string, failed bool) {
 		did = append(did, fmt.Sprintf("Did not store %d working-directory entr(y/ies): %s", len(e.Skipped), strings.Join(e.Skipped, ", ")))
 	}
 	return did, next, failed
+}
+
+// The operations of sandbox.context.
+const (
+	ContextCreate  = "create"
+	ContextRestart = "restart"
+	ContextRemove  = "remove"
+)
+
+// ContextOutcome is sandbox.context's part of a step: a code context made,
+// restarted or removed.
+type ContextOutcome struct {
+	Op string
+	// ID is the context; empty (on restart) is the run's kernel.
+	ID      string
+	Cwd     string
+	Backend string
+	// Done is true when the operation succeeded.
+	Done bool
+}
+
+// Tool implements Outcome.
+func (c *ContextOutcome) Tool() string { return ToolContext }
+
+// Inputs implements Outcome.
+func (c *ContextOutcome) Inputs() []Input {
+	return inputs(Input{"op", c.Op}, Input{"context", c.ID}, Input{"cwd", c.Cwd})
+}
+
+func (c *ContextOutcome) grade(req *evaluator.Request) {}
+
+func (c *ContextOutcome) describe(s *Step) (did, next []string, failed bool) {
+	if !c.Done {
+		return nil, nil, false
+	}
+	where := "the run's root"
+	if c.Cwd != "" {
+		where = c.Cwd
+	}
+	switch {
+	case c.Op == ContextCreate:
+		did = append(did, fmt.Sprintf("Started context %s: an interpreter of its own in the run's %s sandbox, its cells starting in %s", c.ID, c.Backend, where))
+	case c.Op == ContextRestart && c.ID == "":
+		what := "Restarted the run's kernel: its variables are gone; the files stay"
+		if c.Backend == "docker" {
+			what += " (the restart ends its contexts too: each comes back fresh on its next cell)"
+		}
+		did = append(did, what)
+	case c.Op == ContextRestart:
+		did = append(did, fmt.Sprintf("Restarted context %s: its variables are gone; the run's kernel and other contexts keep theirs", c.ID))
+	case c.Op == ContextRemove:
+		did = append(did, fmt.Sprintf("Removed context %s", c.ID))
+	}
+	return did, nil, false
 }
 
 // SearchOutcome is browser.search's part of a step.
