@@ -996,3 +996,48 @@ func waitState(t *testing.T, h *harness, sb sandbox, state string) {
 		}
 	}
 }
+
+// TestCheckKey: the control plane's key check is one function a server
+// can replace (Triad's own keys will plug in there); what it refuses is
+// E2B's 401 with its reason.
+func TestCheckKey(t *testing.T) {
+	st := orchestratortest.New(t, orchestratortest.Options{})
+	type principal struct{}
+	e, err := e2b.New(t.Context(), e2b.Config{Core: st.Orch, Records: tmpfsrecords.New(st.Store),
+		CheckKey: func(r *http.Request, key string) (*http.Request, error) {
+			if key != "trd_good" {
+				return nil, errors.New("not a Triad key")
+			}
+			return r.WithContext(context.WithValue(r.Context(), principal{}, "tenant-a")), nil
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { e.Close() })
+	srv := httptest.NewServer(e.Handler(http.NotFoundHandler()))
+	t.Cleanup(srv.Close)
+	h := &harness{url: srv.URL}
+	for _, c := range []struct {
+		key  string
+		want int
+	}{{"trd_good", 200}, {"trd_bad", 401}, {"", 401}} {
+		st, _, b := h.do(t, http.MethodGet, "/v2/sandboxes", map[string]string{"X-API-Key": c.key}, nil)
+		if st != c.want {
+			t.Errorf("key %q: got %d %s, want %d", c.key, st, b, c.want)
+		}
+		if st == 401 && !strings.Contains(string(b), "not a Triad key") {
+			t.Errorf("key %q: the checker's reason is not in the answer: %s", c.key, b)
+		}
+	}
+	// StaticKey: one key, or any key on an open server.
+	r := httptest.NewRequest(http.MethodGet, "/", nil)
+	if _, err := e2b.StaticKey("k")(r, "k"); err != nil {
+		t.Errorf("StaticKey(k) refused k: %v", err)
+	}
+	if _, err := e2b.StaticKey("k")(r, "x"); err == nil {
+		t.Error("StaticKey(k) accepted x")
+	}
+	if _, err := e2b.StaticKey("")(r, "anything"); err != nil {
+		t.Errorf("an open server refused a key: %v", err)
+	}
+}
