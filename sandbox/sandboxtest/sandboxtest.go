@@ -257,9 +257,9 @@ func testTimeout(t *testing.T, o Options) {
 // ignoresInterrupt is a cell that swallows every KeyboardInterrupt, so only
 // a restart stops it.
 const ignoresInterrupt = `import time
-print('stubborn', flush=True)
 while True:
     try:
+        print('stubborn', flush=True)
         while True:
             time.sleep(0.01)
     except KeyboardInterrupt:

@@ -410,7 +410,7 @@ def _triad_driver():
     sys.stdout, sys.stderr = quiet, quiet
     # A context (sandbox.Contexts) starts its cells in a directory of its
     # own under /work, made if missing; the kernel in /work itself.
-    work = os.environ.get("TRIAD_CWD") or "/work"
+    work = os.environ.pop("TRIAD_CWD", "") or "/work"
     os.makedirs(work, exist_ok=True)
     os.chdir(work)
     if "" not in sys.path:

@@ -402,7 +402,6 @@ func (b *Backend) launch(ctx context.Context, k *Kernel) (*instance, error) {
 		WithEnv("PYTHONUTF8", "1").
 		WithEnv("HOME", "/work").
 		WithEnv("LANG", "C.UTF-8").
-		WithEnv("TRIAD_CWD", k.cwd).
 		WithStdin(inst.cmd).
 		WithStdout(inst.io.stdout()).
 		WithStderr(inst.io.stderr()).
@@ -412,6 +411,10 @@ func (b *Backend) launch(ctx context.Context, k *Kernel) (*instance, error) {
 		WithNanosleep(inst.sleep).
 		WithRandSource(rand.Reader)
 
+	if k.cwd != "" {
+		// A context's directory; the driver takes it out of os.environ.
+		mc = mc.WithEnv("TRIAD_CWD", k.cwd)
+	}
 	ictx := experimental.WithMemoryAllocator(ctx, newAllocator(k.memLimit, inst.mem))
 	mod, err := b.rt.InstantiateModule(ictx, b.compiled, mc)
 	if err != nil {
