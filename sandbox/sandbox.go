@@ -137,15 +137,21 @@ const (
 	// EventStderr is text the cell wrote to standard error.
 	EventStderr
 	// EventDisplay is a display_data bundle (a figure, a table). An
-	// update of an earlier display arrives as a new EventDisplay.
+	// update of a display an earlier cell showed arrives as a new
+	// EventDisplay; an update of one this cell showed arrives as
+	// EventClear followed by the cell's displays again, the updated one
+	// in place.
 	EventDisplay
 	// EventResult is the execute_result bundle: the value of the cell's
 	// last expression. It comes at most once, last.
 	EventResult
-	// EventClear says the cell cleared its output (IPython's
-	// clear_output): a sink that shows the cell's current output drops the
-	// stdout, stderr and displays it received before. What was delivered
-	// still counted against the output limit.
+	// EventClear says the displays delivered before are void: the cell
+	// cleared its output (IPython's clear_output), or updated one of its
+	// displays in place and its displays follow again. A sink drops the
+	// displays it received before. Streams are never taken back: text a
+	// cell printed stays printed (Triad keeps a cell's whole stdout), and
+	// a backend keeps none of it to send again. What was delivered still
+	// counted against the output limit.
 	EventClear
 )
 
@@ -191,8 +197,8 @@ type Collector struct {
 	Value   *Bundle  // the execute_result, if any
 }
 
-// Add records one event. EventClear drops the streams and displays
-// collected so far, as a notebook does.
+// Add records one event. EventClear drops the displays collected so far;
+// the streams are kept whole (see EventClear).
 func (c *Collector) Add(e Event) {
 	switch e.Kind {
 	case EventStdout:
@@ -206,8 +212,6 @@ func (c *Collector) Add(e Event) {
 	case EventResult:
 		c.Value = e.Bundle
 	case EventClear:
-		c.Stdout.Reset()
-		c.Stderr.Reset()
 		c.Display = nil
 	}
 }
