@@ -229,6 +229,17 @@ type Result struct {
 	Restarted bool `json:"restarted"`
 	// Duration is how long the cell ran, as the backend measured it.
 	Duration time.Duration `json:"-"`
+	// Threads names the threads the cell's code started (in this cell or
+	// an earlier one) that were still running when the cell returned, as
+	// far as the backend can tell; nil when there are none or it cannot.
+	// Execute does not wait for them and the cell's timeout does not stop
+	// them: they run until they end or the kernel restarts. Files they
+	// write later are harvested after the next cell. On Docker, what they
+	// print (sys.stdout, sys.stderr) after their cell returned is dropped,
+	// since ipykernel tags it with that cell; what they display, or write
+	// to file descriptors 1 and 2, goes with the cell running at the time
+	// and is dropped while none runs.
+	Threads []string `json:"threads,omitempty"`
 }
 
 // Bundle is a Jupyter MIME bundle: data keyed by MIME type, plus metadata.

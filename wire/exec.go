@@ -47,6 +47,14 @@ type ExecResponse struct {
 	StdoutFile *FileRef   `json:"stdout_file,omitempty"`
 	StderrFile *FileRef   `json:"stderr_file,omitempty"`
 	Kernel     KernelInfo `json:"kernel"`
+	// BackgroundThreads names the threads the run's cells started that
+	// were still running when this cell returned (Docker; wasm has no
+	// threads). Triad does not wait for them, and the cell's timeout
+	// does not stop them. Files they write later appear in the next
+	// exec's files_out; what they print after their cell returned is
+	// dropped, and what they display goes with the exec running at the
+	// time (dropped while none runs).
+	BackgroundThreads []string `json:"background_threads,omitempty"`
 }
 
 // RefusedFile is a file a cell wrote that Triad did not store.

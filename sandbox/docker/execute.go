@@ -137,7 +137,7 @@ func (c *cellRun) run(ctx context.Context, code string) (*sandbox.Result, error)
 		case <-ex.Over():
 			return c.cut(ctx), nil
 		case <-ex.Done():
-			return c.finish(), nil
+			return c.finish(ctx), nil
 		case <-client.Dead():
 			return c.dead(ctx)
 		case <-exited:
@@ -173,7 +173,7 @@ func (c *cellRun) send(ctx context.Context, code string) (*jupyter.Execution, er
 	}
 	client := k.client
 	ch := make(chan sent, 1)
-	opts := jupyter.ExecOptions{OnOutput: c.onOutput, MaxOutput: c.em.Limit()}
+	opts := jupyter.ExecOptions{OnOutput: c.onOutput, MaxOutput: c.em.Limit(), UserExpressions: threadExprs}
 	go func() {
 		ex, err := client.Execute(context.WithoutCancel(ctx), code, opts)
 		ch <- sent{ex, err}
@@ -293,12 +293,13 @@ func (c *cellRun) result(o jupyter.Output) *sandbox.Result {
 	}
 }
 
-// finish reports a cell that completed. Every output message was
-// delivered before Done closed.
-func (c *cellRun) finish() *sandbox.Result {
+// finish reports a cell that completed, with the threads it left
+// running. Every output message was delivered before Done closed.
+func (c *cellRun) finish(ctx context.Context) *sandbox.Result {
 	c.release()
 	o := c.ex.Output()
 	res := c.result(o)
+	res.Threads = c.threads(ctx, o)
 	if c.value != nil {
 		c.em.Emit(sandbox.Event{Kind: sandbox.EventResult, Bundle: c.value})
 	}
@@ -335,7 +336,7 @@ func (c *cellRun) finish() *sandbox.Result {
 func (c *cellRun) dead(ctx context.Context) (*sandbox.Result, error) {
 	select {
 	case <-c.ex.Done():
-		return c.finish(), nil
+		return c.finish(ctx), nil
 	default:
 	}
 	c.drain()
@@ -378,6 +379,7 @@ wait:
 			if o.Error != nil {
 				res.Error.Traceback = o.Error.Traceback
 			}
+			res.Threads = c.threads(ctx, o)
 			return res, nil
 		case <-client.Dead():
 			return c.dead(ctx)
@@ -436,6 +438,7 @@ func (c *cellRun) cut(ctx context.Context) *sandbox.Result {
 	}
 	if err == nil {
 		res.Error.Evalue = what + " and was interrupted; the kernel kept its state"
+		res.Threads = c.threads(ctx, jupyter.Output{})
 		return res
 	}
 	k.b.log.WarnContext(ctx, "cell did not stop after passing the output limit; restarting the kernel", "kernel", k.ID(), "err", err)
