@@ -383,8 +383,8 @@ func (e *Execution) onIOPub(m message) (complete bool, err error) {
 func decodeOutput(m message) (Msg, error) {
 	switch t := m.Header.MsgType; t {
 	case "stream":
-		var c streamContent
-		if err := json.Unmarshal(m.Content, &c); err != nil {
+		c, err := decodeStream(m.Content)
+		if err != nil {
 			return Msg{}, err
 		}
 		return Msg{Kind: MsgStream, Stream: c.Name, Text: c.Text}, nil
