@@ -111,7 +111,7 @@ type Config struct {
 	// "Evaluator lanes".
 	LightBytes int64
 	// HeavyInterpreters is how many interpreters grade the other steps,
-	// at once (1).
+	// at once (1). Each rests after a step as long as the step took.
 	HeavyInterpreters int
 	// Timeout bounds one evaluation once an interpreter has taken it (10
 	// s); the wait for a free interpreter is bounded by the caller's ctx.
@@ -132,15 +132,20 @@ type Evaluator struct {
 }
 
 // lane is a pool of interpreters: each idle one waits in slots, started
-// or not yet (proc nil until first use).
+// or not yet (proc nil until first use). A paced lane's interpreter rests
+// after each step as long as the step took, so back-to-back heavy steps
+// take at most half a CPU each and the rest of the server keeps the other
+// half.
 type lane struct {
 	slots chan *interp
+	paced bool
 }
 
 // interp is one interpreter of a lane.
 type interp struct {
 	proc Process
 	out  *bufio.Reader
+	rest time.Time // takes no step before this
 }
 
 func newLane(n int) *lane {
@@ -174,7 +179,9 @@ func New(c Config) (*Evaluator, error) {
 	if err := os.MkdirAll(c.Dir, 0o755); err != nil {
 		return nil, err
 	}
-	return &Evaluator{c: c, log: c.Logger, light: newLane(1), heavy: newLane(c.HeavyInterpreters)}, nil
+	heavy := newLane(c.HeavyInterpreters)
+	heavy.paced = true
+	return &Evaluator{c: c, log: c.Logger, light: newLane(1), heavy: heavy}, nil
 }
 
 // Evaluate grades one step of run.
@@ -247,6 +254,17 @@ func (e *Evaluator) roundTrip(ctx context.Context, l *lane, line []byte) (Verdic
 		return Verdict{}, fmt.Errorf("evaluator busy: %w", ctx.Err())
 	}
 	defer func() { l.slots <- it }()
+	if wait := time.Until(it.rest); wait > 0 {
+		select {
+		case <-time.After(wait):
+		case <-ctx.Done():
+			return Verdict{}, fmt.Errorf("evaluator busy: %w", ctx.Err())
+		}
+	}
+	if l.paced {
+		start := time.Now()
+		defer func() { it.rest = time.Now().Add(time.Since(start)) }()
+	}
 	// The timeout starts now: a wait for the interpreter is no part of
 	// this step's evaluation, and must not leave it too little time.
 	ctx, cancel := context.WithTimeout(ctx, e.c.Timeout)
