@@ -260,6 +260,7 @@ func (o *Orchestrator) exec1(ctx context.Context, run runid.ID, in wire.ExecRequ
 	out.ExecutionCount = res.ExecutionCount
 	out.DurationMs = res.Duration.Milliseconds()
 	out.Kernel.Restarted = res.Restarted
+	out.BackgroundThreads = res.Threads
 	prefix := fmt.Sprintf("outputs/exec-%04d", res.ExecutionCount)
 	if res.ExecutionCount == 0 || res.Restarted || in.Context != "" {
 		// A context counts its own cells: name its outputs by time, as

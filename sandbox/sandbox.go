@@ -203,15 +203,21 @@ const (
 	// EventStderr is text the cell wrote to standard error.
 	EventStderr
 	// EventDisplay is a display_data bundle (a figure, a table). An
-	// update of an earlier display arrives as a new EventDisplay.
+	// update of a display an earlier cell showed arrives as a new
+	// EventDisplay; an update of one this cell showed arrives as
+	// EventClear followed by the cell's displays again, the updated one
+	// in place.
 	EventDisplay
 	// EventResult is the execute_result bundle: the value of the cell's
 	// last expression. It comes at most once, last.
 	EventResult
-	// EventClear says the cell cleared its output (IPython's
-	// clear_output): a sink that shows the cell's current output drops the
-	// stdout, stderr and displays it received before. What was delivered
-	// still counted against the output limit.
+	// EventClear says the displays delivered before are void: the cell
+	// cleared its output (IPython's clear_output), or updated one of its
+	// displays in place and its displays follow again. A sink drops the
+	// displays it received before. Streams are never taken back: text a
+	// cell printed stays printed (Triad keeps a cell's whole stdout), and
+	// a backend keeps none of it to send again. What was delivered still
+	// counted against the output limit.
 	EventClear
 )
 
@@ -257,8 +263,8 @@ type Collector struct {
 	Value   *Bundle  // the execute_result, if any
 }
 
-// Add records one event. EventClear drops the streams and displays
-// collected so far, as a notebook does.
+// Add records one event. EventClear drops the displays collected so far;
+// the streams are kept whole (see EventClear).
 func (c *Collector) Add(e Event) {
 	switch e.Kind {
 	case EventStdout:
@@ -272,8 +278,6 @@ func (c *Collector) Add(e Event) {
 	case EventResult:
 		c.Value = e.Bundle
 	case EventClear:
-		c.Stdout.Reset()
-		c.Stderr.Reset()
 		c.Display = nil
 	}
 }
@@ -291,6 +295,17 @@ type Result struct {
 	Restarted bool `json:"restarted"`
 	// Duration is how long the cell ran, as the backend measured it.
 	Duration time.Duration `json:"-"`
+	// Threads names the threads the cell's code started (in this cell or
+	// an earlier one) that were still running when the cell returned, as
+	// far as the backend can tell; nil when there are none or it cannot.
+	// Execute does not wait for them and the cell's timeout does not stop
+	// them: they run until they end or the kernel restarts. Files they
+	// write later are harvested after the next cell. On Docker, what they
+	// print (sys.stdout, sys.stderr) after their cell returned is dropped,
+	// since ipykernel tags it with that cell; what they display, or write
+	// to file descriptors 1 and 2, goes with the cell running at the time
+	// and is dropped while none runs.
+	Threads []string `json:"threads,omitempty"`
 }
 
 // Bundle is a Jupyter MIME bundle: data keyed by MIME type, plus metadata.

@@ -44,9 +44,11 @@ step "go test"
 go test -count=1 -timeout 60m "$@" ./...
 
 # Fuzz targets, each for a bounded time: the kernel's frame reader (nothing
-# a cell writes to a kernel socket may crash or balloon the server) and the
-# journal's escaping (no caller text may imitate a Step Block).
+# a cell writes to a kernel socket may crash or balloon the server), the
+# journal's escaping (no caller text may imitate a Step Block) and the fast
+# stream decoder (always what encoding/json decodes).
 step "fuzz"
 go test -run '^$' -fuzz '^FuzzReadFrame$' -fuzztime 30s ./sandbox/docker/jupyter/zmtp
 go test -run '^$' -fuzz '^FuzzFormat$' -fuzztime 30s ./cel
+go test -run '^$' -fuzz '^FuzzDecodeStream$' -fuzztime 30s ./sandbox/docker/jupyter
 step "done"

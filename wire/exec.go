@@ -67,6 +67,14 @@ type ExecResponse struct {
 	// ExitCode is a bash command's exit status (128+N when signal N ended
 	// it); absent for Python cells.
 	ExitCode *int `json:"exit_code,omitempty"`
+	// BackgroundThreads names the threads the run's cells started that
+	// were still running when this cell returned (Docker; wasm has no
+	// threads). Triad does not wait for them, and the cell's timeout
+	// does not stop them. Files they write later appear in the next
+	// exec's files_out; what they print after their cell returned is
+	// dropped, and what they display goes with the exec running at the
+	// time (dropped while none runs).
+	BackgroundThreads []string `json:"background_threads,omitempty"`
 }
 
 // The languages of ExecRequest.
