@@ -44,7 +44,7 @@ func (s *server) execHTTP(run, code string, timeoutS float64) (int, wire.ExecRes
 	b, _ := json.Marshal(wire.ExecRequest{Code: code, TimeoutS: &timeoutS})
 	req, _ := http.NewRequest("POST", s.url+"/sandbox/exec", bytes.NewReader(b))
 	req.Header.Set("X-Run-Id", run)
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := s.do(req)
 	if err != nil {
 		s.t.Fatalf("POST /sandbox/exec: %v\n%s", err, s.logs)
 	}
