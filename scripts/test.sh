@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The test command: installs and starts everything the tests need (a Docker
-# engine, the sandbox image, a MinIO server binary), then runs the whole suite
-# with nothing skipped. Slow inputs are cached outside the clone, keyed by
-# their inputs, under ${TRIAD_CACHE:-$HOME/.cache/triad}.
+# engine, the sandbox image, a single-node Kubernetes with that image in it,
+# a MinIO server binary), then runs the whole suite with nothing skipped.
+# Slow inputs are cached outside the clone, keyed by their inputs, under
+# ${TRIAD_CACHE:-$HOME/.cache/triad}.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export TRIAD_CACHE=${TRIAD_CACHE:-$HOME/.cache/triad}
@@ -19,6 +20,16 @@ scripts/docker.sh
 
 step "sandbox image"
 go run ./cmd/triad image build
+
+step "Kubernetes cluster (scripts/kube.sh; binaries cached, about 7 minutes to build the first time)"
+# A cluster this script starts, it also stops, whatever way the script ends,
+# so nothing is left half-running; one that already ran is left running.
+if ! scripts/kube.sh status >/dev/null 2>&1; then
+  trap 'step "stopping the Kubernetes cluster"; scripts/kube.sh down' EXIT
+  trap 'exit 130' INT TERM
+fi
+kube_env=$(scripts/kube.sh up) # not inside eval, where a failure would pass unseen
+eval "$kube_env"
 
 step "MinIO server binary"
 TRIAD_MINIO_BIN=$(scripts/minio.sh install)

@@ -35,6 +35,8 @@ Usage:
                           write a recipe's starter notebook
   triad image build       build the sandbox image (offline, from Debian packages)
   triad image tag         print the sandbox image tag for this build
+  triad image export --format docker-archive [-o FILE]
+                          write the sandbox image as an archive for ctr/docker load
   triad version           print the version
 
 Run "triad COMMAND -h" for a command's flags. Every flag has a TRIAD_* twin
