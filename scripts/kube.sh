@@ -292,6 +292,16 @@ start() { # name cmd...
   echo $! >"$RUN/$n.pid"
 }
 
+# write_if_changed FILE: FILE gets stdin, but is left alone when it already
+# holds exactly that: containerd reloads its CNI config on every write.
+write_if_changed() {
+  local new
+  new=$(cat)
+  [ -f "$1" ] && [ "$(cat "$1")" = "$new" ] && return
+  printf '%s\n' "$new" >"$1.partial"
+  mv "$1.partial" "$1"
+}
+
 wait_for() { # what timeout-seconds cmd...
   local what=$1 to=$2 i
   shift 2
@@ -305,7 +315,7 @@ wait_for() { # what timeout-seconds cmd...
 # --- containerd: our own, beside Docker's --------------------------------
 start_containerd() {
   mkdir -p "$ETC/cni" "$RUN/containerd"
-  cat >"$ETC/containerd.toml" <<EOF
+  write_if_changed "$ETC/containerd.toml" <<EOF
 version = 2
 root = "$RUN/containerd/root"
 state = "$RUN/containerd/state"
@@ -344,7 +354,7 @@ EOF
   # Pods get an address on an isolated bridge and no route anywhere: no
   # gateway, no masquerade, so neither the apiserver nor the internet is
   # reachable from a pod (containerd 1.6 insists on an eth0 address).
-  cat >"$ETC/cni/10-$CNI_NET.conflist" <<EOF
+  write_if_changed "$ETC/cni/10-$CNI_NET.conflist" <<EOF
 {"cniVersion": "1.0.0", "name": "$CNI_NET", "plugins": [
   {"type": "bridge", "bridge": "$BRIDGE", "isGateway": false, "ipMasq": false, "hairpinMode": false,
    "ipam": {"type": "host-local", "ranges": [[{"subnet": "$POD_CIDR"}]], "dataDir": "$RUN/cni-ipam"}}]}
@@ -421,7 +431,7 @@ start_kubelet() {
   # cgroup v1 (1.34 defaults to false; 1.35 refuses v1 by default).
   # imageGCHighThresholdPercent 100: never collect the imported images, which
   # no registry could give back.
-  cat >"$ETC/kubelet.yaml" <<EOF
+  write_if_changed "$ETC/kubelet.yaml" <<EOF
 apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
 containerRuntimeEndpoint: unix://$SOCK
@@ -654,6 +664,7 @@ down_locked() {
     log "restored vm.overcommit_memory=$oc kernel.panic=$panic kernel.panic_on_oops=$oops"
   fi
   # 7. The kubelet's pod cgroups (cgroupfs driver), deepest first.
+  log "removing pod cgroups and $STATE"
   local h
   for h in /sys/fs/cgroup/*/kubepods /sys/fs/cgroup/kubepods; do
     [ -d "$h" ] && find "$h" -depth -type d -exec rmdir {} \; 2>/dev/null || true

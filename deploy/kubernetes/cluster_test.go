@@ -257,6 +257,11 @@ func httpGet(fw *forwarder, port int, path string) (string, error) {
 	if _, err := fmt.Fprintf(s, "GET %s HTTP/1.0\r\nHost: kernel\r\n\r\n", path); err != nil {
 		return "", err
 	}
+	// Half-close: containerd ends a forwarded connection only when both
+	// directions are done, and otherwise waits a second for this one.
+	if err := s.Close(); err != nil {
+		return "", err
+	}
 	b, err := io.ReadAll(s)
 	if len(b) == 0 {
 		if e := s.Err(); e != "" {
