@@ -218,3 +218,95 @@ func BenchmarkExecSessionEcho(b *testing.B) {
 		b.Fatal(err)
 	}
 }
+
+// BenchmarkExecStdout reads 16 MiB from a command's stdout over exec: the
+// file agent's download direction (open).
+func BenchmarkExecStdout(b *testing.B) {
+	c := needCluster(b)
+	pod := c.runPod(b, c.kernelPod("sleep", "infinity"))
+	const n = 16 << 20
+	for _, proto := range []struct {
+		name      string
+		websocket bool
+	}{{"SPDY", false}, {"WebSocket", true}} {
+		b.Run(proto.name, func(b *testing.B) {
+			b.SetBytes(n)
+			for b.Loop() {
+				var got countWriter
+				if err := execStream(b.Context(), c.triad, pod, proto.websocket, nil, &got, io.Discard, "head", "-c", fmt.Sprint(n), "/dev/zero"); err != nil || got != n {
+					b.Fatalf("got %d bytes, %v", got, err)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkPortForwardRead reads 16 MiB from a server in the pod over one
+// forwarded connection.
+func BenchmarkPortForwardRead(b *testing.B) {
+	c := needCluster(b)
+	const n = 16 << 20
+	pod := c.runPod(b, c.kernelPod("python3", "-c", fmt.Sprintf(`import socket
+s = socket.socket()
+s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("127.0.0.1", 9001))
+s.listen()
+zeros = bytes(%d)
+while True:
+    c, _ = s.accept()
+    c.sendall(zeros)
+    c.close()
+`, n)))
+	fw, err := forward(c.triad, pod)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer fw.Close()
+	read := func() (int64, error) {
+		s, err := fw.Dial(9001)
+		if err != nil {
+			return 0, err
+		}
+		defer s.Release()
+		s.Close()
+		return io.Copy(io.Discard, s)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if got, _ := read(); got == n {
+			break
+		} else if time.Now().After(deadline) {
+			b.Fatalf("no server in the pod: read %d bytes", got)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	b.SetBytes(n)
+	for b.Loop() {
+		if got, err := read(); err != nil || got != n {
+			b.Fatalf("got %d bytes, %v", got, err)
+		}
+	}
+}
+
+// BenchmarkExecStdin writes 16 MiB to a command's stdin over exec: the file
+// agent's upload direction (put).
+func BenchmarkExecStdin(b *testing.B) {
+	c := needCluster(b)
+	pod := c.runPod(b, c.kernelPod("sleep", "infinity"))
+	const n = 16 << 20
+	b.SetBytes(n)
+	for b.Loop() {
+		var out strings.Builder
+		if err := execStream(b.Context(), c.triad, pod, false, io.LimitReader(zeros{}, n), &out, io.Discard, "wc", "-c"); err != nil || strings.TrimSpace(out.String()) != fmt.Sprint(n) {
+			b.Fatalf("got %q, %v", out.String(), err)
+		}
+	}
+}
+
+type countWriter int64
+
+func (w *countWriter) Write(p []byte) (int, error) { *w += countWriter(len(p)); return len(p), nil }
+
+type zeros struct{}
+
+func (zeros) Read(p []byte) (int, error) { clear(p); return len(p), nil }

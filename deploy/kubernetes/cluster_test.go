@@ -76,13 +76,16 @@ func TestTriadIdentityRunsKernels(t *testing.T) {
 	ctx := t.Context()
 	pod := c.runPod(t, c.kernelPod("sh", "-c", "echo kernel-started; exec sleep infinity"))
 
-	const probe = `id -u
+	// 1.1.1.1 stands for the internet, 10.96.0.1 is the API server's
+	// service address, and the node's own address carries the kubelet (and
+	// would carry the API server if it listened there).
+	probe := `id -u
 grep CapEff /proc/self/status
 touch /probe 2>&1 || true
 touch /work/probe && echo workdir-writable
 python3 - <<'EOF'
 import socket
-for addr in [("1.1.1.1", 443), ("10.96.0.1", 443)]:
+for addr in [("1.1.1.1", 443), ("10.96.0.1", 443), ("` + pod.Status.HostIP + `", 10250)]:
     s = socket.socket()
     s.settimeout(3)
     try:
@@ -101,8 +104,8 @@ EOF`
 				t.Fatalf("exec: %v; stderr %q", err, stderr)
 			}
 			lines := strings.Split(strings.TrimSpace(stdout), "\n")
-			if len(lines) < 6 {
-				t.Fatalf("got %q, want six lines", stdout)
+			if len(lines) != 7 {
+				t.Fatalf("got %q, want seven lines", stdout)
 			}
 			if lines[0] == "0" {
 				t.Errorf("uid: got 0, want non-root")
@@ -116,7 +119,7 @@ EOF`
 			if lines[3] != "workdir-writable" {
 				t.Errorf("touch /work/probe: got %q, want workdir-writable", lines[3])
 			}
-			for _, l := range lines[4:6] {
+			for _, l := range lines[4:] {
 				if !strings.HasPrefix(l, "unreachable") || !strings.Contains(l, "Network is unreachable") {
 					t.Errorf("got %q, want the address unreachable (no route out of the pod)", l)
 				}
