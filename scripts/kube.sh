@@ -500,8 +500,14 @@ apply_base() {
     for f in "${BASE_MANIFESTS[@]}"; do args+=(-f "$REPO/deploy/kubernetes/$f"); done
     # Plain (client-side) apply, as an operator and the deploy test's
     # `kubectl apply --dry-run=server` do, so that they agree on ownership.
-    local out
-    out=$(K apply "${args[@]}" 2>&1) || { echo "$out" >&2; die "kubectl apply of deploy/kubernetes failed"; }
+    # A retry covers the one race: the controller-manager may create the
+    # kernels' default ServiceAccount between apply's get and its create.
+    local out try
+    for try in 1 2 3; do
+      out=$(K apply "${args[@]}" 2>&1) && break
+      [ $try = 3 ] && { echo "$out" >&2; die "kubectl apply of deploy/kubernetes failed"; }
+      sleep 1
+    done
     echo "$key" >"$RUN/manifests.key"
   fi
   # Tests run as Triad's own ServiceAccount, with exactly the deployed Role.
@@ -664,13 +670,14 @@ down_locked() {
     log "restored vm.overcommit_memory=$oc kernel.panic=$panic kernel.panic_on_oops=$oops"
   fi
   # 7. The kubelet's pod cgroups (cgroupfs driver), deepest first.
-  log "removing pod cgroups and $STATE"
+  log "removing pod cgroups"
   local h
   for h in /sys/fs/cgroup/*/kubepods /sys/fs/cgroup/kubepods; do
     [ -d "$h" ] && find "$h" -depth -type d -exec rmdir {} \; 2>/dev/null || true
   done
   # 8. The state itself; --one-file-system so that a mount missed above is
   # never followed.
+  log "removing $STATE"
   rm -rf --one-file-system "$STATE"
 }
 
