@@ -19,6 +19,7 @@ import (
 	"github.com/triadhq/triad/orchestrator"
 	"github.com/triadhq/triad/tmpfs"
 	"github.com/triadhq/triad/tmpfs/local"
+	"github.com/triadhq/triad/wire"
 )
 
 // backend opens stores over one persistent backing; each call is a
@@ -98,7 +99,7 @@ func (a answer) json(t *testing.T, v any) {
 // errKind returns the structured error's kind, failing if the body isn't one.
 func (a answer) errKind(t *testing.T) string {
 	t.Helper()
-	var e api.ErrorBody
+	var e wire.ErrorBody
 	if err := json.Unmarshal(a.body, &e); err != nil || e.Error.Kind == "" || e.Error.Message == "" || e.Error.Suggestion == "" {
 		t.Fatalf("got body %s, want {error:{kind,message,suggestion}}", a.body)
 	}
@@ -135,24 +136,24 @@ func (c *client) post(path, run string, v any) answer {
 	return c.do(http.MethodPost, path, run, bytes.NewReader(b))
 }
 
-func (c *client) write(run, path, text string) orchestrator.FileRef {
+func (c *client) write(run, path, text string) wire.FileRef {
 	c.t.Helper()
 	a := c.post("/tmp/write", run, map[string]string{"path": path, "text": text})
 	if a.status != 200 {
 		c.t.Fatalf("write %s: got %d %s", path, a.status, a.body)
 	}
-	var f orchestrator.FileRef
+	var f wire.FileRef
 	a.json(c.t, &f)
 	return f
 }
 
-func (c *client) list(run, prefix string) []tmpfs.File {
+func (c *client) list(run, prefix string) []wire.FileInfo {
 	c.t.Helper()
 	a := c.do(http.MethodGet, "/tmp/list?prefix="+prefix, run, nil)
 	if a.status != 200 {
 		c.t.Fatalf("list: got %d %s", a.status, a.body)
 	}
-	var out orchestrator.ListOutput
+	var out wire.ListResponse
 	a.json(c.t, &out)
 	return out.Files
 }
@@ -171,12 +172,12 @@ func TestRoundTrip(t *testing.T) {
 			if a.status != 200 {
 				t.Fatalf("binary write: got %d %s", a.status, a.body)
 			}
-			var rd orchestrator.ReadOutput
+			var rd wire.ReadResponse
 			c.do(http.MethodGet, "/tmp/read?path=data/kpis.csv", run, nil).json(t, &rd)
 			if rd.Text == nil || *rd.Text != "channel,cac\nads,12.5\n" || rd.BytesB64 != nil || rd.SHA256 != f.SHA256 {
 				t.Fatalf("read text: got %+v", rd)
 			}
-			rd = orchestrator.ReadOutput{}
+			rd = wire.ReadResponse{}
 			c.do(http.MethodGet, "/tmp/read?path=bin/blob", run, nil).json(t, &rd)
 			if rd.BytesB64 == nil || *rd.BytesB64 != base64.StdEncoding.EncodeToString(bin) || rd.Text != nil {
 				t.Fatalf("read binary: got %+v", rd)
@@ -232,7 +233,7 @@ func TestStreamedUploadDedupAndRestart(t *testing.T) {
 		t.Run(b.name, func(t *testing.T) {
 			c := newServer(t, b.open(t), orchestrator.Limits{})
 			before := b.blobCount(t)
-			var refs []orchestrator.FileRef
+			var refs []wire.FileRef
 			for _, run := range []string{"r-up-a-" + b.name, "r-up-b-" + b.name} {
 				f, _ := os.Open(file)
 				a := c.do(http.MethodPut, "/tmp/files/uploads/big.bin", run, f)
@@ -240,7 +241,7 @@ func TestStreamedUploadDedupAndRestart(t *testing.T) {
 				if a.status != 200 {
 					t.Fatalf("PUT: got %d %s", a.status, a.body)
 				}
-				var ref orchestrator.FileRef
+				var ref wire.FileRef
 				a.json(t, &ref)
 				refs = append(refs, ref)
 			}

@@ -16,7 +16,7 @@ func (s *Server) browserSearch(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	out, err := s.orch.Search(r.Context(), id, req, orchestrator.SearchOptions{})
+	out, err := s.orch.Search(r.Context(), id, req.Wire(), orchestrator.SearchOptions{})
 	if err != nil {
 		return err
 	}

@@ -2,6 +2,8 @@ package api
 
 import (
 	"net/http"
+
+	"github.com/triadhq/triad/wire"
 )
 
 func (s *Server) celGet(w http.ResponseWriter, r *http.Request) error {
@@ -23,17 +25,14 @@ func (s *Server) celNote(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	var in struct {
-		Text   string `json:"text"`
-		Author string `json:"author,omitempty"`
-	}
+	var in wire.NoteRequest
 	if err := s.decode(w, r, &in); err != nil {
 		return err
 	}
 	if err := s.orch.Note(r.Context(), id, in.Text, in.Author); err != nil {
 		return err
 	}
-	return writeJSON(w, http.StatusOK, map[string]bool{"ok": true})
+	return writeJSON(w, http.StatusOK, wire.OK{OK: true})
 }
 
 func (s *Server) celFinalize(w http.ResponseWriter, r *http.Request) error {
@@ -44,5 +43,5 @@ func (s *Server) celFinalize(w http.ResponseWriter, r *http.Request) error {
 	if err := s.orch.Finalize(r.Context(), id, ""); err != nil {
 		return err
 	}
-	return writeJSON(w, http.StatusOK, map[string]bool{"ok": true})
+	return writeJSON(w, http.StatusOK, wire.OK{OK: true})
 }

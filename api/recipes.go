@@ -11,8 +11,6 @@ import (
 
 	"github.com/triadhq/triad/internal/fault"
 	"github.com/triadhq/triad/internal/runid"
-	"github.com/triadhq/triad/orchestrator"
-	"github.com/triadhq/triad/recipes"
 	"github.com/triadhq/triad/recipes/runner"
 )
 
@@ -37,24 +35,7 @@ func (s *Server) postRun(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	w.Header().Set("Location", "/runs/"+st.RunID)
-	return writeJSON(w, http.StatusAccepted, map[string]any{
-		"run_id": st.RunID, "status": st.Status, "status_url": "/runs/" + st.RunID,
-		"events_url": "/runs/" + st.RunID + "/events", "resumes": st.Resumes,
-	})
-}
-
-// RunView is GET /runs/{id}: the journal's view of every call, plus the
-// recipe run's steps when the run is a recipe run.
-type RunView struct {
-	orchestrator.RunStatus
-	Recipe      string             `json:"recipe,omitempty"`
-	Objective   string             `json:"objective,omitempty"`
-	Error       string             `json:"error,omitempty"`
-	Resumes     int                `json:"resumes,omitempty"`
-	RecipeSteps []runner.StepState `json:"recipe_steps,omitempty"`
-	Params      map[string]any     `json:"params,omitempty"`
-	Created     *time.Time         `json:"created,omitempty"`
-	Finished    *time.Time         `json:"finished,omitempty"`
+	return writeJSON(w, http.StatusAccepted, runner.Started(st))
 }
 
 func (s *Server) runGet(w http.ResponseWriter, r *http.Request) error {
@@ -62,26 +43,9 @@ func (s *Server) runGet(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	var view RunView
-	var rs *runner.State
-	if s.runner != nil {
-		st, err := s.runner.Status(r.Context(), id)
-		if err == nil {
-			rs = &st
-		} else if fe := fault.As(err); fe == nil || fe.Kind != fault.NotFound {
-			return err
-		}
-	}
-	js, err := s.orch.Status(r.Context(), id)
-	if err != nil && rs == nil {
+	view, err := runner.View(r.Context(), s.orch, s.runner, id)
+	if err != nil {
 		return err
-	}
-	view.RunStatus = js
-	view.RunID = id.String()
-	if rs != nil {
-		view.Status = rs.Status
-		view.Recipe, view.Objective, view.Error, view.Resumes = rs.Recipe, rs.Objective, rs.Error, rs.Resumes
-		view.RecipeSteps, view.Params, view.Created, view.Finished = rs.Steps, rs.Params, &rs.Created, rs.Finished
 	}
 	return writeJSON(w, http.StatusOK, view)
 }
@@ -137,72 +101,11 @@ func (s *Server) runEvents(w http.ResponseWriter, r *http.Request) error {
 	}
 }
 
-// RecipeInfo describes a recipe in GET /recipes.
-type RecipeInfo struct {
-	Name        string           `json:"name"`
-	Title       string           `json:"title"`
-	Description string           `json:"description"`
-	Backend     string           `json:"backend"`
-	Origin      string           `json:"origin"`
-	Params      []ParamInfo      `json:"params,omitempty"`
-	Inputs      []InputInfo      `json:"inputs,omitempty"`
-	Outputs     []recipes.Output `json:"outputs,omitempty"`
-	Steps       []StepInfo       `json:"steps,omitempty"`
-}
-
-// ParamInfo describes a recipe param.
-type ParamInfo struct {
-	Name        string `json:"name"`
-	Type        string `json:"type"`
-	Default     any    `json:"default,omitempty"`
-	Required    bool   `json:"required"`
-	Description string `json:"description,omitempty"`
-}
-
-// InputInfo describes a recipe input file.
-type InputInfo struct {
-	Name        string `json:"name"`
-	Path        string `json:"path"`
-	Default     string `json:"default,omitempty"`
-	Required    bool   `json:"required"`
-	Description string `json:"description,omitempty"`
-}
-
-// StepInfo describes a recipe block.
-type StepInfo struct {
-	ID    string `json:"id"`
-	Kind  string `json:"kind"`
-	Title string `json:"title"`
-	Line  int    `json:"line"`
-}
-
-func recipeInfo(rc *recipes.Recipe, full bool) RecipeInfo {
-	ri := RecipeInfo{Name: rc.Name, Title: rc.Title, Description: rc.Description, Backend: string(rc.Backend), Origin: rc.Origin}
-	if !full {
-		return ri
-	}
-	for _, p := range rc.Params {
-		ri.Params = append(ri.Params, ParamInfo{p.Name, string(p.Type), p.Default, p.Required, p.Description})
-	}
-	for _, in := range rc.Inputs {
-		ri.Inputs = append(ri.Inputs, InputInfo{in.Name, in.Path, in.Default, in.Required, in.Description})
-	}
-	ri.Outputs = rc.Outputs
-	for _, b := range rc.Blocks {
-		ri.Steps = append(ri.Steps, StepInfo{b.ID, string(b.Kind), b.Title, b.Line})
-	}
-	return ri
-}
-
 func (s *Server) recipesList(w http.ResponseWriter, r *http.Request) error {
 	if err := s.needRunner(); err != nil {
 		return err
 	}
-	out := []RecipeInfo{}
-	for _, rc := range s.runner.List() {
-		out = append(out, recipeInfo(rc, false))
-	}
-	return writeJSON(w, http.StatusOK, map[string]any{"recipes": out})
+	return writeJSON(w, http.StatusOK, s.runner.Recipes())
 }
 
 func (s *Server) recipeGet(w http.ResponseWriter, r *http.Request) error {
@@ -213,5 +116,5 @@ func (s *Server) recipeGet(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	return writeJSON(w, http.StatusOK, recipeInfo(rc, true))
+	return writeJSON(w, http.StatusOK, rc.Info(true))
 }

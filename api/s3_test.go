@@ -13,6 +13,7 @@ import (
 	"github.com/triadhq/triad/orchestrator"
 	"github.com/triadhq/triad/tmpfs"
 	"github.com/triadhq/triad/tmpfs/s3"
+	"github.com/triadhq/triad/wire"
 )
 
 func init() {
@@ -83,7 +84,7 @@ func TestS3Outage(t *testing.T) {
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
-	var rd orchestrator.ReadOutput
+	var rd wire.ReadResponse
 	a := c.do(http.MethodGet, "/tmp/read?path=kept.csv", run, nil)
 	a.json(t, &rd)
 	if a.status != 200 || rd.Text == nil || *rd.Text != "a,b\n1,2\n" || rd.SHA256 != before.SHA256 {

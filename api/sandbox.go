@@ -2,6 +2,8 @@ package api
 
 import (
 	"net/http"
+
+	"github.com/triadhq/triad/wire"
 )
 
 func (s *Server) sandboxRestart(w http.ResponseWriter, r *http.Request) error {
@@ -12,5 +14,5 @@ func (s *Server) sandboxRestart(w http.ResponseWriter, r *http.Request) error {
 	if err := s.orch.Restart(r.Context(), id); err != nil {
 		return err
 	}
-	return writeJSON(w, http.StatusOK, map[string]any{"ok": true, "kernel": map[string]any{"restarted": true}})
+	return writeJSON(w, http.StatusOK, wire.RestartResponse{OK: true, Kernel: wire.RestartKernel{Restarted: true}})
 }

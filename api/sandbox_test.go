@@ -10,8 +10,8 @@ import (
 	"testing"
 
 	"github.com/triadhq/triad/api"
-	"github.com/triadhq/triad/orchestrator"
 	"github.com/triadhq/triad/orchestrator/orchestratortest"
+	"github.com/triadhq/triad/wire"
 )
 
 func sandboxServer(t *testing.T, backend string) *client {
@@ -21,10 +21,10 @@ func sandboxServer(t *testing.T, backend string) *client {
 	return &client{t: t, url: srv.URL}
 }
 
-func (c *client) exec(run string, in map[string]any) (orchestrator.ExecOutput, answer) {
+func (c *client) exec(run string, in map[string]any) (wire.ExecResponse, answer) {
 	c.t.Helper()
 	a := c.post("/sandbox/exec", run, in)
-	var out orchestrator.ExecOutput
+	var out wire.ExecResponse
 	if a.status == 200 {
 		a.json(c.t, &out)
 	}
@@ -60,7 +60,7 @@ func TestSandboxExecOverHTTP(t *testing.T) {
 			if !out.OK || len(out.FilesOut) != 1 || out.FilesOut[0].Path != "out.csv" {
 				t.Fatalf("out.csv: %+v", out)
 			}
-			var rd orchestrator.ReadOutput
+			var rd wire.ReadResponse
 			c.do("GET", "/tmp/read?path=out.csv", run, nil).json(t, &rd)
 			if rd.SHA256 != out.FilesOut[0].SHA256 || rd.Text == nil || !strings.HasPrefix(*rd.Text, "a,b") {
 				t.Fatalf("tmp.read says %+v, files_out says %+v", rd, out.FilesOut[0])

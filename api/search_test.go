@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/triadhq/triad/api"
+	"github.com/triadhq/triad/internal/runid"
 	"github.com/triadhq/triad/internal/testenv"
 	"github.com/triadhq/triad/orchestrator/orchestratortest"
 	"github.com/triadhq/triad/recipes"
@@ -77,9 +78,9 @@ func TestSearchOverHTTP(t *testing.T) {
 		}
 	}
 	// The key is in no run file and in no log line.
-	all, _ := s.Store.List(t.Context(), run, "")
+	all, _ := s.Store.List(t.Context(), runid.Must(run), "")
 	for _, f := range all {
-		b, _, _ := s.Store.ReadAll(t.Context(), run, f.Path)
+		b, _, _ := s.Store.ReadAll(t.Context(), runid.Must(run), f.Path)
 		if bytes.Contains(b, []byte(s.Tavily.Key)) {
 			t.Errorf("%s contains the key", f.Path)
 		}

@@ -18,6 +18,7 @@ import (
 	"github.com/triadhq/triad/internal/version"
 	"github.com/triadhq/triad/orchestrator"
 	"github.com/triadhq/triad/recipes/runner"
+	"github.com/triadhq/triad/wire"
 )
 
 // RunHeader is the header that selects the run, as the spec's implicit
@@ -78,7 +79,7 @@ func New(c Config) *Server {
 	r.Handle("/tmp/write", s.handle(jsonTool(s, s.orch.Write))).Methods(http.MethodPost)
 	r.Handle("/tmp/read", s.handle(queryTool(s, "path", true, s.orch.Read))).Methods(http.MethodGet)
 	r.Handle("/tmp/list", s.handle(queryTool(s, "prefix", false, s.orch.List))).Methods(http.MethodGet)
-	r.Handle("/tmp/delete", s.handle(jsonTool(s, func(ctx context.Context, id runid.ID, in PathInput) (orchestrator.DeleteOutput, error) {
+	r.Handle("/tmp/delete", s.handle(jsonTool(s, func(ctx context.Context, id runid.ID, in wire.PathRequest) (wire.OK, error) {
 		return s.orch.Delete(ctx, id, in.Path)
 	}))).Methods(http.MethodPost)
 	r.Handle("/tmp/files/{path:.+}", s.handle(s.filePut)).Methods(http.MethodPut)
@@ -120,42 +121,19 @@ func (s *Server) handle(h handlerFunc) http.Handler {
 	})
 }
 
-// ErrorBody is the JSON body of every error answer.
-type ErrorBody struct {
-	Error ErrorDetail `json:"error"`
-}
-
-// ErrorDetail says what went wrong and what to do about it.
-type ErrorDetail struct {
-	Kind       fault.Kind `json:"kind"`
-	Message    string     `json:"message"`
-	Suggestion string     `json:"suggestion"`
-}
-
-// writeError writes err as {"error":{kind,message,suggestion}}. status 0
-// derives the status from the kind.
+// writeError writes err as {"error":{kind,message,suggestion}} (wire.Error)
+// and logs it. status 0 derives the status from the kind.
 func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error, status int) {
-	fe := fault.As(err)
-	var mbe *http.MaxBytesError
-	switch {
-	case fe != nil:
-	case errors.As(err, &mbe):
-		fe = fault.Wrap(fault.TooLarge, err, fmt.Sprintf("the request body is over the %d-byte limit", mbe.Limit),
-			"send less per call; stream big files with PUT /tmp/files/{path}")
-	case errors.Is(err, context.Canceled):
-		fe = fault.Wrap(fault.Timeout, err, "the request was cancelled", "retry the call")
-	default:
-		fe = fault.Wrap(fault.Internal, err, "internal error", "retry; if it persists, report it with the server log")
-	}
+	body := wire.Error(err)
 	if status == 0 {
-		status = fault.Status(fe.Kind)
+		status = fault.Status(body.Error.Kind)
 	}
 	lvl := slog.LevelInfo
 	if status >= 500 {
 		lvl = slog.LevelError
 	}
-	s.log.Log(r.Context(), lvl, "request failed", "method", r.Method, "path", r.URL.Path, "status", status, "kind", fe.Kind, "err", err)
-	writeJSON(w, status, ErrorBody{Error: ErrorDetail{Kind: fe.Kind, Message: fe.Message, Suggestion: fe.Suggestion}})
+	s.log.Log(r.Context(), lvl, "request failed", "method", r.Method, "path", r.URL.Path, "status", status, "kind", body.Error.Kind, "err", err)
+	writeJSON(w, status, body)
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) error {
@@ -202,27 +180,25 @@ func (s *Server) healthz(w http.ResponseWriter, r *http.Request) error {
 		return fault.Wrap(fault.StoreUnavailable, err, "the file store does not answer",
 			"check the store: the data directory for --store local, or the S3 endpoint and credentials for --store s3")
 	}
-	return writeJSON(w, http.StatusOK, map[string]string{"status": "ok", "store": "ok"})
+	return writeJSON(w, http.StatusOK, wire.Health{Status: "ok", Store: "ok"})
 }
 
 func (s *Server) version(w http.ResponseWriter, r *http.Request) error {
-	return writeJSON(w, http.StatusOK, map[string]string{"version": version.String()})
+	return writeJSON(w, http.StatusOK, wire.Version{Version: version.String()})
 }
 
 // newRun mints a run id. The optional body {"replay": true} or
 // {"replay_from": "<run id>"} makes the run answer its searches from
 // recorded citations (its own, or copied from another run).
 func (s *Server) newRun(w http.ResponseWriter, r *http.Request) error {
-	var in struct {
-		Replay     bool   `json:"replay,omitempty"`
-		ReplayFrom string `json:"replay_from,omitempty"`
-	}
+	var in wire.NewRunRequest
 	if r.ContentLength != 0 {
 		if err := s.decode(w, r, &in); err != nil {
 			return err
 		}
 	}
 	id := runid.New()
+	replay := in.Replay != nil && *in.Replay
 	if in.ReplayFrom != "" {
 		src, err := runid.Parse(in.ReplayFrom)
 		if err != nil {
@@ -231,8 +207,9 @@ func (s *Server) newRun(w http.ResponseWriter, r *http.Request) error {
 		if err := s.orch.ReplayFrom(r.Context(), id, src); err != nil {
 			return err
 		}
-	} else if in.Replay {
+		replay = true
+	} else if replay {
 		s.orch.SetReplay(id, true)
 	}
-	return writeJSON(w, http.StatusCreated, map[string]any{"run_id": id.String(), "replay": in.Replay || in.ReplayFrom != ""})
+	return writeJSON(w, http.StatusCreated, wire.NewRunResponse{RunID: id.String(), Replay: replay})
 }

@@ -39,11 +39,6 @@ func jsonTool[In, Out any](s *Server, call func(ctx context.Context, run runid.I
 	}
 }
 
-// PathInput is the body of tmp.delete.
-type PathInput struct {
-	Path string `json:"path"`
-}
-
 // queryTool adapts a run-scoped tool whose one input is a query parameter.
 func queryTool[Out any](s *Server, name string, required bool, call func(ctx context.Context, run runid.ID, v string) (Out, error)) handlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) error {

@@ -13,32 +13,16 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/triadhq/triad/wire"
 )
 
-// Result is one search hit as browser.search returns it.
-type Result struct {
-	URL   string `json:"url"`
-	Title string `json:"title"`
-	// Snippet is the provider's short excerpt relevant to the query.
-	Snippet string `json:"snippet"`
-	// PublishedAt is the publication date when the provider knows it:
-	// RFC 3339 in UTC, or YYYY-MM-DD when only the day is known, or the
-	// provider's text verbatim when it could not be parsed.
-	PublishedAt string `json:"published_at,omitempty"`
-	// Content is the page text, present when the request set IncludePage.
-	Content string `json:"content,omitempty"`
-	// Score is the provider's relevance score; only its order within one
-	// response means anything.
-	Score float64 `json:"score,omitempty"`
-}
-
-// Response is the output of browser.search.
-type Response struct {
-	Results []Result `json:"results"`
-	// CitationsID is the content address of the stored Record; the caller
-	// that stores the record fills it in.
-	CitationsID string `json:"citations_id"`
-}
+// Result is one search hit; Response is browser.search's answer. Both are
+// the wire contract's types.
+type (
+	Result   = wire.SearchResult
+	Response = wire.SearchResponse
+)
 
 // Provider answers searches. Implementations translate their upstream's
 // failures into *fault.Error values (fault.Auth, fault.Quota, fault.Timeout,

@@ -15,6 +15,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/triadhq/triad/internal/fault"
+	"github.com/triadhq/triad/wire"
 )
 
 // Limits of the browser.search contract. MaxQueryChars and MaxTopK are
@@ -47,6 +48,39 @@ type Request struct {
 	// "month", "year" (back from now) or "YYYY-MM-DD..YYYY-MM-DD"
 	// (inclusive).
 	DateRange string `json:"date_range,omitempty"`
+}
+
+// FromWire turns the wire request into a validated Request: a field that
+// is absent takes its default, and a field that is present is validated
+// (top_k: 0 is out of range, not "unset").
+func FromWire(w wire.SearchRequest) (Request, error) {
+	r := Request{Query: w.Query, AllowDomains: w.AllowDomains, DateRange: w.DateRange}
+	if w.TopK != nil {
+		if *w.TopK < 1 || *w.TopK > MaxTopK {
+			return Request{}, fault.Badf(topKSuggestion, "top_k is %d; it must be between 1 and %d", *w.TopK, MaxTopK)
+		}
+		r.TopK = *w.TopK
+	}
+	if w.IncludePage != nil {
+		r.IncludePage = *w.IncludePage
+	}
+	if err := r.Validate(); err != nil {
+		return Request{}, err
+	}
+	return r, nil
+}
+
+// Wire returns r as the wire contract spells it, with every field that is
+// set present.
+func (r Request) Wire() wire.SearchRequest {
+	w := wire.SearchRequest{Query: r.Query, AllowDomains: r.AllowDomains, DateRange: r.DateRange}
+	if r.TopK != 0 {
+		w.TopK = &r.TopK
+	}
+	if r.IncludePage {
+		w.IncludePage = &r.IncludePage
+	}
+	return w
 }
 
 // The relative date ranges, named as Tavily's time_range names them.
@@ -166,17 +200,14 @@ func DecodeRequest(r io.Reader) (Request, error) {
 	}
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
-	var req Request
+	var req wire.SearchRequest
 	if err := dec.Decode(&req); err != nil {
 		return Request{}, decodeFault(err, jsonSuggestion)
 	}
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
 		return Request{}, fault.Badf(jsonSuggestion, "request body has data after the JSON object")
 	}
-	if err := req.Validate(); err != nil {
-		return Request{}, err
-	}
-	return req, nil
+	return FromWire(req)
 }
 
 // decodeFault turns an encoding/json error into a BadInput that names the

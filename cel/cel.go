@@ -20,26 +20,16 @@ import (
 	"time"
 
 	"github.com/triadhq/triad/internal/runid"
+	"github.com/triadhq/triad/runfiles"
 	"github.com/triadhq/triad/tmpfs"
+	"github.com/triadhq/triad/wire"
 )
 
 // Path is the journal's path in the run.
-const Path = "CEL.md"
-
-// Journal files a cell must not change: the journal, its checkpoints and
-// the machine-readable records kept beside it.
-var protected = regexp.MustCompile(`^(CEL\.md|CEL\.step_\d+\.md|trace\.jsonl|evaluations\.jsonl)$`)
-
-// Protected reports whether p is one of the journal's own files. Cells may
-// read them; a cell that changes or deletes one has it restored.
-func Protected(p string) bool { return protected.MatchString(p) }
+const Path = runfiles.Journal
 
 // Artifact is one file a step produced.
-type Artifact struct {
-	Path   string
-	Size   int64
-	SHA256 tmpfs.Digest
-}
+type Artifact = wire.FileRef
 
 // Evaluation is the evaluator's verdict on a step.
 type Evaluation struct {
@@ -61,7 +51,7 @@ func (e Evaluation) Line() string {
 	s := fmt.Sprintf("%s — score=%.2f (completeness=%.2f, correctness=%.2f, evidence=%.2f, hygiene=%.2f)",
 		v, e.Score, e.Completeness, e.Correctness, e.Evidence, e.Hygiene)
 	if c := strings.TrimSpace(e.Critique); c != "" {
-		s += ". " + oneLine(c)
+		s += ". " + inline(c)
 	}
 	return s
 }
@@ -79,7 +69,8 @@ type Block struct {
 	Eval      Evaluation
 }
 
-// KV is one salient input.
+// KV is one salient input. Key is Triad's own name for it and is written as
+// is; Value may come from a caller and is escaped.
 type KV struct {
 	Key   string
 	Value string
@@ -92,7 +83,7 @@ func Format(b Block) string {
 	fmt.Fprintf(&w, "**When:** %s\n", b.When.UTC().Format(time.RFC3339))
 	in := make([]string, 0, len(b.Input))
 	for _, kv := range b.Input {
-		in = append(in, kv.Key+"="+oneLine(kv.Value))
+		in = append(in, kv.Key+"="+inline(kv.Value))
 	}
 	if len(in) == 0 {
 		in = append(in, "(none)")
@@ -100,21 +91,21 @@ func Format(b Block) string {
 	fmt.Fprintf(&w, "**Inputs:** %s\n", strings.Join(in, ", "))
 	w.WriteString("**What I did:**\n")
 	for _, d := range b.Did {
-		fmt.Fprintf(&w, "- %s\n", oneLine(d))
+		fmt.Fprintf(&w, "- %s\n", inline(d))
 	}
 	w.WriteString("**Artifacts:**\n")
 	if len(b.Artifacts) == 0 {
 		w.WriteString("- (none)\n")
 	}
 	for _, a := range b.Artifacts {
-		fmt.Fprintf(&w, "- %s: `tmp/%s` (size=%d, sha256=%s)\n", baseName(a.Path), a.Path, a.Size, a.SHA256)
+		fmt.Fprintf(&w, "- %s: %s (size=%d, sha256=%s)\n", inline(baseName(a.Path)), codeSpan("tmp/"+a.Path), a.Size, a.SHA256)
 	}
 	w.WriteString("**Next steps:**\n")
 	if len(b.Next) == 0 {
 		w.WriteString("- [ ] (none)\n")
 	}
 	for _, n := range b.Next {
-		fmt.Fprintf(&w, "- [ ] %s\n", oneLine(n))
+		fmt.Fprintf(&w, "- [ ] %s\n", inline(n))
 	}
 	fmt.Fprintf(&w, "**Evaluation (by Evaluator):** %s\n", b.Eval.Line())
 	return w.String()
@@ -135,10 +126,10 @@ func FormatHeader(h Header) string {
 	fmt.Fprintf(&w, "- **Run:** %s\n", h.Run)
 	fmt.Fprintf(&w, "- **Started:** %s\n", h.Started.UTC().Format(time.RFC3339))
 	if h.Recipe != "" {
-		fmt.Fprintf(&w, "- **Recipe:** %s\n", oneLine(h.Recipe))
+		fmt.Fprintf(&w, "- **Recipe:** %s\n", inline(h.Recipe))
 	}
 	if h.Objective != "" {
-		fmt.Fprintf(&w, "- **Objective:** %s\n", oneLine(h.Objective))
+		fmt.Fprintf(&w, "- **Objective:** %s\n", inline(h.Objective))
 	}
 	return w.String()
 }
@@ -155,11 +146,11 @@ func FormatNote(n Note) string {
 	var w strings.Builder
 	by := ""
 	if n.Author != "" {
-		by = " by " + oneLine(n.Author)
+		by = " by " + inline(n.Author)
 	}
 	fmt.Fprintf(&w, "\n### Operator note%s — %s\n", by, n.When.UTC().Format(time.RFC3339))
-	for _, l := range strings.Split(strings.TrimRight(n.Text, "\n"), "\n") {
-		fmt.Fprintf(&w, "> %s\n", strings.TrimRight(l, "\r"))
+	for _, l := range noteLines(n.Text) {
+		w.WriteString(l + "\n")
 	}
 	return w.String()
 }
@@ -186,7 +177,7 @@ func FormatSummary(s Summary) string {
 		w.WriteString("- (none)\n")
 	}
 	for _, a := range s.Artifacts {
-		fmt.Fprintf(&w, "- %s: `tmp/%s` (size=%d, sha256=%s)\n", baseName(a.Path), a.Path, a.Size, a.SHA256)
+		fmt.Fprintf(&w, "- %s: %s (size=%d, sha256=%s)\n", inline(baseName(a.Path)), codeSpan("tmp/"+a.Path), a.Size, a.SHA256)
 	}
 	return w.String()
 }
@@ -198,15 +189,6 @@ func baseName(p string) string {
 	return p
 }
 
-// oneLine keeps a value on one markdown line.
-func oneLine(s string) string {
-	s = strings.ReplaceAll(s, "\r", "")
-	s = strings.ReplaceAll(s, "\n", " ⏎ ")
-	if len(s) > 300 {
-		s = s[:300] + "…"
-	}
-	return s
-}
 
 // Journal reads and appends run journals in a store. Callers serialize
 // calls per run (the orchestrator's run lock); the journal trusts that.
@@ -300,7 +282,7 @@ func (j *Journal) Append(ctx context.Context, run runid.ID, b Block) ([]tmpfs.Fi
 	if b.N != st.steps+1 {
 		return nil, fmt.Errorf("journal of run %s: step %d appended after step %d", run, b.N, st.steps)
 	}
-	files, err := j.append(ctx, run, fmt.Sprintf("CEL.step_%d.md", b.N), Format(b))
+	files, err := j.append(ctx, run, runfiles.Checkpoint(b.N), Format(b))
 	if err != nil {
 		return nil, err
 	}

@@ -62,7 +62,7 @@ func TestFormatGolden(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) { golden(t, tc.name, cel.Format(tc.block)) })
 	}
 	t.Run("header", func(t *testing.T) {
-		golden(t, "header.md", cel.FormatHeader(cel.Header{Run: "r-1", Started: when, Recipe: "market-scan", Objective: "Size the EU market"}))
+		golden(t, "header.md", cel.FormatHeader(cel.Header{Run: runid.Must("r-1"), Started: when, Recipe: "market-scan", Objective: "Size the EU market"}))
 	})
 	t.Run("note", func(t *testing.T) {
 		golden(t, "note.md", cel.FormatNote(cel.Note{When: when, Author: "ana", Text: "Use the 2025 price list.\nIgnore vendor blogs."}))
@@ -114,13 +114,5 @@ func TestJournalNumbersStepsAndSurvivesRestart(t *testing.T) {
 	text, err := j2.Read(ctx, run)
 	if err != nil || strings.Count(string(text), "\n## Step ") != 3 || !strings.Contains(string(text), "> look here") {
 		t.Fatalf("journal: %s", text)
-	}
-	for _, p := range []string{"CEL.md", "CEL.step_12.md", "trace.jsonl", "evaluations.jsonl"} {
-		if !cel.Protected(p) {
-			t.Errorf("Protected(%q) = false", p)
-		}
-	}
-	if cel.Protected("artifacts/CEL.md") || cel.Protected("notes.md") {
-		t.Error("Protected is too broad")
 	}
 }

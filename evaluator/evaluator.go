@@ -25,6 +25,7 @@ import (
 
 	"github.com/triadhq/triad/internal/runid"
 	"github.com/triadhq/triad/tmpfs"
+	"github.com/triadhq/triad/wire"
 )
 
 // Script is the rubric program the interpreter runs.
@@ -48,21 +49,10 @@ type Process interface {
 }
 
 // Artifact is a file the step produced.
-type Artifact struct {
-	Path   string       `json:"path"`
-	Size   int64        `json:"size"`
-	SHA256 tmpfs.Digest `json:"sha256"`
-}
+type Artifact = wire.FileRef
 
 // Expect is an artifact a recipe step declares, with optional checks.
-type Expect struct {
-	Path    string   `json:"path"`
-	Columns []string `json:"columns,omitempty"`
-	MinRows int      `json:"min_rows,omitempty"`
-	Keys    []string `json:"keys,omitempty"`
-	// Contains are substrings a text artifact (Markdown, HTML) must hold.
-	Contains []string `json:"contains,omitempty"`
-}
+type Expect = wire.ExpectedFile
 
 // Request describes one step to grade.
 type Request struct {

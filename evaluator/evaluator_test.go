@@ -11,6 +11,7 @@ import (
 	"github.com/triadhq/triad/sandbox/wasm"
 	"github.com/triadhq/triad/tmpfs"
 	"github.com/triadhq/triad/tmpfs/local"
+	"github.com/triadhq/triad/wire"
 )
 
 var (
@@ -51,7 +52,7 @@ func artifact(t *testing.T, s *tmpfs.Store, run runid.ID, path, content string) 
 	if err != nil {
 		t.Fatal(err)
 	}
-	return evaluator.Artifact{Path: f.Path, Size: f.Size, SHA256: f.SHA256}
+	return wire.Ref(f)
 }
 
 func TestVerdicts(t *testing.T) {
@@ -93,7 +94,12 @@ func TestVerdicts(t *testing.T) {
 				return ""
 			}},
 		{"claims naming a dataset", evaluator.Request{Tool: "sandbox.exec", OK: true, Artifacts: []evaluator.Artifact{named},
-			Datasets: []string{"data/revenue.csv"}}, false, nil},
+			Datasets: []string{"data/revenue.csv"}}, true, func(v evaluator.Verdict) string {
+			if v.Evidence != 1 {
+				return "want evidence 1 (the report names a dataset in the run)"
+			}
+			return ""
+		}},
 		{"missing expected artifact", evaluator.Request{Tool: "sandbox.exec", OK: true, Artifacts: []evaluator.Artifact{good},
 			Expected: []evaluator.Expect{{Path: "kpis.csv", Columns: []string{"channel"}}, {Path: "forecast.csv"}}}, false,
 			func(v evaluator.Verdict) string {
@@ -103,7 +109,12 @@ func TestVerdicts(t *testing.T) {
 				return ""
 			}},
 		{"declared column missing", evaluator.Request{Tool: "sandbox.exec", OK: true, Artifacts: []evaluator.Artifact{good},
-			Expected: []evaluator.Expect{{Path: "kpis.csv", Columns: []string{"roi"}}}}, false, nil},
+			Expected: []evaluator.Expect{{Path: "kpis.csv", Columns: []string{"roi"}}}}, false, func(v evaluator.Verdict) string {
+			if v.Correctness == 1 {
+				return "want correctness < 1 for a CSV lacking a declared column"
+			}
+			return ""
+		}},
 		{"tampered journal", evaluator.Request{Tool: "sandbox.exec", OK: true, Tampered: []string{"CEL.md"}}, true,
 			func(v evaluator.Verdict) string {
 				if v.Hygiene >= 1 {
@@ -123,18 +134,6 @@ func TestVerdicts(t *testing.T) {
 			v, err := e.Evaluate(t.Context(), run, tc.req)
 			if err != nil {
 				t.Fatal(err)
-			}
-			if tc.name == "claims naming a dataset" {
-				if v.Evidence != 1 {
-					t.Fatalf("got evidence %v, want 1 (the report names a dataset in the run)", v.Evidence)
-				}
-				return
-			}
-			if tc.name == "declared column missing" {
-				if v.Correctness == 1 {
-					t.Fatalf("got correctness 1 for a CSV lacking a declared column: %+v", v)
-				}
-				return
 			}
 			if v.Pass != tc.pass {
 				t.Fatalf("got pass=%v, want %v: %+v", v.Pass, tc.pass, v)

@@ -9,6 +9,7 @@ import (
 	"github.com/triadhq/triad/internal/runid"
 	"github.com/triadhq/triad/orchestrator"
 	"github.com/triadhq/triad/orchestrator/orchestratortest"
+	"github.com/triadhq/triad/wire"
 )
 
 // BenchmarkJournalOverhead measures what the journal and the evaluator add
@@ -32,10 +33,10 @@ func BenchmarkJournalOverhead(b *testing.B) {
 				var err error
 				switch tool {
 				case "tmp.write":
-					_, err = o.Write(b.Context(), run, orchestrator.WriteInput{Path: fmt.Sprintf("f/%d.csv", i), Text: text(fmt.Sprintf("a,b\n%d,2\n", i))})
+					_, err = o.Write(b.Context(), run, wire.WriteRequest{Path: fmt.Sprintf("f/%d.csv", i), Text: text(fmt.Sprintf("a,b\n%d,2\n", i))})
 				default:
-					var out orchestrator.ExecOutput
-					out, err = o.Exec(b.Context(), run, orchestrator.ExecInput{Code: "1+1"})
+					var out wire.ExecResponse
+					out, err = o.Exec(b.Context(), run, wire.ExecRequest{Code: "1+1"})
 					if err == nil && !out.OK {
 						err = fmt.Errorf("%+v", out.Error)
 					}

@@ -14,84 +14,11 @@ import (
 
 	"github.com/triadhq/triad/internal/fault"
 	"github.com/triadhq/triad/internal/runid"
-	"github.com/triadhq/triad/internal/safepath"
 	"github.com/triadhq/triad/orchestrator/kernels"
 	"github.com/triadhq/triad/sandbox"
 	"github.com/triadhq/triad/tmpfs"
+	"github.com/triadhq/triad/wire"
 )
-
-// ExecInput is sandbox.exec's input.
-type ExecInput struct {
-	Code     string   `json:"code"`
-	Language string   `json:"language,omitempty"`
-	FilesIn  []FileIn `json:"files_in,omitempty"`
-	// TimeoutS is the cell's deadline in seconds; 0 takes the server's
-	// default, and values over the server's maximum are capped to it.
-	TimeoutS float64 `json:"timeout_s,omitempty"`
-}
-
-// FileIn copies a run file (Path) or a blob ("sha256:<hex>") into the
-// working directory as Name before the cell runs.
-type FileIn struct {
-	Name string `json:"name"`
-	Path string `json:"path"`
-}
-
-// ExecOutput is sandbox.exec's output.
-type ExecOutput struct {
-	OK     bool   `json:"ok"`
-	Stdout string `json:"stdout"`
-	Stderr string `json:"stderr"`
-	// Display are the cell's display_data bundles. Images are stored as
-	// run files and appear as {path, sha256, size} references.
-	Display []Bundle `json:"display"`
-	// Result is the execute_result bundle: the value of the last expression.
-	Result   *Bundle    `json:"result,omitempty"`
-	Error    *ExecError `json:"error,omitempty"`
-	FilesOut []FileRef  `json:"files_out"`
-	// FilesDeleted are run files the cell removed.
-	FilesDeleted   []string `json:"files_deleted,omitempty"`
-	ExecutionCount int      `json:"execution_count"`
-	DurationMs     int64    `json:"duration_ms"`
-	// Truncated is true when a stream or text output was capped; the full
-	// text is in StdoutFile / StderrFile.
-	Truncated  bool       `json:"truncated"`
-	StdoutFile *FileRef   `json:"stdout_file,omitempty"`
-	StderrFile *FileRef   `json:"stderr_file,omitempty"`
-	Kernel     KernelInfo `json:"kernel"`
-}
-
-// KernelInfo says which kernel ran the cell.
-type KernelInfo struct {
-	Backend string `json:"backend"`
-	// Restarted is true when the kernel was replaced during the call: its
-	// variables are gone.
-	Restarted bool `json:"restarted"`
-}
-
-// Bundle is a MIME bundle as returned to callers.
-type Bundle struct {
-	Data     map[string]any             `json:"data"`
-	Metadata map[string]json.RawMessage `json:"metadata,omitempty"`
-}
-
-// ImageRef stands in a Bundle for image bytes stored as a run file.
-type ImageRef struct {
-	Path   string       `json:"path"`
-	SHA256 tmpfs.Digest `json:"sha256"`
-	Size   int64        `json:"size"`
-}
-
-// ExecError says why a cell did not succeed, with a suggestion for the caller.
-type ExecError struct {
-	Kind       string   `json:"kind"`
-	Ename      string   `json:"ename,omitempty"`
-	Evalue     string   `json:"evalue,omitempty"`
-	Traceback  []string `json:"traceback,omitempty"`
-	Reason     string   `json:"reason,omitempty"`
-	Message    string   `json:"message"`
-	Suggestion string   `json:"suggestion"`
-}
 
 // ExecConfig bounds cells.
 type ExecConfig struct {
@@ -118,8 +45,8 @@ func (c *ExecConfig) defaults() {
 func (o *Orchestrator) Kernels() *kernels.Manager { return o.kernels }
 
 // Exec is sandbox.exec.
-func (o *Orchestrator) Exec(ctx context.Context, run runid.ID, in ExecInput) (ExecOutput, error) {
-	var out ExecOutput
+func (o *Orchestrator) Exec(ctx context.Context, run runid.ID, in wire.ExecRequest) (wire.ExecResponse, error) {
+	var out wire.ExecResponse
 	if o.kernels == nil {
 		return out, fault.New(fault.NotConfigured, "no sandbox backend is configured", "start triad with --sandbox docker, wasm or auto")
 	}
@@ -127,36 +54,36 @@ func (o *Orchestrator) Exec(ctx context.Context, run runid.ID, in ExecInput) (Ex
 		return out, err
 	}
 	timeout := o.exec.DefaultTimeout
-	if in.TimeoutS > 0 {
-		timeout = time.Duration(in.TimeoutS * float64(time.Second))
+	if in.TimeoutS != nil {
+		timeout = time.Duration(*in.TimeoutS * float64(time.Second))
 	}
 	timeout = min(timeout, o.exec.MaxTimeout)
-	inputs := map[string]any{"code": codeSummary(in.Code), "timeout_s": timeout.Seconds()}
-	if len(in.FilesIn) > 0 {
-		inputs["files_in"] = in.FilesIn
-	}
-	err := o.call(ctx, run, ToolExec, inputs, func(ctx context.Context, s *Step) error {
+	oc := &ExecOutcome{Code: codeSummary(in.Code), TimeoutS: timeout.Seconds(), FilesIn: in.FilesIn, Timeout: timeout}
+	err := o.call(ctx, run, oc, func(ctx context.Context, s *Step) error {
 		var err error
-		out, err = o.exec1(ctx, run, in, timeout, s)
+		out, err = o.exec1(ctx, run, in, timeout, s, oc)
 		return err
 	})
 	return out, err
 }
 
-func (o *Orchestrator) validateExec(in *ExecInput) error {
+func (o *Orchestrator) validateExec(in *wire.ExecRequest) error {
 	if strings.TrimSpace(in.Code) == "" {
 		return fault.New(fault.BadInput, "code is empty", "send Python source in code")
 	}
 	if in.Language != "" && in.Language != "python" {
 		return fault.Badf("omit language or send \"python\"; it is the only language", "language %q is not supported", in.Language)
 	}
-	if in.TimeoutS < 0 {
-		return fault.Badf("send timeout_s > 0, or omit it for the server default", "timeout_s is %v; it must be positive", in.TimeoutS)
+	if in.TimeoutS != nil && !(*in.TimeoutS > 0) {
+		return fault.Badf("send timeout_s > 0, or omit it for the server default", "timeout_s is %v; it must be positive", *in.TimeoutS)
 	}
 	for i, f := range in.FilesIn {
-		n, err := safepath.Clean(f.Name)
-		if err != nil {
-			return fault.Badf("name is where the file appears in the working directory: a relative path", "files_in[%d].name: %v", i, fault.As(err).Message)
+		n, err := writable(f.Name)
+		if fe := fault.As(err); fe != nil {
+			if fe.Kind == fault.Reserved {
+				return fault.New(fe.Kind, fmt.Sprintf("files_in[%d].name: %s", i, fe.Message), "pick another name; "+fe.Suggestion)
+			}
+			return fault.Badf("name is where the file appears in the working directory: a relative path", "files_in[%d].name: %v", i, fe.Message)
 		}
 		in.FilesIn[i].Name = n
 		if f.Path == "" {
@@ -166,12 +93,16 @@ func (o *Orchestrator) validateExec(in *ExecInput) error {
 	return nil
 }
 
-func (o *Orchestrator) exec1(ctx context.Context, run runid.ID, in ExecInput, timeout time.Duration, s *Step) (ExecOutput, error) {
-	out := ExecOutput{Display: []Bundle{}, FilesOut: []FileRef{}, Kernel: KernelInfo{Backend: o.kernels.Backend()}}
+func (o *Orchestrator) exec1(ctx context.Context, run runid.ID, in wire.ExecRequest, timeout time.Duration, s *Step, oc *ExecOutcome) (wire.ExecResponse, error) {
+	out := wire.ExecResponse{Display: []wire.Bundle{}, FilesOut: []wire.FileRef{}, Kernel: wire.KernelInfo{Backend: o.kernels.Backend()}}
+	oc.Backend = out.Kernel.Backend
 	sess, err := o.kernels.Acquire(ctx, run)
 	if err != nil {
 		return out, sandboxErr(err)
 	}
+	// The session is busy, so the idle reaper leaves it alone, until the
+	// cell's files are harvested and its outputs kept.
+	defer o.kernels.Release(sess)
 	for i, f := range in.FilesIn {
 		src, err := o.resolveFileIn(ctx, run, f.Path)
 		if err != nil {
@@ -185,23 +116,39 @@ func (o *Orchestrator) exec1(ctx context.Context, run runid.ID, in ExecInput, ti
 			return out, fault.Wrap(fault.Internal, err, "copy files_in into the working directory", "retry; if the disk quota is full, delete files first")
 		}
 	}
-	res, err := sess.Kernel.Execute(ctx, in.Code, timeout)
+	// The Collector keeps the whole output in memory, as before the
+	// output became a stream; it is bounded by the cell's output limit.
+	var col sandbox.Collector
+	res, err := sess.Kernel.Execute(ctx, sandbox.Cell{Code: in.Code, Timeout: timeout, Output: col.Add})
 	if err != nil {
 		// The kernel was unusable before the cell ran: drop it so the
-		// next call starts fresh.
-		o.kernels.Drop(run)
+		// next call starts fresh (unless the caller had already gone,
+		// which says nothing about the kernel).
+		if ctx.Err() == nil {
+			o.kernels.Drop(run)
+		}
 		return out, sandboxErr(err)
 	}
-	ch, herr := sess.Dir.Harvest(ctx)
+	// The cell ran, if only until the caller hung up: what it wrote is
+	// harvested whole either way, so the store matches the directory.
+	ch, herr := sess.Dir.Harvest(context.WithoutCancel(ctx))
 	for _, f := range ch.Written {
-		out.FilesOut = append(out.FilesOut, ref(f))
+		out.FilesOut = append(out.FilesOut, wire.Ref(f))
 		s.Artifacts = append(s.Artifacts, f)
 	}
 	out.FilesDeleted = ch.Deleted
-	s.Detail["tampered"] = ch.Tampered
-	s.Detail["skipped"] = ch.Skipped
+	oc.Tampered, oc.Skipped = ch.Tampered, ch.Skipped
+	for _, r := range ch.Refused {
+		out.FilesRefused = append(out.FilesRefused, wire.RefusedFile{Path: r.Path, Size: r.Size, Reason: r.Reason})
+		oc.Refused = append(oc.Refused, fmt.Sprintf("%s (%s)", r.Path, r.Reason))
+	}
 	if herr != nil {
-		o.log.ErrorContext(ctx, "harvest working directory", "run", run, "err", herr)
+		// Never a success with files missing: the caller must know.
+		o.log.ErrorContext(ctx, "harvest working directory", "run", run, "stored", len(ch.Written), "err", herr)
+		return out, harvestErr(herr, len(ch.Written))
+	}
+	for _, r := range ch.Refused {
+		o.log.WarnContext(ctx, "refused to harvest a file", "run", run, "path", r.Path, "size", r.Size, "reason", r.Reason)
 	}
 	out.OK = res.OK
 	out.ExecutionCount = res.ExecutionCount
@@ -220,29 +167,32 @@ func (o *Orchestrator) exec1(ctx context.Context, run runid.ID, in ExecInput, ti
 		return f, sess.Dir.Put(ctx, f)
 	}
 	var trunc bool
-	out.Stdout, out.StdoutFile, trunc = o.capStream(res.Stdout, "stdout.txt", keep)
+	stdout, stderr := col.Stdout.String(), col.Stderr.String()
+	out.Stdout, out.StdoutFile, trunc = o.capStream(stdout, "stdout.txt", keep)
 	out.Truncated = out.Truncated || trunc
-	out.Stderr, out.StderrFile, trunc = o.capStream(res.Stderr, "stderr.txt", keep)
+	out.Stderr, out.StderrFile, trunc = o.capStream(stderr, "stderr.txt", keep)
 	out.Truncated = out.Truncated || trunc
-	for i, b := range res.Display {
-		sb, trunc := o.shapeBundle(b, fmt.Sprintf("display-%d", i+1), keep)
+	// A caller in the process (the recipe runner) gets the image bytes
+	// from here, not by reading them back from the store.
+	var images map[string][]byte
+	if r := stepInfo(ctx).Receipt; r != nil {
+		images = map[string][]byte{}
+		r.Images = images
+	}
+	for i, b := range col.Display {
+		sb, trunc := o.shapeBundle(b, fmt.Sprintf("display-%d", i+1), keep, images)
 		out.Truncated = out.Truncated || trunc
 		out.Display = append(out.Display, sb)
 	}
-	if res.Value != nil {
-		sb, trunc := o.shapeBundle(*res.Value, "result", keep)
+	if col.Value != nil {
+		sb, trunc := o.shapeBundle(*col.Value, "result", keep, images)
 		out.Truncated = out.Truncated || trunc
 		out.Result = &sb
 	}
 	if res.Error != nil {
 		out.Error = execError(res.Error, timeout)
 	}
-	s.Detail["backend"] = out.Kernel.Backend
-	s.Detail["ok"] = out.OK
-	s.Detail["stderr"] = res.Stderr
-	s.Detail["error"] = out.Error
-	s.Detail["restarted"] = out.Kernel.Restarted
-	s.Detail["timeout"] = timeout
+	oc.Ran, oc.OK, oc.Error, oc.Stderr, oc.Restarted = true, out.OK, out.Error, stderr, out.Kernel.Restarted
 	return out, nil
 }
 
@@ -266,7 +216,7 @@ func (o *Orchestrator) resolveFileIn(ctx context.Context, run runid.ID, p string
 	return f, nil
 }
 
-func (o *Orchestrator) capStream(text, name string, keep func(string, []byte) (tmpfs.File, error)) (string, *FileRef, bool) {
+func (o *Orchestrator) capStream(text, name string, keep func(string, []byte) (tmpfs.File, error)) (string, *wire.FileRef, bool) {
 	if len(text) <= o.exec.StreamCap {
 		return text, nil, false
 	}
@@ -275,15 +225,15 @@ func (o *Orchestrator) capStream(text, name string, keep func(string, []byte) (t
 		o.log.Error("keep full output", "err", err)
 		return truncateUTF8(text, o.exec.StreamCap), nil, true
 	}
-	r := ref(f)
+	r := wire.Ref(f)
 	return truncateUTF8(text, o.exec.StreamCap), &r, true
 }
 
 // binaryMIME are the bundle types stored as files instead of inlined.
 var binaryMIME = map[string]string{"image/png": "png", "image/jpeg": "jpg", "image/gif": "gif", "image/svg+xml": "svg", "application/pdf": "pdf"}
 
-func (o *Orchestrator) shapeBundle(b sandbox.Bundle, name string, keep func(string, []byte) (tmpfs.File, error)) (Bundle, bool) {
-	out := Bundle{Data: map[string]any{}, Metadata: b.Metadata}
+func (o *Orchestrator) shapeBundle(b sandbox.Bundle, name string, keep func(string, []byte) (tmpfs.File, error), images map[string][]byte) (wire.Bundle, bool) {
+	out := wire.Bundle{Data: map[string]any{}, Metadata: b.Metadata}
 	truncated := false
 	for mime, raw := range b.Data {
 		if ext, ok := binaryMIME[mime]; ok {
@@ -296,7 +246,10 @@ func (o *Orchestrator) shapeBundle(b sandbox.Bundle, name string, keep func(stri
 					}
 				}
 				if f, err := keep(name+"."+ext, data); err == nil {
-					out.Data[mime] = ImageRef{Path: f.Path, SHA256: f.SHA256, Size: f.Size}
+					out.Data[mime] = wire.Ref(f)
+					if images != nil {
+						images[f.Path] = data
+					}
 					continue
 				}
 			}
@@ -316,8 +269,8 @@ func (o *Orchestrator) shapeBundle(b sandbox.Bundle, name string, keep func(stri
 	return out, truncated
 }
 
-func execError(e *sandbox.ExecError, timeout time.Duration) *ExecError {
-	out := &ExecError{Kind: e.Kind, Ename: e.Ename, Evalue: e.Evalue, Traceback: e.Traceback, Reason: e.Reason}
+func execError(e *sandbox.ExecError, timeout time.Duration) *wire.ExecError {
+	out := &wire.ExecError{Kind: e.Kind, Ename: e.Ename, Evalue: e.Evalue, Traceback: e.Traceback, Reason: e.Reason}
 	switch e.Kind {
 	case sandbox.KindTimeout:
 		out.Message = fmt.Sprintf("the cell ran past its %s deadline and was interrupted", timeout)
@@ -328,12 +281,28 @@ func execError(e *sandbox.ExecError, timeout time.Duration) *ExecError {
 			out.Message += " (" + e.Reason + ")"
 		}
 		out.Suggestion = "the next call gets a fresh kernel with no variables; use less memory (OOMKilled) or avoid os._exit, then re-run the cells that set up state"
+	case sandbox.KindOutputLimit:
+		out.Message = "the cell's output passed the per-cell output limit and the cell was stopped: " + e.Evalue
+		out.Suggestion = "print less: write large results to a file in the working directory (it becomes a run file) and print a summary; if the kernel was restarted, re-run the cells that set up state"
+	case sandbox.KindInterrupted:
+		out.Message = "the call was abandoned while the cell ran, so the cell was interrupted: " + e.Evalue
+		out.Suggestion = "run the cell again and wait for its answer; if the kernel was restarted, re-run the cells that set up state"
 	default:
 		out.Kind = sandbox.KindExecution
 		out.Message = strings.TrimSpace(e.Ename + ": " + e.Evalue)
 		out.Suggestion = "fix the code and run the cell again; the traceback shows where it failed"
 	}
 	return out
+}
+
+// harvestErr reports a harvest that could not store every file the cell
+// left: the call fails rather than answer with files missing.
+func harvestErr(err error, stored int) error {
+	msg := fmt.Sprintf("the cell ran, but its files could not all be stored (%d were)", stored)
+	if errors.Is(err, sandbox.ErrClosed) {
+		msg = fmt.Sprintf("the cell ran, but its kernel was stopped while its files were being stored (%d were); the others are lost", stored)
+	}
+	return fault.Wrap(fault.Unavailable, err, msg, "check the run's files with tmp.list, and run the cell again to write the missing ones")
 }
 
 func sandboxErr(err error) error {

@@ -9,11 +9,12 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/triadhq/triad/browser"
 	"github.com/triadhq/triad/internal/runid"
 	"github.com/triadhq/triad/orchestrator"
 	"github.com/triadhq/triad/orchestrator/orchestratortest"
+	"github.com/triadhq/triad/runfiles"
 	"github.com/triadhq/triad/tmpfs"
+	"github.com/triadhq/triad/wire"
 )
 
 func text(s string) *string { return &s }
@@ -58,21 +59,21 @@ func TestJournalScenario(t *testing.T) {
 	ctx := t.Context()
 	run := runid.New()
 	o := s.Orch
-	if _, err := o.Write(ctx, run, orchestrator.WriteInput{Path: "data/leads.csv", Text: text("source,leads\nads,40\nseo,25\n")}); err != nil {
+	if _, err := o.Write(ctx, run, wire.WriteRequest{Path: "data/leads.csv", Text: text("source,leads\nads,40\nseo,25\n")}); err != nil {
 		t.Fatal(err)
 	}
-	out, err := o.Exec(ctx, run, orchestrator.ExecInput{Code: "import pandas as pd\ndf = pd.read_csv('data/leads.csv')\ndf['share'] = df.leads / df.leads.sum()\ndf.to_csv('kpis.csv', index=False)"})
+	out, err := o.Exec(ctx, run, wire.ExecRequest{Code: "import pandas as pd\ndf = pd.read_csv('data/leads.csv')\ndf['share'] = df.leads / df.leads.sum()\ndf.to_csv('kpis.csv', index=False)"})
 	if err != nil || !out.OK {
 		t.Fatalf("exec: %+v %v", out, err)
 	}
-	res, err := o.Search(ctx, run, browser.Request{Query: "Acme Analytics pricing"}, orchestrator.SearchOptions{})
+	res, err := o.Search(ctx, run, wire.SearchRequest{Query: "Acme Analytics pricing"}, orchestrator.SearchOptions{})
 	if err != nil || len(res.Results) == 0 {
 		t.Fatalf("search: %+v %v", res, err)
 	}
 	if err := o.Note(ctx, run, "Prefer 2026 sources.", "ana"); err != nil {
 		t.Fatal(err)
 	}
-	fail, err := o.Exec(ctx, run, orchestrator.ExecInput{Code: "import warnings\nwarnings.warn('this API is deprecated', DeprecationWarning, stacklevel=1)\n1/0"})
+	fail, err := o.Exec(ctx, run, wire.ExecRequest{Code: "import warnings\nwarnings.warn('this API is deprecated', DeprecationWarning, stacklevel=1)\n1/0"})
 	if err != nil || fail.OK || fail.Error == nil || fail.Error.Ename != "ZeroDivisionError" {
 		t.Fatalf("failing cell: %+v %v", fail, err)
 	}
@@ -176,7 +177,7 @@ func checkTraceAgrees(t *testing.T, s *orchestratortest.Stack, run runid.ID, bs 
 			t.Errorf("trace step %d says %s, its Step Block does not", rec.Step, verdict)
 		}
 	}
-	b, _, err := s.Store.ReadAll(ctx, run, orchestrator.EvaluationsPath)
+	b, _, err := s.Store.ReadAll(ctx, run, runfiles.Evaluations)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -189,17 +190,17 @@ func TestArtifactIndexAgrees(t *testing.T) {
 	s := orchestratortest.New(t, orchestratortest.Options{Sandbox: "docker"})
 	ctx := t.Context()
 	run := runid.New()
-	out, err := s.Orch.Exec(ctx, run, orchestrator.ExecInput{Code: "import os\nos.makedirs('artifacts', exist_ok=True)\nopen('artifacts/a.md','w').write('# A\\nsee data.csv\\n')\nopen('artifacts/b.csv','w').write('x\\n1\\n')"})
+	out, err := s.Orch.Exec(ctx, run, wire.ExecRequest{Code: "import os\nos.makedirs('artifacts', exist_ok=True)\nopen('artifacts/a.md','w').write('# A\\nsee data.csv\\n')\nopen('artifacts/b.csv','w').write('x\\n1\\n')"})
 	if err != nil || !out.OK {
 		t.Fatalf("%+v %v", out, err)
 	}
 	if _, err := s.Orch.Delete(ctx, run, "artifacts/b.csv"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Orch.Write(ctx, run, orchestrator.WriteInput{Path: "artifacts/c.txt", Text: text("c")}); err != nil {
+	if _, err := s.Orch.Write(ctx, run, wire.WriteRequest{Path: "artifacts/c.txt", Text: text("c")}); err != nil {
 		t.Fatal(err)
 	}
-	b, _, err := s.Store.ReadAll(ctx, run, orchestrator.IndexPath)
+	b, _, err := s.Store.ReadAll(ctx, run, runfiles.Index)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -210,7 +211,7 @@ func TestArtifactIndexAgrees(t *testing.T) {
 	live, _ := s.Store.List(ctx, run, "artifacts/")
 	want := map[string]tmpfs.File{}
 	for _, f := range live {
-		if f.Path != orchestrator.IndexPath {
+		if f.Path != runfiles.Index {
 			want[f.Path] = f
 		}
 	}
@@ -243,7 +244,7 @@ func TestConcurrentCallsAreSerialized(t *testing.T) {
 				errs <- err
 				return
 			}
-			_, err := s.Orch.Write(ctx, run, orchestrator.WriteInput{Path: fmt.Sprintf("f/%02d.txt", i), Text: text(fmt.Sprint(i))})
+			_, err := s.Orch.Write(ctx, run, wire.WriteRequest{Path: fmt.Sprintf("f/%02d.txt", i), Text: text(fmt.Sprint(i))})
 			errs <- err
 		}()
 	}
@@ -263,7 +264,13 @@ func TestConcurrentCallsAreSerialized(t *testing.T) {
 			t.Fatalf("block %d is Step %d", i+1, b.n)
 		}
 	}
-	tr, _ := s.Orch.Trace(ctx, run)
+	tr, err := s.Orch.Trace(ctx, run)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(tr) != 20 {
+		t.Fatalf("got %d trace records, want 20", len(tr))
+	}
 	for i, rec := range tr {
 		if rec.Step != i+1 {
 			t.Fatalf("trace record %d is step %d", i+1, rec.Step)
@@ -277,11 +284,11 @@ func TestCellCannotCorruptJournal(t *testing.T) {
 	s := orchestratortest.New(t, orchestratortest.Options{Sandbox: "docker"})
 	ctx := t.Context()
 	run := runid.New()
-	if _, err := s.Orch.Write(ctx, run, orchestrator.WriteInput{Path: "x.txt", Text: text("x")}); err != nil {
+	if _, err := s.Orch.Write(ctx, run, wire.WriteRequest{Path: "x.txt", Text: text("x")}); err != nil {
 		t.Fatal(err)
 	}
 	before := journal(t, s, run)
-	out, err := s.Orch.Exec(ctx, run, orchestrator.ExecInput{Code: "print(open('CEL.md').read()[:40])\nopen('CEL.md','w').write('# forged\\n## Step 99: nothing\\n')\nopen('trace.jsonl','a').write('{}\\n')"})
+	out, err := s.Orch.Exec(ctx, run, wire.ExecRequest{Code: "print(open('CEL.md').read()[:40])\nopen('CEL.md','w').write('# forged\\n## Step 99: nothing\\n')\nopen('trace.jsonl','a').write('{}\\n')"})
 	if err != nil || !out.OK || !strings.Contains(out.Stdout, "Context Engineering Log") {
 		t.Fatalf("the cell could not read the journal: %+v %v", out, err)
 	}
@@ -293,7 +300,7 @@ func TestCellCannotCorruptJournal(t *testing.T) {
 	if len(bs) != 2 || !strings.Contains(bs[1].body, "changed the journal") || strings.Contains(bs[1].body, "hygiene=1.00") {
 		t.Fatalf("the tampering step should be marked down on hygiene:\n%s", bs[len(bs)-1].body)
 	}
-	if _, err := s.Orch.Exec(ctx, run, orchestrator.ExecInput{Code: "import os\nos.remove('CEL.md')"}); err != nil {
+	if _, err := s.Orch.Exec(ctx, run, wire.ExecRequest{Code: "import os\nos.remove('CEL.md')"}); err != nil {
 		t.Fatal(err)
 	}
 	final := journal(t, s, run)
@@ -302,7 +309,7 @@ func TestCellCannotCorruptJournal(t *testing.T) {
 	}
 	checkTraceAgrees(t, s, run, blocks(t, final))
 	// The kernel sees the restored journal again.
-	out, _ = s.Orch.Exec(ctx, run, orchestrator.ExecInput{Code: "print(open('CEL.md').read().count('## Step '))"})
+	out, _ = s.Orch.Exec(ctx, run, wire.ExecRequest{Code: "print(open('CEL.md').read().count('## Step '))"})
 	if strings.TrimSpace(out.Stdout) != "3" {
 		t.Fatalf("the kernel's CEL.md has %q Step Blocks, want 3 (restored)", out.Stdout)
 	}
@@ -323,7 +330,7 @@ func TestMonkeypatchedKernelDoesNotChangeVerdict(t *testing.T) {
 		return string(b)
 	}
 	control := runid.New()
-	if _, err := s.Orch.Exec(ctx, control, orchestrator.ExecInput{Code: work}); err != nil {
+	if _, err := s.Orch.Exec(ctx, control, wire.ExecRequest{Code: work}); err != nil {
 		t.Fatal(err)
 	}
 	patched := runid.New()
@@ -333,13 +340,38 @@ builtins.open.__doc__ = 'patched'
 json.loads = lambda *a, **k: {"ok": True}
 import sys; sys.modules['json'] = json
 `
-	if _, err := s.Orch.Exec(ctx, patched, orchestrator.ExecInput{Code: patch}); err != nil {
+	if _, err := s.Orch.Exec(ctx, patched, wire.ExecRequest{Code: patch}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Orch.Exec(ctx, patched, orchestrator.ExecInput{Code: work}); err != nil {
+	if _, err := s.Orch.Exec(ctx, patched, wire.ExecRequest{Code: work}); err != nil {
 		t.Fatal(err)
 	}
 	if a, b := verdict(control), verdict(patched); a != b || !strings.Contains(a, `"pass":false`) {
 		t.Fatalf("verdicts differ or pass a broken JSON file:\ncontrol %s\npatched %s", a, b)
+	}
+}
+
+// The closing summary lists the run's deliverables, not Triad's index of
+// them.
+func TestFinalizeListsDeliverables(t *testing.T) {
+	s := orchestratortest.New(t, orchestratortest.Options{})
+	ctx := t.Context()
+	run := runid.New()
+	if _, err := s.Orch.Write(ctx, run, wire.WriteRequest{Path: "artifacts/brief.md", Text: text("# Brief\n")}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Store.Stat(ctx, run, runfiles.Index); err != nil {
+		t.Fatalf("no index after a deliverable: %v", err)
+	}
+	if err := s.Orch.Finalize(ctx, run, "succeeded"); err != nil {
+		t.Fatal(err)
+	}
+	cel := string(journal(t, s, run))
+	_, summary, ok := strings.Cut(cel, "\n## Summary\n")
+	if !ok {
+		t.Fatalf("no summary:\n%s", cel)
+	}
+	if !strings.Contains(summary, "`tmp/artifacts/brief.md`") || strings.Contains(summary, "index.json") {
+		t.Errorf("got summary\n%s\nwant artifacts/brief.md and not the index", summary)
 	}
 }

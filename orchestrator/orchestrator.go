@@ -22,37 +22,6 @@ import (
 	"github.com/triadhq/triad/tmpfs"
 )
 
-// Tool names, as the spec spells them.
-const (
-	ToolExec   = "sandbox.exec"
-	ToolSearch = "browser.search"
-	ToolWrite  = "tmp.write"
-	ToolRead   = "tmp.read"
-	ToolList   = "tmp.list"
-	ToolDelete = "tmp.delete"
-)
-
-// Step is one finished tool call, as the journal, evaluator and trace see it.
-// Detail keys: "ok", "stderr", "error", "restarted", "tampered", "timeout",
-// "backend" (sandbox.exec); "results", "domains" (browser.search).
-type Step struct {
-	Run  runid.ID
-	Tool string
-	// Inputs are the call's salient parameters: never secrets, and code is
-	// shortened to a hash by the tool before it lands here.
-	Inputs map[string]any
-	// Artifacts are the files the call created or changed, with the
-	// metadata the store reports for them.
-	Artifacts []tmpfs.File
-	// Err is the call's failure, if it failed.
-	Err     error
-	Started time.Time
-	Elapsed time.Duration
-	// Detail carries tool-specific facts for the evaluator (stderr, exit
-	// status, expected outputs); keys are documented by each tool.
-	Detail map[string]any
-}
-
 // Orchestrator runs tool calls.
 type Orchestrator struct {
 	store   *tmpfs.Store
@@ -128,12 +97,14 @@ func (o *Orchestrator) Store() *tmpfs.Store { return o.store }
 // Limits returns the configured limits.
 func (o *Orchestrator) Limits() Limits { return o.limits }
 
-// call is the orchestration path. fn performs the tool call and fills in the
-// step's artifacts and detail; call does everything around it.
-func (o *Orchestrator) call(ctx context.Context, run runid.ID, tool string, inputs map[string]any, fn func(ctx context.Context, s *Step) error) error {
+// call is the orchestration path. fn performs the tool call, filling in
+// the step's artifacts and its outcome's facts; call does everything
+// around it: the run lock, timing, and recording (Step Block with the
+// evaluator's verdict, trace, evaluations, artifact index).
+func (o *Orchestrator) call(ctx context.Context, run runid.ID, out Outcome, fn func(ctx context.Context, s *Step) error) error {
 	unlock := o.lockRun(run)
 	defer unlock()
-	s := &Step{Run: run, Tool: tool, Inputs: inputs, Started: time.Now().UTC(), Detail: map[string]any{}}
+	s := &Step{Run: run, Outcome: out, Started: time.Now().UTC()}
 	s.Err = fn(ctx, s)
 	s.Elapsed = time.Since(s.Started)
 	// The journal must be written even if the caller hung up mid-call.

@@ -5,79 +5,20 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"sort"
-	"strings"
 	"sync"
-	"time"
 
 	"github.com/triadhq/triad/browser"
 	"github.com/triadhq/triad/cel"
 	"github.com/triadhq/triad/evaluator"
-	"github.com/triadhq/triad/internal/fault"
 	"github.com/triadhq/triad/internal/runid"
+	"github.com/triadhq/triad/runfiles"
 	"github.com/triadhq/triad/tmpfs"
+	"github.com/triadhq/triad/wire"
 )
 
-// Journal files kept beside CEL.md.
-const (
-	TracePath       = "trace.jsonl"
-	EvaluationsPath = "evaluations.jsonl"
-	IndexPath       = "artifacts/index.json"
-)
-
-// StepInfo is what a caller (the recipe runner) knows about a call beyond
-// its inputs: the artifacts it must produce and what comes next.
-type StepInfo struct {
-	// Label names the step ("recipe step 3: fit the model").
-	Label string
-	// Expected are the artifacts the evaluator's completeness check wants.
-	Expected []evaluator.Expect
-	// Next lists the next steps for the journal.
-	Next []string
-}
-
-type stepInfoKey struct{}
-
-// WithStepInfo attaches StepInfo to the calls made with ctx.
-func WithStepInfo(ctx context.Context, si StepInfo) context.Context {
-	return context.WithValue(ctx, stepInfoKey{}, si)
-}
-
-func stepInfo(ctx context.Context) StepInfo {
-	si, _ := ctx.Value(stepInfoKey{}).(StepInfo)
-	return si
-}
-
-// TraceRecord is one line of trace.jsonl: enough, with the recorded search
-// results and the content-addressed files, to replay the call.
-type TraceRecord struct {
-	Step      int                `json:"step"`
-	Tool      string             `json:"tool"`
-	Started   time.Time          `json:"started"`
-	ElapsedMs int64              `json:"elapsed_ms"`
-	Inputs    map[string]any     `json:"inputs"`
-	OK        bool               `json:"ok"`
-	Error     *TraceError        `json:"error,omitempty"`
-	Outputs   []FileRef          `json:"outputs"`
-	Eval      *evaluator.Verdict `json:"evaluation"`
-	Label     string             `json:"label,omitempty"`
-}
-
-// TraceError is a failed call's error in the trace.
-type TraceError struct {
-	Kind    string `json:"kind"`
-	Message string `json:"message"`
-}
-
-// IndexEntry is one line of artifacts/index.json.
-type IndexEntry struct {
-	Path   string       `json:"path"`
-	SHA256 tmpfs.Digest `json:"sha256"`
-	Size   int64        `json:"size"`
-	Step   int          `json:"step"`
-	URL    string       `json:"url"`
-}
+// IndexEntry is one deliverable in artifacts/index.json.
+type IndexEntry = wire.IndexEntry
 
 // journal is the recording half of the orchestration path.
 type journal struct {
@@ -105,7 +46,7 @@ func (o *Orchestrator) record(ctx context.Context, s *Step) {
 		return
 	}
 	if err := o.record1(ctx, s); err != nil {
-		o.log.ErrorContext(ctx, "record step", "run", s.Run, "tool", s.Tool, "err", err)
+		o.log.ErrorContext(ctx, "record step", "run", s.Run, "tool", s.Outcome.Tool(), "err", err)
 	}
 }
 
@@ -128,50 +69,30 @@ func (o *Orchestrator) record1(ctx context.Context, s *Step) error {
 	}
 	si := stepInfo(ctx)
 	verdict := o.evaluate(ctx, s, si)
-	did, next := describe(s, si)
-	for _, nt := range notes {
-		did = append(did, fmt.Sprintf("Saw operator note: “%s”", strings.TrimSpace(nt.Text)))
-	}
-	block := cel.Block{N: n, Tool: s.Tool, When: s.Started, Input: salient(s.Inputs), Did: did, Next: next,
-		Eval: cel.Evaluation{Pass: verdict.Pass, Score: verdict.Score, Completeness: verdict.Completeness,
-			Correctness: verdict.Correctness, Evidence: verdict.Evidence, Hygiene: verdict.Hygiene, Critique: verdict.Critique}}
-	for _, a := range s.Artifacts {
-		block.Artifacts = append(block.Artifacts, cel.Artifact{Path: a.Path, Size: a.Size, SHA256: a.SHA256})
-	}
+	block := stepBlock(s, si, n, notes, verdict)
 	wrote, err := o.j.cel.Append(ctx, run, block)
 	if err != nil {
 		return err
 	}
 	files = append(files, wrote...)
 
-	ev, _ := json.Marshal(struct {
+	ev, _ := runfiles.Marshal(struct {
 		Step int    `json:"step"`
 		Tool string `json:"tool"`
 		*evaluator.Verdict
-	}{n, s.Tool, &verdict})
-	f, err := o.appendLine(ctx, run, EvaluationsPath, ev)
+	}{n, s.Outcome.Tool(), &verdict})
+	f, err := o.appendLine(ctx, run, runfiles.Evaluations, ev)
 	if err != nil {
 		return err
 	}
 	files = append(files, f)
 
-	tr := TraceRecord{Step: n, Tool: s.Tool, Started: s.Started, ElapsedMs: s.Elapsed.Milliseconds(), Inputs: s.Inputs,
-		OK: s.Err == nil, Outputs: []FileRef{}, Eval: &verdict, Label: si.Label}
-	if s.Err != nil {
-		fe := fault.As(s.Err)
-		if fe == nil {
-			fe = &fault.Error{Kind: fault.Internal, Message: s.Err.Error()}
-		}
-		tr.Error = &TraceError{Kind: string(fe.Kind), Message: fe.Message}
-	}
-	for _, a := range s.Artifacts {
-		tr.Outputs = append(tr.Outputs, ref(a))
-	}
-	line, err := json.Marshal(tr)
+	tr := traceRecord(s, si, n, verdict)
+	line, err := runfiles.Marshal(tr)
 	if err != nil {
 		return err
 	}
-	if f, err = o.appendLine(ctx, run, TracePath, line); err != nil {
+	if f, err = o.appendLine(ctx, run, runfiles.Trace, line); err != nil {
 		return err
 	}
 	files = append(files, f)
@@ -186,50 +107,27 @@ func (o *Orchestrator) record1(ctx context.Context, s *Step) error {
 			o.log.WarnContext(ctx, "mirror journal file", "run", run, "path", f.Path, "err", err)
 		}
 	}
+	if si.Receipt != nil {
+		si.Receipt.Step, si.Receipt.Verdict = n, verdict
+	}
 	return nil
 }
 
 // evaluate grades s. It never fails: an evaluator that cannot answer yields
 // a FAIL verdict that says so, so no Evaluation line is left pending.
 func (o *Orchestrator) evaluate(ctx context.Context, s *Step, si StepInfo) evaluator.Verdict {
-	req := evaluator.Request{Tool: s.Tool, OK: s.Err == nil, ElapsedMs: s.Elapsed.Milliseconds(), Expected: si.Expected}
-	if s.Err != nil {
-		req.Error = s.Err.Error()
-		if fe := fault.As(s.Err); fe != nil {
-			req.Error = string(fe.Kind) + ": " + fe.Message
-		}
-	}
-	for _, a := range s.Artifacts {
-		req.Artifacts = append(req.Artifacts, evaluator.Artifact{Path: a.Path, Size: a.Size, SHA256: a.SHA256})
-	}
-	if s.Tool == ToolExec {
-		if ok, _ := s.Detail["ok"].(bool); !ok && s.Err == nil {
-			req.OK = false
-			if e, _ := s.Detail["error"].(*ExecError); e != nil {
-				req.Error = e.Message
-			}
-		}
-		req.Stderr, _ = s.Detail["stderr"].(string)
-		req.Restarted, _ = s.Detail["restarted"].(bool)
-		req.Tampered, _ = s.Detail["tampered"].([]string)
-		if d, ok := s.Detail["timeout"].(time.Duration); ok {
-			req.BudgetMs = d.Milliseconds()
-		}
-	}
-	if n, ok := s.Detail["results"].(int); ok {
-		req.Results = n
-	}
+	req := evalRequest(s, si)
 	files, err := o.store.List(ctx, s.Run, "")
 	if err == nil {
 		if len(si.Expected) > 0 {
 			req.RunFiles = map[string]evaluator.Artifact{}
 		}
 		for _, f := range files {
-			if isDataset(f.Path) {
+			if runfiles.IsDataset(f.Path) {
 				req.Datasets = append(req.Datasets, f.Path)
 			}
 			if req.RunFiles != nil {
-				req.RunFiles[f.Path] = evaluator.Artifact{Path: f.Path, Size: f.Size, SHA256: f.SHA256}
+				req.RunFiles[f.Path] = wire.Ref(f)
 			}
 		}
 	}
@@ -245,19 +143,6 @@ func (o *Orchestrator) evaluate(ctx context.Context, s *Step, si StepInfo) evalu
 	return v
 }
 
-// isDataset reports whether p is an input a report may cite by name.
-func isDataset(p string) bool {
-	if cel.Protected(p) || strings.HasPrefix(p, "outputs/") || strings.HasPrefix(p, "citations/") || p == IndexPath {
-		return false
-	}
-	for _, ext := range []string{".csv", ".json", ".xlsx", ".tsv", ".jsonl"} {
-		if strings.HasSuffix(p, ext) {
-			return true
-		}
-	}
-	return false
-}
-
 // citationURLs returns the URLs of the run's recorded searches.
 func (o *Orchestrator) citationURLs(ctx context.Context, run runid.ID) []string {
 	o.j.mu.Lock()
@@ -265,7 +150,7 @@ func (o *Orchestrator) citationURLs(ctx context.Context, run runid.ID) []string 
 	o.j.mu.Unlock()
 	if !ok {
 		set = map[string]bool{}
-		files, _ := o.store.List(ctx, run, "citations/")
+		files, _ := o.store.List(ctx, run, runfiles.CitationsDir)
 		for _, f := range files {
 			b, _, err := o.store.ReadAll(ctx, run, f.Path)
 			if err != nil {
@@ -321,7 +206,7 @@ func (o *Orchestrator) appendLine(ctx context.Context, run runid.ID, path string
 func (o *Orchestrator) updateIndex(ctx context.Context, run runid.ID, step int, arts []tmpfs.File) (tmpfs.File, bool, error) {
 	var add []tmpfs.File
 	for _, a := range arts {
-		if strings.HasPrefix(a.Path, "artifacts/") && a.Path != IndexPath {
+		if runfiles.IsDeliverable(a.Path) {
 			add = append(add, a)
 		}
 	}
@@ -331,7 +216,7 @@ func (o *Orchestrator) updateIndex(ctx context.Context, run runid.ID, step int, 
 	var idx struct {
 		Artifacts []IndexEntry `json:"artifacts"`
 	}
-	old, _, err := o.store.ReadAll(ctx, run, IndexPath)
+	old, _, err := o.store.ReadAll(ctx, run, runfiles.Index)
 	if err == nil {
 		json.Unmarshal(old, &idx)
 	} else if !errors.Is(err, tmpfs.ErrNotFound) {
@@ -342,10 +227,10 @@ func (o *Orchestrator) updateIndex(ctx context.Context, run runid.ID, step int, 
 		byPath[e.Path] = e
 	}
 	for _, a := range add {
-		byPath[a.Path] = IndexEntry{Path: a.Path, SHA256: a.SHA256, Size: a.Size, Step: step, URL: "/blobs/" + a.SHA256.String()}
+		byPath[a.Path] = IndexEntry{FileRef: wire.Ref(a), Step: step, URL: "/blobs/" + a.SHA256.String()}
 	}
 	// Deliverables a later step deleted leave the index too.
-	live, err := o.store.List(ctx, run, "artifacts/")
+	live, err := o.store.List(ctx, run, runfiles.ArtifactsDir)
 	if err != nil {
 		return tmpfs.File{}, false, err
 	}
@@ -360,90 +245,10 @@ func (o *Orchestrator) updateIndex(ctx context.Context, run runid.ID, step int, 
 		}
 	}
 	sort.Slice(idx.Artifacts, func(i, j int) bool { return idx.Artifacts[i].Path < idx.Artifacts[j].Path })
-	b, err := json.MarshalIndent(idx, "", "  ")
+	b, err := runfiles.MarshalIndent(idx)
 	if err != nil {
 		return tmpfs.File{}, false, err
 	}
-	f, err := o.store.WriteBytes(ctx, run, IndexPath, append(b, '\n'))
+	f, err := o.store.WriteBytes(ctx, run, runfiles.Index, append(b, '\n'))
 	return f, err == nil, err
-}
-
-// salient orders a step's inputs for the Step Block.
-func salient(in map[string]any) []cel.KV {
-	keys := make([]string, 0, len(in))
-	for k := range in {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	out := make([]cel.KV, 0, len(keys))
-	for _, k := range keys {
-		var v string
-		switch x := in[k].(type) {
-		case string:
-			v = x
-		default:
-			b, _ := json.Marshal(x)
-			v = string(b)
-		}
-		out = append(out, cel.KV{Key: k, Value: v})
-	}
-	return out
-}
-
-// describe writes the "What I did" and "Next steps" bullets.
-func describe(s *Step, si StepInfo) (did, next []string) {
-	if si.Label != "" {
-		did = append(did, si.Label)
-	}
-	failed := s.Err != nil
-	switch s.Tool {
-	case ToolExec:
-		backend, _ := s.Detail["backend"].(string)
-		if e, _ := s.Detail["error"].(*ExecError); e != nil {
-			failed = true
-			did = append(did, fmt.Sprintf("Ran a Python cell in the %s kernel: failed (%s)", backend, e.Message))
-			next = append(next, e.Suggestion)
-		} else if s.Err == nil {
-			did = append(did, fmt.Sprintf("Ran a Python cell in the %s kernel: ok", backend))
-		}
-		if n := len(s.Artifacts); n > 0 {
-			did = append(did, fmt.Sprintf("Stored %d file(s) the cell wrote or its outputs, content-addressed", n))
-		}
-	case ToolSearch:
-		if n, ok := s.Detail["results"].(int); ok {
-			did = append(did, fmt.Sprintf("Searched the web: %d result(s); top domains %s", n, s.Detail["domains"]))
-			did = append(did, "Kept the raw results as a citations record")
-		}
-	case ToolWrite:
-		if len(s.Artifacts) > 0 {
-			did = append(did, fmt.Sprintf("Stored %s (%d bytes)", s.Artifacts[0].Path, s.Artifacts[0].Size))
-		}
-	case ToolRead:
-		did = append(did, fmt.Sprintf("Read %v", s.Inputs["path"]))
-	case ToolList:
-		did = append(did, fmt.Sprintf("Listed files under %q", s.Inputs["prefix"]))
-	case ToolDelete:
-		did = append(did, fmt.Sprintf("Deleted %v", s.Inputs["path"]))
-	}
-	if s.Err != nil {
-		fe := fault.As(s.Err)
-		msg, sugg := s.Err.Error(), ""
-		if fe != nil {
-			msg, sugg = string(fe.Kind)+": "+fe.Message, fe.Suggestion
-		}
-		did = append(did, "Failed: "+msg)
-		if sugg != "" {
-			next = append(next, sugg)
-		}
-	}
-	if !failed {
-		next = append(next, si.Next...)
-		if len(next) == 0 {
-			next = append(next, "Review the artifacts above, or continue with the next tool call")
-		}
-	}
-	if len(did) > 3 {
-		did = did[:3]
-	}
-	return did, next
 }

@@ -13,7 +13,9 @@ import (
 	"github.com/triadhq/triad/cel"
 	"github.com/triadhq/triad/internal/fault"
 	"github.com/triadhq/triad/internal/runid"
+	"github.com/triadhq/triad/runfiles"
 	"github.com/triadhq/triad/tmpfs"
+	"github.com/triadhq/triad/wire"
 )
 
 // Note appends an operator note to the run's journal; the next Step Block
@@ -81,9 +83,11 @@ func (o *Orchestrator) Finalize(ctx context.Context, run runid.ID, status string
 			sum.Failed++
 		}
 	}
-	arts, _ := o.store.List(ctx, run, "artifacts/")
+	arts, _ := o.store.List(ctx, run, runfiles.ArtifactsDir)
 	for _, a := range arts {
-		sum.Artifacts = append(sum.Artifacts, cel.Artifact{Path: a.Path, Size: a.Size, SHA256: a.SHA256})
+		if runfiles.IsDeliverable(a.Path) {
+			sum.Artifacts = append(sum.Artifacts, wire.Ref(a))
+		}
 	}
 	files, err := o.j.cel.Finalize(ctx, run, sum)
 	if err != nil {
@@ -97,12 +101,12 @@ func (o *Orchestrator) Finalize(ctx context.Context, run runid.ID, status string
 
 // Trace returns the run's trace records.
 func (o *Orchestrator) Trace(ctx context.Context, run runid.ID) ([]TraceRecord, error) {
-	b, _, err := o.store.ReadAll(ctx, run, TracePath)
+	b, _, err := o.store.ReadAll(ctx, run, runfiles.Trace)
 	if errors.Is(err, tmpfs.ErrNotFound) {
 		return nil, nil
 	}
 	if err != nil {
-		return nil, storeErr(err, run, TracePath)
+		return nil, storeErr(err, run, runfiles.Trace)
 	}
 	var out []TraceRecord
 	sc := bufio.NewScanner(bytes.NewReader(b))
@@ -117,29 +121,11 @@ func (o *Orchestrator) Trace(ctx context.Context, run runid.ID) ([]TraceRecord, 
 	return out, sc.Err()
 }
 
-// RunStatus is a run's state as GET /runs/{id} reports it.
-type RunStatus struct {
-	RunID     string       `json:"run_id"`
-	Status    string       `json:"status"`
-	Steps     []StepStatus `json:"steps"`
-	Artifacts []IndexEntry `json:"artifacts"`
-}
-
-// StepStatus is one step of a run.
-type StepStatus struct {
-	Step       int     `json:"step"`
-	Tool       string  `json:"tool"`
-	OK         bool    `json:"ok"`
-	Evaluation string  `json:"evaluation"`
-	Score      float64 `json:"score"`
-	DurationMs int64   `json:"duration_ms"`
-	Label      string  `json:"label,omitempty"`
-}
-
-// Status reports a run from its trace and artifact index. A run with no
-// calls yet is not found.
-func (o *Orchestrator) Status(ctx context.Context, run runid.ID) (RunStatus, error) {
-	st := RunStatus{RunID: run.String(), Status: "open", Steps: []StepStatus{}, Artifacts: []IndexEntry{}}
+// Status reports a run from its trace and artifact index: the journal's
+// part of the run view (runner.View adds a recipe run's part). A run with
+// no calls and no files yet is not found.
+func (o *Orchestrator) Status(ctx context.Context, run runid.ID) (wire.RunView, error) {
+	st := wire.RunView{RunID: run.String(), Status: "open", Steps: []wire.StepStatus{}, Artifacts: []wire.IndexEntry{}}
 	trace, err := o.Trace(ctx, run)
 	if err != nil {
 		return st, err
@@ -153,7 +139,7 @@ func (o *Orchestrator) Status(ctx context.Context, run runid.ID) (RunStatus, err
 			"runs start at their first tool call; POST /runs gives a fresh id, POST /run starts a recipe")
 	}
 	for _, t := range trace {
-		ss := StepStatus{Step: t.Step, Tool: t.Tool, OK: t.OK, DurationMs: t.ElapsedMs, Label: t.Label, Evaluation: "FAIL"}
+		ss := wire.StepStatus{Step: t.Step, Tool: t.Tool, OK: t.OK, DurationMs: t.ElapsedMs, Label: t.Label, Evaluation: "FAIL"}
 		if t.Eval != nil {
 			ss.Score = t.Eval.Score
 			if t.Eval.Pass {
@@ -162,7 +148,7 @@ func (o *Orchestrator) Status(ctx context.Context, run runid.ID) (RunStatus, err
 		}
 		st.Steps = append(st.Steps, ss)
 	}
-	if b, _, err := o.store.ReadAll(ctx, run, IndexPath); err == nil {
+	if b, _, err := o.store.ReadAll(ctx, run, runfiles.Index); err == nil {
 		var idx struct {
 			Artifacts []IndexEntry `json:"artifacts"`
 		}

@@ -2,21 +2,18 @@ package orchestrator
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"strings"
 
 	"github.com/triadhq/triad/browser"
 	"github.com/triadhq/triad/browser/replay"
 	"github.com/triadhq/triad/internal/fault"
 	"github.com/triadhq/triad/internal/runid"
 	"github.com/triadhq/triad/internal/safepath"
+	"github.com/triadhq/triad/runfiles"
 	"github.com/triadhq/triad/tmpfs"
+	"github.com/triadhq/triad/wire"
 )
-
-// CitationsDir holds a run's citations records, one per search.
-const CitationsDir = "citations/"
 
 // SearchOptions are per-call knobs beyond the contract.
 type SearchOptions struct {
@@ -30,9 +27,10 @@ type SearchOptions struct {
 // replay is on for the run (or the server), the answer comes from the run's
 // recorded records instead of the provider, so a replayed run sees exactly
 // the evidence the original saw.
-func (o *Orchestrator) Search(ctx context.Context, run runid.ID, req browser.Request, opt SearchOptions) (browser.Response, error) {
-	var out browser.Response
-	if err := req.Validate(); err != nil {
+func (o *Orchestrator) Search(ctx context.Context, run runid.ID, w wire.SearchRequest, opt SearchOptions) (wire.SearchResponse, error) {
+	var out wire.SearchResponse
+	req, err := browser.FromWire(w)
+	if err != nil {
 		return out, err
 	}
 	if opt.SaveAs != "" {
@@ -42,23 +40,9 @@ func (o *Orchestrator) Search(ctx context.Context, run runid.ID, req browser.Req
 		}
 		opt.SaveAs = p
 	}
-	inputs := map[string]any{"query": req.Query}
-	if req.TopK != 0 {
-		inputs["top_k"] = req.TopK
-	}
-	if req.IncludePage {
-		inputs["include_page"] = true
-	}
-	if len(req.AllowDomains) > 0 {
-		inputs["allow_domains"] = req.AllowDomains
-	}
-	if req.DateRange != "" {
-		inputs["date_range"] = req.DateRange
-	}
-	if opt.SaveAs != "" {
-		inputs["save_as"] = opt.SaveAs
-	}
-	err := o.call(ctx, run, ToolSearch, inputs, func(ctx context.Context, s *Step) error {
+	oc := &SearchOutcome{Query: req.Query, TopK: req.TopK, IncludePage: req.IncludePage, AllowDomains: req.AllowDomains,
+		DateRange: req.DateRange, SaveAs: opt.SaveAs}
+	err = o.call(ctx, run, oc, func(ctx context.Context, s *Step) error {
 		rec, stored, err := o.search(ctx, run, req)
 		if err != nil {
 			return err
@@ -66,15 +50,13 @@ func (o *Orchestrator) Search(ctx context.Context, run runid.ID, req browser.Req
 		out = rec.Response()
 		out.CitationsID = stored.SHA256.String()
 		s.Artifacts = append(s.Artifacts, stored)
-		s.Detail["results"] = len(out.Results)
-		var doms []string
+		oc.Searched, oc.Results = true, len(out.Results)
 		for i, d := range rec.TopDomains {
 			if i == 3 {
 				break
 			}
-			doms = append(doms, d.Domain)
+			oc.Domains = append(oc.Domains, d.Domain)
 		}
-		s.Detail["domains"] = strings.Join(doms, ", ")
 		urls := make([]string, 0, len(out.Results))
 		for _, r := range out.Results {
 			urls = append(urls, r.URL)
@@ -84,7 +66,7 @@ func (o *Orchestrator) Search(ctx context.Context, run runid.ID, req browser.Req
 			return err
 		}
 		if opt.SaveAs != "" {
-			b, err := json.MarshalIndent(out, "", "  ")
+			b, err := runfiles.MarshalIndent(out)
 			if err != nil {
 				return err
 			}
@@ -122,15 +104,15 @@ func (o *Orchestrator) search(ctx context.Context, run runid.ID, req browser.Req
 	if err != nil {
 		return nil, tmpfs.File{}, err
 	}
-	existing, err := o.store.List(ctx, run, CitationsDir)
+	existing, err := o.store.List(ctx, run, runfiles.CitationsDir)
 	if err != nil {
-		return nil, tmpfs.File{}, storeErr(err, run, CitationsDir)
+		return nil, tmpfs.File{}, storeErr(err, run, runfiles.CitationsDir)
 	}
 	key := rec.RequestKey
 	if len(key) > 12 {
 		key = key[:12]
 	}
-	p := fmt.Sprintf("%s%04d-%s.json", CitationsDir, len(existing)+1, key)
+	p := fmt.Sprintf("%s%04d-%s.json", runfiles.CitationsDir, len(existing)+1, key)
 	f, err := o.store.WriteBytes(ctx, run, p, b)
 	if err != nil {
 		return nil, tmpfs.File{}, storeErr(err, run, p)
@@ -141,9 +123,9 @@ func (o *Orchestrator) search(ctx context.Context, run runid.ID, req browser.Req
 // replayed answers from the run's citations records, in the order the
 // original run made its searches.
 func (o *Orchestrator) replayed(ctx context.Context, run runid.ID, req browser.Request) (*browser.Record, tmpfs.File, error) {
-	files, err := o.store.List(ctx, run, CitationsDir)
+	files, err := o.store.List(ctx, run, runfiles.CitationsDir)
 	if err != nil {
-		return nil, tmpfs.File{}, storeErr(err, run, CitationsDir)
+		return nil, tmpfs.File{}, storeErr(err, run, runfiles.CitationsDir)
 	}
 	rp := replay.New(nil)
 	byDigest := map[tmpfs.Digest]tmpfs.File{}
@@ -207,9 +189,9 @@ func (o *Orchestrator) replaying(run runid.ID) bool {
 // ReplayFrom copies the citations records of run src into run dst and turns
 // replay on for dst, so dst's searches answer as src's did.
 func (o *Orchestrator) ReplayFrom(ctx context.Context, dst, src runid.ID) error {
-	files, err := o.store.List(ctx, src, CitationsDir)
+	files, err := o.store.List(ctx, src, runfiles.CitationsDir)
 	if err != nil {
-		return storeErr(err, src, CitationsDir)
+		return storeErr(err, src, runfiles.CitationsDir)
 	}
 	if len(files) == 0 {
 		return fault.New(fault.NotFound, fmt.Sprintf("run %s has no recorded searches to replay", src),

@@ -10,52 +10,17 @@ import (
 	"strings"
 	"unicode/utf8"
 
-	"github.com/triadhq/triad/cel"
 	"github.com/triadhq/triad/internal/fault"
 	"github.com/triadhq/triad/internal/runid"
 	"github.com/triadhq/triad/internal/safepath"
+	"github.com/triadhq/triad/runfiles"
 	"github.com/triadhq/triad/tmpfs"
+	"github.com/triadhq/triad/wire"
 )
 
-// WriteInput is tmp.write's input: exactly one of Text and BytesB64.
-type WriteInput struct {
-	Path     string  `json:"path"`
-	Text     *string `json:"text,omitempty"`
-	BytesB64 *string `json:"bytes_b64,omitempty"`
-}
-
-// FileRef is a file's content address: tmp.write's output.
-type FileRef struct {
-	Path   string       `json:"path"`
-	Size   int64        `json:"size"`
-	SHA256 tmpfs.Digest `json:"sha256"`
-}
-
-// ReadOutput is tmp.read's output: Text when the bytes are valid UTF-8,
-// otherwise BytesB64.
-type ReadOutput struct {
-	Path     string       `json:"path"`
-	Size     int64        `json:"size"`
-	SHA256   tmpfs.Digest `json:"sha256"`
-	Text     *string      `json:"text,omitempty"`
-	BytesB64 *string      `json:"bytes_b64,omitempty"`
-}
-
-// ListOutput is tmp.list's output.
-type ListOutput struct {
-	Files []tmpfs.File `json:"files"`
-}
-
-// DeleteOutput is tmp.delete's output.
-type DeleteOutput struct {
-	OK bool `json:"ok"`
-}
-
-func ref(f tmpfs.File) FileRef { return FileRef{Path: f.Path, Size: f.Size, SHA256: f.SHA256} }
-
 // Write is tmp.write.
-func (o *Orchestrator) Write(ctx context.Context, run runid.ID, in WriteInput) (FileRef, error) {
-	var out FileRef
+func (o *Orchestrator) Write(ctx context.Context, run runid.ID, in wire.WriteRequest) (wire.FileRef, error) {
+	var out wire.FileRef
 	p, err := writable(in.Path)
 	if err != nil {
 		return out, err
@@ -81,43 +46,43 @@ func (o *Orchestrator) Write(ctx context.Context, run runid.ID, in WriteInput) (
 		return out, fault.New(fault.TooLarge, fmt.Sprintf("content is %d bytes; the inline limit is %d", len(data), o.limits.JSONBody),
 			"upload large files with PUT /tmp/files/{path}, which streams")
 	}
-	return o.write(ctx, run, p, bytes.NewReader(data), 0, map[string]any{"path": p, "bytes": len(data)})
+	return o.write(ctx, run, p, bytes.NewReader(data), 0, &TmpOutcome{Op: ToolWrite, Path: p, Bytes: len(data)})
 }
 
 // WriteStream is tmp.write for a streamed body: r is hashed and stored as
 // it arrives, never held whole in memory, up to the stream limit.
-func (o *Orchestrator) WriteStream(ctx context.Context, run runid.ID, path string, r io.Reader) (FileRef, error) {
+func (o *Orchestrator) WriteStream(ctx context.Context, run runid.ID, path string, r io.Reader) (wire.FileRef, error) {
 	p, err := writable(path)
 	if err != nil {
-		return FileRef{}, err
+		return wire.FileRef{}, err
 	}
-	return o.write(ctx, run, p, r, o.limits.StreamBody, map[string]any{"path": p, "streamed": true})
+	return o.write(ctx, run, p, r, o.limits.StreamBody, &TmpOutcome{Op: ToolWrite, Path: p, Streamed: true})
 }
 
 // write is tmp.write's call: store the bytes, record them, and copy the
 // file into the run's live kernel.
-func (o *Orchestrator) write(ctx context.Context, run runid.ID, p string, r io.Reader, limit int64, inputs map[string]any) (FileRef, error) {
-	var out FileRef
-	err := o.call(ctx, run, ToolWrite, inputs, func(ctx context.Context, s *Step) error {
+func (o *Orchestrator) write(ctx context.Context, run runid.ID, p string, r io.Reader, limit int64, oc *TmpOutcome) (wire.FileRef, error) {
+	var out wire.FileRef
+	err := o.call(ctx, run, oc, func(ctx context.Context, s *Step) error {
 		f, err := o.store.Write(ctx, run, p, r, limit)
 		if err != nil {
 			return storeErr(err, run, p)
 		}
 		s.Artifacts = append(s.Artifacts, f)
-		out = ref(f)
+		out = wire.Ref(f)
 		return o.mirrorPut(ctx, run, f)
 	})
 	return out, err
 }
 
 // Read is tmp.read with the content inline, for files up to the JSON limit.
-func (o *Orchestrator) Read(ctx context.Context, run runid.ID, path string) (ReadOutput, error) {
-	var out ReadOutput
+func (o *Orchestrator) Read(ctx context.Context, run runid.ID, path string) (wire.ReadResponse, error) {
+	var out wire.ReadResponse
 	p, err := safepath.Clean(path)
 	if err != nil {
 		return out, err
 	}
-	err = o.call(ctx, run, ToolRead, map[string]any{"path": p}, func(ctx context.Context, s *Step) error {
+	err = o.call(ctx, run, &TmpOutcome{Op: ToolRead, Path: p}, func(ctx context.Context, s *Step) error {
 		f, err := o.store.Stat(ctx, run, p)
 		if err != nil {
 			return storeErr(err, run, p)
@@ -130,7 +95,7 @@ func (o *Orchestrator) Read(ctx context.Context, run runid.ID, path string) (Rea
 		if err != nil {
 			return storeErr(err, run, p)
 		}
-		out = ReadOutput{Path: f.Path, Size: f.Size, SHA256: f.SHA256}
+		out = wire.ReadResponse{FileRef: wire.Ref(f)}
 		if utf8.Valid(b) {
 			t := string(b)
 			out.Text = &t
@@ -156,7 +121,7 @@ func (o *Orchestrator) Open(ctx context.Context, run runid.ID, path string) (tmp
 	if err != nil {
 		return f, nil, err
 	}
-	err = o.call(ctx, run, ToolRead, map[string]any{"path": p, "streamed": true}, func(ctx context.Context, s *Step) error {
+	err = o.call(ctx, run, &TmpOutcome{Op: ToolRead, Path: p, Streamed: true}, func(ctx context.Context, s *Step) error {
 		var err error
 		f, r, err = o.store.Open(ctx, run, p)
 		if err != nil {
@@ -168,38 +133,40 @@ func (o *Orchestrator) Open(ctx context.Context, run runid.ID, path string) (tmp
 }
 
 // List is tmp.list.
-func (o *Orchestrator) List(ctx context.Context, run runid.ID, prefix string) (ListOutput, error) {
-	out := ListOutput{Files: []tmpfs.File{}}
+func (o *Orchestrator) List(ctx context.Context, run runid.ID, prefix string) (wire.ListResponse, error) {
+	out := wire.ListResponse{Files: []wire.FileInfo{}}
 	p, err := safepath.CleanPrefix(prefix)
 	if err != nil {
 		return out, err
 	}
-	err = o.call(ctx, run, ToolList, map[string]any{"prefix": p}, func(ctx context.Context, s *Step) error {
+	err = o.call(ctx, run, &TmpOutcome{Op: ToolList, Prefix: p}, func(ctx context.Context, s *Step) error {
 		files, err := o.store.List(ctx, run, p)
 		if err != nil {
 			return storeErr(err, run, p)
 		}
-		out.Files = files
+		for _, f := range files {
+			out.Files = append(out.Files, wire.Info(f))
+		}
 		return nil
 	})
 	return out, err
 }
 
 // Delete is tmp.delete.
-func (o *Orchestrator) Delete(ctx context.Context, run runid.ID, path string) (DeleteOutput, error) {
-	var out DeleteOutput
+func (o *Orchestrator) Delete(ctx context.Context, run runid.ID, path string) (wire.OK, error) {
+	var out wire.OK
 	p, err := writable(path)
 	if err != nil {
 		return out, err
 	}
-	err = o.call(ctx, run, ToolDelete, map[string]any{"path": p}, func(ctx context.Context, s *Step) error {
+	err = o.call(ctx, run, &TmpOutcome{Op: ToolDelete, Path: p}, func(ctx context.Context, s *Step) error {
 		if err := o.store.Delete(ctx, run, p); err != nil {
 			return storeErr(err, run, p)
 		}
 		out.OK = true
 		if o.kernels != nil {
 			if sess := o.kernels.Peek(run); sess != nil {
-				if err := sess.Dir.Remove(p); err != nil {
+				if err := sess.Dir.Remove(ctx, p); err != nil {
 					o.log.ErrorContext(ctx, "remove from working directory", "run", run, "path", p, "err", err)
 				}
 			}
@@ -209,20 +176,6 @@ func (o *Orchestrator) Delete(ctx context.Context, run runid.ID, path string) (D
 	return out, err
 }
 
-// Files the recipe runner keeps in a run, beside the journal.
-const (
-	RunStatePath    = "run.json"
-	RunNotebookPath = "run.ipynb"
-)
-
-// Protected reports whether p is a file triad keeps in the run for itself:
-// the journal and its records, and a recipe run's state and notebook. Cells
-// may read them; tmp.write and tmp.delete refuse them, and a cell that
-// changes one has it restored.
-func Protected(p string) bool {
-	return cel.Protected(p) || p == RunStatePath || p == RunNotebookPath
-}
-
 // writable validates a path a caller wants to change: the journal's own
 // files are refused.
 func writable(path string) (string, error) {
@@ -230,8 +183,8 @@ func writable(path string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	if Protected(p) {
-		return "", fault.New(fault.Reserved, fmt.Sprintf("%q is kept by triad itself (the journal or a recipe run's state)", p),
+	if runfiles.IsKept(p) {
+		return "", fault.New(fault.Reserved, fmt.Sprintf("%q is kept by triad itself (the journal, its records, or a recipe run's state)", p),
 			"read it with tmp.read or GET /cel; add to the journal with POST /cel/note {text}")
 	}
 	return p, nil

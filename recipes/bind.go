@@ -14,6 +14,7 @@ import (
 	"github.com/triadhq/triad/browser"
 	"github.com/triadhq/triad/internal/fault"
 	"github.com/triadhq/triad/internal/safepath"
+	"github.com/triadhq/triad/wire"
 )
 
 // Limits on a bound param value, so that a plan stays small.
@@ -249,7 +250,7 @@ func (r *Recipe) step(b Block, sc *scope) (Step, error) {
 		}
 		out, ok := r.Output(p)
 		if !ok {
-			out = Output{Path: p}
+			out = Output{ExpectedFile: wire.ExpectedFile{Path: p}}
 		}
 		s.Outputs = append(s.Outputs, out)
 	}

@@ -7,7 +7,6 @@ import (
 	"github.com/goccy/go-yaml"
 
 	"github.com/triadhq/triad/recipes/notebook"
-	"github.com/triadhq/triad/sandbox"
 )
 
 // ExportNotebook returns the recipe's starter notebook (nbformat 4.5), for
@@ -79,7 +78,7 @@ func (r *Recipe) InputFiles() (map[string][]byte, error) {
 // outputs and a null execution count, as Jupyter shows a cell that did not
 // run. Search and write steps become Markdown cells saying what they did.
 // meta is added to the notebook's "triad" metadata (a run id, say).
-func (p *Plan) RunNotebook(results []*sandbox.Result, meta map[string]any) ([]byte, error) {
+func (p *Plan) RunNotebook(results []*notebook.Exec, meta map[string]any) ([]byte, error) {
 	if len(results) > len(p.Steps) {
 		return nil, fmt.Errorf("recipes: %d results for %d steps", len(results), len(p.Steps))
 	}
@@ -92,7 +91,7 @@ func (p *Plan) RunNotebook(results []*sandbox.Result, meta map[string]any) ([]by
 	nb.AddMarkdown("intro", fmt.Sprintf("# %s\n\n%s\n\nThe cells this run of recipe `%s` executed, with their outputs.",
 		p.Recipe.Title, p.Recipe.Description, p.Recipe.Name))
 	for i, s := range p.Steps {
-		var res *sandbox.Result
+		var res *notebook.Exec
 		if i < len(results) {
 			res = results[i]
 		}
@@ -105,7 +104,7 @@ func (p *Plan) RunNotebook(results []*sandbox.Result, meta map[string]any) ([]by
 			}
 			c = nb.AddCode(s.ID, s.Code, tags...)
 			if res != nil {
-				c.SetResult(res)
+				c.SetResult(*res)
 			}
 		case KindSearch:
 			c = nb.AddMarkdown(s.ID, searchMarkdown([]Step{s}))

@@ -9,7 +9,8 @@ import (
 	"testing"
 
 	"github.com/triadhq/triad/recipes/notebook"
-	"github.com/triadhq/triad/sandbox"
+	"github.com/triadhq/triad/tmpfs"
+	"github.com/triadhq/triad/wire"
 )
 
 // validateNotebook checks nb with this module's validator and, when
@@ -108,23 +109,25 @@ func TestRunNotebookOutputs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pngJSON, _ := json.Marshal(png) // base64, as Jupyter sends image/png
-	results := make([]*sandbox.Result, len(plan.Steps))
-	results[0] = &sandbox.Result{OK: true, ExecutionCount: 1}
-	results[1] = &sandbox.Result{
+	// The answer references the image by run path; the notebook inlines
+	// its bytes again (base64, as Jupyter keeps image/png).
+	chart := wire.FileRef{Path: "outputs/exec-0002-display-1.png", Size: int64(len(png)), SHA256: tmpfs.DigestOf(png)}
+	results := make([]*notebook.Exec, len(plan.Steps))
+	results[0] = &notebook.Exec{Answer: &wire.ExecResponse{OK: true, ExecutionCount: 1}}
+	results[1] = &notebook.Exec{Answer: &wire.ExecResponse{
 		OK: true, ExecutionCount: 2, Stdout: "facts=3 saved\nsecond line\n", Stderr: "a warning\n",
-		Display: []sandbox.Bundle{{Data: map[string]json.RawMessage{
-			"image/png": pngJSON, "text/plain": json.RawMessage(`"<Figure size 640x480 with 1 Axes>"`),
+		Display: []wire.Bundle{{Data: map[string]any{
+			"image/png": chart, "text/plain": "<Figure size 640x480 with 1 Axes>",
 		}}},
-		Value: &sandbox.Bundle{Data: map[string]json.RawMessage{
-			"text/plain": json.RawMessage(`"42"`), "application/json": json.RawMessage(`{"answer": 42}`),
+		Result: &wire.Bundle{Data: map[string]any{
+			"text/plain": "42", "application/json": json.RawMessage(`{"answer": 42}`),
 		}},
-	}
+	}, Images: map[string][]byte{chart.Path: png}}
 	// Steps 3 and 4 are searches; step 5 failed; step 6 is a write.
-	results[4] = &sandbox.Result{OK: false, ExecutionCount: 3, Error: &sandbox.ExecError{
-		Kind: sandbox.KindExecution, Ename: "KeyError", Evalue: "'url'",
+	results[4] = &notebook.Exec{Answer: &wire.ExecResponse{OK: false, ExecutionCount: 3, Error: &wire.ExecError{
+		Kind: wire.CellExecution, Ename: "KeyError", Evalue: "'url'",
 		Traceback: []string{"Traceback (most recent call last):", "KeyError: 'url'"},
-	}}
+	}}}
 	b, err := plan.RunNotebook(results, map[string]any{"run_id": "r-1"})
 	if err != nil {
 		t.Fatal(err)

@@ -14,12 +14,13 @@ import (
 	"github.com/triadhq/triad/internal/fault"
 	"github.com/triadhq/triad/internal/safepath"
 	"github.com/triadhq/triad/recipes/sampledata"
+	"github.com/triadhq/triad/wire"
 )
 
 // MaxSize is the largest recipe file Parse accepts.
 const MaxSize = 1 << 20
 
-const fixSuggestion = "fix the recipe file; the format is described in the recipes section of the README"
+const fixSuggestion = "fix the recipe file; the format is described in docs/recipes.md"
 
 var (
 	nameRE  = regexp.MustCompile(`^[a-z0-9]+(-[a-z0-9]+)*$`)
@@ -350,8 +351,8 @@ func (r *Recipe) parseFrontMatter(src string, base int) error {
 
 	outs := map[string]bool{}
 	for _, o := range fm.Outputs {
-		out := Output{Path: o.Path, Columns: o.Columns, MinRows: o.MinRows, Keys: o.Keys,
-			Contains: o.Contains, Line: base + o.line}
+		out := Output{ExpectedFile: wire.ExpectedFile{Path: o.Path, Columns: o.Columns, MinRows: o.MinRows, Keys: o.Keys,
+			Contains: o.Contains}, Line: base + o.line}
 		if out.Path == "" {
 			return errAt(out.Line, "output: path is missing")
 		}

@@ -3,6 +3,7 @@ package recipes
 import (
 	"github.com/triadhq/triad/internal/fault"
 	"github.com/triadhq/triad/recipes/sampledata"
+	"github.com/triadhq/triad/wire"
 )
 
 // Recipe is a parsed, validated recipe. It is immutable once Parse returns
@@ -97,19 +98,10 @@ func (in Input) DefaultData() ([]byte, error) {
 }
 
 // Output is an expected artifact and the checks the evaluator applies to
-// it. Zero-valued checks are off.
+// it, with the recipe line that declared it.
 type Output struct {
-	Path string `json:"path"`
-	// Columns must all be present in a CSV's header row.
-	Columns []string `json:"columns,omitempty"`
-	// MinRows is the least number of data rows in a CSV, or items in a
-	// JSON array (or in a JSON object's "results" or first array field).
-	MinRows int `json:"min_rows,omitempty"`
-	// Keys must all be present at the top level of a JSON object.
-	Keys []string `json:"keys,omitempty"`
-	// Contains are substrings a text artifact (Markdown, HTML) must hold.
-	Contains []string `json:"contains,omitempty"`
-	Line     int      `json:"-"`
+	wire.ExpectedFile
+	Line int `json:"-"`
 }
 
 // Kind is what a step does.
@@ -168,4 +160,27 @@ func (r *Recipe) Output(path string) (Output, bool) {
 		}
 	}
 	return Output{}, false
+}
+
+// Info describes the recipe on the wire: in short (name, title,
+// description, backend, origin), or in full with its params, inputs,
+// outputs and steps.
+func (rc *Recipe) Info(full bool) wire.RecipeInfo {
+	ri := wire.RecipeInfo{Name: rc.Name, Title: rc.Title, Description: rc.Description, Backend: string(rc.Backend), Origin: rc.Origin}
+	if !full {
+		return ri
+	}
+	for _, p := range rc.Params {
+		ri.Params = append(ri.Params, wire.RecipeParam{Name: p.Name, Type: string(p.Type), Default: p.Default, Required: p.Required, Description: p.Description})
+	}
+	for _, in := range rc.Inputs {
+		ri.Inputs = append(ri.Inputs, wire.RecipeInput{Name: in.Name, Path: in.Path, Default: in.Default, Required: in.Required, Description: in.Description})
+	}
+	for _, o := range rc.Outputs {
+		ri.Outputs = append(ri.Outputs, o.ExpectedFile)
+	}
+	for _, b := range rc.Blocks {
+		ri.Steps = append(ri.Steps, wire.RecipeBlock{ID: b.ID, Kind: string(b.Kind), Title: b.Title, Line: b.Line})
+	}
+	return ri
 }

@@ -24,7 +24,8 @@ import (
 	"github.com/triadhq/triad/browser/tavilytest"
 	"github.com/triadhq/triad/internal/testenv"
 	"github.com/triadhq/triad/orchestrator/orchestratortest"
-	"github.com/triadhq/triad/sandbox"
+	"github.com/triadhq/triad/recipes/notebook"
+	"github.com/triadhq/triad/wire"
 )
 
 // This file runs the standard recipes' steps for real, in order, in a temp
@@ -47,12 +48,12 @@ func sandboxImage(t testing.TB) string {
 }
 
 // cellRunner runs one cell file with dir as the working directory.
-type cellRunner func(ctx context.Context, dir, cell string, timeout time.Duration) *sandbox.Result
+type cellRunner func(ctx context.Context, dir, cell string, timeout time.Duration) *wire.ExecResponse
 
 // dockerRunner runs cells in the sandbox image, jailed as the backend jails
 // kernels: no network, the image's unprivileged user, read-only root.
 func dockerRunner(img string) cellRunner {
-	return func(ctx context.Context, dir, cell string, timeout time.Duration) *sandbox.Result {
+	return func(ctx context.Context, dir, cell string, timeout time.Duration) *wire.ExecResponse {
 		return runCmd(ctx, timeout, "docker", "run", "--rm", "--network", "none", "-u", "1000:1000",
 			"--read-only", "--tmpfs", "/tmp:size=256m", "-e", "HOME=/tmp", "-e", "MPLCONFIGDIR=/tmp",
 			"-v", dir+":/work", "-v", cell+":/cell.py:ro", "-w", "/work", img, "python3", "/cell.py")
@@ -63,16 +64,16 @@ func dockerRunner(img string) cellRunner {
 // of the embedded WASI sandbox) and no site-packages, which proves that a
 // backend "any" recipe needs nothing but the standard library.
 func stdlibRunner(py string) cellRunner {
-	return func(ctx context.Context, dir, cell string, timeout time.Duration) *sandbox.Result {
+	return func(ctx context.Context, dir, cell string, timeout time.Duration) *wire.ExecResponse {
 		return runCmdIn(ctx, dir, timeout, py, "-I", "-S", cell)
 	}
 }
 
-func runCmd(ctx context.Context, timeout time.Duration, name string, args ...string) *sandbox.Result {
+func runCmd(ctx context.Context, timeout time.Duration, name string, args ...string) *wire.ExecResponse {
 	return runCmdIn(ctx, "", timeout, name, args...)
 }
 
-func runCmdIn(ctx context.Context, dir string, timeout time.Duration, name string, args ...string) *sandbox.Result {
+func runCmdIn(ctx context.Context, dir string, timeout time.Duration, name string, args ...string) *wire.ExecResponse {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, name, args...)
@@ -81,9 +82,9 @@ func runCmdIn(ctx context.Context, dir string, timeout time.Duration, name strin
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	start := time.Now()
 	err := cmd.Run()
-	res := &sandbox.Result{OK: err == nil, Stdout: stdout.String(), Stderr: stderr.String(), Duration: time.Since(start)}
+	res := &wire.ExecResponse{OK: err == nil, Stdout: stdout.String(), Stderr: stderr.String(), DurationMs: time.Since(start).Milliseconds()}
 	if err != nil {
-		res.Error = &sandbox.ExecError{Kind: sandbox.KindExecution, Ename: "CellFailed", Evalue: err.Error(),
+		res.Error = &wire.ExecError{Kind: wire.CellExecution, Ename: "CellFailed", Evalue: err.Error(),
 			Traceback: strings.SplitAfter(stderr.String(), "\n")}
 	}
 	return res
@@ -157,12 +158,12 @@ func runRecipe(t *testing.T, r *Recipe, run cellRunner, search *tavily.Client) s
 		writeFile(t, dir, p, b)
 	}
 	journal := newJournal(r, dir)
-	results := make([]*sandbox.Result, len(plan.Steps))
+	results := make([]*notebook.Exec, len(plan.Steps))
 	for i, s := range plan.Steps {
 		before := snapshotFiles(t, dir)
 		switch s.Kind {
 		case KindExec:
-			results[i] = runCell(t, plan, s, dir, cells, run)
+			results[i] = &notebook.Exec{Answer: runCell(t, plan, s, dir, cells, run)}
 		case KindSearch:
 			rec, err := search.Search(ctx, *s.Search)
 			if err != nil {
@@ -215,7 +216,7 @@ func runRecipe(t *testing.T, r *Recipe, run cellRunner, search *tavily.Client) s
 
 // runCell runs exec step s in a fresh interpreter, after the parameters
 // cell, and fails the test if it fails or writes to stderr.
-func runCell(t *testing.T, plan *Plan, s Step, dir, cells string, run cellRunner) *sandbox.Result {
+func runCell(t *testing.T, plan *Plan, s Step, dir, cells string, run cellRunner) *wire.ExecResponse {
 	t.Helper()
 	code := s.Code
 	if s.ID != ParametersID {
@@ -233,7 +234,7 @@ func runCell(t *testing.T, plan *Plan, s Step, dir, cells string, run cellRunner
 	if strings.TrimSpace(res.Stderr) != "" {
 		t.Errorf("step %d (%s) wrote to stderr, which the evaluator grades down:\n%s", s.N, s.ID, res.Stderr)
 	}
-	t.Logf("step %d %s (%s): %s", s.N, s.ID, res.Duration.Round(time.Millisecond), lastLine(res.Stdout))
+	t.Logf("step %d %s (%d ms): %s", s.N, s.ID, res.DurationMs, lastLine(res.Stdout))
 	return res
 }
 
@@ -285,7 +286,7 @@ func checkBriefJournal(t *testing.T, r *Recipe, dir string, run cellRunner) {
 		t.Errorf("without a journal: got %+v, want unavailable with no steps", ev)
 	}
 	runCell(t, plan, renderStep, dir, cells, run)
-	if err := checkOutput(dir, Output{Path: "artifacts/implementation_brief.html", Contains: []string{"rendered outside a Triad run"}}); err != nil {
+	if err := checkOutput(dir, Output{ExpectedFile: wire.ExpectedFile{Path: "artifacts/implementation_brief.html", Contains: []string{"rendered outside a Triad run"}}}); err != nil {
 		t.Error(err)
 	}
 	checkPDF(t, filepath.Join(dir, "artifacts/implementation_brief.pdf"))

@@ -1,20 +1,27 @@
 // Package sandbox defines the seam between Triad and the kernels that run untrusted Python cells.
 //
-// A Backend starts Kernels; a Kernel is one persistent interpreter bound to a
-// working directory on the host. Implementations live in sub-packages named
-// for what they wrap: sandbox/docker (ipykernel in a jailed container) and
+// A Backend starts Kernels; a Kernel is one persistent interpreter with a
+// working directory. Implementations live in sub-packages named for what
+// they wrap: sandbox/docker (ipykernel in a jailed container) and
 // sandbox/wasm (CPython compiled to WASI, run by wazero inside the binary).
+// sandbox/hostdir is the WorkDir both implement over a host directory, and
+// sandbox/sandboxtest is the conformance suite every backend runs.
 //
 // Backends know nothing about runs' content-addressed files: the caller
-// materialises a run's files into Kernel.WorkDir before a cell and harvests
-// what the cell wrote afterwards, so files_in and files_out behave the same on
-// every backend.
+// materialises a run's files through Kernel.Files before a cell and
+// harvests what the cell wrote afterwards, so files_in and files_out behave
+// the same on every backend. WorkDir is an interface over a stream-able API
+// (put, remove, scan, open), not a host path, so that a kernel whose files
+// live elsewhere (a Kubernetes pod) can implement it too; see "The
+// sandbox seam" in docs/DECISIONS.md.
 package sandbox
 
 import (
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
+	"strings"
 	"time"
 )
 
@@ -46,49 +53,175 @@ type Limits struct {
 	CPUs        float64 // CPU share, e.g. 1.0
 	Pids        int64   // process/thread count
 	DiskBytes   int64   // quota on the working directory
+	// OutputBytes bounds what one cell may send back: its stdout, stderr,
+	// display data and result together, counted by the host as they
+	// arrive. Zero means DefaultOutputBytes.
+	OutputBytes int64
 }
+
+// DefaultOutputBytes is the output limit of a cell when Limits.OutputBytes
+// is zero.
+const DefaultOutputBytes = 64 << 20
 
 // Kernel is one persistent interpreter. Variables survive from one Execute to
 // the next until the kernel restarts or dies. Methods are not safe for
-// concurrent use; callers serialize cells per run.
+// concurrent use, except Close, which may be called while Execute runs;
+// callers serialize cells per run.
 type Kernel interface {
 	// ID identifies the kernel for logs (a container id, an instance id).
 	ID() string
-	// WorkDir is the host directory the kernel sees as its working
-	// directory. It is the only place a cell can write that outlives the
-	// cell, and it may carry a disk quota.
-	WorkDir() string
-	// Execute runs code and waits for it to finish or for timeout to pass.
+	// Files is the kernel's working directory: the cell's current
+	// directory and the only place a cell can write that outlives the
+	// cell. It may carry a disk quota. It stays valid across Restart and
+	// fails with ErrClosed after Close.
+	Files() WorkDir
+	// Execute runs cell.Code and returns when it has finished, failed or
+	// been stopped.
+	//
+	// Output: everything the cell produces is passed to cell.Output as it
+	// arrives, in order, from the goroutine that called Execute, never
+	// concurrently and never after Execute returns. The Result carries no
+	// output. The host counts the bytes it receives (stdout, stderr,
+	// display and result data) against Limits.OutputBytes; past it,
+	// nothing more is delivered, the cell is stopped as on a timeout, and
+	// the Result's Error has kind KindOutputLimit.
+	//
+	// Stopping a cell (its Timeout passed, the output limit, or the
+	// caller's hang-up below): the backend interrupts it; if the cell ends
+	// within the backend's grace period the kernel keeps its state,
+	// otherwise the kernel is restarted and Result.Restarted is set. A
+	// backend that cannot interrupt running code (wasm, for a cell in a
+	// loop) restarts at once.
+	//
+	// Caller hang-up: if ctx is cancelled while the cell runs, the cell is
+	// stopped as above and Execute returns a Result whose Error has kind
+	// KindInterrupted, with a nil error, so that the caller learns whether
+	// the kernel kept its state. If ctx is done before the cell is handed
+	// to the kernel, nothing runs and Execute returns ctx's error.
+	//
 	// A cell that fails (an exception, a timeout, a dead kernel) is not an
 	// error: it comes back as a Result whose Error says what happened. The
 	// returned error is reserved for the kernel being unusable before the
-	// cell could run (for example ErrClosed).
-	Execute(ctx context.Context, code string, timeout time.Duration) (*Result, error)
+	// cell could run, and for ErrClosed when Close ends the cell.
+	Execute(ctx context.Context, cell Cell) (*Result, error)
 	// Restart replaces the interpreter with a fresh one; state is lost, the
 	// working directory is kept.
 	Restart(ctx context.Context) error
 	// Close stops the kernel and releases its resources, including its
-	// working directory's mount. The caller copies out files it wants to
-	// keep first. Close is safe to call twice.
+	// working directory. The caller copies out files it wants to keep
+	// first. A cell running at the time ends with ErrClosed. Close is safe
+	// to call twice.
 	Close() error
 }
 
-// Result is what a cell produced.
+// Cell is one unit of code to run.
+type Cell struct {
+	// Code is the Python source.
+	Code string
+	// Timeout bounds the cell's run time; zero means the backend's default.
+	Timeout time.Duration
+	// Output receives the cell's output as it arrives (see
+	// Kernel.Execute); nil discards it. It should return promptly: the
+	// backend does not watch the cell's deadline while it runs, and it
+	// must not call the kernel's methods.
+	Output func(Event)
+}
+
+// EventKind says what an Event carries.
+type EventKind uint8
+
+// Kinds of Event.
+const (
+	// EventStdout is text the cell wrote to standard output.
+	EventStdout EventKind = iota + 1
+	// EventStderr is text the cell wrote to standard error.
+	EventStderr
+	// EventDisplay is a display_data bundle (a figure, a table). An
+	// update of an earlier display arrives as a new EventDisplay.
+	EventDisplay
+	// EventResult is the execute_result bundle: the value of the cell's
+	// last expression. It comes at most once, last.
+	EventResult
+	// EventClear says the cell cleared its output (IPython's
+	// clear_output): a sink that shows the cell's current output drops the
+	// stdout, stderr and displays it received before. What was delivered
+	// still counted against the output limit.
+	EventClear
+)
+
+var eventKindNames = [...]string{"", "stdout", "stderr", "display", "result", "clear"}
+
+// String returns the kind's name: "stdout", "stderr", "display", "result"
+// or "clear".
+func (k EventKind) String() string {
+	if int(k) < len(eventKindNames) && k != 0 {
+		return eventKindNames[k]
+	}
+	return "unknown"
+}
+
+// Event is one piece of a cell's output.
+type Event struct {
+	Kind EventKind
+	// Text is set for EventStdout and EventStderr.
+	Text string
+	// Bundle is set for EventDisplay and EventResult.
+	Bundle *Bundle
+}
+
+// Size is what the event counts against Limits.OutputBytes: the text's
+// bytes, or the bundle's data values as JSON.
+func (e Event) Size() int64 {
+	n := int64(len(e.Text))
+	if e.Bundle != nil {
+		for _, v := range e.Bundle.Data {
+			n += int64(len(v))
+		}
+	}
+	return n
+}
+
+// Collector is a Cell.Output sink that keeps everything: pass its Add
+// method as Cell.Output and read the fields after Execute returns. Use it
+// by pointer; it must not be copied once used.
+type Collector struct {
+	Stdout  strings.Builder
+	Stderr  strings.Builder
+	Display []Bundle // in the order they arrived
+	Value   *Bundle  // the execute_result, if any
+}
+
+// Add records one event. EventClear drops the streams and displays
+// collected so far, as a notebook does.
+func (c *Collector) Add(e Event) {
+	switch e.Kind {
+	case EventStdout:
+		c.Stdout.WriteString(e.Text)
+	case EventStderr:
+		c.Stderr.WriteString(e.Text)
+	case EventDisplay:
+		if e.Bundle != nil {
+			c.Display = append(c.Display, *e.Bundle)
+		}
+	case EventResult:
+		c.Value = e.Bundle
+	case EventClear:
+		c.Stdout.Reset()
+		c.Stderr.Reset()
+		c.Display = nil
+	}
+}
+
+// Result is how a cell ended. Its output went to Cell.Output.
 type Result struct {
 	// OK is true when the cell ran to completion without an exception.
-	OK     bool   `json:"ok"`
-	Stdout string `json:"stdout"`
-	Stderr string `json:"stderr"`
-	// Display holds display_data bundles in the order they arrived.
-	Display []Bundle `json:"display,omitempty"`
-	// Value is the execute_result bundle (the cell's last expression), if any.
-	Value *Bundle `json:"result,omitempty"`
+	OK bool `json:"ok"`
 	// Error is set when OK is false.
 	Error *ExecError `json:"error,omitempty"`
 	// ExecutionCount is the kernel's execution counter after this cell.
 	ExecutionCount int `json:"execution_count"`
 	// Restarted is true when the kernel was replaced during this call (a
-	// timeout that interrupt could not stop, or a death); state is lost.
+	// cell that could not be stopped otherwise, or a death); state is lost.
 	Restarted bool `json:"restarted"`
 	// Duration is how long the cell ran, as the backend measured it.
 	Duration time.Duration `json:"-"`
@@ -103,9 +236,7 @@ type Bundle struct {
 
 // ExecError describes why a cell did not succeed.
 type ExecError struct {
-	// Kind is "execution_error" for an exception raised by the cell,
-	// "timeout" when the deadline passed, or "kernel_died" when the
-	// interpreter went away (OOM, os._exit, a crash).
+	// Kind is one of the Kind constants.
 	Kind      string   `json:"kind"`
 	Ename     string   `json:"ename"`
 	Evalue    string   `json:"evalue"`
@@ -116,12 +247,78 @@ type ExecError struct {
 
 // Kinds of ExecError.
 const (
-	KindExecution  = "execution_error"
-	KindTimeout    = "timeout"
+	// KindExecution is an exception raised by the cell.
+	KindExecution = "execution_error"
+	// KindTimeout means the cell's deadline passed and it was stopped.
+	KindTimeout = "timeout"
+	// KindKernelDied means the interpreter went away (OOM, os._exit, a
+	// crash); Reason says why when the backend knows.
 	KindKernelDied = "kernel_died"
+	// KindInterrupted means the caller hung up (Execute's ctx ended) and
+	// the cell was stopped.
+	KindInterrupted = "interrupted"
+	// KindOutputLimit means the cell's output passed Limits.OutputBytes
+	// and the cell was stopped.
+	KindOutputLimit = "output_limit"
 )
 
-// Errors returned by Backends and Kernels.
+// WorkDir is a kernel's working directory as the core sees it: a flat
+// namespace of slash-separated relative paths, readable and writable in
+// whole files. Docker and wasm implement it over a host directory
+// (sandbox/hostdir); a remote kernel can implement it over a stream. Paths
+// are validated by the implementation; none may leave the directory, and
+// no implementation follows a symlink a cell planted, for any method.
+type WorkDir interface {
+	// Put atomically replaces whatever is at path with the bytes of r: a
+	// file, or a symlink (which is replaced, never followed). Missing
+	// parent directories are created, and a non-directory in the way of
+	// one is removed. A directory at path itself is left alone and Put
+	// fails with ErrNotRegular. It returns the entry written.
+	Put(ctx context.Context, path string, r io.Reader) (Entry, error)
+	// Remove deletes the file (or empty directory) at path. A missing path
+	// is not an error.
+	Remove(ctx context.Context, path string) error
+	// Scan lists every regular file below the directory. Symlinks, special
+	// files (FIFOs, sockets, devices), unreadable directories and names the
+	// path validator refuses are listed in Skipped instead, and never
+	// followed.
+	Scan(ctx context.Context) (Listing, error)
+	// Open opens the regular file at path for reading, without following
+	// a symlink and without blocking on a FIFO; anything but a regular
+	// file fails with ErrNotRegular, a missing one with an error matching
+	// fs.ErrNotExist. The Entry describes the file as opened.
+	Open(ctx context.Context, path string) (io.ReadCloser, Entry, error)
+}
+
+// Entry is one regular file of a WorkDir.
+type Entry struct {
+	// Path is the file's slash-separated path relative to the directory.
+	Path string
+	// Size is the file's apparent size in bytes. A sparse file's may be
+	// far larger than the disk it occupies; compare it with Listing.Quota.
+	Size int64
+	// Stamp changes whenever the file may have changed.
+	Stamp Stamp
+}
+
+// Stamp is an opaque change token for a file, built from its device,
+// inode, size, modification and change times: equal stamps mean the file
+// is unchanged, so it need not be read again.
+type Stamp string
+
+// Listing is what Scan found.
+type Listing struct {
+	// Files are the regular files, sorted by path.
+	Files []Entry
+	// Skipped are entries that are not regular files (or not valid
+	// paths), sorted.
+	Skipped []string
+	// Quota is the directory's disk quota in bytes, 0 when it has none.
+	// No file can really hold more, so one whose Size is larger is sparse.
+	Quota int64
+}
+
+// Errors returned by Backends, Kernels and WorkDirs.
 var (
 	// ErrClosed means the kernel or backend was closed; start a new kernel.
 	ErrClosed = errors.New("sandbox: closed")
@@ -129,4 +326,8 @@ var (
 	// daemon, an image that cannot be built); pick another backend or fix
 	// the engine.
 	ErrUnavailable = errors.New("sandbox: backend unavailable")
+	// ErrNotRegular means a WorkDir path holds something other than a
+	// regular file (a symlink, a FIFO, a device, a directory), which is
+	// never read or replaced; skip it.
+	ErrNotRegular = errors.New("sandbox: not a regular file")
 )

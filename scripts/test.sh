@@ -50,4 +50,11 @@ go vet ./...
 
 step "go test"
 go test -count=1 -timeout 60m "$@" ./...
+
+# Fuzz targets, each for a bounded time: the kernel's frame reader (nothing
+# a cell writes to a kernel socket may crash or balloon the server) and the
+# journal's escaping (no caller text may imitate a Step Block).
+step "fuzz"
+go test -run '^$' -fuzz '^FuzzReadFrame$' -fuzztime 30s ./sandbox/docker/jupyter/zmtp
+go test -run '^$' -fuzz '^FuzzFormat$' -fuzztime 30s ./cel
 step "done"

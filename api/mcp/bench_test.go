@@ -8,7 +8,7 @@ import (
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/triadhq/triad/internal/runid"
-	"github.com/triadhq/triad/orchestrator"
+	"github.com/triadhq/triad/wire"
 )
 
 // BenchmarkWrite measures what the MCP layer adds to a call: the same
@@ -21,8 +21,8 @@ func BenchmarkWrite(b *testing.B) {
 	b.Run("orchestrator", func(b *testing.B) {
 		s := newStack(b, stackOptions{})
 		for i := 0; b.Loop(); i++ {
-			in := orchestrator.WriteInput{Path: fmt.Sprintf("f/%d.txt", i), Text: &body}
-			if _, err := s.orch.Write(b.Context(), runid.ID("bench-direct"), in); err != nil {
+			in := wire.WriteRequest{Path: fmt.Sprintf("f/%d.txt", i), Text: &body}
+			if _, err := s.orch.Write(b.Context(), runid.Must("bench-direct"), in); err != nil {
 				b.Fatal(err)
 			}
 		}

@@ -10,7 +10,7 @@ import (
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"github.com/triadhq/triad/orchestrator"
+	"github.com/triadhq/triad/wire"
 )
 
 // inlineImage are the image types sent as image content: the raster types
@@ -24,7 +24,7 @@ var inlineImages = []string{"image/png", "image/jpeg", "image/gif", "image/webp"
 // digest, through the store's verifying reader. An image that cannot be
 // inlined is described in a text block instead, so the agent knows where it
 // is.
-func (s *Server) images(ctx context.Context, out orchestrator.ExecOutput) []sdk.Content {
+func (s *Server) images(ctx context.Context, out wire.ExecResponse) []sdk.Content {
 	bundles := out.Display
 	if out.Result != nil {
 		bundles = append(bundles[:len(bundles):len(bundles)], *out.Result)
@@ -32,7 +32,7 @@ func (s *Server) images(ctx context.Context, out orchestrator.ExecOutput) []sdk.
 	var cs []sdk.Content
 	for _, b := range bundles {
 		for _, mime := range inlineImages {
-			ref, ok := b.Data[mime].(orchestrator.ImageRef)
+			ref, ok := b.Data[mime].(wire.FileRef)
 			if !ok {
 				continue
 			}
@@ -48,7 +48,7 @@ func (s *Server) images(ctx context.Context, out orchestrator.ExecOutput) []sdk.
 	return cs
 }
 
-func (s *Server) readImage(ctx context.Context, ref orchestrator.ImageRef) ([]byte, error) {
+func (s *Server) readImage(ctx context.Context, ref wire.FileRef) ([]byte, error) {
 	if ref.Size > s.maxImage {
 		return nil, fmt.Errorf("it is over the %d-byte inline limit", s.maxImage)
 	}
@@ -71,7 +71,7 @@ func (s *Server) readImage(ctx context.Context, ref orchestrator.ImageRef) ([]by
 
 // imageOf returns a binary file read with tmp_read as image content when
 // its bytes are an image a client can show.
-func imageOf(out orchestrator.ReadOutput) *sdk.ImageContent {
+func imageOf(out wire.ReadResponse) *sdk.ImageContent {
 	if out.BytesB64 == nil {
 		return nil
 	}

@@ -2,27 +2,14 @@ package mcp
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"log/slog"
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/triadhq/triad/internal/fault"
+	"github.com/triadhq/triad/wire"
 )
-
-// ErrorBody is the JSON text of every error result: the same body the HTTP
-// API answers with, so an agent parses one shape whichever surface it uses.
-type ErrorBody struct {
-	Error ErrorDetail `json:"error"`
-}
-
-// ErrorDetail says what went wrong and what to do about it.
-type ErrorDetail struct {
-	Kind       fault.Kind `json:"kind"`
-	Message    string     `json:"message"`
-	Suggestion string     `json:"suggestion"`
-}
 
 // toolError is a failed call as the SDK carries it to the result: its
 // Error text is the JSON error body, which the SDK puts in the result's
@@ -36,40 +23,18 @@ type toolError struct {
 func (e *toolError) Error() string { return e.text }
 func (e *toolError) Unwrap() error { return e.fe }
 
-// asFault maps any error to the fault a caller sees, as the HTTP API's
-// writeError does: faults pass through, a cancelled call is a timeout,
-// anything else is internal.
-func asFault(err error) *fault.Error {
-	if fe := fault.As(err); fe != nil {
-		return fe
-	}
-	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
-		return fault.Wrap(fault.Timeout, err, "the call was cancelled or ran out of time", "retry the call")
-	}
-	return fault.Wrap(fault.Internal, err, "internal error", "retry; if it persists, report it with the server log")
-}
-
-func errorText(fe *fault.Error) string {
-	b, err := json.Marshal(ErrorBody{Error: ErrorDetail{Kind: fe.Kind, Message: fe.Message, Suggestion: fe.Suggestion}})
-	if err != nil {
-		// Three strings always marshal.
-		panic("mcp: marshal error body: " + err.Error())
-	}
-	return string(b)
-}
-
 // toolErr is the one place a failed call becomes a tool result's error:
 // it logs the failure (at error level only for the kinds that mean the
 // server, not the caller, is at fault) and returns the error the SDK turns
 // into content with isError.
 func (s *Server) toolErr(ctx context.Context, tool string, err error) error {
-	fe := asFault(err)
+	fe := fault.From(err)
 	lvl := slog.LevelInfo
 	if fault.Status(fe.Kind) >= 500 && fe.Kind != fault.NotConfigured {
 		lvl = slog.LevelError
 	}
 	s.log.Log(ctx, lvl, "mcp tool call failed", "tool", tool, "kind", fe.Kind, "err", err)
-	return &toolError{fe: fe, text: errorText(fe)}
+	return &toolError{fe: fe, text: wire.ErrorJSON(fe)}
 }
 
 // refusedArguments rewrites the error results the SDK makes by itself,
@@ -100,7 +65,7 @@ func (s *Server) refusedArguments(next sdk.MethodHandler) sdk.MethodHandler {
 		fe := fault.Wrap(fault.BadInput, cause, "the arguments do not fit the tool's input schema: "+cause.Error(),
 			"compare the arguments with the tool's inputSchema (tools/list): field names, types and required fields; unknown fields are refused")
 		s.log.InfoContext(ctx, "mcp tool call refused", "tool", tool, "kind", fe.Kind, "err", cause)
-		r.Content = []sdk.Content{&sdk.TextContent{Text: errorText(fe)}}
+		r.Content = []sdk.Content{&sdk.TextContent{Text: wire.ErrorJSON(fe)}}
 		return r, nil
 	}
 }

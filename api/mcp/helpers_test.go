@@ -27,9 +27,11 @@ import (
 	"github.com/triadhq/triad/orchestrator/orchestratortest"
 	"github.com/triadhq/triad/recipes"
 	"github.com/triadhq/triad/recipes/runner"
+	"github.com/triadhq/triad/runfiles"
 	"github.com/triadhq/triad/sandbox/docker"
 	"github.com/triadhq/triad/tmpfs"
 	"github.com/triadhq/triad/tmpfs/local"
+	"github.com/triadhq/triad/wire"
 )
 
 // stack is a real Triad behind both surfaces: a local store in a temp
@@ -68,7 +70,7 @@ func newStack(t testing.TB, o stackOptions) *stack {
 	var km *kernels.Manager
 	if o.sandbox {
 		b := dockerBackend(t)
-		km = kernels.New(kernels.Config{Backend: b, Store: store, Protect: cel.Protected})
+		km = kernels.New(kernels.Config{Backend: b, Store: store, Protect: runfiles.IsKept})
 		t.Cleanup(func() { km.Close() })
 	}
 	fake := tavilytest.NewServer(t)
@@ -79,7 +81,7 @@ func newStack(t testing.TB, o stackOptions) *stack {
 	t.Cleanup(func() { search.Close() })
 	orch := orchestrator.New(orchestrator.Config{Store: store, Kernels: km, Journal: cel.New(store), Search: search})
 	var rn *runner.Runner
-	var recipeRunner RecipeRunner // a nil *runner.Runner must stay a nil interface
+	var recipeRunner *runner.Runner
 	if o.recipes {
 		user, err := recipes.LoadDir("testdata")
 		if err != nil {
@@ -220,7 +222,7 @@ func decode[T any](t *testing.T, res *sdk.CallToolResult) T {
 }
 
 // failed requires an error result in the one error shape and returns it.
-func failed(t *testing.T, res *sdk.CallToolResult) ErrorDetail {
+func failed(t *testing.T, res *sdk.CallToolResult) wire.ErrorDetail {
 	t.Helper()
 	if !res.IsError {
 		t.Fatalf("got success %s, want isError", text(res))
@@ -228,7 +230,7 @@ func failed(t *testing.T, res *sdk.CallToolResult) ErrorDetail {
 	if len(res.Content) != 1 {
 		t.Fatalf("got %d content blocks in an error result, want 1", len(res.Content))
 	}
-	var body ErrorBody
+	var body wire.ErrorBody
 	dec := json.NewDecoder(strings.NewReader(text(res)))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&body); err != nil {

@@ -19,13 +19,11 @@ import (
 	"github.com/google/go-cmp/cmp"
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"github.com/triadhq/triad/api"
-	"github.com/triadhq/triad/browser"
 	"github.com/triadhq/triad/internal/fault"
 	"github.com/triadhq/triad/internal/runid"
-	"github.com/triadhq/triad/orchestrator"
 	"github.com/triadhq/triad/recipes/runner"
 	"github.com/triadhq/triad/tmpfs"
+	"github.com/triadhq/triad/wire"
 )
 
 // TestToolsAndSchemas: a client lists the tools with their schemas, over
@@ -37,18 +35,18 @@ func TestToolsAndSchemas(t *testing.T) {
 		runArg  bool
 	}
 	want := map[string]contract{
-		ToolExec:      {reflect.TypeFor[orchestrator.ExecInput](), reflect.TypeFor[orchestrator.ExecOutput](), true},
-		ToolRestart:   {reflect.TypeFor[struct{}](), reflect.TypeFor[restartOutput](), true},
-		ToolSearch:    {reflect.TypeFor[browser.Request](), reflect.TypeFor[browser.Response](), true},
-		ToolWrite:     {reflect.TypeFor[orchestrator.WriteInput](), reflect.TypeFor[orchestrator.FileRef](), true},
-		ToolRead:      {reflect.TypeFor[struct{ Path string }](), reflect.TypeFor[orchestrator.ReadOutput](), true},
-		ToolList:      {reflect.TypeFor[struct{ Prefix string }](), reflect.TypeFor[orchestrator.ListOutput](), true},
-		ToolDelete:    {reflect.TypeFor[struct{ Path string }](), reflect.TypeFor[orchestrator.DeleteOutput](), true},
+		ToolExec:      {reflect.TypeFor[wire.ExecRequest](), reflect.TypeFor[wire.ExecResponse](), true},
+		ToolRestart:   {reflect.TypeFor[struct{}](), reflect.TypeFor[wire.RestartResponse](), true},
+		ToolSearch:    {reflect.TypeFor[wire.SearchRequest](), reflect.TypeFor[wire.SearchResponse](), true},
+		ToolWrite:     {reflect.TypeFor[wire.WriteRequest](), reflect.TypeFor[wire.FileRef](), true},
+		ToolRead:      {reflect.TypeFor[struct{ Path string }](), reflect.TypeFor[wire.ReadResponse](), true},
+		ToolList:      {reflect.TypeFor[struct{ Prefix string }](), reflect.TypeFor[wire.ListResponse](), true},
+		ToolDelete:    {reflect.TypeFor[struct{ Path string }](), reflect.TypeFor[wire.OK](), true},
 		ToolJournal:   {reflect.TypeFor[struct{}](), nil, true},
-		ToolNote:      {reflect.TypeFor[struct{ Text, Author string }](), reflect.TypeFor[okOutput](), true},
-		ToolRecipe:    {reflect.TypeFor[runner.Request](), reflect.TypeFor[runOutput](), false},
-		ToolRecipes:   {reflect.TypeFor[struct{}](), reflect.TypeFor[recipesOutput](), false},
-		ToolRunStatus: {reflect.TypeFor[struct{}](), reflect.TypeFor[api.RunView](), true},
+		ToolNote:      {reflect.TypeFor[struct{ Text, Author string }](), reflect.TypeFor[wire.OK](), true},
+		ToolRecipe:    {reflect.TypeFor[runner.Request](), reflect.TypeFor[wire.RecipeRunStarted](), false},
+		ToolRecipes:   {reflect.TypeFor[struct{}](), reflect.TypeFor[wire.RecipeList](), false},
+		ToolRunStatus: {reflect.TypeFor[struct{}](), reflect.TypeFor[wire.RunView](), true},
 	}
 	name := regexp.MustCompile(`^[a-zA-Z0-9_-]{1,64}$`)
 	s := newStack(t, stackOptions{})
@@ -117,7 +115,7 @@ func fieldNames(rt reflect.Type) []string {
 // TestSchemaTypes pins the schemas' types where inference alone would get
 // them wrong: digests are strings, MIME bundle metadata is any JSON.
 func TestSchemaTypes(t *testing.T) {
-	s := schemaFor[orchestrator.ExecOutput](nil)
+	s := schemaFor[wire.ExecResponse](nil)
 	b, err := json.Marshal(property(s, "files_out[].sha256"))
 	if err != nil {
 		t.Fatal(err)
@@ -143,14 +141,14 @@ func TestFiles(t *testing.T) {
 		t.Run(tr.name, func(t *testing.T) {
 			cs := tr.connect(t, s)
 			res := call(t, cs, ToolWrite, map[string]any{"path": "notes/a.txt", "text": "hello\n"})
-			ref := ok[orchestrator.FileRef](t, res)
+			ref := ok[wire.FileRef](t, res)
 			run := runOf(t, res)
 			if ref.Path != "notes/a.txt" || ref.Size != 6 || ref.SHA256 != tmpfs.DigestOf([]byte("hello\n")) {
 				t.Errorf("got %+v, want notes/a.txt, 6 bytes, sha256 of the text", ref)
 			}
 
 			res = call(t, cs, ToolRead, map[string]any{"path": "notes/a.txt"})
-			read := ok[orchestrator.ReadOutput](t, res)
+			read := ok[wire.ReadResponse](t, res)
 			if read.Text == nil || *read.Text != "hello\n" || read.SHA256 != ref.SHA256 {
 				t.Errorf("got %+v, want the text back with the same sha256", read)
 			}
@@ -166,7 +164,7 @@ func TestFiles(t *testing.T) {
 			}
 
 			res = call(t, cs, ToolList, map[string]any{"prefix": "notes/"})
-			list := ok[orchestrator.ListOutput](t, res)
+			list := ok[wire.ListResponse](t, res)
 			if len(list.Files) != 1 || list.Files[0].Path != "notes/a.txt" {
 				t.Errorf("got %+v, want notes/a.txt alone", list.Files)
 			}
@@ -179,9 +177,9 @@ func TestFiles(t *testing.T) {
 			// content with the same bytes.
 			pngBytes := tinyPNG(t)
 			b64 := base64.StdEncoding.EncodeToString(pngBytes)
-			ok[orchestrator.FileRef](t, call(t, cs, ToolWrite, map[string]any{"path": "img/dot.png", "bytes_b64": b64}))
+			ok[wire.FileRef](t, call(t, cs, ToolWrite, map[string]any{"path": "img/dot.png", "bytes_b64": b64}))
 			res = call(t, cs, ToolRead, map[string]any{"path": "img/dot.png"})
-			read = ok[orchestrator.ReadOutput](t, res)
+			read = ok[wire.ReadResponse](t, res)
 			if read.BytesB64 == nil || *read.BytesB64 != b64 {
 				t.Errorf("got bytes_b64 %v, want the PNG back", read.BytesB64)
 			}
@@ -193,7 +191,7 @@ func TestFiles(t *testing.T) {
 			}
 
 			res = call(t, cs, ToolDelete, map[string]any{"path": "notes/a.txt"})
-			if del := ok[orchestrator.DeleteOutput](t, res); !del.OK {
+			if del := ok[wire.OK](t, res); !del.OK {
 				t.Errorf("got %+v, want ok", del)
 			}
 			if e := failed(t, call(t, cs, ToolRead, map[string]any{"path": "notes/a.txt"})); e.Kind != fault.NotFound {
@@ -232,13 +230,23 @@ func TestFiles(t *testing.T) {
 					}
 				})
 			}
-			if _, err := s.store.Stat(t.Context(), runid.ID(run), "x"); err == nil {
+			// Every record Triad keeps about a run is refused to tmp_write
+			// and tmp_delete, as over HTTP.
+			for _, p := range []string{"CEL.md", "CEL.step_1.md", "trace.jsonl", "evaluations.jsonl", "artifacts/index.json",
+				"citations/0001-forged.json", "outputs/exec-0001-display-1.png", "run.json", "run.ipynb"} {
+				for tool, args := range map[string]map[string]any{ToolWrite: {"path": p, "text": "forged"}, ToolDelete: {"path": p}} {
+					if e := failed(t, call(t, cs, tool, args)); e.Kind != fault.Reserved {
+						t.Errorf("%s %s: got kind %s (%s), want reserved", tool, p, e.Kind, e.Message)
+					}
+				}
+			}
+			if _, err := s.store.Stat(t.Context(), runid.Must(run), "x"); err == nil {
 				t.Errorf("a refused write left a file behind")
 			}
 
 			// The journal: a note, then Step Blocks for the calls that
 			// reached the orchestrator, as GET /cel shows them.
-			ok[okOutput](t, call(t, cs, ToolNote, map[string]any{"text": "operator was here", "author": "test"}))
+			ok[wire.OK](t, call(t, cs, ToolNote, map[string]any{"text": "operator was here", "author": "test"}))
 			res = call(t, cs, ToolJournal, map[string]any{})
 			if res.IsError || res.StructuredContent != nil {
 				t.Fatalf("journal_read: got %s (structured %v), want CEL.md as text", text(res), res.StructuredContent)
@@ -270,7 +278,7 @@ func TestFiles(t *testing.T) {
 				t.Errorf("journal_read differs from GET /cel")
 			}
 
-			st := ok[api.RunView](t, call(t, cs, ToolRunStatus, map[string]any{}))
+			st := ok[wire.RunView](t, call(t, cs, ToolRunStatus, map[string]any{}))
 			if st.RunID != run || len(st.Steps) != len(wantTools) {
 				t.Errorf("got run_status %+v, want run %s with %d steps", st, run, len(wantTools))
 			}
@@ -299,13 +307,13 @@ func TestSessionIsOneRun(t *testing.T) {
 		t.Run(tr.name, func(t *testing.T) {
 			cs := tr.connect(t, s)
 			res := call(t, cs, ToolExec, map[string]any{"code": "x = 21"})
-			out := ok[orchestrator.ExecOutput](t, res)
+			out := ok[wire.ExecResponse](t, res)
 			run := runOf(t, res)
 			if !out.OK {
 				t.Fatalf("x = 21: %+v", out)
 			}
 			res = call(t, cs, ToolExec, map[string]any{"code": "x*2"})
-			out = ok[orchestrator.ExecOutput](t, res)
+			out = ok[wire.ExecResponse](t, res)
 			if out.Result == nil || out.Result.Data["text/plain"] != "42" {
 				t.Errorf("x*2: got result %+v, want 42", out.Result)
 			}
@@ -314,7 +322,7 @@ func TestSessionIsOneRun(t *testing.T) {
 			}
 
 			res = call(t, cs, ToolExec, map[string]any{"code": "%matplotlib inline\nimport matplotlib.pyplot as plt\nplt.plot([1, 3, 2])\nplt.title('trend')\nplt.show()"})
-			out = ok[orchestrator.ExecOutput](t, res)
+			out = ok[wire.ExecResponse](t, res)
 			if len(out.Display) != 1 {
 				t.Fatalf("got %d display outputs, want the figure: %+v", len(out.Display), out)
 			}
@@ -338,17 +346,17 @@ func TestSessionIsOneRun(t *testing.T) {
 				t.Errorf("image content (sha256 %x, %d bytes) is not the stored file %v", sum, len(imgs[0].Data), ref)
 			}
 			// The plot is a run file too.
-			if _, err := s.store.Stat(t.Context(), runid.ID(run), ref["path"].(string)); err != nil {
+			if _, err := s.store.Stat(t.Context(), runid.Must(run), ref["path"].(string)); err != nil {
 				t.Errorf("the plot %v is not a run file: %v", ref["path"], err)
 			}
 
-			ok[orchestrator.FileRef](t, call(t, cs, ToolWrite, map[string]any{"path": "data/n.txt", "text": "17"}))
-			read := ok[orchestrator.ReadOutput](t, call(t, cs, ToolRead, map[string]any{"path": "data/n.txt"}))
+			ok[wire.FileRef](t, call(t, cs, ToolWrite, map[string]any{"path": "data/n.txt", "text": "17"}))
+			read := ok[wire.ReadResponse](t, call(t, cs, ToolRead, map[string]any{"path": "data/n.txt"}))
 			if read.Text == nil || *read.Text != "17" {
 				t.Errorf("got %+v, want 17", read)
 			}
 			// The cell sees the file the session wrote.
-			out = ok[orchestrator.ExecOutput](t, call(t, cs, ToolExec, map[string]any{"code": "int(open('data/n.txt').read()) + x"}))
+			out = ok[wire.ExecResponse](t, call(t, cs, ToolExec, map[string]any{"code": "int(open('data/n.txt').read()) + x"}))
 			if out.Result == nil || out.Result.Data["text/plain"] != "38" {
 				t.Errorf("got %+v, want 38", out.Result)
 			}
@@ -362,7 +370,7 @@ func TestSessionIsOneRun(t *testing.T) {
 			if !res.IsError {
 				t.Fatalf("1/0: got success, want isError")
 			}
-			out = decode[orchestrator.ExecOutput](t, res)
+			out = decode[wire.ExecResponse](t, res)
 			if out.OK || out.Error == nil || out.Error.Ename != "ZeroDivisionError" || out.Error.Message == "" || out.Error.Suggestion == "" {
 				t.Errorf("1/0: got %+v (error %+v), want ok:false with ZeroDivisionError, message and suggestion", out, out.Error)
 			}
@@ -373,7 +381,7 @@ func TestSessionIsOneRun(t *testing.T) {
 				t.Errorf("1/0: the text content %q does not name the error", text(res))
 			}
 			// The failure did not lose the kernel.
-			out = ok[orchestrator.ExecOutput](t, call(t, cs, ToolExec, map[string]any{"code": "x"}))
+			out = ok[wire.ExecResponse](t, call(t, cs, ToolExec, map[string]any{"code": "x"}))
 			if out.Result == nil || out.Result.Data["text/plain"] != "21" {
 				t.Errorf("x after the error: got %+v, want 21", out.Result)
 			}
@@ -405,10 +413,10 @@ func TestSessionIsOneRun(t *testing.T) {
 		if runOf(t, res) == runA {
 			t.Fatalf("two HTTP sessions share run %s", runA)
 		}
-		if out := decode[orchestrator.ExecOutput](t, res); !res.IsError || out.Error == nil || out.Error.Ename != "NameError" {
+		if out := decode[wire.ExecResponse](t, res); !res.IsError || out.Error == nil || out.Error.Ename != "NameError" {
 			t.Errorf("session b sees session a's variable: %+v", out)
 		}
-		out := ok[orchestrator.ExecOutput](t, call(t, b, ToolExec, map[string]any{"code": "secret", "run_id": runA}))
+		out := ok[wire.ExecResponse](t, call(t, b, ToolExec, map[string]any{"code": "secret", "run_id": runA}))
 		if out.Result == nil || out.Result.Data["text/plain"] != "'a'" {
 			t.Errorf("run_id %s: got %+v, want 'a'", runA, out.Result)
 		}
@@ -448,11 +456,11 @@ func TestExamples(t *testing.T) {
 		}
 		if tool == ToolRecipe {
 			// The example recipe runs for real, on the Tavily fake.
-			run := runid.ID(runOf(t, res))
+			run := runid.Must(runOf(t, res))
 			if err := s.runner.Wait(t.Context(), run); err != nil {
 				t.Fatal(err)
 			}
-			st := ok[api.RunView](t, call(t, cs, ToolRunStatus, map[string]any{"run_id": run.String()}))
+			st := ok[wire.RunView](t, call(t, cs, ToolRunStatus, map[string]any{"run_id": run.String()}))
 			if st.Status != runner.Succeeded {
 				t.Errorf("the example recipe run ended %s (%s), want succeeded: %+v", st.Status, st.Error, st.RecipeSteps)
 			}
@@ -465,7 +473,7 @@ func TestExamples(t *testing.T) {
 func TestRecipeRun(t *testing.T) {
 	s := newStack(t, stackOptions{sandbox: true, recipes: true})
 	cs := connectHTTP(t, s)
-	list := ok[recipesOutput](t, call(t, cs, ToolRecipes, map[string]any{}))
+	list := ok[wire.RecipeList](t, call(t, cs, ToolRecipes, map[string]any{}))
 	var names []string
 	for _, r := range list.Recipes {
 		names = append(names, r.Name)
@@ -479,7 +487,7 @@ func TestRecipeRun(t *testing.T) {
 	}
 
 	res := call(t, cs, ToolRecipe, map[string]any{"recipe": "mcp-smoke", "params": map[string]any{"n": 7}})
-	started := ok[runOutput](t, res)
+	started := ok[wire.RecipeRunStarted](t, res)
 	if started.Status != runner.Queued || started.RunID == "" || runOf(t, res) != started.RunID {
 		t.Fatalf("got %+v (meta run %s), want a queued run", started, runOf(t, res))
 	}
@@ -487,11 +495,11 @@ func TestRecipeRun(t *testing.T) {
 	if started.RunID == session {
 		t.Errorf("the recipe ran in the session's run %s, want its own", session)
 	}
-	if err := s.runner.Wait(t.Context(), runid.ID(started.RunID)); err != nil {
+	if err := s.runner.Wait(t.Context(), runid.Must(started.RunID)); err != nil {
 		t.Fatal(err)
 	}
 	res = call(t, cs, ToolRunStatus, map[string]any{"run_id": started.RunID})
-	st := ok[api.RunView](t, res)
+	st := ok[wire.RunView](t, res)
 	if st.Status != runner.Succeeded || st.Recipe != "mcp-smoke" || len(st.RecipeSteps) != 3 {
 		t.Errorf("got %+v, want mcp-smoke succeeded with 3 steps (parameters, cell, write)", st)
 	}
@@ -499,7 +507,7 @@ func TestRecipeRun(t *testing.T) {
 	if diff := cmp.Diff(body, generic(t, res.StructuredContent)); diff != "" {
 		t.Errorf("run_status differs from GET /runs/{id} (-http +mcp):\n%s", diff)
 	}
-	read := ok[orchestrator.ReadOutput](t, call(t, cs, ToolRead, map[string]any{"path": "artifacts/square.txt", "run_id": started.RunID}))
+	read := ok[wire.ReadResponse](t, call(t, cs, ToolRead, map[string]any{"path": "artifacts/square.txt", "run_id": started.RunID}))
 	if read.Text == nil || *read.Text != "49" {
 		t.Errorf("artifacts/square.txt: got %+v, want 49", read)
 	}
@@ -524,7 +532,7 @@ func TestRecipeRun(t *testing.T) {
 			if status < 400 {
 				t.Fatalf("POST /run accepted %v", c.args)
 			}
-			if diff := cmp.Diff(body, generic(t, ErrorBody{Error: e})); diff != "" {
+			if diff := cmp.Diff(body, generic(t, wire.ErrorBody{Error: e})); diff != "" {
 				t.Errorf("recipe_run's error differs from POST /run's (-http +mcp):\n%s", diff)
 			}
 		})
@@ -550,7 +558,7 @@ func TestClose(t *testing.T) {
 	}
 	cs2 := connectHTTP(t, s)
 	res := call(t, cs2, ToolRead, map[string]any{"path": "kept.txt", "run_id": run})
-	if read := ok[orchestrator.ReadOutput](t, res); read.Text == nil || *read.Text != "kept" {
+	if read := ok[wire.ReadResponse](t, res); read.Text == nil || *read.Text != "kept" {
 		t.Errorf("the closed session's run lost its file: %+v", read)
 	}
 	if runOf(t, call(t, cs2, ToolList, map[string]any{})) == run {
@@ -568,10 +576,10 @@ func TestSessionRun(t *testing.T) {
 		{strings.Repeat("x", 61), "mcp-" + hexSum(strings.Repeat("x", 61))},
 	} {
 		got := sessionRun(c.session)
-		if string(got) != c.want {
+		if got.String() != c.want {
 			t.Errorf("sessionRun(%q): got %s, want %s", c.session, got, c.want)
 		}
-		if _, err := runid.Parse(string(got)); err != nil {
+		if _, err := runid.Parse(got.String()); err != nil {
 			t.Errorf("sessionRun(%q) = %q is not a valid run id: %v", c.session, got, err)
 		}
 	}

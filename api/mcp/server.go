@@ -25,37 +25,14 @@ import (
 	"github.com/triadhq/triad/internal/runid"
 	"github.com/triadhq/triad/internal/version"
 	"github.com/triadhq/triad/orchestrator"
-	"github.com/triadhq/triad/recipes"
 	"github.com/triadhq/triad/recipes/runner"
-)
-
-// RecipeRunner starts recipe runs and reports on them: the two methods of
-// *runner.Runner the MCP server calls. A runner that can also list its
-// recipes (List() []*recipes.Recipe) backs the recipe_list tool.
-type RecipeRunner interface {
-	// Start validates req, records the run as queued and runs it in the
-	// background, as POST /run does.
-	Start(ctx context.Context, req runner.Request) (runner.State, error)
-	// Status reports a recipe run; a run that is not one is a
-	// fault.NotFound.
-	Status(ctx context.Context, run runid.ID) (runner.State, error)
-}
-
-// recipeLister is the optional ability behind recipe_list.
-type recipeLister interface {
-	List() []*recipes.Recipe
-}
-
-var (
-	_ RecipeRunner = (*runner.Runner)(nil)
-	_ recipeLister = (*runner.Runner)(nil)
 )
 
 // Config configures a Server.
 type Config struct {
 	Orchestrator *orchestrator.Orchestrator
 	// Recipes runs recipes; nil makes recipe_run answer not_configured.
-	Recipes RecipeRunner
+	Recipes *runner.Runner
 	Logger  *slog.Logger
 	// SessionTimeout closes an HTTP session that has had no request for
 	// this long (default 1 h; negative never). Its run, files and journal
@@ -69,7 +46,7 @@ type Config struct {
 // Server is the MCP surface.
 type Server struct {
 	orch     *orchestrator.Orchestrator
-	recipes  RecipeRunner
+	recipes  *runner.Runner
 	log      *slog.Logger
 	maxImage int64
 	mcp      *sdk.Server
@@ -96,12 +73,6 @@ func New(c Config) *Server {
 	}
 	if c.MaxImageBytes == 0 {
 		c.MaxImageBytes = 8 << 20
-	}
-	// triad serve holds a *runner.Runner that is nil without a sandbox; in
-	// the interface it would not compare equal to nil, and recipe_run would
-	// call through it. It means "no recipes", as api.Config.Runner does.
-	if r, ok := c.Recipes.(*runner.Runner); ok && r == nil {
-		c.Recipes = nil
 	}
 	s := &Server{orch: c.Orchestrator, recipes: c.Recipes, log: c.Logger, maxImage: c.MaxImageBytes,
 		anon: map[*sdk.ServerSession]runid.ID{}}
@@ -185,7 +156,7 @@ func (s *Server) run(req *sdk.CallToolRequest, arg string) (runid.ID, error) {
 		id, err := runid.Parse(arg)
 		if err != nil {
 			fe := fault.As(err)
-			return "", fault.Wrap(fe.Kind, err, "run_id: "+fe.Message,
+			return runid.ID{}, fault.Wrap(fe.Kind, err, "run_id: "+fe.Message,
 				"omit run_id to work in this session's run, or send 1-64 characters from [A-Za-z0-9._-] starting with a letter or digit")
 		}
 		return id, nil
@@ -201,7 +172,7 @@ func (s *Server) run(req *sdk.CallToolRequest, arg string) (runid.ID, error) {
 	if id, ok := s.anon[ss]; ok {
 		return id, nil
 	}
-	id := runid.ID("mcp-" + uuid.NewString())
+	id := runid.Must("mcp-" + uuid.NewString())
 	s.anon[ss] = id
 	go func() {
 		ss.Wait()
@@ -224,5 +195,5 @@ func sessionRun(session string) runid.ID {
 		}
 	}
 	sum := sha256.Sum256([]byte(session))
-	return runid.ID("mcp-" + hex.EncodeToString(sum[:16]))
+	return runid.Must("mcp-" + hex.EncodeToString(sum[:16]))
 }

@@ -21,9 +21,11 @@ import (
 	"github.com/triadhq/triad/internal/fault"
 	"github.com/triadhq/triad/orchestrator"
 	"github.com/triadhq/triad/orchestrator/kernels"
+	"github.com/triadhq/triad/runfiles"
 	"github.com/triadhq/triad/sandbox/docker"
 	"github.com/triadhq/triad/tmpfs"
 	"github.com/triadhq/triad/tmpfs/local"
+	"github.com/triadhq/triad/wire"
 )
 
 // childImage, when set, makes the test binary an MCP server on its own
@@ -66,7 +68,7 @@ func stdioChild(tag string) int {
 		return fail(err)
 	}
 	defer b.Close()
-	km := kernels.New(kernels.Config{Backend: b, Store: store, Protect: cel.Protected, Logger: log})
+	km := kernels.New(kernels.Config{Backend: b, Store: store, Protect: runfiles.IsKept, Logger: log})
 	defer km.Close()
 	orch := orchestrator.New(orchestrator.Config{Store: store, Kernels: km, Journal: cel.New(store), Logger: log})
 	srv := New(Config{Orchestrator: orch, Logger: log})
@@ -117,13 +119,13 @@ func TestStdioProcess(t *testing.T) {
 
 	res := call(t, cs, ToolExec, map[string]any{"code": "x = 21"})
 	run := runOf(t, res)
-	ok[orchestrator.ExecOutput](t, res)
-	out := ok[orchestrator.ExecOutput](t, call(t, cs, ToolExec, map[string]any{"code": "x*2"}))
+	ok[wire.ExecResponse](t, res)
+	out := ok[wire.ExecResponse](t, call(t, cs, ToolExec, map[string]any{"code": "x*2"}))
 	if out.Result == nil || out.Result.Data["text/plain"] != "42" {
 		t.Errorf("x*2: got %+v, want 42", out.Result)
 	}
-	ok[orchestrator.FileRef](t, call(t, cs, ToolWrite, map[string]any{"path": "a.txt", "text": "α"}))
-	read := ok[orchestrator.ReadOutput](t, call(t, cs, ToolRead, map[string]any{"path": "a.txt"}))
+	ok[wire.FileRef](t, call(t, cs, ToolWrite, map[string]any{"path": "a.txt", "text": "α"}))
+	read := ok[wire.ReadResponse](t, call(t, cs, ToolRead, map[string]any{"path": "a.txt"}))
 	if read.Text == nil || *read.Text != "α" {
 		t.Errorf("got %+v, want α back", read)
 	}
@@ -131,7 +133,7 @@ func TestStdioProcess(t *testing.T) {
 		t.Errorf("../../etc/passwd: got kind %s, want bad_input", e.Kind)
 	}
 	res = call(t, cs, ToolExec, map[string]any{"code": "1/0"})
-	if out := decode[orchestrator.ExecOutput](t, res); !res.IsError || out.OK || out.Error == nil || out.Error.Ename != "ZeroDivisionError" {
+	if out := decode[wire.ExecResponse](t, res); !res.IsError || out.OK || out.Error == nil || out.Error.Ename != "ZeroDivisionError" {
 		t.Errorf("1/0: got isError %v, %+v, want an error result with ZeroDivisionError", res.IsError, out)
 	}
 	res = call(t, cs, ToolJournal, map[string]any{})

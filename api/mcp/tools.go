@@ -6,12 +6,11 @@ import (
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"github.com/triadhq/triad/api"
-	"github.com/triadhq/triad/browser"
 	"github.com/triadhq/triad/internal/fault"
 	"github.com/triadhq/triad/internal/runid"
 	"github.com/triadhq/triad/orchestrator"
 	"github.com/triadhq/triad/recipes/runner"
+	"github.com/triadhq/triad/wire"
 )
 
 // Tool names: the spec's names with "_" for ".", because common clients
@@ -43,15 +42,15 @@ type runArg struct {
 // The tools' arguments: the HTTP API's request types plus run_id.
 type (
 	execArgs struct {
-		orchestrator.ExecInput
+		wire.ExecRequest
 		runArg
 	}
 	searchArgs struct {
-		browser.Request
+		wire.SearchRequest
 		runArg
 	}
 	writeArgs struct {
-		orchestrator.WriteInput
+		wire.WriteRequest
 		runArg
 	}
 	pathArgs struct {
@@ -68,33 +67,6 @@ type (
 		runArg
 	}
 )
-
-// runOutput is POST /run's answer.
-type runOutput struct {
-	RunID     string `json:"run_id"`
-	Status    string `json:"status"`
-	StatusURL string `json:"status_url"`
-	EventsURL string `json:"events_url"`
-	Resumes   int    `json:"resumes"`
-}
-
-// recipesOutput is GET /recipes's answer.
-type recipesOutput struct {
-	Recipes []api.RecipeInfo `json:"recipes"`
-}
-
-// okOutput is the {"ok": true} answer of POST /cel/note.
-type okOutput struct {
-	OK bool `json:"ok"`
-}
-
-// restartOutput is the answer of POST /sandbox/restart.
-type restartOutput struct {
-	OK     bool `json:"ok"`
-	Kernel struct {
-		Restarted bool `json:"restarted"`
-	} `json:"kernel"`
-}
 
 // example is a tool's worked example: arguments and the answer they give.
 // The package's tests run every example against a real server and check
@@ -201,7 +173,7 @@ var (
 		"stderr":          "Error stream output, capped; see truncated and stderr_file.",
 		"display":         "display_data bundles in order. Images are stored as run files and appear as {path, sha256, size}; they also come back as image content.",
 		"result":          "The last expression's value as a MIME bundle (data[\"text/plain\"] is its repr).",
-		"error":           "Why the cell failed: kind (execution, timeout, kernel_died), ename, evalue, traceback, message and suggestion.",
+		"error":           "Why the cell failed: kind (execution_error, timeout, kernel_died, output_limit, interrupted), ename, evalue, traceback, message and suggestion.",
 		"files_out":       "Files the cell created or changed in the working directory, now run files.",
 		"files_deleted":   "Run files the cell removed.",
 		"execution_count": "The kernel's cell counter.",
@@ -239,7 +211,7 @@ func (s *Server) addTools() {
 			"Plots (matplotlib inline, IPython display) come back as image content too. Long output is cut with truncated:true and kept whole in stdout_file. "+
 			"A cell that raises comes back with isError:true and ok:false, error {kind, ename, evalue, traceback, message, suggestion}; its earlier output and files are still there."),
 		InputSchema:  schemaFor[execArgs](execIn),
-		OutputSchema: schemaFor[orchestrator.ExecOutput](execOut),
+		OutputSchema: schemaFor[wire.ExecResponse](execOut),
 		Annotations:  &sdk.ToolAnnotations{OpenWorldHint: ptr(false)},
 	}, s.exec)
 
@@ -248,7 +220,7 @@ func (s *Server) addTools() {
 		Title:        "Restart the kernel",
 		Description:  describe(ToolRestart, "Restart this run's kernel: its variables are lost, its files stay. Use it when the kernel is wedged or its state is confused."),
 		InputSchema:  schemaFor[struct{ runArg }](map[string]string{"run_id": runIDDesc}),
-		OutputSchema: schemaFor[restartOutput](nil),
+		OutputSchema: schemaFor[wire.RestartResponse](nil),
 		Annotations:  &sdk.ToolAnnotations{DestructiveHint: ptr(true), IdempotentHint: true, OpenWorldHint: ptr(false)},
 	}, s.restart)
 
@@ -258,7 +230,7 @@ func (s *Server) addTools() {
 		Description: describe(ToolSearch, "Search the web (Tavily). Answers results {url, title, snippet, published_at, content} and citations_id, the sha256 of the raw answer kept in the run under citations/ for audit and replay. "+
 			"Save what you need with tmp_write or read it from citations/ in a cell."),
 		InputSchema:  schemaFor[searchArgs](searchIn),
-		OutputSchema: schemaFor[browser.Response](searchOut),
+		OutputSchema: schemaFor[wire.SearchResponse](searchOut),
 		Annotations:  &sdk.ToolAnnotations{ReadOnlyHint: true, OpenWorldHint: ptr(true)},
 	}, s.search)
 
@@ -273,7 +245,7 @@ func (s *Server) addTools() {
 			"bytes_b64": "The content as standard base64, for binary files.",
 			"run_id":    runIDDesc,
 		}),
-		OutputSchema: schemaFor[orchestrator.FileRef](fileRef),
+		OutputSchema: schemaFor[wire.FileRef](fileRef),
 		Annotations:  &sdk.ToolAnnotations{DestructiveHint: ptr(true), IdempotentHint: true, OpenWorldHint: ptr(false)},
 	}, s.write)
 
@@ -283,7 +255,7 @@ func (s *Server) addTools() {
 		Description: describe(ToolRead, "Read a run file: text when it is UTF-8, else bytes_b64. Images also come back as image content. "+
 			"Files over the inline limit are refused; read big files in a cell instead."),
 		InputSchema: schemaFor[pathArgs](map[string]string{"path": "Relative path in the run.", "run_id": runIDDesc}),
-		OutputSchema: schemaFor[orchestrator.ReadOutput](map[string]string{
+		OutputSchema: schemaFor[wire.ReadResponse](map[string]string{
 			"path": "The run path.", "size": "Size in bytes.", "sha256": "sha256 of the content.",
 			"text": "The content, when it is valid UTF-8.", "bytes_b64": "The content as standard base64, when it is not UTF-8.",
 		}),
@@ -295,7 +267,7 @@ func (s *Server) addTools() {
 		Title:       "List run files (tmp.list)",
 		Description: describe(ToolList, "List the run's files under a prefix (all of them without one), with size, sha256 and modification time."),
 		InputSchema: schemaFor[listArgs](map[string]string{"prefix": "Optional: a directory prefix such as artifacts/.", "run_id": runIDDesc}),
-		OutputSchema: schemaFor[orchestrator.ListOutput](map[string]string{
+		OutputSchema: schemaFor[wire.ListResponse](map[string]string{
 			"files": "The files, sorted by path.",
 		}),
 		Annotations: &sdk.ToolAnnotations{ReadOnlyHint: true, OpenWorldHint: ptr(false)},
@@ -306,7 +278,7 @@ func (s *Server) addTools() {
 		Title:        "Delete a run file (tmp.delete)",
 		Description:  describe(ToolDelete, "Delete a run file, from the run and from the kernel's working directory. The journal's files are reserved."),
 		InputSchema:  schemaFor[pathArgs](map[string]string{"path": "Relative path in the run.", "run_id": runIDDesc}),
-		OutputSchema: schemaFor[orchestrator.DeleteOutput](map[string]string{"ok": "True when the file was deleted."}),
+		OutputSchema: schemaFor[wire.OK](map[string]string{"ok": "True when the file was deleted."}),
 		Annotations:  &sdk.ToolAnnotations{DestructiveHint: ptr(true), IdempotentHint: false, OpenWorldHint: ptr(false)},
 	}, s.delete)
 
@@ -326,7 +298,7 @@ func (s *Server) addTools() {
 		InputSchema: schemaFor[noteArgs](map[string]string{
 			"text": "The note, up to 64 KiB.", "author": "Optional: who wrote it.", "run_id": runIDDesc,
 		}),
-		OutputSchema: schemaFor[okOutput](nil),
+		OutputSchema: schemaFor[wire.OK](nil),
 		Annotations:  &sdk.ToolAnnotations{OpenWorldHint: ptr(false)},
 	}, s.note)
 
@@ -341,7 +313,7 @@ func (s *Server) addTools() {
 			"params":    "Optional: the recipe's params by name (recipe_list shows them); omitted params take their defaults.",
 			"run_id":    "Optional: a fresh run id, or a failed or interrupted recipe run to resume. Omitted, a fresh run is made; the recipe never runs in this session's run.",
 		}),
-		OutputSchema: schemaFor[runOutput](map[string]string{
+		OutputSchema: schemaFor[wire.RecipeRunStarted](map[string]string{
 			"run_id":     "The recipe's run: pass it as run_id to run_status, journal_read and the tmp tools.",
 			"status":     "queued, running, succeeded or failed.",
 			"status_url": "The run's status over HTTP (GET).",
@@ -356,7 +328,7 @@ func (s *Server) addTools() {
 		Title:       "List recipes",
 		Description: describe(ToolRecipes, "List the recipes recipe_run can start, with what each does and which sandbox it needs. Same answer as GET /recipes."),
 		InputSchema: schemaFor[struct{}](nil),
-		OutputSchema: schemaFor[recipesOutput](map[string]string{
+		OutputSchema: schemaFor[wire.RecipeList](map[string]string{
 			"recipes": "The recipes, sorted by name.",
 		}),
 		Annotations: &sdk.ToolAnnotations{ReadOnlyHint: true, OpenWorldHint: ptr(false)},
@@ -368,7 +340,7 @@ func (s *Server) addTools() {
 		Description: describe(ToolRunStatus, "Report a run (this session's, or the one run_id names, such as a recipe run): its status (open for a session's run; queued, running, succeeded or failed for a recipe run), "+
 			"each tool call's outcome and evaluation, a recipe run's steps, and the artifact index. Same answer as GET /runs/{id}."),
 		InputSchema: schemaFor[struct{ runArg }](map[string]string{"run_id": runIDDesc}),
-		OutputSchema: schemaFor[api.RunView](map[string]string{
+		OutputSchema: schemaFor[wire.RunView](map[string]string{
 			"run_id":       "The run.",
 			"status":       "open for a run of tool calls; queued, running, succeeded or failed for a recipe run.",
 			"steps":        "One entry per tool call, in order, with the evaluator's verdict (PASS or FAIL) and score.",
@@ -379,12 +351,12 @@ func (s *Server) addTools() {
 	}, s.runStatus)
 }
 
-func (s *Server) exec(ctx context.Context, req *sdk.CallToolRequest, in execArgs) (*sdk.CallToolResult, orchestrator.ExecOutput, error) {
+func (s *Server) exec(ctx context.Context, req *sdk.CallToolRequest, in execArgs) (*sdk.CallToolResult, wire.ExecResponse, error) {
 	run, err := s.run(req, in.RunID)
 	if err != nil {
-		return nil, orchestrator.ExecOutput{}, err
+		return nil, wire.ExecResponse{}, err
 	}
-	out, err := s.orch.Exec(ctx, run, in.ExecInput)
+	out, err := s.orch.Exec(ctx, run, in.ExecRequest)
 	if err != nil {
 		return nil, out, err
 	}
@@ -400,8 +372,8 @@ func (s *Server) exec(ctx context.Context, req *sdk.CallToolRequest, in execArgs
 	return res, out, nil
 }
 
-func (s *Server) restart(ctx context.Context, req *sdk.CallToolRequest, in struct{ runArg }) (*sdk.CallToolResult, restartOutput, error) {
-	var out restartOutput
+func (s *Server) restart(ctx context.Context, req *sdk.CallToolRequest, in struct{ runArg }) (*sdk.CallToolResult, wire.RestartResponse, error) {
+	var out wire.RestartResponse
 	run, err := s.run(req, in.RunID)
 	if err != nil {
 		return nil, out, err
@@ -409,32 +381,32 @@ func (s *Server) restart(ctx context.Context, req *sdk.CallToolRequest, in struc
 	if err := s.orch.Restart(ctx, run); err != nil {
 		return nil, out, err
 	}
-	out.OK, out.Kernel.Restarted = true, true
+	out = wire.RestartResponse{OK: true, Kernel: wire.RestartKernel{Restarted: true}}
 	return result(run), out, nil
 }
 
-func (s *Server) search(ctx context.Context, req *sdk.CallToolRequest, in searchArgs) (*sdk.CallToolResult, browser.Response, error) {
+func (s *Server) search(ctx context.Context, req *sdk.CallToolRequest, in searchArgs) (*sdk.CallToolResult, wire.SearchResponse, error) {
 	run, err := s.run(req, in.RunID)
 	if err != nil {
-		return nil, browser.Response{}, err
+		return nil, wire.SearchResponse{}, err
 	}
-	out, err := s.orch.Search(ctx, run, in.Request, orchestrator.SearchOptions{})
+	out, err := s.orch.Search(ctx, run, in.SearchRequest, orchestrator.SearchOptions{})
 	return result(run), out, err
 }
 
-func (s *Server) write(ctx context.Context, req *sdk.CallToolRequest, in writeArgs) (*sdk.CallToolResult, orchestrator.FileRef, error) {
+func (s *Server) write(ctx context.Context, req *sdk.CallToolRequest, in writeArgs) (*sdk.CallToolResult, wire.FileRef, error) {
 	run, err := s.run(req, in.RunID)
 	if err != nil {
-		return nil, orchestrator.FileRef{}, err
+		return nil, wire.FileRef{}, err
 	}
-	out, err := s.orch.Write(ctx, run, in.WriteInput)
+	out, err := s.orch.Write(ctx, run, in.WriteRequest)
 	return result(run), out, err
 }
 
-func (s *Server) read(ctx context.Context, req *sdk.CallToolRequest, in pathArgs) (*sdk.CallToolResult, orchestrator.ReadOutput, error) {
+func (s *Server) read(ctx context.Context, req *sdk.CallToolRequest, in pathArgs) (*sdk.CallToolResult, wire.ReadResponse, error) {
 	run, err := s.run(req, in.RunID)
 	if err != nil {
-		return nil, orchestrator.ReadOutput{}, err
+		return nil, wire.ReadResponse{}, err
 	}
 	out, err := s.orch.Read(ctx, run, in.Path)
 	if err != nil {
@@ -451,19 +423,19 @@ func (s *Server) read(ctx context.Context, req *sdk.CallToolRequest, in pathArgs
 	return res, out, nil
 }
 
-func (s *Server) list(ctx context.Context, req *sdk.CallToolRequest, in listArgs) (*sdk.CallToolResult, orchestrator.ListOutput, error) {
+func (s *Server) list(ctx context.Context, req *sdk.CallToolRequest, in listArgs) (*sdk.CallToolResult, wire.ListResponse, error) {
 	run, err := s.run(req, in.RunID)
 	if err != nil {
-		return nil, orchestrator.ListOutput{}, err
+		return nil, wire.ListResponse{}, err
 	}
 	out, err := s.orch.List(ctx, run, in.Prefix)
 	return result(run), out, err
 }
 
-func (s *Server) delete(ctx context.Context, req *sdk.CallToolRequest, in pathArgs) (*sdk.CallToolResult, orchestrator.DeleteOutput, error) {
+func (s *Server) delete(ctx context.Context, req *sdk.CallToolRequest, in pathArgs) (*sdk.CallToolResult, wire.OK, error) {
 	run, err := s.run(req, in.RunID)
 	if err != nil {
-		return nil, orchestrator.DeleteOutput{}, err
+		return nil, wire.OK{}, err
 	}
 	out, err := s.orch.Delete(ctx, run, in.Path)
 	return result(run), out, err
@@ -485,15 +457,15 @@ func (s *Server) journal(ctx context.Context, req *sdk.CallToolRequest, in struc
 	return res, nil, nil
 }
 
-func (s *Server) note(ctx context.Context, req *sdk.CallToolRequest, in noteArgs) (*sdk.CallToolResult, okOutput, error) {
+func (s *Server) note(ctx context.Context, req *sdk.CallToolRequest, in noteArgs) (*sdk.CallToolResult, wire.OK, error) {
 	run, err := s.run(req, in.RunID)
 	if err != nil {
-		return nil, okOutput{}, err
+		return nil, wire.OK{}, err
 	}
 	if err := s.orch.Note(ctx, run, in.Text, in.Author); err != nil {
-		return nil, okOutput{}, err
+		return nil, wire.OK{}, err
 	}
-	return result(run), okOutput{OK: true}, nil
+	return result(run), wire.OK{OK: true}, nil
 }
 
 func (s *Server) needRunner() error {
@@ -504,8 +476,8 @@ func (s *Server) needRunner() error {
 	return nil
 }
 
-func (s *Server) recipe(ctx context.Context, req *sdk.CallToolRequest, in runner.Request) (*sdk.CallToolResult, runOutput, error) {
-	var out runOutput
+func (s *Server) recipe(ctx context.Context, req *sdk.CallToolRequest, in wire.RecipeRunRequest) (*sdk.CallToolResult, wire.RecipeRunStarted, error) {
+	var out wire.RecipeRunStarted
 	if err := s.needRunner(); err != nil {
 		return nil, out, err
 	}
@@ -513,52 +485,27 @@ func (s *Server) recipe(ctx context.Context, req *sdk.CallToolRequest, in runner
 	if err != nil {
 		return nil, out, err
 	}
-	out = runOutput{RunID: st.RunID, Status: st.Status, StatusURL: "/runs/" + st.RunID, EventsURL: "/runs/" + st.RunID + "/events", Resumes: st.Resumes}
-	return result(runid.ID(st.RunID)), out, nil
+	return result(runid.Must(st.RunID)), runner.Started(st), nil
 }
 
-func (s *Server) recipeList(ctx context.Context, req *sdk.CallToolRequest, _ struct{}) (*sdk.CallToolResult, recipesOutput, error) {
-	out := recipesOutput{Recipes: []api.RecipeInfo{}}
+func (s *Server) recipeList(ctx context.Context, req *sdk.CallToolRequest, _ struct{}) (*sdk.CallToolResult, wire.RecipeList, error) {
+	out := wire.RecipeList{Recipes: []wire.RecipeInfo{}}
 	if err := s.needRunner(); err != nil {
 		return nil, out, err
 	}
-	l, ok := s.recipes.(recipeLister)
-	if !ok {
-		return nil, out, fault.New(fault.Unsupported, "this server's recipe runner cannot list its recipes", "ask the operator for the recipe names")
-	}
-	for _, rc := range l.List() {
-		out.Recipes = append(out.Recipes, api.RecipeInfo{Name: rc.Name, Title: rc.Title, Description: rc.Description, Backend: string(rc.Backend), Origin: rc.Origin})
-	}
-	return &sdk.CallToolResult{}, out, nil
+	return &sdk.CallToolResult{}, s.recipes.Recipes(), nil
 }
 
 // runStatus answers as GET /runs/{id} does: the journal's view of every
 // call, with the recipe runner's state on top for a recipe run.
-func (s *Server) runStatus(ctx context.Context, req *sdk.CallToolRequest, in struct{ runArg }) (*sdk.CallToolResult, api.RunView, error) {
-	var view api.RunView
+func (s *Server) runStatus(ctx context.Context, req *sdk.CallToolRequest, in struct{ runArg }) (*sdk.CallToolResult, wire.RunView, error) {
 	run, err := s.run(req, in.RunID)
 	if err != nil {
+		return nil, wire.RunView{}, err
+	}
+	view, err := runner.View(ctx, s.orch, s.recipes, run)
+	if err != nil {
 		return nil, view, err
-	}
-	var rs *runner.State
-	if s.recipes != nil {
-		st, err := s.recipes.Status(ctx, run)
-		if err == nil {
-			rs = &st
-		} else if fe := fault.As(err); fe == nil || fe.Kind != fault.NotFound {
-			return nil, view, err
-		}
-	}
-	js, err := s.orch.Status(ctx, run)
-	if err != nil && rs == nil {
-		return nil, view, err
-	}
-	view.RunStatus = js
-	view.RunID = run.String()
-	if rs != nil {
-		view.Status = rs.Status
-		view.Recipe, view.Objective, view.Error, view.Resumes = rs.Recipe, rs.Objective, rs.Error, rs.Resumes
-		view.RecipeSteps, view.Params, view.Created, view.Finished = rs.Steps, rs.Params, &rs.Created, rs.Finished
 	}
 	return result(run), view, nil
 }

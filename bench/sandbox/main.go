@@ -41,12 +41,14 @@ import (
 	"github.com/triadhq/triad/internal/runid"
 	"github.com/triadhq/triad/orchestrator"
 	"github.com/triadhq/triad/orchestrator/kernels"
+	"github.com/triadhq/triad/runfiles"
 	"github.com/triadhq/triad/sandbox"
 	"github.com/triadhq/triad/sandbox/docker"
 	"github.com/triadhq/triad/sandbox/docker/image"
 	"github.com/triadhq/triad/sandbox/wasm"
 	"github.com/triadhq/triad/tmpfs"
 	"github.com/triadhq/triad/tmpfs/local"
+	"github.com/triadhq/triad/wire"
 )
 
 // baseline runs inside a container of the sandbox image: it starts an
@@ -98,14 +100,14 @@ func main() {
 	dockerB, err := docker.New(ctx, docker.Config{Image: tag, WorkRoot: filepath.Join(dir, "work-docker")})
 	check(err)
 	defer dockerB.Close()
-	pooled := kernels.New(kernels.Config{Backend: dockerB, Store: store, Warm: 2, Protect: orchestrator.Protected})
+	pooled := kernels.New(kernels.Config{Backend: dockerB, Store: store, Warm: 2, Protect: runfiles.IsKept})
 	defer pooled.Close()
-	cold := kernels.New(kernels.Config{Backend: dockerB, Store: store, Warm: 0, Protect: orchestrator.Protected})
+	cold := kernels.New(kernels.Config{Backend: dockerB, Store: store, Warm: 0, Protect: runfiles.IsKept})
 	defer cold.Close()
 	wasmB, err := wasm.New(ctx, wasm.Config{WorkRoot: filepath.Join(dir, "work-wasm"), CacheDir: cache})
 	check(err)
 	defer wasmB.Close()
-	wasmK := kernels.New(kernels.Config{Backend: wasmB, Store: store, Warm: 2, Protect: orchestrator.Protected})
+	wasmK := kernels.New(kernels.Config{Backend: wasmB, Store: store, Warm: 2, Protect: runfiles.IsKept})
 	defer wasmK.Close()
 
 	full := serve(orchestrator.New(orchestrator.Config{Store: store, Kernels: pooled, Journal: cel.New(store), Evaluator: ev}))
@@ -145,15 +147,16 @@ func main() {
 	var tk []time.Duration
 	for range *n {
 		t0 := time.Now()
-		_, err := sess.Kernel.Execute(ctx, "1+1", 10*time.Second)
+		_, err := sess.Kernel.Execute(ctx, sandbox.Cell{Code: "1+1", Timeout: 10 * time.Second})
 		check(err)
 		tk = append(tk, time.Since(t0))
 	}
+	pooled.Release(sess)
 	bareO := orchestrator.New(orchestrator.Config{Store: store, Kernels: pooled})
 	var to []time.Duration
 	for range *n {
 		t0 := time.Now()
-		out, err := bareO.Exec(ctx, rb, orchestrator.ExecInput{Code: "1+1"})
+		out, err := bareO.Exec(ctx, rb, wire.ExecRequest{Code: "1+1"})
 		check(err)
 		if !out.OK {
 			panic("exec failed")
@@ -266,7 +269,7 @@ func wasmIdleMemory(ctx context.Context, b *wasm.Backend) string {
 	for range 8 {
 		k, err := b.Start(ctx, sandbox.Spec{})
 		check(err)
-		_, err = k.Execute(ctx, "1+1", 10*time.Second)
+		_, err = k.Execute(ctx, sandbox.Cell{Code: "1+1", Timeout: 10 * time.Second})
 		check(err)
 		ks = append(ks, k)
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/triadhq/triad/api"
 	"github.com/triadhq/triad/api/mcp"
 	"github.com/triadhq/triad/internal/version"
+	"github.com/triadhq/triad/recipes/runner"
 	"github.com/triadhq/triad/tmpfs"
 	"github.com/triadhq/triad/tmpfs/local"
 	"github.com/triadhq/triad/tmpfs/s3"
@@ -94,7 +95,7 @@ func serve(ctx context.Context, args []string) error {
 	defer st.Close()
 	orch, rn := st.orch, st.runner
 	h := api.New(api.Config{Orchestrator: orch, Runner: rn, Logger: log})
-	var recipes mcp.RecipeRunner
+	var recipes *runner.Runner
 	if rn != nil {
 		recipes = rn
 	}

@@ -5,6 +5,7 @@ import (
 
 	"github.com/triadhq/triad/api/mcp"
 	"github.com/triadhq/triad/internal/version"
+	"github.com/triadhq/triad/recipes/runner"
 )
 
 // mcpCmd is "triad mcp": the tools over MCP on stdin and stdout, for
@@ -24,7 +25,7 @@ func mcpCmd(ctx context.Context, args []string) error {
 		return err
 	}
 	defer st.Close()
-	var recipes mcp.RecipeRunner
+	var recipes *runner.Runner
 	if st.runner != nil {
 		recipes = st.runner
 	}

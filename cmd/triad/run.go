@@ -17,6 +17,7 @@ import (
 	"github.com/triadhq/triad/internal/runid"
 	"github.com/triadhq/triad/recipes"
 	"github.com/triadhq/triad/recipes/runner"
+	"github.com/triadhq/triad/runfiles"
 )
 
 // multi is a repeatable flag.
@@ -56,7 +57,8 @@ func runCmd(ctx context.Context, args []string) error {
 	if err := c.validate(fs); err != nil {
 		return err
 	}
-	req := runner.Request{Recipe: name, Objective: objective, RunID: resume, Params: map[string]any{}, Inputs: map[string][]byte{}}
+	req := runner.Request{Recipe: name, Objective: objective, RunID: resume, Params: map[string]any{}}
+	inputFiles := map[string][]byte{}
 	for _, in := range inputs {
 		k, path, ok := strings.Cut(in, "=")
 		if !ok {
@@ -66,10 +68,10 @@ func runCmd(ctx context.Context, args []string) error {
 		if err != nil {
 			return fmt.Errorf("--input %s: %w", k, err)
 		}
-		req.Inputs[k] = b
+		inputFiles[k] = b
 	}
 	if server != "" {
-		return runRemote(ctx, server, req, params, out)
+		return runRemote(ctx, server, req, inputFiles, params, out)
 	}
 	st, _, err := open(ctx, &c)
 	if err != nil {
@@ -98,11 +100,11 @@ func runCmd(ctx context.Context, args []string) error {
 		}
 	}
 	fmt.Fprintf(os.Stderr, "triad: running recipe %s (data in %s)\n", orDefault(name, "(resumed)"), c.Data)
-	final, err := rn.Run(ctx, req, printEvent)
+	final, err := rn.Run(ctx, req, inputFiles, printEvent)
 	if err != nil {
 		return err
 	}
-	files, err := st.orch.Store().List(context.WithoutCancel(ctx), runid.ID(final.RunID), "artifacts/")
+	files, err := st.orch.Store().List(context.WithoutCancel(ctx), runid.Must(final.RunID), runfiles.ArtifactsDir)
 	if err != nil {
 		return err
 	}
@@ -115,7 +117,7 @@ func runCmd(ctx context.Context, args []string) error {
 			out = filepath.Join("triad-out", final.RunID)
 		}
 		for _, f := range files {
-			b, _, err := st.orch.Store().ReadAll(ctx, runid.ID(final.RunID), f.Path)
+			b, _, err := st.orch.Store().ReadAll(ctx, runid.Must(final.RunID), f.Path)
 			if err != nil {
 				return err
 			}
@@ -125,8 +127,8 @@ func runCmd(ctx context.Context, args []string) error {
 				return err
 			}
 		}
-		for _, extra := range []string{"CEL.md", "run.ipynb"} {
-			if b, _, err := st.orch.Store().ReadAll(ctx, runid.ID(final.RunID), extra); err == nil {
+		for _, extra := range []string{runfiles.Journal, runfiles.Notebook} {
+			if b, _, err := st.orch.Store().ReadAll(ctx, runid.Must(final.RunID), extra); err == nil {
 				os.WriteFile(filepath.Join(out, extra), b, 0o644)
 			}
 		}
@@ -160,7 +162,7 @@ func printEvent(e runner.Event) {
 }
 
 // runRemote starts the run on a server and follows its events.
-func runRemote(ctx context.Context, server string, req runner.Request, params multi, out string) error {
+func runRemote(ctx context.Context, server string, req runner.Request, inputFiles map[string][]byte, params multi, out string) error {
 	server = strings.TrimRight(server, "/")
 	for _, kv := range params {
 		k, v, ok := strings.Cut(kv, "=")
@@ -173,7 +175,7 @@ func runRemote(ctx context.Context, server string, req runner.Request, params mu
 		}
 		req.Params[k] = val
 	}
-	if len(req.Inputs) > 0 {
+	if len(inputFiles) > 0 {
 		return fmt.Errorf("--input with --server: upload the files first (PUT %s/tmp/files/PATH with X-Run-Id), then POST /run with that run_id", server)
 	}
 	body, _ := json.Marshal(req)

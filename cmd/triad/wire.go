@@ -12,6 +12,7 @@ import (
 	"github.com/triadhq/triad/orchestrator/kernels"
 	"github.com/triadhq/triad/recipes"
 	"github.com/triadhq/triad/recipes/runner"
+	"github.com/triadhq/triad/runfiles"
 	"github.com/triadhq/triad/tmpfs"
 )
 
@@ -59,7 +60,7 @@ func openStack(ctx context.Context, c *config, log *slog.Logger) (*stack, error)
 	if backend != nil {
 		s.closes = append(s.closes, func() { backend.Close() })
 		km = kernels.New(kernels.Config{Backend: backend, Store: store, Warm: c.Sandbox.Warm, IdleTTL: c.Sandbox.IdleTTL,
-			Limits: c.Sandbox.limits(), Protect: orchestrator.Protected, Logger: log})
+			Limits: c.Sandbox.limits(), Protect: runfiles.IsKept, Logger: log})
 		s.closes = append(s.closes, func() { km.Close() })
 		log.Info("sandbox ready", "backend", backend.Name(), "warm", c.Sandbox.Warm)
 		s.backend = backend.Name()

@@ -2,6 +2,7 @@
 package fault
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net/http"
@@ -103,4 +104,23 @@ func Status(k Kind) int {
 	default:
 		return http.StatusInternalServerError
 	}
+}
+
+// From is the one function that maps any error to the fault a caller sees:
+// a fault passes through; a body over its limit is TooLarge; a cancelled
+// call or a deadline passed is Timeout; anything else is Internal, which
+// always means a bug in Triad, never the caller's input.
+func From(err error) *Error {
+	if fe := As(err); fe != nil {
+		return fe
+	}
+	var mbe *http.MaxBytesError
+	switch {
+	case errors.As(err, &mbe):
+		return Wrap(TooLarge, err, fmt.Sprintf("the request body is over the %d-byte limit", mbe.Limit),
+			"send less per call; stream big files with PUT /tmp/files/{path}")
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return Wrap(Timeout, err, "the call was cancelled or ran out of time", "retry the call")
+	}
+	return Wrap(Internal, err, "internal error", "retry; if it persists, report it with the server log")
 }

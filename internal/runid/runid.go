@@ -12,20 +12,33 @@ import (
 const MaxLen = 64
 
 // ID is a validated run identifier: 1 to MaxLen characters from
-// [A-Za-z0-9._-], starting with a letter or digit.
-type ID string
+// [A-Za-z0-9._-], starting with a letter or digit. Its field is unexported,
+// so outside this package an ID can only come from New, Parse or Must (or a
+// JSON value that Parse accepts): holding an ID proves it is valid. The zero
+// ID is "no run" (IsZero).
+type ID struct{ s string }
 
 // New mints a fresh run id.
-func New() ID { return ID("r-" + uuid.NewString()) }
+func New() ID { return ID{"r-" + uuid.NewString()} }
+
+// Must parses s and panics if it is not a valid run id: for ids built from
+// constants and other validated ids (prefix + uuid), never for input.
+func Must(s string) ID {
+	id, err := Parse(s)
+	if err != nil {
+		panic("runid.Must(" + quote(s) + "): " + err.Error())
+	}
+	return id
+}
 
 // Parse validates s as a run id.
 func Parse(s string) (ID, error) {
 	if s == "" {
-		return "", fault.New(fault.MissingRun, "no run id given",
+		return ID{}, fault.New(fault.MissingRun, "no run id given",
 			"send the X-Run-Id header; POST /runs returns a fresh id, or pick your own of 1-64 characters from [A-Za-z0-9._-]")
 	}
 	if len(s) > MaxLen {
-		return "", fault.New(fault.InvalidRun, "run id is longer than 64 characters",
+		return ID{}, fault.New(fault.InvalidRun, "run id is longer than 64 characters",
 			"use 1-64 characters from [A-Za-z0-9._-], or get one from POST /runs")
 	}
 	for i := 0; i < len(s); i++ {
@@ -33,15 +46,32 @@ func Parse(s string) (ID, error) {
 		ok := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' ||
 			(i > 0 && (c == '.' || c == '_' || c == '-'))
 		if !ok {
-			return "", fault.New(fault.InvalidRun, "run id "+quote(s)+" has a character outside [A-Za-z0-9._-] or does not start with a letter or digit",
+			return ID{}, fault.New(fault.InvalidRun, "run id "+quote(s)+" has a character outside [A-Za-z0-9._-] or does not start with a letter or digit",
 				"use 1-64 characters from [A-Za-z0-9._-], or get one from POST /runs")
 		}
 	}
-	return ID(s), nil
+	return ID{s}, nil
 }
 
 // String returns the id as text.
-func (id ID) String() string { return string(id) }
+func (id ID) String() string { return id.s }
+
+// IsZero reports whether id is the zero ID, which names no run.
+func (id ID) IsZero() bool { return id.s == "" }
+
+// MarshalText implements encoding.TextMarshaler.
+func (id ID) MarshalText() ([]byte, error) { return []byte(id.s), nil }
+
+// UnmarshalText implements encoding.TextUnmarshaler: only a valid id
+// decodes.
+func (id *ID) UnmarshalText(b []byte) error {
+	v, err := Parse(string(b))
+	if err != nil {
+		return err
+	}
+	*id = v
+	return nil
+}
 
 func quote(s string) string {
 	b := make([]byte, 0, len(s)+2)

@@ -3,6 +3,7 @@ package safepath
 
 import (
 	"strings"
+	"unicode"
 	"unicode/utf8"
 
 	"github.com/triadhq/triad/internal/fault"
@@ -16,12 +17,13 @@ const (
 	MaxComponent = 255
 )
 
-const suggestion = "use a relative path such as \"data/kpis.csv\": no leading '/', no '..', no control characters, at most 1024 bytes"
+const suggestion = "use a relative path such as \"data/kpis.csv\": no leading '/', no '..', no control or invisible characters, at most 1024 bytes"
 
 // Clean validates p as a run file path and returns its cleaned form
 // ("a//b/./c" becomes "a/b/c"). It refuses, rather than resolves, anything
 // that could point outside the run: "..", absolute paths, NUL and control
-// characters, backslashes and over-long names.
+// characters (and Unicode line separators and invisible format characters),
+// backslashes and over-long names.
 func Clean(p string) (string, error) {
 	return clean(p, false)
 }
@@ -35,6 +37,16 @@ func CleanPrefix(p string) (string, error) {
 	return clean(p, true)
 }
 
+// unsafeRune reports runes a path may not hold because they can change how
+// a line of text that quotes the path reads: C0 and C1 controls (U+0085,
+// NEL, among them), the Unicode line and paragraph separators, and
+// invisible format characters such as bidirectional overrides. A reader
+// that splits lines as Python's str.splitlines does would otherwise see a
+// new line in the middle of a journal entry.
+func unsafeRune(r rune) bool {
+	return unicode.IsControl(r) || r == '\u2028' || r == '\u2029' || unicode.Is(unicode.Cf, r)
+}
+
 func clean(p string, prefix bool) (string, error) {
 	if p == "" {
 		return "", fault.New(fault.BadInput, "path is empty", suggestion)
@@ -46,11 +58,11 @@ func clean(p string, prefix bool) (string, error) {
 		return "", fault.New(fault.BadInput, "path is not valid UTF-8", suggestion)
 	}
 	for _, r := range p {
-		if r < 0x20 || r == 0x7f {
-			if r == 0 {
-				return "", fault.New(fault.BadInput, "path contains a NUL byte", suggestion)
-			}
-			return "", fault.New(fault.BadInput, "path contains a control character", suggestion)
+		if r == 0 {
+			return "", fault.New(fault.BadInput, "path contains a NUL byte", suggestion)
+		}
+		if unsafeRune(r) {
+			return "", fault.Badf(suggestion, "path contains the character U+%04X (a control, line or paragraph separator, or invisible format character)", r)
 		}
 		if r == '\\' {
 			return "", fault.New(fault.BadInput, "path contains a backslash", suggestion)

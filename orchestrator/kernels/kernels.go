@@ -4,7 +4,9 @@
 // owner, each with its own fresh working directory, and a run that claims
 // one has its files materialised into that directory. Reaping a kernel
 // loses its interpreter state but never the run's files, which live in the
-// store.
+// store. A session is busy from Acquire to Release (a cell running, its
+// files being harvested) and is never reaped while busy; its idle time
+// counts from Release.
 package kernels
 
 import (
@@ -43,8 +45,11 @@ type Session struct {
 	Dir    *workspace.Dir
 	// Fresh is true on the first Acquire after the kernel started: no
 	// cell has run in it yet.
-	Fresh    bool
-	lastUsed time.Time
+	Fresh bool
+
+	// Guarded by Manager.mu.
+	busy     bool      // between Acquire and Release
+	lastUsed time.Time // when it was last released
 }
 
 // Manager maps runs to kernels.
@@ -82,8 +87,9 @@ func New(c Config) *Manager {
 func (m *Manager) Backend() string { return m.c.Backend.Name() }
 
 // Acquire returns the run's session, starting a kernel (from the pool when
-// one is ready) and materialising the run's files on first use. Callers
-// serialize Acquire and use of the session per run.
+// one is ready) and materialising the run's files on first use. The
+// session is busy, and never reaped, until Release. Callers serialize
+// Acquire, use of the session and Release per run.
 func (m *Manager) Acquire(ctx context.Context, run runid.ID) (*Session, error) {
 	m.mu.Lock()
 	if m.closed {
@@ -91,7 +97,7 @@ func (m *Manager) Acquire(ctx context.Context, run runid.ID) (*Session, error) {
 		return nil, sandbox.ErrClosed
 	}
 	if s, ok := m.sessions[run]; ok {
-		s.lastUsed = time.Now()
+		s.busy = true
 		s.Fresh = false
 		m.mu.Unlock()
 		return s, nil
@@ -102,27 +108,31 @@ func (m *Manager) Acquire(ctx context.Context, run runid.ID) (*Session, error) {
 	if err != nil {
 		return nil, err
 	}
-	dir, err := workspace.Open(m.c.Store, run, k.WorkDir(), m.log)
-	if err != nil {
-		k.Close()
-		return nil, err
-	}
+	dir := workspace.Open(m.c.Store, run, k.Files(), m.log)
 	dir.Protect = m.c.Protect
 	if err := dir.Materialize(ctx); err != nil {
-		dir.Close()
 		k.Close()
 		return nil, fmt.Errorf("materialise run %s into its kernel: %w", run, err)
 	}
-	s := &Session{Kernel: k, Dir: dir, Fresh: true, lastUsed: time.Now()}
+	s := &Session{Kernel: k, Dir: dir, Fresh: true, busy: true}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.closed {
-		dir.Close()
 		k.Close()
 		return nil, sandbox.ErrClosed
 	}
 	m.sessions[run] = s
 	return s, nil
+}
+
+// Release ends a use of the run's session that Acquire began: it is idle
+// from now, and the reaper may stop it once IdleTTL has passed. Releasing a
+// session that was dropped meanwhile does nothing.
+func (m *Manager) Release(s *Session) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	s.busy = false
+	s.lastUsed = time.Now()
 }
 
 // kernel claims a pooled kernel or starts one.
@@ -154,7 +164,6 @@ func (m *Manager) Drop(run runid.ID) {
 	delete(m.sessions, run)
 	m.mu.Unlock()
 	if s != nil {
-		s.Dir.Close()
 		s.Kernel.Close()
 	}
 }
@@ -210,7 +219,7 @@ func (m *Manager) fill() {
 	}
 }
 
-// reap stops kernels idle past the TTL.
+// reap stops kernels idle past the TTL. A busy session is not idle.
 func (m *Manager) reap() {
 	defer m.done.Done()
 	tick := time.NewTicker(max(min(m.c.IdleTTL/4, 30*time.Second), 100*time.Millisecond))
@@ -224,16 +233,30 @@ func (m *Manager) reap() {
 		var idle []runid.ID
 		m.mu.Lock()
 		for run, s := range m.sessions {
-			if time.Since(s.lastUsed) > m.c.IdleTTL {
+			if !s.busy && time.Since(s.lastUsed) > m.c.IdleTTL {
 				idle = append(idle, run)
 			}
 		}
 		m.mu.Unlock()
 		for _, run := range idle {
-			m.log.Info("stopping idle kernel; the run's files stay", "run", run)
-			m.Drop(run)
+			m.dropIdle(run)
 		}
 	}
+}
+
+// dropIdle stops the run's kernel if it is still idle past the TTL: it may
+// have been acquired since the reaper looked.
+func (m *Manager) dropIdle(run runid.ID) {
+	m.mu.Lock()
+	s := m.sessions[run]
+	if s == nil || s.busy || time.Since(s.lastUsed) <= m.c.IdleTTL {
+		m.mu.Unlock()
+		return
+	}
+	delete(m.sessions, run)
+	m.mu.Unlock()
+	m.log.Info("stopping idle kernel; the run's files stay", "run", run)
+	s.Kernel.Close()
 }
 
 // Close stops every kernel, pooled or live. It is safe to call twice.
@@ -251,7 +274,6 @@ func (m *Manager) Close() error {
 	m.done.Wait()
 	var errs []error
 	for _, s := range sessions {
-		s.Dir.Close()
 		errs = append(errs, s.Kernel.Close())
 	}
 	for {

@@ -5,32 +5,78 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/triadhq/triad/internal/runid"
 	"github.com/triadhq/triad/orchestrator/kernels"
+	"github.com/triadhq/triad/orchestrator/orchestratortest"
+	"github.com/triadhq/triad/orchestrator/workspace"
 	"github.com/triadhq/triad/sandbox"
 	"github.com/triadhq/triad/sandbox/wasm"
 	"github.com/triadhq/triad/tmpfs"
 	"github.com/triadhq/triad/tmpfs/local"
 )
 
-func setup(t *testing.T, warm int, ttl time.Duration) (*kernels.Manager, *tmpfs.Store) {
+func newStore(t *testing.T) (*tmpfs.Store, string) {
 	t.Helper()
 	dir := t.TempDir()
 	b, _ := local.NewBlobs(dir)
 	x, _ := local.NewIndex(dir)
 	t.Cleanup(func() { x.Close() })
-	store := tmpfs.New(b, x, nil)
-	wb, err := wasm.New(context.Background(), wasm.Config{WorkRoot: filepath.Join(dir, "work"), CacheDir: filepath.Join(os.TempDir(), "triad-test-wazero-cache")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { wb.Close() })
-	m := kernels.New(kernels.Config{Backend: wb, Store: store, Warm: warm, IdleTTL: ttl})
+	return tmpfs.New(b, x, nil), dir
+}
+
+// backends are the real backends the manager is tested over.
+var backends = map[string]func(t *testing.T, dir string) sandbox.Backend{
+	"wasm": func(t *testing.T, dir string) sandbox.Backend {
+		wb, err := wasm.New(context.Background(), wasm.Config{WorkRoot: filepath.Join(dir, "work"), CacheDir: filepath.Join(os.TempDir(), "triad-test-wazero-cache")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { wb.Close() })
+		return wb
+	},
+	"docker": func(t *testing.T, dir string) sandbox.Backend {
+		return orchestratortest.Docker(t, filepath.Join(dir, "work"))
+	},
+}
+
+func setup(t *testing.T, backend string, warm int, ttl time.Duration) (*kernels.Manager, *tmpfs.Store, *recorder) {
+	t.Helper()
+	store, dir := newStore(t)
+	rec := &recorder{Backend: backends[backend](t, dir)}
+	m := kernels.New(kernels.Config{Backend: rec, Store: store, Warm: warm, IdleTTL: ttl})
 	t.Cleanup(func() { m.Close() })
-	return m, store
+	return m, store, rec
+}
+
+// recorder is a real backend that remembers the kernels it started, so a
+// test can tell a pooled kernel from a new one without racing the pool's
+// refiller.
+type recorder struct {
+	sandbox.Backend
+	mu      sync.Mutex
+	started []sandbox.Kernel
+}
+
+func (r *recorder) Start(ctx context.Context, spec sandbox.Spec) (sandbox.Kernel, error) {
+	k, err := r.Backend.Start(ctx, spec)
+	if err == nil {
+		r.mu.Lock()
+		r.started = append(r.started, k)
+		r.mu.Unlock()
+	}
+	return k, err
+}
+
+// first returns the first n kernels started.
+func (r *recorder) first(n int) []sandbox.Kernel {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]sandbox.Kernel(nil), r.started[:min(n, len(r.started))]...)
 }
 
 func waitFor(t *testing.T, what string, cond func() bool) {
@@ -45,12 +91,25 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 	}
 }
 
+// execute runs code in the session's kernel and returns how it ended and
+// what it printed.
+func execute(t *testing.T, s *kernels.Session, code string, timeout time.Duration) (*sandbox.Result, *sandbox.Collector) {
+	t.Helper()
+	var col sandbox.Collector
+	res, err := s.Kernel.Execute(t.Context(), sandbox.Cell{Code: code, Timeout: timeout, Output: col.Add})
+	if err != nil {
+		t.Fatalf("Execute(%q): %v", code, err)
+	}
+	return res, &col
+}
+
 // A run claims a pooled kernel, finds its files materialised in it, keeps
 // its kernel across calls, and the pool refills.
 func TestPoolAndMaterialise(t *testing.T) {
-	m, store := setup(t, 2, 0)
+	m, store, rec := setup(t, "wasm", 2, 0)
 	ctx := t.Context()
 	waitFor(t, "the pool to fill", func() bool { return m.Pooled() == 2 })
+	pooled := rec.first(2)
 	run := runid.New()
 	if _, err := store.WriteBytes(ctx, run, "in/data.csv", []byte("a\n1\n")); err != nil {
 		t.Fatal(err)
@@ -59,17 +118,21 @@ func TestPoolAndMaterialise(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !s.Fresh || m.Pooled() != 1 {
-		t.Fatalf("got fresh=%v pooled=%d, want a fresh session from the pool", s.Fresh, m.Pooled())
+	// Whatever the refiller has done since, the session's kernel is one of
+	// the two that were in the pool.
+	if !s.Fresh || (s.Kernel != pooled[0] && s.Kernel != pooled[1]) {
+		t.Fatalf("got fresh=%v kernel %s, want a fresh session with a pooled kernel (%s or %s)", s.Fresh, s.Kernel.ID(), pooled[0].ID(), pooled[1].ID())
 	}
-	res, err := s.Kernel.Execute(ctx, "x = open('in/data.csv').read()\nlen(x)", 10*time.Second)
-	if err != nil || !res.OK || res.Value == nil || string(res.Value.Data["text/plain"]) != `"4"` {
-		t.Fatalf("the materialised file is not readable: %+v %v", res, err)
+	res, col := execute(t, s, "x = open('in/data.csv').read()\nlen(x)", 10*time.Second)
+	if !res.OK || col.Value == nil || string(col.Value.Data["text/plain"]) != `"4"` {
+		t.Fatalf("the materialised file is not readable: %+v %+v", res, col.Value)
 	}
+	m.Release(s)
 	s2, err := m.Acquire(ctx, run)
 	if err != nil || s2.Kernel != s.Kernel || s2.Fresh {
 		t.Fatalf("a second Acquire got another kernel: %v", err)
 	}
+	m.Release(s2)
 	waitFor(t, "the pool to refill", func() bool { return m.Pooled() == 2 })
 	if m.Live() != 1 {
 		t.Fatalf("live = %d, want 1", m.Live())
@@ -79,19 +142,18 @@ func TestPoolAndMaterialise(t *testing.T) {
 // An idle kernel is stopped; the run's files stay, and the next Acquire
 // starts a fresh kernel with them.
 func TestIdleReaper(t *testing.T) {
-	m, store := setup(t, 0, 300*time.Millisecond)
+	m, store, _ := setup(t, "wasm", 0, 300*time.Millisecond)
 	ctx := t.Context()
 	run := runid.New()
 	s, err := m.Acquire(ctx, run)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Kernel.Execute(ctx, "y = 1\nopen('kept.txt','w').write('kept')", 10*time.Second); err != nil {
-		t.Fatal(err)
-	}
+	execute(t, s, "y = 1\nopen('kept.txt','w').write('kept')", 10*time.Second)
 	if _, err := s.Dir.Harvest(ctx); err != nil {
 		t.Fatal(err)
 	}
+	m.Release(s)
 	waitFor(t, "the reaper", func() bool { return m.Live() == 0 })
 	if _, err := store.Stat(ctx, run, "kept.txt"); err != nil {
 		t.Fatalf("the run's file went with its kernel: %v", err)
@@ -100,14 +162,149 @@ func TestIdleReaper(t *testing.T) {
 	if err != nil || !s2.Fresh {
 		t.Fatalf("got %v fresh=%v, want a fresh kernel", err, s2 != nil && s2.Fresh)
 	}
-	res, _ := s2.Kernel.Execute(ctx, "print(open('kept.txt').read())\nprint('y' in dir())", 10*time.Second)
-	if res.Stdout != "kept\nFalse\n" {
-		t.Fatalf("got %q, want the file back and the variable gone", res.Stdout)
+	_, col := execute(t, s2, "print(open('kept.txt').read())\nprint('y' in dir())", 10*time.Second)
+	if got := col.Stdout.String(); got != "kept\nFalse\n" {
+		t.Fatalf("got %q, want the file back and the variable gone", got)
+	}
+	m.Release(s2)
+}
+
+// A kernel running a cell, or having its files harvested, is not idle: a
+// cell sleeping past the idle TTL, within its timeout, finishes normally,
+// and all the files it wrote are stored. Once released, the kernel is
+// reaped.
+func TestBusyKernelIsNotReaped(t *testing.T) {
+	for _, backend := range []string{"wasm", "docker"} {
+		t.Run(backend, func(t *testing.T) {
+			t.Parallel()
+			const ttl = 200 * time.Millisecond
+			m, store, _ := setup(t, backend, 0, ttl)
+			ctx := t.Context()
+			run := runid.New()
+			s, err := m.Acquire(ctx, run)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// The cell outlasts the TTL many times over, and so does the
+			// harvest of its 10,000 files.
+			res, col := execute(t, s, `import os, time
+os.makedirs('many', exist_ok=True)
+for i in range(10000):
+    with open('many/f%05d.txt' % i, 'w') as f:
+        f.write(str(i))
+time.sleep(2)
+'slept'`, 5*time.Minute)
+			if !res.OK || res.Restarted || col.Value == nil {
+				t.Fatalf("the sleeping cell: got %+v, want it to finish normally", res.Error)
+			}
+			ch, err := s.Dir.Harvest(ctx)
+			if err != nil {
+				t.Fatalf("harvest: %v", err)
+			}
+			m.Release(s)
+			if len(ch.Written) != 10000 {
+				t.Errorf("harvested %d files, want 10000", len(ch.Written))
+			}
+			files, err := store.List(ctx, run, "many/")
+			if err != nil || len(files) != 10000 {
+				t.Errorf("the store holds %d files, %v; want 10000", len(files), err)
+			}
+			waitFor(t, "the reaper, once the kernel is released", func() bool { return m.Live() == 0 })
+		})
+	}
+}
+
+// A 100 GB sparse file in the working directory adds nothing near its
+// apparent size to the store: the harvest refuses it and says why.
+func TestSparseFileNotHarvested(t *testing.T) {
+	for _, backend := range []string{"wasm", "docker"} {
+		t.Run(backend, func(t *testing.T) {
+			t.Parallel()
+			m, store, _ := setup(t, backend, 0, 0)
+			ctx := t.Context()
+			run := runid.New()
+			s, err := m.Acquire(ctx, run)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer m.Release(s)
+			// One byte at 100 GB: a file of that apparent size on a few
+			// blocks, within any disk quota.
+			res, _ := execute(t, s, "with open('huge.bin', 'wb') as f:\n    f.seek(100 << 30)\n    f.write(b'x')\nopen('small.txt', 'w').write('small')", time.Minute)
+			if !res.OK {
+				t.Fatalf("making the sparse file: %+v", res.Error)
+			}
+			ch, err := s.Dir.Harvest(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(ch.Refused) != 1 || ch.Refused[0].Path != "huge.bin" || ch.Refused[0].Size != 100<<30+1 || !strings.Contains(ch.Refused[0].Reason, "sparse") {
+				t.Errorf("refused: got %+v, want huge.bin, refused as sparse", ch.Refused)
+			}
+			if len(ch.Written) != 1 || ch.Written[0].Path != "small.txt" {
+				t.Errorf("written: got %+v, want small.txt alone", ch.Written)
+			}
+			if _, err := store.Stat(ctx, run, "huge.bin"); !errors.Is(err, tmpfs.ErrNotFound) {
+				t.Errorf("huge.bin in the store: %v, want not found", err)
+			}
+		})
+	}
+}
+
+// A harvest cut short by Close fails with an error that says so, and what
+// it reports stored is stored: never a success with files missing.
+func TestHarvestInterruptedByClose(t *testing.T) {
+	m, store, _ := setup(t, "wasm", 0, 0)
+	ctx := t.Context()
+	run := runid.New()
+	s, err := m.Acquire(ctx, run)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, _ := execute(t, s, "for i in range(10000):\n    open('f%05d.txt' % i, 'w').write(str(i))", 5*time.Minute)
+	if !res.OK {
+		t.Fatalf("writing the files: %+v", res.Error)
+	}
+	type harvested struct {
+		ch  workspace.Change
+		err error
+	}
+	done := make(chan harvested, 1)
+	go func() {
+		ch, err := s.Dir.Harvest(ctx)
+		done <- harvested{ch, err}
+	}()
+	// Close once the harvest is under way.
+	waitFor(t, "the harvest to start", func() bool {
+		files, _ := store.List(ctx, run, "")
+		return len(files) > 0
+	})
+	if err := m.Close(); err != nil {
+		t.Fatal(err)
+	}
+	h := <-done
+	files, err := store.List(ctx, run, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	switch {
+	case h.err == nil:
+		// The harvest beat Close: then every file is there.
+		if len(h.ch.Written) != 10000 || len(files) != 10000 {
+			t.Fatalf("a harvest that reports success stored %d (store holds %d), want 10000", len(h.ch.Written), len(files))
+		}
+	case errors.Is(h.err, workspace.ErrIncomplete) && errors.Is(h.err, sandbox.ErrClosed):
+		if len(files) != len(h.ch.Written) {
+			t.Errorf("the harvest reports %d stored, the store holds %d", len(h.ch.Written), len(files))
+		}
+		t.Logf("Close stopped the harvest after %d files: %v", len(h.ch.Written), h.err)
+	default:
+		t.Fatalf("harvest: got %v, want success or an error matching ErrIncomplete and ErrClosed", h.err)
 	}
 }
 
 func TestClose(t *testing.T) {
-	m, _ := setup(t, 1, 0)
+	m, _, _ := setup(t, "wasm", 1, 0)
 	waitFor(t, "the pool", func() bool { return m.Pooled() == 1 })
 	if _, err := m.Acquire(t.Context(), runid.New()); err != nil {
 		t.Fatal(err)

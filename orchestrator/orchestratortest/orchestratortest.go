@@ -18,6 +18,7 @@ import (
 	"github.com/triadhq/triad/internal/testenv"
 	"github.com/triadhq/triad/orchestrator"
 	"github.com/triadhq/triad/orchestrator/kernels"
+	"github.com/triadhq/triad/runfiles"
 	"github.com/triadhq/triad/sandbox"
 	"github.com/triadhq/triad/sandbox/docker"
 	"github.com/triadhq/triad/sandbox/docker/image"
@@ -91,7 +92,7 @@ func New(t testing.TB, o Options) *Stack {
 	}
 	if backend != nil {
 		s.Backend = backend.Name()
-		s.Kernels = kernels.New(kernels.Config{Backend: backend, Store: s.Store, Warm: o.Warm, Protect: orchestrator.Protected})
+		s.Kernels = kernels.New(kernels.Config{Backend: backend, Store: s.Store, Warm: o.Warm, Protect: runfiles.IsKept})
 		t.Cleanup(func() { s.Kernels.Close() })
 	}
 

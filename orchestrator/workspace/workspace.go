@@ -2,9 +2,10 @@
 //
 // Before a cell, the run's files are materialised into the directory; after
 // it, whatever the cell created, changed or deleted is harvested back into
-// the store. Every access goes through an os.Root, so a symlink or special
-// file a cell plants is never followed out of the directory, by any read or
-// write path: symlinks and special files are not harvested at all.
+// the store. The directory is a sandbox.WorkDir, so this package never
+// touches a host path: it works the same for a kernel whose files live in a
+// container, a wasm instance or a remote pod, and the WorkDir guarantees that
+// no symlink or special file a cell plants is followed (they are skipped).
 package workspace
 
 import (
@@ -14,14 +15,10 @@ import (
 	"io"
 	"io/fs"
 	"log/slog"
-	"os"
-	"path"
 	"sort"
-	"syscall"
-	"time"
 
 	"github.com/triadhq/triad/internal/runid"
-	"github.com/triadhq/triad/internal/safepath"
+	"github.com/triadhq/triad/sandbox"
 	"github.com/triadhq/triad/tmpfs"
 )
 
@@ -29,55 +26,30 @@ import (
 type Dir struct {
 	store *tmpfs.Store
 	run   runid.ID
-	root  *os.Root
-	dir   string
-	uid   int
-	gid   int
+	wd    sandbox.WorkDir
 	log   *slog.Logger
 	// Protect, when set, names paths the harvest must not take from the
 	// directory (the journal's files): they are reported in Harvest's
 	// tampered list and restored from the store instead.
 	Protect func(path string) bool
 
-	seen map[string]stamp // what the directory held at the last sync
+	seen map[string]synced // what the directory held at the last sync
 }
 
-// stamp identifies a file's state cheaply, so unchanged files are not rehashed.
-type stamp struct {
-	size  int64
-	mtime int64
-	ctime int64
-	ino   uint64
+// synced is a path's state at the last sync: the stamp the directory gave
+// it and the run file it matched, so unchanged files are not read again.
+type synced struct {
+	stamp sandbox.Stamp
 	file  tmpfs.File
 }
 
-// Open binds dir (which must exist) to run. Files created in it are owned by
-// dir's owner, so a kernel running as another uid can change them.
-func Open(store *tmpfs.Store, run runid.ID, dir string, log *slog.Logger) (*Dir, error) {
+// Open binds the working directory wd to run.
+func Open(store *tmpfs.Store, run runid.ID, wd sandbox.WorkDir, log *slog.Logger) *Dir {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	root, err := os.OpenRoot(dir)
-	if err != nil {
-		return nil, fmt.Errorf("open working directory: %w", err)
-	}
-	st, err := root.Stat(".")
-	if err != nil {
-		root.Close()
-		return nil, err
-	}
-	d := &Dir{store: store, run: run, root: root, dir: dir, uid: -1, gid: -1, log: log, seen: map[string]stamp{}}
-	if sys, ok := st.Sys().(*syscall.Stat_t); ok && os.Geteuid() == 0 {
-		d.uid, d.gid = int(sys.Uid), int(sys.Gid)
-	}
-	return d, nil
+	return &Dir{store: store, run: run, wd: wd, log: log, seen: map[string]synced{}}
 }
-
-// Path is the directory on the host.
-func (d *Dir) Path() string { return d.dir }
-
-// Close releases the directory handle; the directory itself stays.
-func (d *Dir) Close() error { return d.root.Close() }
 
 // Materialize writes every file of the run into the directory.
 func (d *Dir) Materialize(ctx context.Context) error {
@@ -94,9 +66,11 @@ func (d *Dir) Materialize(ctx context.Context) error {
 }
 
 // Put writes one run file into the directory (after tmp.write), replacing
-// whatever is at its path, including a symlink, without following it.
+// whatever is at its path, including a symlink, without following it. A
+// directory the cell made where the index has a file is the cell's newer
+// state: it is left for the harvest, and Put does nothing.
 func (d *Dir) Put(ctx context.Context, f tmpfs.File) error {
-	if st, ok := d.seen[f.Path]; ok && st.file.SHA256 == f.SHA256 {
+	if s, ok := d.seen[f.Path]; ok && s.file.SHA256 == f.SHA256 {
 		return nil
 	}
 	r, err := d.store.OpenBlob(ctx, f.SHA256)
@@ -104,87 +78,22 @@ func (d *Dir) Put(ctx context.Context, f tmpfs.File) error {
 		return err
 	}
 	defer r.Close()
-	if dir := path.Dir(f.Path); dir != "." {
-		if err := d.mkdirAll(dir); err != nil {
-			return err
-		}
+	e, err := d.wd.Put(ctx, f.Path, r)
+	if errors.Is(err, sandbox.ErrNotRegular) {
+		return nil
 	}
-	tmp := path.Join(path.Dir(f.Path), fmt.Sprintf(".triad-%d-%d.tmp", os.Getpid(), time.Now().UnixNano()))
-	w, err := d.root.OpenFile(tmp, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
 	if err != nil {
 		return fmt.Errorf("materialise %s: %w", f.Path, err)
 	}
-	_, err = io.Copy(w, r)
-	if err == nil && d.uid >= 0 {
-		err = w.Chown(d.uid, d.gid)
-	}
-	if cerr := w.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		// A directory in the way (the cell made one where the index has a
-		// file) is the cell's newer state; leave it and let the harvest win.
-		if st, serr := d.root.Lstat(f.Path); serr == nil && st.IsDir() {
-			d.root.Remove(tmp)
-			return nil
-		}
-		err = d.root.Rename(tmp, f.Path)
-	}
-	if err != nil {
-		d.root.Remove(tmp)
-		return fmt.Errorf("materialise %s: %w", f.Path, err)
-	}
-	st, err := d.root.Lstat(f.Path)
-	if err != nil {
-		return err
-	}
-	d.seen[f.Path] = stampOf(st, f)
+	d.seen[f.Path] = synced{stamp: e.Stamp, file: f}
 	return nil
-}
-
-func (d *Dir) mkdirAll(dir string) error {
-	cur := ""
-	for _, part := range splitPath(dir) {
-		cur = path.Join(cur, part)
-		st, err := d.root.Lstat(cur)
-		if err == nil {
-			if st.IsDir() {
-				continue
-			}
-			// A file or symlink where the index needs a directory: the
-			// index wins, the stray entry goes.
-			if err := d.root.Remove(cur); err != nil {
-				return err
-			}
-		}
-		if err := d.root.Mkdir(cur, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
-			return fmt.Errorf("mkdir %s: %w", cur, err)
-		}
-		if d.uid >= 0 {
-			d.root.Lchown(cur, d.uid, d.gid)
-		}
-	}
-	return nil
-}
-
-func splitPath(p string) []string {
-	var out []string
-	for p != "." && p != "/" && p != "" {
-		out = append([]string{path.Base(p)}, out...)
-		p = path.Dir(p)
-	}
-	return out
 }
 
 // Remove deletes a path from the directory (after tmp.delete). A missing
 // file is not an error.
-func (d *Dir) Remove(p string) error {
+func (d *Dir) Remove(ctx context.Context, p string) error {
 	delete(d.seen, p)
-	err := d.root.Remove(p)
-	if err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return err
-	}
-	return nil
+	return d.wd.Remove(ctx, p)
 }
 
 // Change is the result of a harvest.
@@ -199,49 +108,54 @@ type Change struct {
 	// Tampered are protected paths the cell changed or deleted; they were
 	// restored from the store.
 	Tampered []string
+	// Refused are regular files that were not harvested because they are
+	// larger than the directory's disk quota allows (sparse files), with
+	// the reason to tell the cell.
+	Refused []Refusal
 }
 
-// Harvest stores what changed in the directory since the last sync.
+// Refusal is a file the harvest would not store, and why.
+type Refusal struct {
+	Path string `json:"path"`
+	// Size is the file's apparent size.
+	Size   int64  `json:"size"`
+	Reason string `json:"reason"`
+}
+
+// ErrIncomplete means a harvest stopped before every change was stored
+// (the kernel was closed, the store failed): the Change lists what was,
+// and the caller must not report the call as a success.
+var ErrIncomplete = errors.New("workspace: harvest incomplete")
+
+// Harvest stores what changed in the directory since the last sync. On
+// error the returned Change holds what was stored before it, and the error
+// matches ErrIncomplete (and sandbox.ErrClosed when the kernel was closed
+// meanwhile).
+//
+// A file counts against the directory's disk quota at its apparent size: a
+// file larger than the quota cannot be real data (the quota bounds what the
+// cell could write), so it is sparse and is refused rather than stored at a
+// size its blocks never held; and once this harvest has stored a quota's
+// worth of bytes, the remaining changed files are refused too, so sparse
+// files cannot add up past the quota either.
 func (d *Dir) Harvest(ctx context.Context) (Change, error) {
-	var ch Change
-	now := map[string]fs.FileInfo{}
-	err := fs.WalkDir(d.root.FS(), ".", func(p string, e fs.DirEntry, err error) error {
-		if err != nil {
-			if p == "." {
-				return err
-			}
-			ch.Skipped = append(ch.Skipped, p)
-			return nil
-		}
-		if p == "." {
-			return nil
-		}
-		if e.IsDir() {
-			if p == "lost+found" {
-				return fs.SkipDir
-			}
-			return nil
-		}
-		if !e.Type().IsRegular() {
-			ch.Skipped = append(ch.Skipped, p)
-			return nil
-		}
-		if path.Ext(p) == ".tmp" && len(path.Base(p)) > 7 && path.Base(p)[:7] == ".triad-" {
-			return nil
-		}
-		if _, err := safepath.Clean(p); err != nil {
-			ch.Skipped = append(ch.Skipped, p)
-			return nil
-		}
-		info, err := e.Info()
-		if err != nil {
-			return nil // removed while walking
-		}
-		now[p] = info
-		return nil
-	})
+	ch, err := d.harvest(ctx)
 	if err != nil {
-		return ch, fmt.Errorf("walk working directory: %w", err)
+		err = fmt.Errorf("%w after storing %d files: %w", ErrIncomplete, len(ch.Written), err)
+	}
+	return ch, err
+}
+
+func (d *Dir) harvest(ctx context.Context) (Change, error) {
+	var ch Change
+	l, err := d.wd.Scan(ctx)
+	if err != nil {
+		return ch, err
+	}
+	ch.Skipped = l.Skipped
+	now := make(map[string]sandbox.Entry, len(l.Files))
+	for _, e := range l.Files {
+		now[e.Path] = e
 	}
 	// Deletions first: a cell that replaced file "a" with directory "a/"
 	// must lose "a" from the index before "a/b" can be added.
@@ -263,37 +177,42 @@ func (d *Dir) Harvest(ctx context.Context) (Change, error) {
 		}
 		ch.Deleted = append(ch.Deleted, p)
 	}
-	paths := make([]string, 0, len(now))
-	for p := range now {
-		paths = append(paths, p)
-	}
-	sort.Strings(paths)
-	for _, p := range paths {
-		info := now[p]
-		if st, ok := d.seen[p]; ok && st.same(info) {
+	var stored int64
+	for _, e := range l.Files { // sorted by path
+		if s, ok := d.seen[e.Path]; ok && s.stamp == e.Stamp {
 			continue
 		}
-		if d.Protect != nil && d.Protect(p) {
-			ch.Tampered = append(ch.Tampered, p)
+		if d.Protect != nil && d.Protect(e.Path) {
+			ch.Tampered = append(ch.Tampered, e.Path)
 			continue
 		}
-		f, err := d.harvestFile(ctx, p)
+		if r, ok := refuse(e.Path, e.Size, stored, l.Quota); !ok {
+			ch.Refused = append(ch.Refused, r)
+			continue
+		}
+		f, size, err := d.harvestFile(ctx, e.Path, stored, l.Quota)
 		if err != nil {
-			if errors.Is(err, fs.ErrNotExist) {
+			var r Refusal
+			switch {
+			case errors.Is(err, fs.ErrNotExist), errors.Is(err, sandbox.ErrNotRegular):
+				continue // removed or swapped since the scan: the next harvest sees it
+			case errors.As(err, &r):
+				ch.Refused = append(ch.Refused, r)
 				continue
 			}
 			return ch, err
 		}
-		if f.Path != "" {
-			ch.Written = append(ch.Written, f)
-		}
+		stored += size
+		ch.Written = append(ch.Written, f)
 	}
 	// Put the journal back the way the store has it.
 	for _, p := range ch.Tampered {
 		delete(d.seen, p)
 		f, err := d.store.Stat(ctx, d.run, p)
 		if errors.Is(err, tmpfs.ErrNotFound) {
-			d.root.Remove(p)
+			if err := d.wd.Remove(ctx, p); err != nil {
+				return ch, err
+			}
 			continue
 		}
 		if err != nil {
@@ -306,40 +225,41 @@ func (d *Dir) Harvest(ctx context.Context) (Change, error) {
 	return ch, nil
 }
 
-func (d *Dir) harvestFile(ctx context.Context, p string) (tmpfs.File, error) {
-	r, err := d.root.OpenFile(p, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
+// refuse reports whether a file of size may be stored when this harvest
+// has stored already bytes under quota (0: none), and the refusal if not.
+func refuse(p string, size, already, quota int64) (Refusal, bool) {
+	switch {
+	case quota <= 0:
+		return Refusal{}, true
+	case size > quota:
+		return Refusal{Path: p, Size: size, Reason: fmt.Sprintf(
+			"its apparent size (%d bytes) is larger than the working directory's disk quota (%d bytes), so it is a sparse file; it was not stored", size, quota)}, false
+	case already+size > quota:
+		return Refusal{Path: p, Size: size, Reason: fmt.Sprintf(
+			"this cell's files already stored %d bytes, and this one would pass the working directory's disk quota (%d bytes); it was not stored", already, quota)}, false
+	}
+	return Refusal{}, true
+}
+
+// Error makes a Refusal usable as an error inside harvestFile.
+func (r Refusal) Error() string { return r.Path + ": " + r.Reason }
+
+// harvestFile stores the file at p and returns it with its size. The file
+// is checked again as opened (it may have grown since the scan), and no
+// more than its opened size is read.
+func (d *Dir) harvestFile(ctx context.Context, p string, already, quota int64) (tmpfs.File, int64, error) {
+	r, e, err := d.wd.Open(ctx, p)
 	if err != nil {
-		if errors.Is(err, syscall.ELOOP) {
-			return tmpfs.File{}, nil // swapped for a symlink meanwhile
-		}
-		return tmpfs.File{}, err
+		return tmpfs.File{}, 0, err
 	}
 	defer r.Close()
-	info, err := r.Stat()
+	if ref, ok := refuse(p, e.Size, already, quota); !ok {
+		return tmpfs.File{}, 0, ref
+	}
+	f, err := d.store.Write(ctx, d.run, p, io.LimitReader(r, e.Size), 0)
 	if err != nil {
-		return tmpfs.File{}, err
+		return tmpfs.File{}, 0, fmt.Errorf("harvest %s: %w", p, err)
 	}
-	if !info.Mode().IsRegular() {
-		return tmpfs.File{}, nil
-	}
-	f, err := d.store.Write(ctx, d.run, p, r, 0)
-	if err != nil {
-		return tmpfs.File{}, fmt.Errorf("harvest %s: %w", p, err)
-	}
-	d.seen[p] = stampOf(info, f)
-	return f, nil
-}
-
-func stampOf(info fs.FileInfo, f tmpfs.File) stamp {
-	s := stamp{size: info.Size(), mtime: info.ModTime().UnixNano(), file: f}
-	if sys, ok := info.Sys().(*syscall.Stat_t); ok {
-		s.ino = sys.Ino
-		s.ctime = sys.Ctim.Nano()
-	}
-	return s
-}
-
-func (s stamp) same(info fs.FileInfo) bool {
-	o := stampOf(info, s.file)
-	return o.size == s.size && o.mtime == s.mtime && o.ino == s.ino && o.ctime == s.ctime
+	d.seen[p] = synced{stamp: e.Stamp, file: f}
+	return f, f.Size, nil
 }

@@ -3,12 +3,13 @@ package notebook
 
 import (
 	"bytes"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"regexp"
 	"strings"
 
-	"github.com/triadhq/triad/sandbox"
+	"github.com/triadhq/triad/wire"
 )
 
 // The nbformat version written. Minor 5 is the first with cell ids, which
@@ -118,17 +119,28 @@ func (nb *Notebook) uniqueID(hint string) string {
 	return id
 }
 
-// SetResult records what executing the cell produced: its execution count
-// and outputs in the order Jupyter shows them (stdout, stderr, displays,
-// the result, the error).
-func (c *Cell) SetResult(r *sandbox.Result) {
-	c.ExecutionCount = r.ExecutionCount
-	c.Outputs = Outputs(r)
+// Exec is what executing a code cell produced, as the notebook needs it:
+// the sandbox.exec answer, and the bytes of the images its bundles
+// reference by run path.
+type Exec struct {
+	Answer *wire.ExecResponse
+	// Images are image bytes by the run path the answer's FileRefs name.
+	Images map[string][]byte
 }
 
-// Outputs converts a sandbox result to notebook outputs. The sandbox keeps
+// SetResult records what executing the cell produced: its execution count
+// and its outputs.
+func (c *Cell) SetResult(e Exec) {
+	c.ExecutionCount = e.Answer.ExecutionCount
+	c.Outputs = Outputs(e)
+}
+
+// Outputs converts an exec answer to notebook outputs. The answer keeps
 // streams apart from displays, so their interleaving is not preserved.
-func Outputs(r *sandbox.Result) []Output {
+// Images referenced by path are inlined from e.Images (base64, SVG as
+// text); a reference with no bytes is left out of its bundle.
+func Outputs(e Exec) []Output {
+	r := e.Answer
 	var out []Output
 	if r.Stdout != "" {
 		out = append(out, Output{Type: "stream", Name: "stdout", Text: r.Stdout})
@@ -137,10 +149,10 @@ func Outputs(r *sandbox.Result) []Output {
 		out = append(out, Output{Type: "stream", Name: "stderr", Text: r.Stderr})
 	}
 	for _, d := range r.Display {
-		out = append(out, Output{Type: "display_data", Data: d.Data, Metadata: d.Metadata})
+		out = append(out, Output{Type: "display_data", Data: bundleData(d, e.Images), Metadata: d.Metadata})
 	}
-	if r.Value != nil {
-		out = append(out, Output{Type: "execute_result", Data: r.Value.Data, Metadata: r.Value.Metadata,
+	if r.Result != nil {
+		out = append(out, Output{Type: "execute_result", Data: bundleData(*r.Result, e.Images), Metadata: r.Result.Metadata,
 			ExecutionCount: r.ExecutionCount})
 	}
 	if r.Error != nil {
@@ -148,7 +160,8 @@ func Outputs(r *sandbox.Result) []Output {
 		if e.Ename == "" {
 			// Timeouts and dead kernels have no Python exception; name
 			// them so the notebook says what happened.
-			e.Ename = map[string]string{sandbox.KindTimeout: "Timeout", sandbox.KindKernelDied: "KernelDied"}[r.Error.Kind]
+			e.Ename = map[string]string{wire.CellTimeout: "Timeout", wire.CellKernelDied: "KernelDied",
+				wire.CellOutputLimit: "OutputLimitExceeded", wire.CellInterrupted: "Interrupted"}[r.Error.Kind]
 			if e.Ename == "" {
 				e.Ename = "Error"
 			}
@@ -160,6 +173,31 @@ func Outputs(r *sandbox.Result) []Output {
 			e.Traceback = []string{}
 		}
 		out = append(out, e)
+	}
+	return out
+}
+
+// bundleData turns an answer's bundle back into Jupyter's form: images
+// inline again.
+func bundleData(b wire.Bundle, images map[string][]byte) map[string]json.RawMessage {
+	out := map[string]json.RawMessage{}
+	for mime, v := range b.Data {
+		switch x := v.(type) {
+		case wire.FileRef:
+			data, ok := images[x.Path]
+			if !ok {
+				continue
+			}
+			s := base64.StdEncoding.EncodeToString(data)
+			if mime == "image/svg+xml" {
+				s = string(data)
+			}
+			out[mime], _ = json.Marshal(s)
+		case json.RawMessage:
+			out[mime] = x
+		default:
+			out[mime], _ = json.Marshal(x)
+		}
 	}
 	return out
 }

@@ -10,7 +10,6 @@ package runner
 import (
 	"context"
 	"crypto/sha256"
-	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -26,14 +25,16 @@ import (
 	"github.com/triadhq/triad/internal/runid"
 	"github.com/triadhq/triad/orchestrator"
 	"github.com/triadhq/triad/recipes"
-	"github.com/triadhq/triad/sandbox"
+	"github.com/triadhq/triad/recipes/notebook"
+	"github.com/triadhq/triad/runfiles"
 	"github.com/triadhq/triad/tmpfs"
+	"github.com/triadhq/triad/wire"
 )
 
 // Files the runner keeps in the run.
 const (
-	StatePath    = orchestrator.RunStatePath
-	NotebookPath = orchestrator.RunNotebookPath
+	StatePath    = runfiles.RunState
+	NotebookPath = runfiles.Notebook
 )
 
 // Run and step statuses.
@@ -47,65 +48,16 @@ const (
 )
 
 // Request starts or resumes a recipe run.
-type Request struct {
-	Recipe    string         `json:"recipe"`
-	Objective string         `json:"objective,omitempty"`
-	Params    map[string]any `json:"params,omitempty"`
-	// RunID names the run: a fresh id, or a failed or interrupted run to
-	// resume. Empty mints one.
-	RunID string `json:"run_id,omitempty"`
-	// Inputs overrides the recipe's inputs by name (the CLI's --input);
-	// not part of the HTTP body.
-	Inputs map[string][]byte `json:"-"`
-}
+type Request = wire.RecipeRunRequest
 
 // State is a run as run.json records it.
-type State struct {
-	RunID     string         `json:"run_id"`
-	Recipe    string         `json:"recipe"`
-	Objective string         `json:"objective,omitempty"`
-	Params    map[string]any `json:"params"`
-	Status    string         `json:"status"`
-	Error     string         `json:"error,omitempty"`
-	Created   time.Time      `json:"created"`
-	Finished  *time.Time     `json:"finished,omitempty"`
-	// Resumes counts the times the run was resumed.
-	Resumes int         `json:"resumes"`
-	Steps   []StepState `json:"steps"`
-}
+type State = wire.RecipeState
 
 // StepState is one recipe step's progress.
-type StepState struct {
-	N      int    `json:"n"`
-	ID     string `json:"id"`
-	Title  string `json:"title"`
-	Kind   string `json:"kind"`
-	Status string `json:"status"`
-	// Key identifies what the step did: its definition and the files it
-	// started from. Resume skips a step whose key is unchanged.
-	Key string `json:"key,omitempty"`
-	// Outputs are the declared outputs the step left, by hash.
-	Outputs map[string]string `json:"outputs,omitempty"`
-	// Produced are all the files the step wrote, by hash. On resume they
-	// are left out of the step's key, since they did not exist before it.
-	Produced   map[string]string `json:"produced,omitempty"`
-	DurationMs int64             `json:"duration_ms,omitempty"`
-	Error      string            `json:"error,omitempty"`
-	// Evaluation is the evaluator's verdict on the step's last tool call.
-	Evaluation string `json:"evaluation,omitempty"`
-}
+type StepState = wire.RecipeStep
 
 // Event is a progress event, streamed as Server-Sent Events.
-type Event struct {
-	Type   string    `json:"type"` // "step" or "run"
-	RunID  string    `json:"run_id"`
-	Status string    `json:"status"`
-	Step   int       `json:"step,omitempty"`
-	ID     string    `json:"id,omitempty"`
-	Title  string    `json:"title,omitempty"`
-	Error  string    `json:"error,omitempty"`
-	Time   time.Time `json:"time"`
-}
+type Event = wire.RunEvent
 
 // Config configures a Runner.
 type Config struct {
@@ -160,7 +112,7 @@ func (r *Runner) Close() error {
 // Start validates req, records the run as queued and runs it in the
 // background. It returns the run's state as queued.
 func (r *Runner) Start(ctx context.Context, req Request) (State, error) {
-	p, err := r.prepare(ctx, req)
+	p, err := r.prepare(ctx, req, nil)
 	if err != nil {
 		return State{}, err
 	}
@@ -175,8 +127,8 @@ func (r *Runner) Start(ctx context.Context, req Request) (State, error) {
 
 // Run runs req to the end in the caller's goroutine and returns the final
 // state. The CLI uses it.
-func (r *Runner) Run(ctx context.Context, req Request, progress func(Event)) (State, error) {
-	p, err := r.prepare(ctx, req)
+func (r *Runner) Run(ctx context.Context, req Request, inputs map[string][]byte, progress func(Event)) (State, error) {
+	p, err := r.prepare(ctx, req, inputs)
 	if err != nil {
 		return State{}, err
 	}
@@ -201,7 +153,7 @@ type prepared struct {
 	inputs map[string][]byte
 }
 
-func (r *Runner) prepare(ctx context.Context, req Request) (*prepared, error) {
+func (r *Runner) prepare(ctx context.Context, req Request, inputs map[string][]byte) (*prepared, error) {
 	if r.c.Backend == "" {
 		return nil, fault.New(fault.NotConfigured, "no sandbox backend is configured, and recipes need one",
 			"start triad with --sandbox docker, wasm or auto")
@@ -273,7 +225,7 @@ func (r *Runner) prepare(ctx context.Context, req Request) (*prepared, error) {
 			objective = v
 		}
 	}
-	for name := range req.Inputs {
+	for name := range inputs {
 		found := false
 		for _, in := range rec.Inputs {
 			found = found || in.Name == name
@@ -298,7 +250,7 @@ func (r *Runner) prepare(ctx context.Context, req Request) (*prepared, error) {
 		}
 		st.Steps = append(st.Steps, ss)
 	}
-	p := &prepared{run: run, plan: plan, state: st, resume: hasPrev, inputs: req.Inputs}
+	p := &prepared{run: run, plan: plan, state: st, resume: hasPrev, inputs: inputs}
 	r.mu.Lock()
 	r.active[run] = &active{state: st, subs: map[chan Event]struct{}{}, done: make(chan struct{})}
 	r.mu.Unlock()
@@ -350,7 +302,7 @@ func (r *Runner) execute(ctx context.Context, p *prepared) {
 		fail("seeding inputs: " + errText(err))
 		return
 	}
-	results := make([]*sandbox.Result, len(p.plan.Steps))
+	results := make([]*notebook.Exec, len(p.plan.Steps))
 	defer func() {
 		if err := r.writeNotebook(context.WithoutCancel(ctx), run, p.plan, results); err != nil {
 			r.log.Error("write run notebook", "run", run, "err", err)
@@ -407,11 +359,12 @@ func (r *Runner) execute(ctx context.Context, p *prepared) {
 		ss.Status, ss.Key, ss.Error, ss.Produced = Running, key, "", nil
 		r.update(ctx, run, st, Event{Type: "step", Step: step.N, ID: step.ID, Title: step.Title, Status: Running})
 		t0 := time.Now()
-		res, produced, err := r.step(ctx, run, p.plan, i)
+		rc := &orchestrator.Receipt{}
+		res, produced, err := r.step(ctx, run, p.plan, i, rc)
 		ss.Produced = produced
 		ss.DurationMs = time.Since(t0).Milliseconds()
 		results[i] = res
-		ss.Evaluation = r.lastEvaluation(context.WithoutCancel(ctx), run)
+		ss.Evaluation = evaluation(rc)
 		if err == nil {
 			ss.Outputs, err = r.outputs(ctx, run, step)
 		}
@@ -461,7 +414,7 @@ func (r *Runner) seed(ctx context.Context, run runid.ID, p *prepared) error {
 		text := string(data)
 		wctx := orchestrator.WithStepInfo(ctx, orchestrator.StepInfo{Label: fmt.Sprintf("Seeded recipe input %s", in.Name),
 			Expected: []evaluator.Expect{{Path: in.Path}}})
-		if _, err := r.o.Write(wctx, run, orchestrator.WriteInput{Path: in.Path, Text: &text}); err != nil {
+		if _, err := r.o.Write(wctx, run, wire.WriteRequest{Path: in.Path, Text: &text}); err != nil {
 			return err
 		}
 	}
@@ -469,11 +422,11 @@ func (r *Runner) seed(ctx context.Context, run runid.ID, p *prepared) error {
 }
 
 // step runs one plan step through the orchestrator.
-func (r *Runner) step(ctx context.Context, run runid.ID, plan *recipes.Plan, i int) (*sandbox.Result, map[string]string, error) {
+func (r *Runner) step(ctx context.Context, run runid.ID, plan *recipes.Plan, i int, rc *orchestrator.Receipt) (*notebook.Exec, map[string]string, error) {
 	s := plan.Steps[i]
-	info := orchestrator.StepInfo{Label: fmt.Sprintf("Recipe %s, step %d/%d: %s (%s)", plan.Recipe.Name, s.N, len(plan.Steps), s.Title, s.ID)}
+	info := orchestrator.StepInfo{Receipt: rc, Label: fmt.Sprintf("Recipe %s, step %d/%d: %s (%s)", plan.Recipe.Name, s.N, len(plan.Steps), s.Title, s.ID)}
 	for _, o := range s.Outputs {
-		info.Expected = append(info.Expected, evaluator.Expect{Path: o.Path, Columns: o.Columns, MinRows: o.MinRows, Keys: o.Keys, Contains: o.Contains})
+		info.Expected = append(info.Expected, o.ExpectedFile)
 	}
 	if i+1 < len(plan.Steps) {
 		n := plan.Steps[i+1]
@@ -484,7 +437,12 @@ func (r *Runner) step(ctx context.Context, run runid.ID, plan *recipes.Plan, i i
 	ctx = orchestrator.WithStepInfo(ctx, info)
 	switch s.Kind {
 	case recipes.KindExec:
-		out, err := r.o.Exec(ctx, run, orchestrator.ExecInput{Code: s.Code, TimeoutS: s.Timeout.Seconds()})
+		in := wire.ExecRequest{Code: s.Code}
+		if s.Timeout > 0 {
+			t := s.Timeout.Seconds()
+			in.TimeoutS = &t
+		}
+		out, err := r.o.Exec(ctx, run, in)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -492,7 +450,7 @@ func (r *Runner) step(ctx context.Context, run runid.ID, plan *recipes.Plan, i i
 		for _, f := range out.FilesOut {
 			produced[f.Path] = f.SHA256.String()
 		}
-		res := r.toResult(ctx, out)
+		res := &notebook.Exec{Answer: &out, Images: rc.Images}
 		if !out.OK {
 			msg := "the cell failed"
 			if out.Error != nil {
@@ -502,7 +460,7 @@ func (r *Runner) step(ctx context.Context, run runid.ID, plan *recipes.Plan, i i
 		}
 		return res, produced, nil
 	case recipes.KindSearch:
-		_, err := r.o.Search(ctx, run, *s.Search, orchestrator.SearchOptions{SaveAs: s.SaveAs})
+		_, err := r.o.Search(ctx, run, s.Search.Wire(), orchestrator.SearchOptions{SaveAs: s.SaveAs})
 		if err != nil {
 			return nil, nil, err
 		}
@@ -510,20 +468,13 @@ func (r *Runner) step(ctx context.Context, run runid.ID, plan *recipes.Plan, i i
 		return nil, map[string]string{s.SaveAs: f.SHA256.String()}, err
 	case recipes.KindWrite:
 		text := s.Write.Text
-		ref, err := r.o.Write(ctx, run, orchestrator.WriteInput{Path: s.Write.Path, Text: &text})
+		ref, err := r.o.Write(ctx, run, wire.WriteRequest{Path: s.Write.Path, Text: &text})
 		if err != nil {
 			return nil, nil, err
 		}
 		return nil, map[string]string{ref.Path: ref.SHA256.String()}, nil
 	}
 	return nil, nil, fmt.Errorf("unknown step kind %q", s.Kind)
-}
-
-// internal reports files the runner and journal keep, which do not count
-// as a step's inputs.
-func internal(p string) bool {
-	return orchestrator.Protected(p) || p == orchestrator.IndexPath ||
-		strings.HasPrefix(p, "outputs/") || strings.HasPrefix(p, orchestrator.CitationsDir)
 }
 
 // key is the step's resume key: its definition plus the run's files
@@ -537,7 +488,7 @@ func (r *Runner) key(ctx context.Context, run runid.ID, s *recipes.Step, exclude
 	h.Write(s.Definition())
 	h.Write([]byte{0})
 	for _, f := range files {
-		if internal(f.Path) || exclude[f.Path] {
+		if runfiles.IsKept(f.Path) || exclude[f.Path] {
 			continue
 		}
 		fmt.Fprintf(h, "%s\x00%s\n", f.Path, f.SHA256)
@@ -573,16 +524,16 @@ func (r *Runner) outputsPresent(ctx context.Context, run runid.ID, want map[stri
 	return true
 }
 
-func (r *Runner) lastEvaluation(ctx context.Context, run runid.ID) string {
-	tr, err := r.o.Trace(ctx, run)
-	if err != nil || len(tr) == 0 || tr[len(tr)-1].Eval == nil {
-		return ""
+// evaluation renders the verdict the orchestration path recorded for a
+// step's last tool call.
+func evaluation(rc *orchestrator.Receipt) string {
+	if rc.Step == 0 {
+		return "" // the step made no tool call that was recorded
 	}
-	v := tr[len(tr)-1].Eval
-	if v.Pass {
-		return fmt.Sprintf("PASS %.2f", v.Score)
+	if rc.Verdict.Pass {
+		return fmt.Sprintf("PASS %.2f", rc.Verdict.Score)
 	}
-	return fmt.Sprintf("FAIL %.2f", v.Score)
+	return fmt.Sprintf("FAIL %.2f", rc.Verdict.Score)
 }
 
 // update saves the state and tells subscribers.
@@ -606,7 +557,7 @@ func (r *Runner) update(ctx context.Context, run runid.ID, st *State, e Event) {
 }
 
 func (r *Runner) save(ctx context.Context, run runid.ID, st State) error {
-	b, err := json.MarshalIndent(st, "", "  ")
+	b, err := runfiles.MarshalIndent(st)
 	if err != nil {
 		return err
 	}
@@ -694,62 +645,13 @@ func (r *Runner) Wait(ctx context.Context, run runid.ID) error {
 }
 
 // writeNotebook writes run.ipynb from the cells this session executed.
-func (r *Runner) writeNotebook(ctx context.Context, run runid.ID, plan *recipes.Plan, results []*sandbox.Result) error {
+func (r *Runner) writeNotebook(ctx context.Context, run runid.ID, plan *recipes.Plan, results []*notebook.Exec) error {
 	b, err := plan.RunNotebook(results, map[string]any{"run_id": run.String()})
 	if err != nil {
 		return err
 	}
 	_, err = r.o.PutInternal(ctx, run, NotebookPath, b)
 	return err
-}
-
-// toResult turns an exec answer back into a sandbox.Result with images
-// inline, for the notebook.
-func (r *Runner) toResult(ctx context.Context, out orchestrator.ExecOutput) *sandbox.Result {
-	res := &sandbox.Result{OK: out.OK, Stdout: out.Stdout, Stderr: out.Stderr, ExecutionCount: out.ExecutionCount, Restarted: out.Kernel.Restarted}
-	conv := func(b orchestrator.Bundle) sandbox.Bundle {
-		sb := sandbox.Bundle{Data: map[string]json.RawMessage{}, Metadata: b.Metadata}
-		for mime, v := range b.Data {
-			switch x := v.(type) {
-			case orchestrator.ImageRef:
-				blob, err := r.o.Store().OpenBlob(ctx, x.SHA256)
-				if err != nil {
-					continue
-				}
-				data := make([]byte, 0, x.Size)
-				buf := make([]byte, 32<<10)
-				for {
-					n, err := blob.Read(buf)
-					data = append(data, buf[:n]...)
-					if err != nil {
-						break
-					}
-				}
-				blob.Close()
-				s := base64.StdEncoding.EncodeToString(data)
-				if mime == "image/svg+xml" {
-					s = string(data)
-				}
-				sb.Data[mime], _ = json.Marshal(s)
-			case json.RawMessage:
-				sb.Data[mime] = x
-			default:
-				sb.Data[mime], _ = json.Marshal(x)
-			}
-		}
-		return sb
-	}
-	for _, d := range out.Display {
-		res.Display = append(res.Display, conv(d))
-	}
-	if out.Result != nil {
-		v := conv(*out.Result)
-		res.Value = &v
-	}
-	if out.Error != nil {
-		res.Error = &sandbox.ExecError{Kind: out.Error.Kind, Ename: out.Error.Ename, Evalue: out.Error.Evalue, Traceback: out.Error.Traceback, Reason: out.Error.Reason}
-	}
-	return res
 }
 
 func cloneState(s State) State {

@@ -46,11 +46,11 @@ func TestStandardRecipesEndToEnd(t *testing.T) {
 	for _, rc := range std {
 		t.Run(rc.Name, func(t *testing.T) {
 			ctx := t.Context()
-			st, err := r.Run(ctx, runner.Request{Recipe: rc.Name, Objective: "Test objective for " + rc.Name}, nil)
+			st, err := r.Run(ctx, runner.Request{Recipe: rc.Name, Objective: "Test objective for " + rc.Name}, nil, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
-			run := runid.ID(st.RunID)
+			run := runid.Must(st.RunID)
 			if st.Status != runner.Succeeded {
 				cel, _ := s.Orch.Journal(ctx, run)
 				t.Fatalf("status %s: %s\n%+v\n%s", st.Status, st.Error, st.Steps, cel)

@@ -47,7 +47,6 @@ const (
 	DefaultTmpSize     = 256 << 20
 	DefaultGrace       = 3 * time.Second
 	DefaultCellTimeout = 60 * time.Second
-	DefaultMaxOutput   = 64 << 20
 	defaultUID         = 1000
 )
 
@@ -68,24 +67,19 @@ type Config struct {
 	// when that is not root, else 1000:1000 (the image's sandbox user).
 	UID, GID int
 	// Defaults are the limits for a Spec that leaves fields zero. Zero
-	// fields here mean 2 GiB memory (swap included), 1 CPU, 256 pids and
-	// a 2 GiB disk quota.
+	// fields here mean 2 GiB memory (swap included), 1 CPU, 256 pids, a
+	// 2 GiB disk quota and sandbox.DefaultOutputBytes of output per cell.
 	Defaults sandbox.Limits
 	// TmpSize caps the container's /tmp tmpfs (it counts against memory
 	// too). Zero means 256 MiB.
 	TmpSize int64
-	// InterruptGrace is how long a timed-out cell has, after the
+	// InterruptGrace is how long a cell being stopped (timed out, over
+	// its output limit, or abandoned by the caller) has, after the
 	// interrupt, to end before the kernel is restarted. Zero means 3 s.
 	InterruptGrace time.Duration
 	// CellTimeout bounds a cell when Execute is given no timeout. Zero
 	// means 60 s.
 	CellTimeout time.Duration
-	// MaxOutput bounds the stdout, stderr and display data one cell may
-	// produce, in bytes; a cell past it is interrupted like a timed-out
-	// one and fails with ename OutputLimitExceeded. It protects the
-	// host's memory, which holds a cell's whole output until the cell
-	// ends. Zero means 64 MiB.
-	MaxOutput int64
 	// Instance names this Triad instance in a label, for operators.
 	Instance string
 	// Labels are extra container labels.
@@ -233,8 +227,8 @@ func (cfg Config) withDefaults() (Config, error) {
 	if cfg.CellTimeout == 0 {
 		cfg.CellTimeout = DefaultCellTimeout
 	}
-	if cfg.MaxOutput == 0 {
-		cfg.MaxOutput = DefaultMaxOutput
+	if cfg.Defaults.OutputBytes == 0 {
+		cfg.Defaults.OutputBytes = sandbox.DefaultOutputBytes
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
@@ -274,7 +268,7 @@ func (b *Backend) start(ctx context.Context, spec sandbox.Spec) (*Kernel, error)
 	}
 	b.mu.Unlock()
 
-	if l := spec.Limits; l.MemoryBytes < 0 || l.CPUs < 0 || l.Pids < 0 || l.DiskBytes < 0 {
+	if l := spec.Limits; l.MemoryBytes < 0 || l.CPUs < 0 || l.Pids < 0 || l.DiskBytes < 0 || l.OutputBytes < 0 {
 		// Docker reads a negative pids or memory limit as "unlimited".
 		return nil, fault.Badf("give positive limits, or 0 for the server's default", "negative sandbox limit in %+v", l)
 	}
@@ -319,6 +313,9 @@ func (b *Backend) limits(l sandbox.Limits) sandbox.Limits {
 	}
 	if l.DiskBytes == 0 {
 		l.DiskBytes = d.DiskBytes
+	}
+	if l.OutputBytes == 0 {
+		l.OutputBytes = d.OutputBytes
 	}
 	return l
 }

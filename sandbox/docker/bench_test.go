@@ -7,7 +7,10 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
+	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -159,7 +162,7 @@ func BenchmarkExecWarm(b *testing.B) {
 	defer bl.close()
 	ctx := context.Background()
 	for range 20 {
-		if res, err := k.Execute(ctx, "1+1", 30*time.Second); err != nil || !res.OK {
+		if res, err := k.Execute(ctx, sandbox.Cell{Code: "1+1", Timeout: 30 * time.Second}); err != nil || !res.OK {
 			b.Fatalf("warm-up: %v %v", res, err)
 		}
 	}
@@ -172,10 +175,11 @@ func BenchmarkExecWarm(b *testing.B) {
 			theirs = append(theirs, bl.run(b, chunk)...)
 			b.StartTimer()
 		}
+		var out sandbox.Collector
 		t0 := time.Now()
-		res, err := k.Execute(ctx, "1+1", 30*time.Second)
+		res, err := k.Execute(ctx, sandbox.Cell{Code: "1+1", Timeout: 30 * time.Second, Output: out.Add})
 		ours = append(ours, time.Since(t0))
-		if err != nil || !res.OK || res.Value == nil {
+		if err != nil || !res.OK || out.Value == nil {
 			b.Fatalf("1+1: %v %v", res, err)
 		}
 	}
@@ -200,7 +204,7 @@ func BenchmarkStartCold(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		res, err := k.Execute(ctx, "1+1", 30*time.Second)
+		res, err := k.Execute(ctx, sandbox.Cell{Code: "1+1", Timeout: 30 * time.Second})
 		ts = append(ts, time.Since(t0))
 		b.StopTimer()
 		if err != nil || !res.OK {
@@ -224,7 +228,7 @@ func BenchmarkIdleKernelMemory(b *testing.B) {
 	} {
 		b.Run(tc.name, func(b *testing.B) {
 			k := startKernel(b, be, sandbox.Spec{Owner: "bench-mem"})
-			if res, err := k.Execute(context.Background(), tc.code, time.Minute); err != nil || !res.OK {
+			if res, err := k.Execute(context.Background(), sandbox.Cell{Code: tc.code, Timeout: time.Minute}); err != nil || !res.OK {
 				b.Fatalf("%s: %v %v", tc.code, res, err)
 			}
 			time.Sleep(time.Second)
@@ -292,4 +296,55 @@ type testWriter struct{ tb testing.TB }
 func (w testWriter) Write(p []byte) (int, error) {
 	w.tb.Log(strings.TrimSpace(string(p)))
 	return len(p), nil
+}
+
+// BenchmarkFloodMemory runs a print loop into the output limit (the
+// default 64 MiB) and reports how far the process's resident memory rose
+// above where it started, in MiB, against the limit itself as the
+// baseline: the host's cost of one flooding cell. Run it alone (-run '^$'):
+// it reads the process's peak RSS.
+func BenchmarkFloodMemory(b *testing.B) {
+	be := newBackend(b, Config{InterruptGrace: 20 * time.Second})
+	k := startKernel(b, be, sandbox.Spec{Owner: "bench-flood"})
+	var growth, delivered int64
+	for b.Loop() {
+		runtime.GC()
+		before, _ := procRSS(b)
+		if err := os.WriteFile("/proc/self/clear_refs", []byte("5"), 0); err != nil {
+			b.Skipf("cannot reset the peak RSS: %v", err)
+		}
+		delivered = 0
+		res, err := k.Execute(context.Background(), sandbox.Cell{Code: "while True:\n    print('x' * 10000)", Timeout: 10 * time.Minute,
+			Output: func(e sandbox.Event) { delivered += e.Size() }})
+		if err != nil || res.Error == nil || res.Error.Kind != sandbox.KindOutputLimit {
+			b.Fatalf("flood: %+v, %v", res, err)
+		}
+		_, peak := procRSS(b)
+		growth = max(growth, peak-before)
+	}
+	b.ReportMetric(float64(growth)/(1<<20), "rss-growth-MiB")
+	b.ReportMetric(float64(delivered)/(1<<20), "delivered-MiB")
+	b.ReportMetric(float64(growth)/float64(sandbox.DefaultOutputBytes), "x-limit")
+}
+
+// procRSS returns the process's resident and peak resident memory.
+func procRSS(b *testing.B) (cur, peak int64) {
+	data, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		b.Skipf("no /proc: %v", err)
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 2 {
+			continue
+		}
+		v, _ := strconv.ParseInt(f[1], 10, 64)
+		switch f[0] {
+		case "VmRSS:":
+			cur = v << 10
+		case "VmHWM:":
+			peak = v << 10
+		}
+	}
+	return cur, peak
 }

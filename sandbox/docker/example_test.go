@@ -40,12 +40,13 @@ func Example() {
 		log.Fatal(err)
 	}
 	defer k.Close()
-	if _, err := k.Execute(ctx, "x = 21", 10*time.Second); err != nil {
+	if _, err := k.Execute(ctx, sandbox.Cell{Code: "x = 21", Timeout: 10 * time.Second}); err != nil {
 		log.Fatal(err)
 	}
-	res, err := k.Execute(ctx, "x * 2", 10*time.Second)
+	var out sandbox.Collector // or any func(sandbox.Event), called as output arrives
+	res, err := k.Execute(ctx, sandbox.Cell{Code: "x * 2", Timeout: 10 * time.Second, Output: out.Add})
 	if err != nil {
 		log.Fatal(err)
 	}
-	fmt.Println(res.OK, string(res.Value.Data["text/plain"])) // true "42"
+	fmt.Println(res.OK, string(out.Value.Data["text/plain"])) // true "42"
 }

@@ -3,6 +3,7 @@ package docker
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"strings"
 	"sync"
@@ -84,16 +85,28 @@ func startKernel(t testing.TB, b *Backend, spec sandbox.Spec) sandbox.Kernel {
 	return k
 }
 
+// result is a finished cell: how it ended and what it printed.
+type result struct {
+	*sandbox.Result
+	sandbox.Collector
+	delivered int64 // bytes of output delivered
+}
+
 // run1 runs a cell and fails the test when the call itself errs.
-func run1(t testing.TB, k sandbox.Kernel, code string, timeout time.Duration) *sandbox.Result {
+func run1(t testing.TB, k sandbox.Kernel, code string, timeout time.Duration) *result {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), timeout+2*time.Minute)
 	defer cancel()
-	res, err := k.Execute(ctx, code, timeout)
+	r := &result{}
+	res, err := k.Execute(ctx, sandbox.Cell{Code: code, Timeout: timeout, Output: func(e sandbox.Event) {
+		r.delivered += e.Size()
+		r.Add(e)
+	}})
 	if err != nil {
 		t.Fatalf("Execute(%q): %v", firstLine(code), err)
 	}
-	return res
+	r.Result = res
+	return r
 }
 
 // mustOK runs a cell that has to succeed and returns its stdout.
@@ -103,11 +116,11 @@ func mustOK(t testing.TB, k sandbox.Kernel, code string) string {
 	if !res.OK {
 		t.Fatalf("cell %q failed: %s", firstLine(code), describe(res))
 	}
-	return res.Stdout
+	return res.Stdout.String()
 }
 
 // value returns the text/plain of a result's execute_result.
-func value(t testing.TB, res *sandbox.Result) string {
+func value(t testing.TB, res *result) string {
 	t.Helper()
 	if res.Value == nil {
 		t.Fatalf("no execute_result: %s", describe(res))
@@ -119,9 +132,9 @@ func value(t testing.TB, res *sandbox.Result) string {
 	return s
 }
 
-func describe(res *sandbox.Result) string {
-	b, _ := json.Marshal(res)
-	return string(b)
+func describe(res *result) string {
+	b, _ := json.Marshal(res.Result)
+	return fmt.Sprintf("%s stdout=%.300q stderr=%.300q", b, res.Stdout.String(), res.Stderr.String())
 }
 
 func firstLine(s string) string {

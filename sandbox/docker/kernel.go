@@ -20,6 +20,7 @@ import (
 	"github.com/triadhq/triad/sandbox"
 	"github.com/triadhq/triad/sandbox/docker/image"
 	"github.com/triadhq/triad/sandbox/docker/jupyter"
+	"github.com/triadhq/triad/sandbox/hostdir"
 )
 
 // Paths inside the container.
@@ -39,8 +40,40 @@ const (
 // start. Figures show inline by default because MPLBACKEND names the inline
 // backend (ipykernel would set it too).
 var kernelCmd = []string{"/bin/sh", "-c", `mkdir -p "$MPLCONFIGDIR" && cp -a ` + image.MPLSeed + `/. "$MPLCONFIGDIR"/ 2>/dev/null; ` +
-	`exec python3 -m ipykernel_launcher -f ` + ctrSockets + `/conn.json ` +
+	`exec python3 -c '` + kernelBoot + `' -f ` + ctrSockets + `/conn.json ` +
 	`--InteractiveShell.colors=NoColor --HistoryManager.enabled=False --IPKernelApp.quiet=True`}
+
+// kernelBoot is ipykernel_launcher (the working directory leaves sys.path,
+// then the kernel app starts) with one change: a cell's stdout and stderr
+// are flushed to the host once 1 MiB is pending, instead of only every
+// 0.2 s. A print loop holds the GIL, so the flushing thread rarely runs,
+// and ipykernel would otherwise send hundreds of MiB as one message, which
+// the host must receive whole (a 64 MiB-limited flood cost 1.8 GiB of the
+// server's memory). Flushing from the writer blocks it until the message
+// is sent: back-pressure on the cell. It is a courtesy, not a boundary (a
+// cell can undo it); the host's output limit and the client's own bounds
+// are what hold. Written without single quotes: it is quoted for sh.
+const kernelBoot = `import sys
+sys.path[:] = [p for p in sys.path if p not in ("", "` + ctrWork + `")]
+try:
+    from ipykernel import iostream as _io
+    def _bounded(write):
+        def bounded_write(self, s):
+            n = write(self, s)
+            try:
+                if sum(b.tell() for b in list(self._buffers.values())) >= 1 << 20:
+                    self.flush()
+            except Exception:
+                pass
+            return n
+        return bounded_write
+    _io.OutStream.write = _bounded(_io.OutStream.write)
+    del _io, _bounded
+except Exception as e:
+    print("triad: could not bound ipykernel output buffers:", e, file=sys.stderr)
+from ipykernel import kernelapp
+kernelapp.launch_new_instance()
+`
 
 // Kernel is one ipykernel in a jailed container. It implements
 // sandbox.Kernel.
@@ -51,12 +84,17 @@ type Kernel struct {
 	limits  sandbox.Limits
 	sockDir string
 
+	// files is the working directory as the core sees it; set by setup
+	// before the kernel is handed out, closed first thing in Close.
+	files *hostdir.Dir
+
 	// mu serializes Execute, Restart and the teardown in Close.
 	mu          sync.Mutex
 	wd          workdir
 	containerID string
-	client      *jupyter.Client // nil while the kernel is down
-	exited      chan struct{}   // closed when the current container process exits
+	client      *jupyter.Client  // nil while the kernel is down
+	info        jupyter.ConnInfo // the current kernel's connection file
+	exited      chan struct{}    // closed when the current container process exits
 	stopWatch   context.CancelFunc
 
 	// phases records how long the last setup and boot steps took, for the
@@ -84,8 +122,9 @@ const socketDirSize = 1 << 20
 // ID implements sandbox.Kernel: the container's short id.
 func (k *Kernel) ID() string { return shortID(k.containerID) }
 
-// WorkDir implements sandbox.Kernel.
-func (k *Kernel) WorkDir() string { return k.wd.path }
+// Files implements sandbox.Kernel: the host directory mounted at /work,
+// with the kernel's disk quota.
+func (k *Kernel) Files() sandbox.WorkDir { return k.files }
 
 // setup creates the working directory, the socket directory and the
 // container, and starts the kernel. On error the caller tears down.
@@ -106,6 +145,9 @@ func (k *Kernel) setup(ctx context.Context) error {
 		k.wd, err = b.quota.plain(dir)
 	}
 	if err != nil {
+		return err
+	}
+	if k.files, err = hostdir.Open(k.wd.path, k.limits.DiskBytes); err != nil {
 		return err
 	}
 	// The kernel binds its sockets here and the host connects to them;
@@ -170,7 +212,7 @@ func (k *Kernel) hostConfig() *container.HostConfig {
 	return &container.HostConfig{
 		NetworkMode:    "none",
 		CapDrop:        []string{"ALL"},
-		SecurityOpt:    []string{"no-new-privileges"},
+		SecurityOpt:    []string{"no-new-privileges", seccompOpt},
 		ReadonlyRootfs: true,
 		IpcMode:        "private",
 		Tmpfs: map[string]string{
@@ -270,7 +312,7 @@ func (k *Kernel) boot(ctx context.Context) error {
 		case <-bctx.Done():
 		}
 	}()
-	c, err := jupyter.Dial(bctx, info, filepath.Join(k.sockDir, "k"), jupyter.Options{Logger: b.log.With("kernel", k.ID())})
+	c, err := jupyter.Dial(bctx, info, k.sockPrefix(), k.dialOptions())
 	if err != nil {
 		return k.bootError(ctx, bctx, fmt.Errorf("dial kernel: %w", err))
 	}
@@ -280,8 +322,18 @@ func (k *Kernel) boot(ctx context.Context) error {
 		return k.bootError(ctx, bctx, fmt.Errorf("wait for kernel: %w", err))
 	}
 	k.phase("ready", &t)
-	k.client = c
+	k.client, k.info = c, info
 	return nil
+}
+
+// sockPrefix is the host path prefix of the kernel's sockets.
+func (k *Kernel) sockPrefix() string { return filepath.Join(k.sockDir, "k") }
+
+// dialOptions are the Jupyter client's options for this kernel: every
+// message it reads is bounded by the kernel's output limit plus headroom
+// (kernelLimits), for boots and redials alike.
+func (k *Kernel) dialOptions() jupyter.Options {
+	return jupyter.Options{Logger: k.b.log.With("kernel", k.ID()), Limits: kernelLimits(k.limits.OutputBytes)}
 }
 
 // phase notes the time since *t under name and resets *t.
@@ -300,251 +352,26 @@ func (k *Kernel) bootError(ctx, bctx context.Context, err error) error {
 	return err
 }
 
-// Execute implements sandbox.Kernel.
-func (k *Kernel) Execute(ctx context.Context, code string, timeout time.Duration) (*sandbox.Result, error) {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	if k.isClosing() {
-		return nil, sandbox.ErrClosed
-	}
-	if timeout <= 0 {
-		timeout = k.b.cfg.CellTimeout
-	}
-	var restarted bool
-	if k.client == nil {
-		// An earlier death could not restart the kernel; try again now.
-		if err := k.restartLocked(ctx); err != nil {
-			return nil, fmt.Errorf("kernel %s is down and did not restart: %w", k.ID(), err)
-		}
-		restarted = true
-	}
-	start := time.Now()
-	// ectx ends when the caller gives up, the kernel is closed, or the
-	// container exits (an OOM kill can beat the sockets' EOF).
-	ectx, ecancel := context.WithCancelCause(ctx)
-	defer ecancel(nil)
-	exited := k.exited
-	go func() {
-		select {
-		case <-k.closing:
-			ecancel(sandbox.ErrClosed)
-		case <-exited:
-			ecancel(jupyter.ErrKernelDead)
-		case <-ectx.Done():
-		}
-	}()
-	tctx, tcancel := context.WithTimeoutCause(ectx, timeout, errCellTimeout)
-	defer tcancel()
-	ex, err := k.send(tctx, code)
-	if err != nil {
-		switch {
-		case errors.Is(err, jupyter.ErrKernelDead) || errors.Is(context.Cause(ectx), jupyter.ErrKernelDead):
-			return k.died(ctx, jupyter.Output{}, start), nil
-		case errors.Is(context.Cause(ectx), sandbox.ErrClosed) || errors.Is(err, jupyter.ErrClosed):
-			return nil, sandbox.ErrClosed
-		case ctx.Err() == nil && errors.Is(context.Cause(tctx), errCellTimeout):
-			// The request could not even be sent within the cell's
-			// timeout: the kernel is wedged, so replace it.
-			return k.wedged(ctx, start, timeout), nil
-		}
-		return nil, fmt.Errorf("execute on kernel %s: %w", k.ID(), err)
-	}
-	wctx, wcancel := context.WithCancelCause(tctx)
-	go k.watchOutput(wctx, wcancel, ex)
-	out, err := ex.Wait(wctx)
-	overflow := errors.Is(context.Cause(wctx), errOutputLimit)
-	wcancel(nil)
-	switch {
-	case err == nil:
-		res := toResult(out, start)
-		res.Restarted = restarted
-		return res, nil
-	case errors.Is(err, jupyter.ErrKernelDead) || errors.Is(context.Cause(ectx), jupyter.ErrKernelDead):
-		return k.died(ctx, out, start), nil
-	case errors.Is(context.Cause(ectx), sandbox.ErrClosed) || errors.Is(err, jupyter.ErrClosed):
-		return nil, sandbox.ErrClosed
-	case ctx.Err() != nil:
-		// The caller gave up; stop the cell so the kernel is free for the
-		// next one, but don't hold the caller for it.
-		ictx, icancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
-		_ = k.client.Interrupt(ictx)
-		icancel()
-		return nil, fmt.Errorf("execute on kernel %s: %w", k.ID(), ctx.Err())
-	case overflow:
-		return k.interrupt(ctx, ex, start, stopReason{
-			kind:  sandbox.KindExecution,
-			ename: "OutputLimitExceeded",
-			what:  fmt.Sprintf("the cell's output passed the %d MiB limit", k.b.cfg.MaxOutput>>20),
-		}), nil
-	default: // the cell's deadline passed
-		return k.interrupt(ctx, ex, start, stopReason{
-			kind:  sandbox.KindTimeout,
-			ename: "TimeoutError",
-			what:  fmt.Sprintf("the cell ran past its %s timeout", timeout),
-		}), nil
-	}
-}
-
-var (
-	errCellTimeout = errors.New("cell timeout")
-	errOutputLimit = errors.New("output limit")
-)
-
-// stopReason says why a running cell is being interrupted: the kind and
-// ename its result carries, and how to say it in evalue.
-type stopReason struct {
-	kind, ename string
-	what        string // "the cell ran past its 2s timeout"
-}
-
-// interrupt stops a cell that has to end (past its deadline, or over the
-// output limit). If the cell ends within the grace period the kernel keeps
-// its state; if not, the kernel is restarted.
-func (k *Kernel) interrupt(ctx context.Context, ex *jupyter.Execution, start time.Time, why stopReason) *sandbox.Result {
-	grace := k.b.cfg.InterruptGrace
-	gctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), grace)
-	defer cancel()
-	ierr := k.client.Interrupt(gctx)
-	out, err := ex.Wait(gctx)
-	if err == nil {
-		res := k.capped(toResult(out, start))
-		res.OK = false
-		res.Error = &sandbox.ExecError{
-			Kind:   why.kind,
-			Ename:  why.ename,
-			Evalue: why.what + " and was interrupted; the kernel kept its state",
-		}
-		if out.Error != nil {
-			res.Error.Traceback = out.Error.Traceback
-		}
-		return res
-	}
-	if errors.Is(err, jupyter.ErrKernelDead) {
-		return k.died(ctx, out, start)
-	}
-	k.b.log.WarnContext(ctx, "cell ignored the interrupt; restarting the kernel", "kernel", k.ID(), "why", why.ename, "interrupt_err", ierr)
-	res := k.capped(toResult(out, start))
-	res.OK = false
-	res.Error = &sandbox.ExecError{
-		Kind:   why.kind,
-		Ename:  why.ename,
-		Evalue: fmt.Sprintf("%s and did not stop within %s of an interrupt; the kernel was restarted and its state is lost", why.what, grace),
-	}
-	if rerr := k.restartLocked(context.WithoutCancel(ctx)); rerr != nil {
-		res.Error.Evalue = fmt.Sprintf("%s and did not stop when interrupted; restarting the kernel failed (%v), the next cell will try again", why.what, rerr)
-		return res
-	}
-	res.Restarted = true
-	return res
-}
-
-// send hands the cell to the kernel. zmq4's send is not bounded by a
-// context and blocks while the kernel does not read, so it runs aside and
-// ctx bounds the wait; a send left blocked ends when the client is closed
-// (the restart that follows a wedged kernel closes it).
-func (k *Kernel) send(ctx context.Context, code string) (*jupyter.Execution, error) {
-	type sent struct {
-		ex  *jupyter.Execution
-		err error
-	}
-	c := k.client
-	ch := make(chan sent, 1)
-	go func() {
-		ex, err := c.Execute(ctx, code, jupyter.ExecOptions{})
-		ch <- sent{ex, err}
-	}()
-	select {
-	case s := <-ch:
-		return s.ex, s.err
-	case <-ctx.Done():
-		return nil, context.Cause(ctx)
-	}
-}
-
-// wedged restarts a kernel that did not take a cell within its timeout.
-func (k *Kernel) wedged(ctx context.Context, start time.Time, timeout time.Duration) *sandbox.Result {
-	res := &sandbox.Result{Duration: time.Since(start), Error: &sandbox.ExecError{
-		Kind:   sandbox.KindTimeout,
-		Ename:  "TimeoutError",
-		Evalue: fmt.Sprintf("the kernel did not accept the cell within its %s timeout; the kernel was restarted and its state is lost", timeout),
-	}}
-	if err := k.restartLocked(context.WithoutCancel(ctx)); err != nil {
-		res.Error.Evalue = fmt.Sprintf("the kernel did not accept the cell within its %s timeout, and restarting it failed (%v); the next cell will try again", timeout, err)
-		return res
-	}
-	res.Restarted = true
-	return res
-}
-
-// watchOutput cancels ctx with errOutputLimit once the cell's output passes
-// MaxOutput, so a cell printing in a loop cannot fill the host's memory
-// before its deadline. Output snapshots share the client's buffers, so
-// polling is cheap.
-func (k *Kernel) watchOutput(ctx context.Context, cancel context.CancelCauseFunc, ex *jupyter.Execution) {
-	limit := k.b.cfg.MaxOutput
-	tick := time.NewTicker(outputPoll)
-	defer tick.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-ex.Done():
-			return
-		case <-tick.C:
-			if outputSize(ex.Output()) > limit {
-				cancel(errOutputLimit)
-				return
-			}
-		}
-	}
-}
-
-// outputPoll is how often watchOutput looks; at the ~100 MB/s a cell can
-// print, that bounds the overshoot to a few MB.
-const outputPoll = 20 * time.Millisecond
-
-func outputSize(o jupyter.Output) int64 {
-	n := int64(len(o.Stdout) + len(o.Stderr))
-	for _, d := range o.Displays {
-		for _, v := range d.Data {
-			n += int64(len(v))
-		}
-	}
-	return n
-}
-
-// capped trims a result's streams to MaxOutput (a cell stopped for its
-// output volume still reports how it began).
-func (k *Kernel) capped(res *sandbox.Result) *sandbox.Result {
-	limit := int(k.b.cfg.MaxOutput)
-	if len(res.Stdout) > limit {
-		res.Stdout = res.Stdout[:limit]
-	}
-	if len(res.Stderr) > limit {
-		res.Stderr = res.Stderr[:limit]
-	}
-	return res
-}
-
 // died reports a dead kernel (OOM, os._exit, a crash) with the reason the
 // engine gives, and brings up a fresh kernel for the next cell.
-func (k *Kernel) died(ctx context.Context, out jupyter.Output, start time.Time) *sandbox.Result {
+func (k *Kernel) died(ctx context.Context, c *cellRun) *sandbox.Result {
 	ctx = context.WithoutCancel(ctx)
 	// The sockets can report EOF before the engine has recorded the exit;
 	// give it a moment so the reason (OOMKilled, the exit code) is known.
 	select {
 	case <-k.exited:
+	case <-k.violated():
 	case <-time.After(5 * time.Second):
 	}
 	reason := k.deathReason(ctx)
 	k.b.log.WarnContext(ctx, "sandbox kernel died", "kernel", k.ID(), "owner", k.owner, "reason", reason)
-	res := k.capped(toResult(out, start))
-	res.OK = false
+	res := c.result(jupyter.Output{})
 	res.Error = &sandbox.ExecError{
-		Kind:   sandbox.KindKernelDied,
-		Ename:  "KernelDied",
-		Evalue: "the kernel died (" + reason + "); its state is lost and a fresh kernel was started",
-		Reason: reason,
+		Kind:      sandbox.KindKernelDied,
+		Ename:     "KernelDied",
+		Evalue:    "the kernel died (" + reason + "); its state is lost and a fresh kernel was started",
+		Reason:    reason,
+		Traceback: []string{},
 	}
 	if err := k.restartLocked(ctx); err != nil {
 		res.Error.Evalue = fmt.Sprintf("the kernel died (%s) and restarting it failed (%v); the next cell will try again", reason, err)
@@ -554,8 +381,12 @@ func (k *Kernel) died(ctx context.Context, out jupyter.Output, start time.Time) 
 	return res
 }
 
-// deathReason asks the engine why the container's process ended.
+// deathReason asks the engine why the container's process ended, unless
+// the client gave up on a kernel that broke the protocol.
 func (k *Kernel) deathReason(ctx context.Context) string {
+	if v := k.protocolViolation(); v != "" {
+		return v
+	}
 	ictx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
 	info, err := k.b.cli.ContainerInspect(ictx, k.containerID)
@@ -664,6 +495,11 @@ func (k *Kernel) isClosing() bool {
 func (k *Kernel) Close() error {
 	k.closeOnce.Do(func() {
 		close(k.closing)
+		// A harvest in progress fails loudly from here on instead of
+		// reading a directory that is being removed.
+		if k.files != nil {
+			_ = k.files.Close()
+		}
 		k.mu.Lock()
 		defer k.mu.Unlock()
 		k.closeErr = k.teardown()
@@ -687,6 +523,9 @@ func (k *Kernel) teardown() error {
 	if k.stopWatch != nil {
 		k.stopWatch()
 	}
+	if k.files != nil {
+		_ = k.files.Close()
+	}
 	if err := k.wd.remove(); err != nil {
 		errs = append(errs, err)
 	}
@@ -696,37 +535,4 @@ func (k *Kernel) teardown() error {
 		errs = append(errs, fmt.Errorf("remove socket dir: %w", err))
 	}
 	return errors.Join(errs...)
-}
-
-// toResult maps a cell's Jupyter output onto sandbox.Result.
-func toResult(out jupyter.Output, start time.Time) *sandbox.Result {
-	res := &sandbox.Result{
-		OK:             out.Status == jupyter.StatusOK && out.Error == nil,
-		Stdout:         out.Stdout,
-		Stderr:         out.Stderr,
-		ExecutionCount: out.ExecutionCount,
-		Duration:       time.Since(start),
-	}
-	for _, d := range out.Displays {
-		res.Display = append(res.Display, sandbox.Bundle{Data: d.Data, Metadata: d.Metadata})
-	}
-	if out.Result != nil {
-		res.Value = &sandbox.Bundle{Data: out.Result.Data, Metadata: out.Result.Metadata}
-	}
-	switch {
-	case out.Error != nil:
-		res.Error = &sandbox.ExecError{
-			Kind:      sandbox.KindExecution,
-			Ename:     out.Error.Ename,
-			Evalue:    out.Error.Evalue,
-			Traceback: out.Error.Traceback,
-		}
-	case out.Aborted:
-		res.Error = &sandbox.ExecError{
-			Kind:   sandbox.KindExecution,
-			Ename:  "CellAborted",
-			Evalue: "the kernel skipped this cell because an earlier one failed",
-		}
-	}
-	return res
 }

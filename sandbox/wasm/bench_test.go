@@ -65,7 +65,7 @@ func BenchmarkStart(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		res, err := k.Execute(ctx, "1+1", time.Minute)
+		res, err := k.Execute(ctx, sandbox.Cell{Code: "1+1", Timeout: time.Minute})
 		if err != nil || !res.OK {
 			b.Fatalf("first cell: %+v %v", res, err)
 		}
@@ -97,7 +97,7 @@ func BenchmarkColdStart(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		if res, err := k.Execute(ctx, "1+1", time.Minute); err != nil || !res.OK {
+		if res, err := k.Execute(ctx, sandbox.Cell{Code: "1+1", Timeout: time.Minute}); err != nil || !res.OK {
 			b.Fatalf("first cell: %+v %v", res, err)
 		}
 		b.StopTimer()
@@ -178,7 +178,7 @@ func BenchmarkExecWarm(b *testing.B) {
 
 	t0 := time.Now()
 	for b.Loop() {
-		res, err := k.Execute(ctx, "1+1", time.Minute)
+		res, err := k.Execute(ctx, sandbox.Cell{Code: "1+1", Timeout: time.Minute})
 		if err != nil || !res.OK {
 			b.Fatalf("1+1: %+v %v", res, err)
 		}
@@ -213,7 +213,7 @@ func BenchmarkPurePython(b *testing.B) {
 	}
 	t0 := time.Now()
 	for b.Loop() {
-		if res, err := k.Execute(ctx, code, time.Minute); err != nil || !res.OK {
+		if res, err := k.Execute(ctx, sandbox.Cell{Code: code, Timeout: time.Minute}); err != nil || !res.OK {
 			b.Fatalf("%+v %v", res, err)
 		}
 	}
@@ -265,7 +265,7 @@ func BenchmarkIdleMemory(b *testing.B) {
 
 	i := 0
 	for b.Loop() {
-		res, err := ks[i%idleKernels].Execute(ctx, "1+1", time.Minute)
+		res, err := ks[i%idleKernels].Execute(ctx, sandbox.Cell{Code: "1+1", Timeout: time.Minute})
 		if err != nil || !res.OK {
 			b.Fatalf("1+1: %+v %v", res, err)
 		}

@@ -4,14 +4,21 @@
 # reads this file's source as the first stdin frame and execs it. Protocol:
 #
 #   stdin   frames of a 4-byte big-endian length and that many bytes (lengths
-#           count bytes, so stdin is read as bytes): first b"NONCE MAXOUTPUT",
-#           then one b"N\n" + UTF-8 code per cell.
+#           count bytes, so stdin is read as bytes): first b"NONCE", then one
+#           b"N\n" + UTF-8 code per cell.
 #   stdout  frames of b"\x1eTRIAD:" + nonce + b":" + decimal length + b"\n"
-#           + that many bytes of ASCII JSON. Everything a cell prints goes
-#           through sys.stdout/sys.stderr into the JSON, never raw onto fd 1,
-#           so printed bytes cannot look like a frame; bytes a cell writes to
-#           fd 1 directly (os.write) do not carry the nonce, and the host
-#           counts them as that cell's stdout.
+#           + that many bytes of UTF-8 JSON: "stream" and "display" as the
+#           cell produces them, then one "result". Everything a cell prints
+#           goes through sys.stdout/sys.stderr into the JSON, never raw onto
+#           fd 1, so printed bytes cannot look like a frame; bytes a cell
+#           writes to fd 1 directly (os.write) do not carry the nonce, and
+#           the host counts them as that cell's stdout.
+#
+# The host trusts none of this for its limits (see kernel.go): it counts
+# every byte written to fd 1 and 2 against the cell's output limit and fails
+# writes past it (OSError here), it times the cell itself, and it takes the
+# cell to be over only when this driver blocks reading stdin again. A cell
+# can find the nonce and forge frames; all it can forge is its own output.
 #
 # Start-up time is most of a new kernel's cost, and in wasm every imported
 # module costs milliseconds, so the driver imports only C modules and what
@@ -30,7 +37,7 @@ def _triad_driver():
     import os
     import sys
     import time
-    from _json import encode_basestring_ascii as json_str
+    from _json import encode_basestring as json_str
 
     stdin = sys.stdin.buffer
     driver_files = {"<triad-driver>", "<string>"}
@@ -55,9 +62,8 @@ def _triad_driver():
     hello = read_frame()
     if hello is None:
         return
-    nonce, max_output = hello.decode("ascii").split()
+    nonce = hello.decode("ascii").strip()
     marker = b"\x1eTRIAD:" + nonce.encode("ascii") + b":"
-    max_output = int(max_output)
 
     def to_json(o):
         # A JSON encoder for what frames hold (str, int, float, bool, None,
@@ -83,23 +89,23 @@ def _triad_driver():
         raise TypeError("%s is not JSON serializable" % type(o).__name__)
 
     def write_frame(obj):
-        body = to_json(obj).encode("ascii")
+        # Lone surrogates pass as they are; the host replaces them.
+        body = to_json(obj).encode("utf-8", "surrogatepass")
         data = memoryview(marker + str(len(body)).encode("ascii") + b"\n" + body)
         while data:
             n = os.write(1, data)
             data = data[n:]
 
     class Capture(io.TextIOBase):
-        """A per-cell sys.stdout/sys.stderr: bounded, streamed to the host in
-        chunks so that output printed before a timeout is not lost."""
+        """A per-cell sys.stdout/sys.stderr, streamed to the host in chunks:
+        when 8 KiB are pending, when a line ends 0.1 s after the last chunk,
+        before the cell sleeps, and at its end. The host bounds the total."""
 
         def __init__(self, name):
             self.name = "<" + name + ">"
             self._stream = name
             self._pending = []
             self._pending_len = 0
-            self._total = 0
-            self._dropped = 0
             self._last_flush = time.monotonic()
 
         encoding = "utf-8"
@@ -129,19 +135,14 @@ def _triad_driver():
         def write(self, s):
             if not isinstance(s, str):
                 raise TypeError("write() argument must be str, not " + type(s).__name__)
-            n = len(s)
-            room = max_output - self._total
-            if n > room:
-                self._dropped += n - max(room, 0)
-                s = s[: max(room, 0)]
             if s:
-                self._total += len(s)
                 self._pending.append(s)
                 self._pending_len += len(s)
-                now = time.monotonic()
-                if self._pending_len >= 8192 or now - self._last_flush >= 0.1:
+                if self._pending_len >= 8192 or (
+                    "\n" in s and time.monotonic() - self._last_flush >= 0.1
+                ):
                     self.flush()
-            return n
+            return len(s)
 
         def flush(self):
             if self._pending:
@@ -151,12 +152,6 @@ def _triad_driver():
                 write_frame({"t": "stream", "name": self._stream, "text": text})
             self._last_flush = time.monotonic()
 
-        def finish(self):
-            if self._dropped:
-                self._pending.append(
-                    "\n[triad: output truncated, %d more characters]\n" % self._dropped
-                )
-            self.flush()
 
     class _BytesView(io.RawIOBase):
         def __init__(self, cap):
@@ -181,7 +176,22 @@ def _triad_driver():
     main.__dict__["__builtins__"] = builtins
     sys.modules["__main__"] = main
     ns = main.__dict__
-    displays = []
+    captures = []  # the running cell's stdout and stderr
+
+    def flush_captures():
+        for c in captures:
+            c.flush()
+
+    real_sleep = time.sleep
+
+    def sleep(seconds):
+        """time.sleep, which first sends what the cell printed: while the
+        guest sleeps, nothing else can."""
+        flush_captures()
+        real_sleep(seconds)
+
+    sleep.__doc__ = real_sleep.__doc__
+    time.sleep = sleep
 
     def mime_bundle(obj):
         data = {"text/plain": repr(obj)}
@@ -218,7 +228,9 @@ def _triad_driver():
     def display(*objs, **kwargs):
         """Show objects as rich output (IPython's display, without its options)."""
         for obj in objs:
-            displays.append(mime_bundle(obj))
+            bundle = mime_bundle(obj)
+            flush_captures()  # keep the order the cell produced them in
+            write_frame({"t": "display", "data": bundle["data"], "metadata": bundle["metadata"]})
 
     builtins.display = display
 
@@ -349,7 +361,7 @@ def _triad_driver():
         filename = "<cell-%d>" % n
         remember(filename, code)
         out, err = Capture("stdout"), Capture("stderr")
-        del displays[:]
+        captures[:] = [out, err]
         result = {"t": "result", "n": n, "ok": True}
         sys.stdout, sys.stderr = out, err
         try:
@@ -387,13 +399,10 @@ def _triad_driver():
         if "linecache" in sys.modules:
             remember(filename, code)  # the cell may have imported it
         try:
-            out.finish()
-            err.finish()
-        except BaseException:
+            flush_captures()
+        except BaseException:  # over the output limit: the host knows
             pass
-        if displays:
-            result["display"] = list(displays)
-            del displays[:]
+        del captures[:]
         return result
 
     quiet = Quiet()
@@ -419,20 +428,23 @@ def _triad_driver():
                 "error": {"ename": type(e).__name__, "evalue": str(e), "traceback": []},
             }
         try:
-            write_frame(res)
-        except (TypeError, ValueError) as e:
-            write_frame(
-                {
-                    "t": "result",
-                    "n": req["n"],
-                    "ok": False,
-                    "error": {
-                        "ename": type(e).__name__,
-                        "evalue": "the result could not be encoded: %s" % e,
-                        "traceback": [],
-                    },
-                }
-            )
+            try:
+                write_frame(res)
+            except (TypeError, ValueError) as e:
+                write_frame(
+                    {
+                        "t": "result",
+                        "n": req["n"],
+                        "ok": False,
+                        "error": {
+                            "ename": type(e).__name__,
+                            "evalue": "the result could not be encoded: %s" % e,
+                            "traceback": [],
+                        },
+                    }
+                )
+        except OSError:
+            pass  # the host refuses output past the cell's limit, and knows it
 
 
 try:

@@ -30,7 +30,8 @@ func Example() {
 	defer k.Close()
 
 	for _, code := range []string{"x = 21", "print('hello from', __import__('sys').platform)", "x * 2", "1/0"} {
-		res, err := k.Execute(ctx, code, 10*time.Second)
+		var out sandbox.Collector // or any func(sandbox.Event), called as output arrives
+		res, err := k.Execute(ctx, sandbox.Cell{Code: code, Timeout: 10 * time.Second, Output: out.Add})
 		if err != nil {
 			fmt.Println(err)
 			return
@@ -38,10 +39,10 @@ func Example() {
 		switch {
 		case res.Error != nil:
 			fmt.Printf("[%d] %s: %s\n", res.ExecutionCount, res.Error.Ename, res.Error.Evalue)
-		case res.Value != nil:
-			fmt.Printf("[%d] %s\n", res.ExecutionCount, res.Value.Data["text/plain"])
+		case out.Value != nil:
+			fmt.Printf("[%d] %s\n", res.ExecutionCount, out.Value.Data["text/plain"])
 		default:
-			fmt.Printf("[%d] stdout %q\n", res.ExecutionCount, res.Stdout)
+			fmt.Printf("[%d] stdout %q\n", res.ExecutionCount, out.Stdout.String())
 		}
 	}
 	// Output:

@@ -5,7 +5,6 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"os"
 	"strings"
@@ -20,6 +19,8 @@ import (
 	"github.com/tetratelabs/wazero/sys"
 
 	"github.com/triadhq/triad/sandbox"
+	"github.com/triadhq/triad/sandbox/hostdir"
+	"github.com/triadhq/triad/sandbox/internal/emit"
 )
 
 // bootstrap is the program python.wasm starts with: it reads the driver's
@@ -42,8 +43,10 @@ type Kernel struct {
 	id       string
 	owner    string
 	workDir  string
+	files    *hostdir.Dir
 	memLimit uint64
-	quota    *diskQuota // nil: no disk quota
+	outLimit int64
+	quota    *diskQuota
 
 	mu     sync.Mutex // serialises Execute, Restart and Close
 	inst   *instance  // nil after a failed restart; the next Execute retries
@@ -68,8 +71,9 @@ var _ sandbox.Kernel = (*Kernel)(nil)
 // ID implements sandbox.Kernel.
 func (k *Kernel) ID() string { return k.id }
 
-// WorkDir implements sandbox.Kernel. The guest sees it as /work.
-func (k *Kernel) WorkDir() string { return k.workDir }
+// Files implements sandbox.Kernel: the host directory the guest sees as
+// /work, with the kernel's disk quota.
+func (k *Kernel) Files() sandbox.WorkDir { return k.files }
 
 // MemoryLimit returns the cap on this kernel's linear memory in bytes.
 func (k *Kernel) MemoryLimit() uint64 { return k.memLimit }
@@ -84,12 +88,18 @@ func (k *Kernel) MemoryBytes() uint64 {
 	return 0
 }
 
-// Execute implements sandbox.Kernel. A timeout or a dead interpreter comes
-// back as a Result with Restarted set: the kernel has already started a
-// fresh interpreter (same working directory, empty namespace) by the time
-// Execute returns. If the caller's ctx ends first, the cell is stopped the
-// same way and reported as a timeout.
-func (k *Kernel) Execute(ctx context.Context, code string, timeout time.Duration) (*sandbox.Result, error) {
+// Execute implements sandbox.Kernel.
+//
+// The host, not the driver, decides everything about the cell's run (see
+// "wasm cells end when the host sees them end" in docs/DECISIONS.md): the
+// cell is over when the guest blocks reading its command channel again;
+// its output is counted at the file descriptors; its deadline is a host
+// timer. WASI has no signals, so a cell cannot be interrupted while it
+// runs: a timeout or a hang-up closes the instance and the kernel starts a
+// fresh interpreter (Restarted, state lost). A cell over its output limit
+// is stopped more gently: its writes fail, which ends most cells with an
+// OSError within the grace period, keeping the kernel's state.
+func (k *Kernel) Execute(ctx context.Context, cell sandbox.Cell) (*sandbox.Result, error) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	if k.closed {
@@ -115,86 +125,55 @@ func (k *Kernel) Execute(ctx context.Context, code string, timeout time.Duration
 		k.setInstance(inst)
 		restarted = true
 	}
+	timeout := cell.Timeout
+	if timeout <= 0 {
+		timeout = k.b.cellTimeout
+	}
 	inst := k.inst
 	k.count++
-	n := k.count
-	req := fmt.Appendf(nil, "%d\n%s", n, code)
-	inst.out.takeRaw() // bytes from before this cell are nobody's output
-	inst.errw.takeRaw()
+	c := &cellRun{k: k, inst: inst, n: k.count, timeout: timeout, restarted: restarted, em: emit.New(k.outLimit, cell.Output)}
+	inst.io.begin(c.n, k.outLimit)
 	inst.mem.refused.Store(false) // an earlier MemoryError does not explain a death now
 	if k.quota != nil {
 		k.quota.remeasure() // the host may have placed or removed files since
 	}
-
-	start := time.Now()
-	inst.send(encodeFrame(req))
-	var timer <-chan time.Time
-	if timeout > 0 {
-		t := time.NewTimer(timeout)
-		defer t.Stop()
-		timer = t.C
-	}
-	var stdout, stderr strings.Builder
+	c.start = time.Now()
+	gen := inst.cmd.send(encodeFrame(fmt.Appendf(nil, "%d\n%s", c.n, cell.Code)))
+	deadline := time.NewTimer(timeout)
+	defer deadline.Stop()
+	var grace <-chan time.Time
 	dead := false
 	for {
-		msgs, ferr := inst.out.take()
-		for _, m := range msgs {
-			switch m.T {
-			case "stream":
-				if m.Name == "stderr" {
-					stderr.WriteString(m.Text)
-				} else {
-					stdout.WriteString(m.Text)
-				}
-			case "result":
-				if m.N != n {
-					continue // a stale or forged frame; the real one follows
-				}
-				res := &sandbox.Result{
-					OK:             m.OK,
-					ExecutionCount: n,
-					Duration:       time.Since(start),
-					Restarted:      restarted,
-				}
-				res.Stdout = stdout.String() + string(inst.out.takeRaw())
-				res.Stderr = stderr.String() + string(inst.errw.takeRaw()) + k.quotaNote()
-				if m.Value != nil {
-					res.Value = &sandbox.Bundle{Data: m.Value.Data, Metadata: m.Value.Metadata}
-				}
-				for _, d := range m.Display {
-					res.Display = append(res.Display, sandbox.Bundle{Data: d.Data, Metadata: d.Metadata})
-				}
-				if !m.OK {
-					res.Error = &sandbox.ExecError{Kind: sandbox.KindExecution}
-					if m.Error != nil {
-						res.Error.Ename, res.Error.Evalue = m.Error.Ename, m.Error.Evalue
-						res.Error.Traceback = m.Error.Traceback
-					}
-					if res.Error.Traceback == nil {
-						res.Error.Traceback = []string{}
-					}
-				}
-				return res, nil
-			}
+		c.deliver()
+		if inst.cmd.idle(gen) {
+			c.deliver() // the guest is blocked: nothing more can arrive
+			return c.complete(ctx), nil
 		}
-		if ferr != nil {
-			return k.fail(ctx, n, start, &stdout, &stderr, sandbox.KindKernelDied,
-				"the interpreter's output stream was corrupted: "+ferr.Error()), nil
+		over, broken, _, _ := inst.io.state()
+		if broken != nil {
+			return c.fail(ctx, stopReason{kind: sandbox.KindKernelDied, why: "the interpreter's output stream was corrupted: " + broken.Error()}), nil
 		}
 		if dead {
-			return k.fail(ctx, n, start, &stdout, &stderr, sandbox.KindKernelDied, inst.deathReason(k.memLimit)), nil
+			return c.fail(ctx, stopReason{kind: sandbox.KindKernelDied, why: inst.deathReason(k.memLimit)}), nil
+		}
+		if over && grace == nil {
+			t := time.NewTimer(k.b.grace)
+			defer t.Stop()
+			grace = t.C
 		}
 		select {
-		case <-inst.out.notify:
+		case <-inst.notify:
 		case <-inst.done:
-			// Go round once more: frames written just before the exit count.
-			dead = true
-		case <-timer:
-			return k.fail(ctx, n, start, &stdout, &stderr, sandbox.KindTimeout,
-				fmt.Sprintf("the cell ran longer than its %s timeout", timeout)), nil
+			dead = true // go round once more: output written just before the exit counts
+		case <-deadline.C:
+			return c.fail(ctx, stopReason{kind: sandbox.KindTimeout, ename: "TimeoutError",
+				why: fmt.Sprintf("the cell ran past its %s timeout", timeout)}), nil
+		case <-grace:
+			return c.fail(ctx, stopReason{kind: sandbox.KindOutputLimit, ename: "OutputLimitExceeded",
+				why: fmt.Sprintf("the cell's output passed the %s limit and it did not stop within %s", emit.Bytes(c.em.Limit()), k.b.grace)}), nil
 		case <-ctx.Done():
-			return k.fail(ctx, n, start, &stdout, &stderr, sandbox.KindTimeout,
-				"the caller stopped waiting: "+context.Cause(ctx).Error()), nil
+			return c.fail(ctx, stopReason{kind: sandbox.KindInterrupted, ename: "Interrupted",
+				why: "the caller stopped waiting (" + context.Cause(ctx).Error() + ")"}), nil
 		case <-k.closing:
 			k.stop()
 			return nil, fmt.Errorf("kernel %s: closed during the cell: %w", k.id, sandbox.ErrClosed)
@@ -202,24 +181,85 @@ func (k *Kernel) Execute(ctx context.Context, code string, timeout time.Duration
 	}
 }
 
-// fail stops the current interpreter, starts a fresh one and describes what
-// happened to cell n.
-func (k *Kernel) fail(ctx context.Context, n int, start time.Time, stdout, stderr *strings.Builder, kind, why string) *sandbox.Result {
-	inst := k.inst
-	k.stop()
-	res := &sandbox.Result{
-		OK:             false,
-		ExecutionCount: n,
-		Duration:       time.Since(start),
-		Stdout:         stdout.String() + string(inst.out.takeRaw()),
-		Stderr:         stderr.String() + string(inst.errw.takeRaw()) + k.quotaNote(),
+// cellRun is one Execute in progress.
+type cellRun struct {
+	k         *Kernel
+	inst      *instance
+	n         int
+	em        *emit.Meter
+	start     time.Time
+	timeout   time.Duration
+	restarted bool
+}
+
+// stopReason says why a cell is being stopped by closing its instance.
+type stopReason struct {
+	kind, ename string
+	why         string
+}
+
+// deliver passes the output decoded so far to the caller.
+func (c *cellRun) deliver() {
+	for _, e := range c.inst.io.take() {
+		c.em.Emit(e)
 	}
-	e := &sandbox.ExecError{Kind: kind, Traceback: []string{}}
-	switch kind {
-	case sandbox.KindTimeout:
-		e.Ename, e.Evalue = "TimeoutError", why+"; the interpreter was restarted and its state is lost"
+}
+
+// complete reports a cell whose guest went back to waiting for a command.
+func (c *cellRun) complete(ctx context.Context) *sandbox.Result {
+	over, _, m, _ := c.inst.io.state()
+	res := &sandbox.Result{ExecutionCount: c.n, Restarted: c.restarted}
+	if note := c.k.quotaNote(); note != "" {
+		c.em.Emit(sandbox.Event{Kind: sandbox.EventStderr, Text: note})
+	}
+	if !over && m == nil {
+		// The driver always answers with a result frame before it reads
+		// again; without one, the cell itself read fd 0 and now sits
+		// where the next command would go.
+		return c.fail(ctx, stopReason{kind: sandbox.KindExecution, ename: "CommandChannelRead",
+			why: "the cell read the kernel's command channel (stdin)"})
+	}
+	if m != nil && m.Value != nil && !over {
+		over = !c.em.Emit(sandbox.Event{Kind: sandbox.EventResult, Bundle: m.Value})
+	}
+	res.Duration = time.Since(c.start)
+	if over || c.em.Over() {
+		res.Error = &sandbox.ExecError{Kind: sandbox.KindOutputLimit, Ename: "OutputLimitExceeded", Traceback: []string{},
+			Evalue: fmt.Sprintf("the cell's output passed the %s limit and was stopped; the kernel kept its state", emit.Bytes(c.em.Limit()))}
+		return res
+	}
+	res.OK = m.OK
+	if !m.OK {
+		res.Error = &sandbox.ExecError{Kind: sandbox.KindExecution}
+		if m.Error != nil {
+			res.Error.Ename, res.Error.Evalue = m.Error.Ename, m.Error.Evalue
+			res.Error.Traceback = m.Error.Traceback
+		}
+		if res.Error.Traceback == nil {
+			res.Error.Traceback = []string{}
+		}
+	}
+	return res
+}
+
+// fail closes the instance, starts a fresh interpreter and describes what
+// happened to the cell.
+func (c *cellRun) fail(ctx context.Context, r stopReason) *sandbox.Result {
+	k := c.k
+	k.stop()
+	c.deliver() // what the guest wrote before it was stopped
+	if note := k.quotaNote(); note != "" {
+		c.em.Emit(sandbox.Event{Kind: sandbox.EventStderr, Text: note})
+	}
+	res := &sandbox.Result{OK: false, ExecutionCount: c.n, Duration: time.Since(c.start)}
+	e := &sandbox.ExecError{Kind: r.kind, Ename: r.ename, Traceback: []string{}}
+	switch r.kind {
+	case sandbox.KindKernelDied:
+		e.Ename, e.Evalue, e.Reason = "KernelDied", "the interpreter died; it was restarted and its state is lost", r.why
+	case sandbox.KindTimeout, sandbox.KindInterrupted:
+		e.Evalue = r.why + "; running wasm code cannot be interrupted, so the interpreter was restarted and its state is lost"
 	default:
-		e.Ename, e.Evalue, e.Reason = "KernelDied", "the interpreter died; it was restarted and its state is lost", why
+		e.Evalue = r.why + "; the interpreter was restarted and its state is lost"
 	}
 	res.Error = e
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), startTimeout)
@@ -231,7 +271,7 @@ func (k *Kernel) fail(ctx context.Context, n int, start time.Time, stdout, stder
 		res.Restarted = true
 	}
 	k.b.log.LogAttrs(ctx, slog.LevelWarn, "wasm cell stopped", slog.String("kernel", k.id),
-		slog.String("kind", kind), slog.String("why", why), slog.Bool("restarted", res.Restarted))
+		slog.String("kind", r.kind), slog.String("why", r.why), slog.Bool("restarted", res.Restarted))
 	return res
 }
 
@@ -263,7 +303,11 @@ func (k *Kernel) Restart(ctx context.Context) error {
 // Close implements sandbox.Kernel: it stops the interpreter and removes the
 // working directory. It is safe to call twice.
 func (k *Kernel) Close() error {
-	k.closeOnce.Do(func() { close(k.closing) })
+	k.closeOnce.Do(func() {
+		close(k.closing)
+		// A harvest in progress fails loudly from here on.
+		_ = k.files.Close()
+	})
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	if k.closed {
@@ -291,35 +335,39 @@ func (k *Kernel) stop() {
 	k.mem.Store(nil)
 }
 
-// instance is one running python.wasm and the pipes to its driver.
+// instance is one running python.wasm and the host's ends of its stdio.
 type instance struct {
 	mod    api.Module
-	stdin  *io.PipeWriter
-	out    *frameWriter
-	errw   *stderrWriter
+	cmd    *cmdChannel
+	io     *guestIO
+	notify chan struct{} // poked by cmd and io
 	mem    *memStats
 	cancel context.CancelFunc // closes the instance (WithCloseOnContextDone)
 	killed chan struct{}      // closed by stop; wakes sleeping guests
 	done   chan struct{}      // closed when _start has returned
 	err    error              // what _start returned; read after done
 
-	sendq    chan []byte
 	stopOnce sync.Once
 }
 
-// launch starts an interpreter for k and waits until its driver answers.
+// bootOutput bounds what an interpreter may write while it starts (the
+// driver's ready frame, warnings).
+const bootOutput = 1 << 20
+
+// launch starts an interpreter for k and waits until its driver answers
+// and waits for its first command.
 func (b *Backend) launch(ctx context.Context, k *Kernel) (*instance, error) {
 	nonce := randomHex(16)
+	notify := make(chan struct{}, 1)
 	inst := &instance{
-		out:    newFrameWriter(nonce, b.maxOut),
-		errw:   &stderrWriter{raw: limitedBuffer{limit: b.maxOut}},
+		cmd:    newCmdChannel(notify),
+		io:     newGuestIO(nonce, notify),
+		notify: notify,
 		mem:    &memStats{},
 		killed: make(chan struct{}),
 		done:   make(chan struct{}),
-		sendq:  make(chan []byte, 8),
 	}
-	stdinR, stdinW := io.Pipe()
-	inst.stdin = stdinW
+	inst.io.begin(0, bootOutput)
 
 	fsc := wazero.NewFSConfig().(sysfs.FSConfig).
 		WithSysFSMount(&sysfs.AdaptFS{FS: rootFS{mounts: []string{"lib", "work"}}}, "/").(sysfs.FSConfig).
@@ -333,9 +381,9 @@ func (b *Backend) launch(ctx context.Context, k *Kernel) (*instance, error) {
 		WithEnv("PYTHONUTF8", "1").
 		WithEnv("HOME", "/work").
 		WithEnv("LANG", "C.UTF-8").
-		WithStdin(stdinR).
-		WithStdout(inst.out).
-		WithStderr(inst.errw).
+		WithStdin(inst.cmd).
+		WithStdout(inst.io.stdout()).
+		WithStderr(inst.io.stderr()).
 		WithFSConfig(fsc).
 		WithSysWalltime().
 		WithSysNanotime().
@@ -354,59 +402,31 @@ func (b *Backend) launch(ctx context.Context, k *Kernel) (*instance, error) {
 	go func() {
 		_, err := start.Call(runCtx)
 		inst.err = err
-		// Unblock a send to a driver that will never read again.
-		_ = stdinR.CloseWithError(io.ErrClosedPipe)
+		inst.cmd.close()
 		// Free the memory here, on the goroutine that ran the guest, so it is
 		// never freed under running code.
 		_ = mod.Close(context.Background())
 		close(inst.done)
 	}()
-	go inst.feed()
 
-	inst.send(encodeFrame([]byte(driverSource)))
-	inst.send(encodeFrame(fmt.Appendf(nil, "%s %d", nonce, b.maxOut)))
+	gen := inst.cmd.send(append(encodeFrame([]byte(driverSource)), encodeFrame([]byte(nonce))...))
 	for {
-		msgs, ferr := inst.out.take()
-		for _, m := range msgs {
-			if m.T == "ready" {
-				return inst, nil
-			}
+		_, broken, _, ready := inst.io.state()
+		if ready && inst.cmd.idle(gen) {
+			return inst, nil
 		}
-		if ferr != nil {
+		if broken != nil {
 			inst.stop()
-			return nil, fmt.Errorf("interpreter start: %w", ferr)
+			return nil, fmt.Errorf("interpreter start: %w", broken)
 		}
 		select {
-		case <-inst.out.notify:
+		case <-inst.notify:
 		case <-inst.done:
 			reason := inst.deathReason(k.memLimit)
 			return nil, fmt.Errorf("interpreter exited during start: %s", reason)
 		case <-ctx.Done():
 			inst.stop()
 			return nil, fmt.Errorf("interpreter start: %w", context.Cause(ctx))
-		}
-	}
-}
-
-// send queues a frame for the driver. One writer goroutine per instance
-// feeds stdin in order, so the caller never blocks on a driver that is busy
-// (or a cell that reads fd 0 itself) and can watch its timeout meanwhile.
-func (i *instance) send(frame []byte) {
-	select {
-	case i.sendq <- frame:
-	case <-i.done:
-	}
-}
-
-func (i *instance) feed() {
-	for {
-		select {
-		case f := <-i.sendq:
-			if _, err := i.stdin.Write(f); err != nil {
-				return
-			}
-		case <-i.done:
-			return
 		}
 	}
 }
@@ -429,7 +449,7 @@ func (i *instance) stop() bool {
 	i.stopOnce.Do(func() {
 		close(i.killed)
 		i.cancel()
-		_ = i.stdin.Close()
+		i.cmd.close()
 	})
 	select {
 	case <-i.done:
@@ -454,7 +474,7 @@ func (i *instance) deathReason(limit uint64) string {
 	if i.mem.refused.Load() {
 		why = fmt.Sprintf("OOM: memory limit of %d MiB reached; %s", limit>>20, why)
 	}
-	if tail := strings.TrimSpace(i.errw.lastBytes()); tail != "" {
+	if tail := strings.TrimSpace(i.io.lastStderr()); tail != "" {
 		why += "; stderr: " + lastLines(tail, 5)
 	}
 	return why

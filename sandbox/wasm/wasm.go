@@ -9,11 +9,17 @@
 // Because there are no signals, a cell that overruns its timeout is stopped
 // by closing its instance, and the kernel starts a fresh interpreter.
 //
+// The driver shares its interpreter with the cells it runs, so the host
+// believes nothing the guest says about limits or completion: output is
+// counted at the file descriptors, deadlines are host timers, and a cell is
+// over when the guest blocks reading its next command (Kernel.Execute).
+//
 // python.wasm and the stdlib zip are built by tools/wasi-python/build.sh
 // from Debian's packages and sources; python/PROVENANCE records how.
 package wasm
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"embed"
@@ -33,6 +39,7 @@ import (
 	"github.com/tetratelabs/wazero/imports/wasi_snapshot_preview1"
 
 	"github.com/triadhq/triad/sandbox"
+	"github.com/triadhq/triad/sandbox/hostdir"
 )
 
 var (
@@ -57,9 +64,12 @@ func Provenance() string { return provenance }
 // the kernel's Spec sets one.
 const DefaultMemoryLimit = 1 << 30
 
-// DefaultMaxOutput is how much of each of a cell's stdout and stderr is kept
-// when Config does not say; the rest is replaced by a truncation note.
-const DefaultMaxOutput = 4 << 20
+// Defaults of Config.
+const (
+	DefaultCellTimeout = 60 * time.Second
+	DefaultDiskBytes   = 2 << 30
+	DefaultGrace       = 3 * time.Second
+)
 
 // startTimeout bounds an interpreter start that Restart or Execute performs
 // on the kernel's own behalf (after a timeout or death), when the caller's
@@ -80,9 +90,20 @@ type Config struct {
 	// MemoryLimitBytes caps each kernel's memory (the wasm linear memory),
 	// default DefaultMemoryLimit. A Spec may ask for less, not more.
 	MemoryLimitBytes int64
-	// MaxOutputBytes bounds each of a cell's stdout and stderr, default
-	// DefaultMaxOutput.
-	MaxOutputBytes int
+	// OutputBytes bounds each cell's output (stdout, stderr, display and
+	// result data together, as the guest writes them); a Spec may ask for
+	// less, not more. Zero means sandbox.DefaultOutputBytes.
+	OutputBytes int64
+	// DiskBytes is the quota on a kernel's working directory when its Spec
+	// sets none. Zero means DefaultDiskBytes, as on Docker.
+	DiskBytes int64
+	// CellTimeout bounds a cell whose sandbox.Cell has no timeout. Zero
+	// means DefaultCellTimeout.
+	CellTimeout time.Duration
+	// InterruptGrace is how long a cell over its output limit has to end
+	// (its writes fail) before its interpreter is restarted. Zero means
+	// DefaultGrace.
+	InterruptGrace time.Duration
 	// Logger receives the backend's logs; nil is silent.
 	Logger *slog.Logger
 }
@@ -90,12 +111,15 @@ type Config struct {
 // Backend starts wasm kernels. It compiles python.wasm once; every kernel is
 // a new instance of that compiled module.
 type Backend struct {
-	log      *slog.Logger
-	workRoot string
-	ownsRoot bool     // WorkRoot was created by New and is removed by Close
-	lock     *os.File // flock on WorkRoot/.lock; nil where there is none
-	memLimit uint64
-	maxOut   int
+	log         *slog.Logger
+	workRoot    string
+	ownsRoot    bool     // WorkRoot was created by New and is removed by Close
+	lock        *os.File // flock on WorkRoot/.lock; nil where there is none
+	memLimit    uint64
+	outLimit    int64
+	diskLimit   int64
+	cellTimeout time.Duration
+	grace       time.Duration
 
 	rt       wazero.Runtime
 	cache    wazero.CompilationCache
@@ -118,20 +142,23 @@ var _ sandbox.Backend = (*Backend)(nil)
 // seconds. It fails with sandbox.ErrUnavailable on a platform that wazero
 // cannot compile for: the interpreter engine would be hundreds of times
 // slower, which is not a usable sandbox.
-func New(ctx context.Context, cfg Config) (b *Backend, err error) {
+func New(ctx context.Context, cfg Config) (*Backend, error) {
 	rc, err := compilerConfig()
 	if err != nil {
 		return nil, err
 	}
-	if cfg.MemoryLimitBytes < 0 || cfg.MaxOutputBytes < 0 {
-		return nil, errors.New("wasm backend: negative MemoryLimitBytes or MaxOutputBytes")
+	if cfg.MemoryLimitBytes < 0 || cfg.OutputBytes < 0 || cfg.DiskBytes < 0 || cfg.CellTimeout < 0 || cfg.InterruptGrace < 0 {
+		return nil, errors.New("wasm backend: negative MemoryLimitBytes, OutputBytes, DiskBytes, CellTimeout or InterruptGrace")
 	}
-	b = &Backend{
-		log:      cfg.Logger,
-		memLimit: uint64(cfg.MemoryLimitBytes),
-		maxOut:   cfg.MaxOutputBytes,
-		kernels:  map[*Kernel]struct{}{},
-		programs: map[*Program]struct{}{},
+	b := &Backend{
+		log:         cfg.Logger,
+		memLimit:    uint64(cfg.MemoryLimitBytes),
+		outLimit:    cmp.Or(cfg.OutputBytes, sandbox.DefaultOutputBytes),
+		diskLimit:   cmp.Or(cfg.DiskBytes, DefaultDiskBytes),
+		cellTimeout: cmp.Or(cfg.CellTimeout, DefaultCellTimeout),
+		grace:       cmp.Or(cfg.InterruptGrace, DefaultGrace),
+		kernels:     map[*Kernel]struct{}{},
+		programs:    map[*Program]struct{}{},
 	}
 	if b.log == nil {
 		b.log = slog.New(slog.DiscardHandler)
@@ -139,14 +166,10 @@ func New(ctx context.Context, cfg Config) (b *Backend, err error) {
 	if b.memLimit == 0 {
 		b.memLimit = DefaultMemoryLimit
 	}
-	const page = 64 << 10
 	if b.memLimit < 32<<20 || b.memLimit > 4<<30 {
 		return nil, fmt.Errorf("wasm backend: MemoryLimitBytes %d is outside [32 MiB, 4 GiB]", b.memLimit)
 	}
 	b.memLimit -= b.memLimit % page
-	if b.maxOut == 0 {
-		b.maxOut = DefaultMaxOutput
-	}
 	b.libFS, err = fs.Sub(stdlibFS, "python/lib")
 	if err != nil {
 		return nil, fmt.Errorf("wasm backend: embedded stdlib: %w", err)
@@ -165,20 +188,32 @@ func New(ctx context.Context, cfg Config) (b *Backend, err error) {
 		return nil, fmt.Errorf("wasm backend: work root: %w", err)
 	}
 	if b.lock, err = lockWorkRoot(b.workRoot); err != nil {
+		if b.ownsRoot {
+			_ = os.RemoveAll(b.workRoot)
+		}
 		return nil, fmt.Errorf("wasm backend: %w", err)
 	}
-	defer func() {
-		if err != nil {
-			b.closeRuntime()
-			b.unlock()
-			if b.ownsRoot {
-				_ = os.RemoveAll(b.workRoot)
-			}
+	if err := b.open(ctx, rc, cfg.CacheDir); err != nil {
+		// b, not a named result: a named result is nil by the time a
+		// deferred cleanup would run, and the cleanup's panic would hide
+		// err.
+		b.closeRuntime()
+		b.unlock()
+		if b.ownsRoot {
+			_ = os.RemoveAll(b.workRoot)
 		}
-	}()
+		return nil, err
+	}
+	return b, nil
+}
+
+// open sweeps the work root and compiles the interpreter; New undoes what
+// it did when it fails.
+func (b *Backend) open(ctx context.Context, rc wazero.RuntimeConfig, cacheDir string) error {
+	var err error
 	if b.lock != nil {
 		if err = b.removeLeftovers(ctx); err != nil {
-			return nil, err
+			return err
 		}
 	}
 
@@ -190,28 +225,31 @@ func New(ctx context.Context, cfg Config) (b *Backend, err error) {
 		// silently, so the allocator (newAllocator) is what enforces the
 		// exact limit, and it records the refusal that explains an OOM.
 		WithMemoryLimitPages(uint32(min(b.memLimit/page+1, 1<<16)))
-	if cfg.CacheDir != "" {
-		if err = os.MkdirAll(cfg.CacheDir, 0o700); err != nil {
-			return nil, fmt.Errorf("wasm backend: cache dir: %w", err)
+	if cacheDir != "" {
+		if err = os.MkdirAll(cacheDir, 0o700); err != nil {
+			return fmt.Errorf("wasm backend: cache dir: %w", err)
 		}
-		if b.cache, err = wazero.NewCompilationCacheWithDir(cfg.CacheDir); err != nil {
-			return nil, fmt.Errorf("wasm backend: compilation cache: %w", err)
+		if b.cache, err = wazero.NewCompilationCacheWithDir(cacheDir); err != nil {
+			return fmt.Errorf("wasm backend: compilation cache: %w", err)
 		}
 		rc = rc.WithCompilationCache(b.cache)
 	}
 	b.rt = wazero.NewRuntimeWithConfig(ctx, rc)
 	if _, err = wasi_snapshot_preview1.Instantiate(ctx, b.rt); err != nil {
-		return nil, fmt.Errorf("wasm backend: wasi: %w", err)
+		return fmt.Errorf("wasm backend: wasi: %w", err)
 	}
 	t0 := time.Now()
 	if b.compiled, err = b.rt.CompileModule(ctx, pythonWasm); err != nil {
-		return nil, fmt.Errorf("wasm backend: compile python.wasm: %w", err)
+		return fmt.Errorf("wasm backend: compile python.wasm: %w", err)
 	}
 	b.log.LogAttrs(ctx, slog.LevelInfo, "wasm backend ready",
-		slog.Duration("compile", time.Since(t0)), slog.Bool("disk_cache", cfg.CacheDir != ""),
+		slog.Duration("compile", time.Since(t0)), slog.Bool("disk_cache", cacheDir != ""),
 		slog.Uint64("memory_limit", b.memLimit))
-	return b, nil
+	return nil
 }
+
+// page is the size of a wasm memory page.
+const page = 64 << 10
 
 // compilerConfig returns wazero's compiler configuration, or
 // sandbox.ErrUnavailable where wazero has no compiler (it panics there).
@@ -238,8 +276,10 @@ func (b *Backend) Name() string { return "wasm" }
 // and an interpreter that has answered its first frame.
 //
 // Of spec.Limits, MemoryBytes (capped at Config.MemoryLimitBytes, at least
-// 16 MiB) and DiskBytes (a quota on the working directory) apply. CPUs and
-// Pids need nothing: a kernel is one goroutine and can start no process.
+// 16 MiB), DiskBytes (a quota on the working directory, Config.DiskBytes
+// when zero) and OutputBytes
+// (capped at Config.OutputBytes) apply. CPUs and Pids need nothing: a
+// kernel is one goroutine and can start no process.
 func (b *Backend) Start(ctx context.Context, spec sandbox.Spec) (sandbox.Kernel, error) {
 	b.mu.Lock()
 	closed := b.closed
@@ -256,13 +296,25 @@ func (b *Backend) Start(ctx context.Context, spec sandbox.Spec) (sandbox.Kernel,
 	if m := spec.Limits.MemoryBytes; m > 0 && uint64(m) < limit {
 		limit = max(uint64(m), 16<<20)
 	}
-	k := &Kernel{b: b, id: id, owner: spec.Owner, workDir: dir, memLimit: limit, closing: make(chan struct{})}
-	if spec.Limits.DiskBytes > 0 {
-		k.quota = &diskQuota{dir: dir, limit: spec.Limits.DiskBytes}
+	out := b.outLimit
+	if o := spec.Limits.OutputBytes; o > 0 && o < out {
+		out = o
 	}
+	disk := spec.Limits.DiskBytes
+	if disk <= 0 {
+		disk = b.diskLimit
+	}
+	files, err := hostdir.Open(dir, disk)
+	if err != nil {
+		_ = os.RemoveAll(dir)
+		return nil, fmt.Errorf("start wasm kernel: %w", err)
+	}
+	k := &Kernel{b: b, id: id, owner: spec.Owner, workDir: dir, files: files, memLimit: limit, outLimit: out, closing: make(chan struct{})}
+	k.quota = &diskQuota{dir: dir, limit: disk}
 	t0 := time.Now()
 	inst, err := b.launch(ctx, k)
 	if err != nil {
+		_ = files.Close()
 		_ = os.RemoveAll(dir)
 		return nil, fmt.Errorf("start wasm kernel: %w", err)
 	}
@@ -271,6 +323,7 @@ func (b *Backend) Start(ctx context.Context, spec sandbox.Spec) (sandbox.Kernel,
 	if b.closed {
 		b.mu.Unlock()
 		k.stop()
+		_ = files.Close()
 		_ = os.RemoveAll(dir)
 		return nil, sandbox.ErrClosed
 	}

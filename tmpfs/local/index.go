@@ -73,7 +73,7 @@ func (x *Index) run(run runid.ID) (*runIndex, error) {
 		return r, nil
 	}
 	r := &runIndex{files: map[string]tmpfs.File{}}
-	p := filepath.Join(x.dir, string(run), "index.jsonl")
+	p := filepath.Join(x.dir, run.String(), "index.jsonl")
 	data, err := os.ReadFile(p)
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
 		return nil, fmt.Errorf("read index of run %s: %w", run, err)
@@ -102,7 +102,7 @@ func (x *Index) run(run runid.ID) (*runIndex, error) {
 }
 
 func (x *Index) logPath(run runid.ID) string {
-	return filepath.Join(x.dir, string(run), "index.jsonl")
+	return filepath.Join(x.dir, run.String(), "index.jsonl")
 }
 
 // append writes one record durably. Called with r.mu held.

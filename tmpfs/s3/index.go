@@ -52,7 +52,7 @@ func newIndex(c *conn) *Index {
 	return &Index{c: c, runs: map[runid.ID]*runIndex{}, seed: maphash.MakeSeed()}
 }
 
-func runPrefix(run runid.ID) string { return "runs/" + string(run) + "/index/" }
+func runPrefix(run runid.ID) string { return "runs/" + run.String() + "/index/" }
 
 // entryKey names path's entry. Hashing the path keeps keys short and free of
 // the path's structure (see the package comment).
@@ -64,7 +64,7 @@ func entryKey(run runid.ID, path string) string {
 func (x *Index) stripe(run runid.ID, path string) *sync.Mutex {
 	var h maphash.Hash
 	h.SetSeed(x.seed)
-	h.WriteString(string(run))
+	h.WriteString(run.String())
 	h.WriteByte(0)
 	h.WriteString(path)
 	return &x.stripes[h.Sum64()%uint64(len(x.stripes))]

@@ -9,21 +9,26 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"runtime/debug"
 	"sync"
 	"syscall"
 	"time"
 
-	"github.com/go-zeromq/zmq4"
 	"github.com/google/uuid"
+
+	"github.com/triadhq/triad/sandbox/docker/jupyter/zmtp"
 )
 
 // Errors returned by Client and Execution.
 var (
 	// ErrKernelDead means the kernel's sockets closed under the client: the
-	// process exited, was killed (OOM, SIGKILL, os._exit) or was shut down.
-	// The kernel's state is gone and this client cannot recover it (ZMQ
-	// sockets here do not reconnect): Close the client, start a new kernel
-	// and Dial it. Client.Err says what was observed.
+	// process exited, was killed (OOM, SIGKILL, os._exit) or was shut down;
+	// or the kernel broke the protocol (a frame over Options.Limits, bytes
+	// that are not ZMTP), and Client.Err then also wraps a
+	// *zmtp.ViolationError. The kernel's state is gone, or no longer
+	// trusted, and this client cannot recover it (sockets here do not
+	// reconnect): Close the client, start a new kernel and Dial it.
+	// Client.Err says what was observed.
 	ErrKernelDead = errors.New("jupyter: kernel dead")
 	// ErrClosed means Close was called on the client; Dial a new one.
 	ErrClosed = errors.New("jupyter: client closed")
@@ -40,7 +45,28 @@ type Options struct {
 	Logger *slog.Logger
 	// Username goes into every message header; "" means "triad".
 	Username string
+	// Limits bound every message read from the shell, control and iopub
+	// sockets, before it is buffered (the heartbeat socket has tight
+	// limits of its own). Zero fields take zmtp's defaults: 64 MiB per
+	// message and per frame, 1024 frames, 10 s without progress inside a
+	// message. Set MaxMessage above the largest output a cell may produce
+	// (plus its JSON envelope): a message over it kills the kernel.
+	Limits zmtp.Limits
+	// Dial opens the connection behind one of the kernel's sockets:
+	// channel is "shell", "control", "iopub" or "hb" and port is that
+	// socket's port in the ConnInfo. It is called once per socket, and ctx
+	// bounds it. Nil dials the unix socket (ipc) or TCP address (tcp) that
+	// the ConnInfo and hostPrefix name, retrying until the kernel has
+	// bound it; another transport (a port-forward stream, say) plugs in
+	// here. A connection that ends is never redialled: it means the kernel
+	// is dead.
+	Dial func(ctx context.Context, channel string, port int) (net.Conn, error)
 }
+
+// hbLimits bound the heartbeat socket, which only ever carries the echo
+// of a 32-byte ping behind an empty REQ delimiter. Stall comes from
+// Options.Limits.
+var hbLimits = zmtp.Limits{MaxMessage: 1 << 10, MaxFrames: 4}
 
 // Client speaks the Jupyter messaging protocol to one kernel over its
 // shell, control, iopub and hb sockets. Its methods are safe for concurrent
@@ -49,13 +75,13 @@ type Client struct {
 	log  *slog.Logger
 	sess session
 
-	shell, control, iopub, hb zmq4.Socket
-	shellMu, controlMu        sync.Mutex // zmq4 does not promise that concurrent Sends keep frames together
+	shell, control, iopub, hb *zmtp.Conn // each one connection, written under its own lock
 
 	mu      sync.Mutex
 	pending map[string]handler // by request msg_id
 
-	hbReq chan hbPing
+	hbReq  chan hbPing
+	hbEcho chan [][]byte // echoes read from hb, buffered 1
 
 	dead     chan struct{} // closed when the kernel is found dead
 	deadOnce sync.Once
@@ -71,16 +97,10 @@ type Client struct {
 
 // handler receives the messages whose parent is a request of ours. onIOPub
 // and onShell (shell and control replies) report whether the request is
-// finished, so the router can forget it.
+// finished, so dispatch can forget it.
 type handler interface {
 	onIOPub(message) (done bool, err error)
 	onShell(message) (done bool, err error)
-}
-
-// inbound is a decoded message and the channel it came on.
-type inbound struct {
-	ch  string // "shell", "control" or "iopub"
-	msg message
 }
 
 // hbPing asks the heartbeat goroutine to send payload and report its echo.
@@ -95,11 +115,12 @@ type hbPing struct {
 // kernel's container plus the file prefix (e.g. /tmp/triad-0/ab12cd/k when
 // info.IP is /run/kernel/k); "" dials info.IP itself.
 //
-// Dial waits, bounded by ctx, for the kernel to bind its sockets: a plain
-// connect is tried first so that a missing or refused socket is retried
-// every 10 ms and a permission error (EACCES) or bad path fails at once
-// with the real cause, which zmq4's own retry loop would hide behind a
-// hang. Dial does not wait for the kernel to answer; call WaitReady.
+// Dial waits, bounded by ctx, for the kernel to bind its sockets: a
+// missing or refused socket is retried every 10 ms, and a permission error
+// (EACCES) or a bad path fails at once with the real cause instead of
+// looking like a hang. It then does each socket's ZMTP handshake, and
+// subscribes to iopub. Dial does not wait for the kernel to answer; call
+// WaitReady.
 func Dial(ctx context.Context, info ConnInfo, hostPrefix string, opts Options) (*Client, error) {
 	if err := info.validate(); err != nil {
 		return nil, err
@@ -112,13 +133,17 @@ func Dial(ctx context.Context, info ConnInfo, hostPrefix string, opts Options) (
 	if username == "" {
 		username = "triad"
 	}
-	eps := make(map[string]endpoint, 4)
-	for name, port := range map[string]int{"shell": info.ShellPort, "control": info.ControlPort, "iopub": info.IOPubPort, "hb": info.HBPort} {
-		ep, err := info.endpoint(hostPrefix, port)
-		if err != nil {
-			return nil, err
+	dial := opts.Dial
+	if dial == nil {
+		eps := make(map[int]endpoint, 4)
+		for _, port := range []int{info.ShellPort, info.ControlPort, info.IOPubPort, info.HBPort} {
+			ep, err := info.endpoint(hostPrefix, port)
+			if err != nil {
+				return nil, err
+			}
+			eps[port] = ep
 		}
-		eps[name] = ep
+		dial = func(ctx context.Context, _ string, port int) (net.Conn, error) { return dialRetry(ctx, eps[port]) }
 	}
 
 	c := &Client{
@@ -126,75 +151,60 @@ func Dial(ctx context.Context, info ConnInfo, hostPrefix string, opts Options) (
 		sess:         session{id: uuid.NewString(), username: username, signer: signer{key: []byte(info.Key)}},
 		pending:      make(map[string]handler),
 		hbReq:        make(chan hbPing),
+		hbEcho:       make(chan [][]byte, 1),
 		dead:         make(chan struct{}),
 		closing:      make(chan struct{}),
 		shutdownSent: make(chan struct{}),
 	}
-	zlog := slog.NewLogLogger(log.Handler(), slog.LevelWarn)
-	sockOpts := []zmq4.Option{
-		zmq4.WithLogger(zlog),
-		zmq4.WithDialerRetry(10 * time.Millisecond),
-		zmq4.WithDialerMaxRetries(-1),
-	}
-	// The sockets must outlive ctx, which bounds only the dial, so they get
-	// a background lifeline and ctx cancels them through dialSocket.
-	bg := context.Background()
-	c.iopub = zmq4.NewSub(bg, sockOpts...)
-	c.shell = zmq4.NewDealer(bg, sockOpts...)
-	c.control = zmq4.NewDealer(bg, sockOpts...)
-	c.hb = zmq4.NewReq(bg, sockOpts...)
-	// Subscribing before dialling makes zmq4 send the subscription as soon
-	// as the connection is up.
-	if err := c.iopub.SetOption(zmq4.OptionSubscribe, ""); err != nil {
-		c.closeSockets()
-		return nil, fmt.Errorf("jupyter: subscribe iopub: %w", err)
-	}
+	hb := hbLimits
+	hb.Stall = opts.Limits.Stall
 	// iopub first: the sooner the subscription is live, the fewer early
 	// broadcasts are lost.
 	for _, s := range []struct {
 		name string
-		sock zmq4.Socket
-	}{{"iopub", c.iopub}, {"shell", c.shell}, {"control", c.control}, {"hb", c.hb}} {
-		if err := dialSocket(ctx, s.sock, eps[s.name]); err != nil {
-			c.closeSockets()
+		port int
+		typ  zmtp.SocketType
+		lim  zmtp.Limits
+		conn **zmtp.Conn
+	}{
+		{"iopub", info.IOPubPort, zmtp.Sub, opts.Limits, &c.iopub},
+		{"shell", info.ShellPort, zmtp.Dealer, opts.Limits, &c.shell},
+		{"control", info.ControlPort, zmtp.Dealer, opts.Limits, &c.control},
+		{"hb", info.HBPort, zmtp.Req, hb, &c.hb},
+	} {
+		nc, err := dial(ctx, s.name, s.port)
+		if err != nil {
+			c.closeConns()
 			return nil, fmt.Errorf("jupyter: dial %s: %w", s.name, err)
+		}
+		zc, err := zmtp.Handshake(ctx, nc, s.typ, zmtp.Options{Name: s.name, Limits: s.lim})
+		if err != nil {
+			c.closeConns()
+			return nil, fmt.Errorf("jupyter: dial %s: %w", s.name, err)
+		}
+		*s.conn = zc
+		if s.typ == zmtp.Sub {
+			if err := zc.Subscribe(nil); err != nil {
+				c.closeConns()
+				return nil, fmt.Errorf("jupyter: subscribe iopub: %w", err)
+			}
 		}
 	}
 
-	in := map[string]chan inbound{"shell": make(chan inbound, 16), "control": make(chan inbound, 16), "iopub": make(chan inbound, 64)}
 	c.wg.Add(5)
-	go c.readLoop("shell", c.shell, in["shell"])
-	go c.readLoop("control", c.control, in["control"])
-	go c.readLoop("iopub", c.iopub, in["iopub"])
-	go c.route(in["shell"], in["control"], in["iopub"])
+	go c.readLoop("shell", c.shell)
+	go c.readLoop("control", c.control)
+	go c.readLoop("iopub", c.iopub)
+	go c.hbReadLoop()
 	go c.heartbeatLoop()
 	return c, nil
 }
 
-// dialSocket probes ep with a plain connect until it answers, then dials it
-// with zmq4; ctx bounds both.
-func dialSocket(ctx context.Context, sock zmq4.Socket, ep endpoint) error {
-	if err := probe(ctx, ep); err != nil {
-		return err
-	}
-	// zmq4's Dial retries forever (WithDialerMaxRetries(-1)) until its
-	// socket is closed, so ctx ending closes it.
-	stop := context.AfterFunc(ctx, func() { _ = sock.Close() })
-	err := sock.Dial(ep.zmq)
-	if !stop() {
-		// ctx ended while dialling; a connection made at that moment
-		// would be left open, so close again now that Dial returned.
-		_ = sock.Close()
-		return fmt.Errorf("%s: %w", ep.addr, context.Cause(ctx))
-	}
-	return err
-}
-
-// probe connects to ep with the standard library until the kernel accepts.
-// A socket not bound yet (ENOENT) or not listening yet (ECONNREFUSED) is
-// retried until ctx ends; anything else, EACCES especially, is returned at
-// once because waiting cannot fix it.
-func probe(ctx context.Context, ep endpoint) error {
+// dialRetry connects to ep until the kernel accepts. A socket not bound yet
+// (ENOENT) or not listening yet (ECONNREFUSED) is retried every 10 ms until
+// ctx ends; anything else, EACCES especially, is returned at once because
+// waiting cannot fix it (pitfall 2 of jupyter-over-zmq.md).
+func dialRetry(ctx context.Context, ep endpoint) (net.Conn, error) {
 	var d net.Dialer
 	t := time.NewTicker(10 * time.Millisecond)
 	defer t.Stop()
@@ -202,8 +212,7 @@ func probe(ctx context.Context, ep endpoint) error {
 	for {
 		conn, err := d.DialContext(ctx, ep.network, ep.addr)
 		if err == nil {
-			_ = conn.Close()
-			return nil
+			return conn, nil
 		}
 		// The dialer takes ctx's deadline as its own and may report
 		// "i/o timeout" just before ctx itself says it ended.
@@ -211,7 +220,7 @@ func probe(ctx context.Context, ep endpoint) error {
 		ended := ctx.Err() != nil || (errors.As(err, &ne) && ne.Timeout())
 		if !ended {
 			if !errors.Is(err, syscall.ENOENT) && !errors.Is(err, syscall.ECONNREFUSED) {
-				return err
+				return nil, err
 			}
 			last = err
 		}
@@ -223,75 +232,87 @@ func probe(ctx context.Context, ep endpoint) error {
 			if last == nil {
 				last = err
 			}
-			return fmt.Errorf("%s not answering before %w (last error: %v)", ep.addr, context.Cause(ctx), last)
+			return nil, fmt.Errorf("%s not answering before %w (last error: %v)", ep.addr, context.Cause(ctx), last)
 		case <-t.C:
 		}
 	}
 }
 
-// readLoop is the one goroutine that reads sock. A receive error while the
-// client is open means the kernel's end closed (pitfall 4): the kernel is
-// dead and, without reconnection, so is this client.
-func (c *Client) readLoop(name string, sock zmq4.Socket, out chan<- inbound) {
+// readLoop is the one goroutine that reads conn, and it hands each message
+// to the request it answers itself, so a socket never holds more than the
+// one message being read (Options.Limits bounds that). A receive error
+// while the client is open means the kernel's end closed (pitfall 4) or the
+// kernel broke the protocol: either way the kernel is dead and, without
+// reconnection, so is this client.
+func (c *Client) readLoop(name string, conn *zmtp.Conn) {
 	defer c.wg.Done()
+	defer c.recoverReader(name, conn)
 	for {
-		msg, err := sock.Recv()
+		frames, err := conn.ReadMessage()
 		if err != nil {
-			select {
-			case <-c.closing:
-			default:
-				c.markDead(fmt.Errorf("%s socket: %w", name, err))
-			}
+			c.readFailed(name, conn, err)
 			return
 		}
-		m, err := c.sess.decode(msg.Frames)
+		m, err := c.sess.decode(frames)
 		if err != nil {
 			c.log.Warn("jupyter: dropped message", "channel", name, "err", err)
 			continue
 		}
-		select {
-		case out <- inbound{ch: name, msg: m}:
-		case <-c.closing:
-			return
-		}
+		c.dispatch(name, m)
 	}
 }
 
-// route dispatches decoded messages to the request they answer, by parent
+// readFailed ends a socket whose read failed, and with it the kernel,
+// unless the client is closing.
+func (c *Client) readFailed(name string, conn *zmtp.Conn, err error) {
+	select {
+	case <-c.closing:
+		return
+	default:
+	}
+	// Nothing more is read from a stream at an unknown position; closing
+	// it also stops the kernel's end from writing into it.
+	_ = conn.Close()
+	c.markDead(fmt.Errorf("%s socket: %w", name, err))
+}
+
+// recoverReader is the second line of defence behind the bounded reader: a
+// panic while reading or handling a kernel's message kills that kernel's
+// client, never the process. It is deferred by every reading goroutine.
+func (c *Client) recoverReader(name string, conn *zmtp.Conn) {
+	r := recover()
+	if r == nil {
+		return
+	}
+	c.log.Error("jupyter: reading the kernel panicked", "channel", name, "panic", r, "stack", string(debug.Stack()))
+	_ = conn.Close()
+	c.markDead(fmt.Errorf("%s socket: %w", name, &zmtp.ViolationError{Conn: name, Reason: fmt.Sprintf("reading it panicked: %v", r)}))
+}
+
+// dispatch hands a decoded message to the request it answers, by parent
 // msg_id. Messages nobody waits for (status after a finished request, the
 // kernel's own starting broadcast) are dropped.
-func (c *Client) route(shell, control, iopub <-chan inbound) {
-	defer c.wg.Done()
-	for {
-		var in inbound
-		select {
-		case in = <-shell:
-		case in = <-control:
-		case in = <-iopub:
-		case <-c.closing:
-			return
-		}
-		parent := in.msg.Parent.MsgID
-		c.mu.Lock()
-		h := c.pending[parent]
-		c.mu.Unlock()
-		if h == nil {
-			c.log.Debug("jupyter: message for no pending request", "channel", in.ch, "msg_type", in.msg.Header.MsgType, "parent", parent)
-			continue
-		}
-		var done bool
-		var err error
-		if in.ch == "iopub" {
-			done, err = h.onIOPub(in.msg)
-		} else {
-			done, err = h.onShell(in.msg)
-		}
-		if err != nil {
-			c.log.Warn("jupyter: undecodable content", "channel", in.ch, "msg_type", in.msg.Header.MsgType, "err", err)
-		}
-		if done {
-			c.forget(parent)
-		}
+func (c *Client) dispatch(ch string, m message) {
+	parent := m.Parent.MsgID
+	c.mu.Lock()
+	h := c.pending[parent]
+	c.mu.Unlock()
+	if h == nil {
+		c.log.Debug("jupyter: message for no pending request", "channel", ch, "msg_type", m.Header.MsgType, "parent", parent)
+		return
+	}
+	var done bool
+	var err error
+	if ch == "iopub" {
+		done, err = h.onIOPub(m)
+	} else {
+		done, err = h.onShell(m)
+	}
+	if err != nil {
+		c.log.Warn("jupyter: undecodable content", "channel", ch, "msg_type", m.Header.MsgType, "err", err)
+	}
+	if done {
+		c.forget(parent)
 	}
 }
 
@@ -323,7 +344,7 @@ func (c *Client) markDead(cause error) {
 }
 
 // Dead is closed when the kernel is found dead: one of its sockets closed
-// under the client (EOF). It is not closed by Close.
+// under the client (EOF) or broke the protocol. It is not closed by Close.
 func (c *Client) Dead() <-chan struct{} { return c.dead }
 
 // Err returns why the kernel is dead (an error matching ErrKernelDead), or
@@ -347,16 +368,23 @@ func (c *Client) usable() error {
 	return c.Err()
 }
 
-// send signs and sends a request with a fresh header on sock.
-func (c *Client) send(sock zmq4.Socket, mu *sync.Mutex, h header, content any) error {
+// send signs and sends a request with a fresh header on conn (the shell or
+// control socket, named name). It blocks while the kernel does not read. A
+// write that fails leaves the stream broken, so the kernel is dead then.
+func (c *Client) send(name string, conn *zmtp.Conn, h header, content any) error {
 	frames, err := c.sess.encode(h, content)
 	if err != nil {
 		return err
 	}
-	mu.Lock()
-	defer mu.Unlock()
-	if err := sock.SendMulti(zmq4.NewMsgFrom(frames...)); err != nil {
-		return fmt.Errorf("jupyter: send %s: %w", h.MsgType, err)
+	if err := conn.WriteMessage(frames...); err != nil {
+		select {
+		case <-c.closing:
+			return ErrClosed
+		default:
+		}
+		_ = conn.Close()
+		c.markDead(fmt.Errorf("%s socket: write: %w", name, err))
+		return fmt.Errorf("jupyter: send %s: %w", h.MsgType, c.Err())
 	}
 	return nil
 }
@@ -377,7 +405,7 @@ func (c *Client) Execute(ctx context.Context, code string, opts ExecOptions) (*E
 	e := &Execution{c: c, msgID: h.MsgID, done: make(chan struct{})}
 	// Registered before sending, so no reply can arrive unclaimed.
 	c.register(h.MsgID, e)
-	err := c.send(c.shell, &c.shellMu, h, executeRequest{
+	err := c.send("shell", c.shell, h, executeRequest{
 		Code:            code,
 		Silent:          opts.Silent,
 		StoreHistory:    !opts.SkipHistory,
@@ -409,7 +437,7 @@ func (w *replyWaiter) onShell(m message) (bool, error) {
 
 // request sends a request on sock and waits for its reply, ctx, the
 // kernel's death or Close, whichever comes first.
-func (c *Client) request(ctx context.Context, sock zmq4.Socket, mu *sync.Mutex, msgType string, content any, before func()) (message, error) {
+func (c *Client) request(ctx context.Context, name string, conn *zmtp.Conn, msgType string, content any, before func()) (message, error) {
 	if err := c.usable(); err != nil {
 		return message{}, err
 	}
@@ -420,7 +448,7 @@ func (c *Client) request(ctx context.Context, sock zmq4.Socket, mu *sync.Mutex, 
 	if before != nil {
 		before()
 	}
-	if err := c.send(sock, mu, h, content); err != nil {
+	if err := c.send(name, conn, h, content); err != nil {
 		return message{}, err
 	}
 	select {
@@ -440,7 +468,7 @@ func (c *Client) request(ctx context.Context, sock zmq4.Socket, mu *sync.Mutex, 
 // KeyboardInterrupt and the kernel keeps its state. ipykernel only acts on
 // SIGINT while a cell runs, so an interrupt sent between cells is a no-op.
 func (c *Client) Interrupt(ctx context.Context) error {
-	m, err := c.request(ctx, c.control, &c.controlMu, "interrupt_request", struct{}{}, nil)
+	m, err := c.request(ctx, "control", c.control, "interrupt_request", struct{}{}, nil)
 	if err != nil {
 		return err
 	}
@@ -453,7 +481,7 @@ func (c *Client) Interrupt(ctx context.Context) error {
 // replacement is the caller's job (as it is a kernel manager's in Jupyter).
 // Dead closes once the process is gone, with an Err noting the shutdown.
 func (c *Client) Shutdown(ctx context.Context, restart bool) error {
-	m, err := c.request(ctx, c.control, &c.controlMu, "shutdown_request", struct {
+	m, err := c.request(ctx, "control", c.control, "shutdown_request", struct {
 		Restart bool `json:"restart"`
 	}{restart}, func() { c.shutdownOnce.Do(func() { close(c.shutdownSent) }) })
 	if err != nil {
@@ -516,7 +544,7 @@ func (c *Client) WaitReady(ctx context.Context) error {
 		h := c.sess.newHeader("kernel_info_request")
 		c.register(h.MsgID, w)
 		sent = append(sent, h.MsgID)
-		if err := c.send(c.shell, &c.shellMu, h, struct{}{}); err != nil {
+		if err := c.send("shell", c.shell, h, struct{}{}); err != nil {
 			return err
 		}
 		select {
@@ -567,9 +595,10 @@ func (c *Client) Heartbeat(ctx context.Context) error {
 	}
 }
 
-// heartbeatLoop owns the REQ socket, whose strict send-then-receive order
-// allows one ping in flight: a ping that times out keeps the loop busy until
-// its echo arrives, and Heartbeat calls meanwhile time out too.
+// heartbeatLoop owns the REQ socket's writes, whose strict send-then-receive
+// order allows one ping in flight: a ping that times out keeps the loop
+// busy until its echo arrives, and Heartbeat calls meanwhile time out too.
+// Echoes that match no ping (stale or forged) are dropped.
 func (c *Client) heartbeatLoop() {
 	defer c.wg.Done()
 	for {
@@ -579,26 +608,57 @@ func (c *Client) heartbeatLoop() {
 		case <-c.closing:
 			return
 		}
-		if err := c.hb.Send(zmq4.NewMsg(p.payload)); err != nil {
-			p.reply <- fmt.Errorf("jupyter: heartbeat send: %w", err)
-			continue
-		}
-		msg, err := c.hb.Recv()
-		if err != nil {
+		// REQ puts an empty delimiter frame before the request.
+		if err := c.hb.WriteMessage([]byte{}, p.payload); err != nil {
 			select {
 			case <-c.closing:
 				return
 			default:
 			}
-			c.markDead(fmt.Errorf("hb socket: %w", err))
+			_ = c.hb.Close()
+			c.markDead(fmt.Errorf("hb socket: write: %w", err))
 			p.reply <- fmt.Errorf("heartbeat: %w", c.Err())
 			return
 		}
-		if len(msg.Frames) != 1 || string(msg.Frames[0]) != string(p.payload) {
-			p.reply <- fmt.Errorf("jupyter: heartbeat echo %q does not match ping %q", msg.Bytes(), p.payload)
+		for answered := false; !answered; {
+			select {
+			case echo := <-c.hbEcho:
+				if len(echo) == 1 && string(echo[0]) == string(p.payload) {
+					p.reply <- nil
+					answered = true
+				} else {
+					c.log.Debug("jupyter: dropped a heartbeat echo that matches no ping", "frames", len(echo))
+				}
+			case <-c.dead:
+				p.reply <- fmt.Errorf("heartbeat: %w", c.Err())
+				return
+			case <-c.closing:
+				return
+			}
+		}
+	}
+}
+
+// hbReadLoop reads the heartbeat socket all the time, not only while a ping
+// is out, so that whatever the kernel's end writes there is bounded and
+// checked like the other sockets' traffic.
+func (c *Client) hbReadLoop() {
+	defer c.wg.Done()
+	defer c.recoverReader("hb", c.hb)
+	for {
+		frames, err := c.hb.ReadMessage()
+		if err != nil {
+			c.readFailed("hb", c.hb, err)
+			return
+		}
+		if len(frames) < 1 || len(frames[0]) != 0 {
+			c.log.Debug("jupyter: dropped a heartbeat reply without the REQ delimiter")
 			continue
 		}
-		p.reply <- nil
+		select {
+		case c.hbEcho <- frames[1:]:
+		default: // an echo nobody waits for
+		}
 	}
 }
 
@@ -608,19 +668,19 @@ func (c *Client) heartbeatLoop() {
 func (c *Client) Close() error {
 	c.closeOnce.Do(func() {
 		close(c.closing)
-		c.closeSockets()
+		c.closeConns()
 		c.wg.Wait()
 	})
 	return nil
 }
 
-// closeSockets closes all four sockets, ignoring errors: after a kernel's
-// death their connections are already closed, and Close has nobody to
-// report to that could act on it.
-func (c *Client) closeSockets() {
-	for _, s := range []zmq4.Socket{c.shell, c.control, c.iopub, c.hb} {
-		if s != nil {
-			_ = s.Close()
+// closeConns closes all four connections, ignoring errors: after a
+// kernel's death they are already closed, and Close has nobody to report to
+// that could act on it.
+func (c *Client) closeConns() {
+	for _, conn := range []*zmtp.Conn{c.shell, c.control, c.iopub, c.hb} {
+		if conn != nil {
+			_ = conn.Close()
 		}
 	}
 }

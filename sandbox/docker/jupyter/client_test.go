@@ -309,19 +309,19 @@ func TestShutdown(t *testing.T) {
 }
 
 // clientGoroutines returns the live goroutines (by id) running this
-// package's non-test code or zmq4's.
+// package's non-test code or zmtp's.
 func clientGoroutines() map[string]string {
 	buf := make([]byte, 1<<22)
 	buf = buf[:runtime.Stack(buf, true)]
 	head := regexp.MustCompile(`^goroutine (\d+) `)
-	ownCode := regexp.MustCompile(`sandbox/docker/jupyter/(client|execute|wire|conninfo)\.go`)
+	ownCode := regexp.MustCompile(`sandbox/docker/jupyter/((client|execute|wire|conninfo)|zmtp/[a-z]+)\.go`)
 	got := map[string]string{}
 	for _, g := range strings.Split(string(buf), "\n\n") {
 		m := head.FindStringSubmatch(g)
 		if m == nil || strings.Contains(g, "testing.tRunner") {
 			continue
 		}
-		if strings.Contains(g, "go-zeromq/zmq4") || ownCode.MatchString(g) {
+		if ownCode.MatchString(g) {
 			got[m[1]] = g
 		}
 	}
@@ -340,8 +340,8 @@ func TestCloseTwice(t *testing.T) {
 	if err := c.Heartbeat(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	// A cell flooding iopub while the client closes: zmq4 must not be
-	// left blocked delivering messages nobody reads.
+	// A cell flooding iopub while the client closes: the reader must not
+	// be left blocked delivering messages nobody reads.
 	pending, err := c.Execute(t.Context(), "print('flood', flush=True)\nfor i in range(10**6): display(i)", ExecOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -365,8 +365,8 @@ func TestCloseTwice(t *testing.T) {
 		t.Errorf("Heartbeat after Close: got %v, want ErrClosed", err)
 	}
 
-	// Close waits for the client's own goroutines; zmq4's connection
-	// readers notice their closed sockets a moment later.
+	// Close waits for the client's own goroutines; the watchdog timers'
+	// goroutines, if one fired, end a moment later.
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()
 	for {

@@ -81,9 +81,8 @@ func (info ConnInfo) validate() error {
 
 // endpoint is one socket's address as the Go side dials it.
 type endpoint struct {
-	network string // "unix" or "tcp", for the net.Dial probe
-	addr    string // path or host:port, for the net.Dial probe
-	zmq     string // ipc://… or tcp://…, for zmq4
+	network string // "unix" or "tcp"
+	addr    string // path or host:port
 }
 
 // endpoint returns where the socket on port lives from the host's point of
@@ -99,9 +98,9 @@ func (info ConnInfo) endpoint(host string, port int) (endpoint, error) {
 		if len(path) > maxUnixPath {
 			return endpoint{}, fmt.Errorf("jupyter: socket path %q is %d bytes, over the %d-byte unix socket limit; use a shorter directory", path, len(path), maxUnixPath)
 		}
-		return endpoint{network: "unix", addr: path, zmq: "ipc://" + path}, nil
+		return endpoint{network: "unix", addr: path}, nil
 	default:
 		addr := net.JoinHostPort(host, strconv.Itoa(port))
-		return endpoint{network: "tcp", addr: addr, zmq: "tcp://" + addr}, nil
+		return endpoint{network: "tcp", addr: addr}, nil
 	}
 }

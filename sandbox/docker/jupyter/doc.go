@@ -1,15 +1,20 @@
 // Package jupyter is a client for the Jupyter messaging protocol 5.3 over ZMQ, for driving one ipykernel.
 //
 // It speaks to the kernel's shell and control (DEALER), iopub (SUB) and
-// heartbeat (REQ) sockets with github.com/go-zeromq/zmq4, over ipc (unix
-// socket) or tcp. It is built around the pitfalls in
-// shared/notes/jupyter-over-zmq.md: the HMAC key is the ASCII bytes of the
-// hex key; dialling probes each socket with a plain connect so a permission
-// error surfaces instead of a hang; one goroutine reads each socket; a dead
-// kernel is detected by a receive error; readiness is proven by an iopub
-// message answering a kernel_info_request; a cell is complete only when both
-// execute_reply and status idle have arrived; cells run with stop_on_error
-// false.
+// heartbeat (REQ) sockets with its own ZMTP client (package zmtp), over ipc
+// (unix socket), tcp, or any connection Options.Dial returns. Everything the
+// kernel sends is read within Options.Limits before it is buffered, since a
+// cell can write raw bytes to the kernel's end of each connection; a
+// violation kills that kernel's client only.
+//
+// It is built around the pitfalls in shared/notes/jupyter-over-zmq.md: the
+// HMAC key is the ASCII bytes of the hex key; dialling retries only a
+// missing or refused socket, so a permission error surfaces instead of a
+// hang; one goroutine reads each socket and hands each message on itself; a
+// dead kernel is detected by a receive error or a protocol violation;
+// readiness is proven by an iopub message answering a kernel_info_request;
+// a cell is complete only when both execute_reply and status idle have
+// arrived; cells run with stop_on_error false.
 //
 // # Usage
 //
@@ -29,6 +34,7 @@
 //
 //	func NewConnInfo(ipPrefix string) ConnInfo
 //	func Dial(ctx context.Context, info ConnInfo, hostPrefix string, opts Options) (*Client, error)
+//	    // Options: Logger, Username, Limits (zmtp.Limits), Dial (one net.Conn per socket)
 //	func (c *Client) WaitReady(ctx context.Context) error
 //	func (c *Client) Execute(ctx context.Context, code string, opts ExecOptions) (*Execution, error)
 //	func (c *Client) Interrupt(ctx context.Context) error
@@ -51,6 +57,7 @@
 // sandbox.Bundle.
 //
 // Errors: ErrKernelDead (the kernel is gone: close the client, start a new
-// kernel, Dial again) and ErrClosed (Close was called). A cell that raises
-// is not an error: it is reported in Output.Error.
+// kernel, Dial again; Err also wraps a *zmtp.ViolationError when the kernel
+// broke the protocol or the Limits) and ErrClosed (Close was called). A cell
+// that raises is not an error: it is reported in Output.Error.
 package jupyter

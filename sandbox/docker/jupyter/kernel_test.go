@@ -43,6 +43,13 @@ func requireIPyKernel(t testing.TB) {
 // is the normal case there too.
 func startKernel(t testing.TB, opts Options) (*kernel, *Client) {
 	t.Helper()
+	return startKernelWith(t, func(string) Options { return opts })
+}
+
+// startKernelWith is startKernel with options made once the host prefix
+// the client dials is known.
+func startKernelWith(t testing.TB, options func(hostPrefix string) Options) (*kernel, *Client) {
+	t.Helper()
 	requireIPyKernel(t)
 	// Short paths: unix socket paths are capped at 107 bytes.
 	dir, err := os.MkdirTemp("", "jk")
@@ -102,7 +109,7 @@ func startKernel(t testing.TB, opts Options) (*kernel, *Client) {
 
 	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
 	defer cancel()
-	c, err := Dial(ctx, info, filepath.Join(hostDir, "k"), opts)
+	c, err := Dial(ctx, info, filepath.Join(hostDir, "k"), options(filepath.Join(hostDir, "k")))
 	if err != nil {
 		t.Fatalf("Dial: %v\nkernel output:\n%s", err, k.output.String())
 	}

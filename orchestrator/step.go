@@ -1,0 +1,397 @@
+package orchestrator
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/triadhq/triad/cel"
+	"github.com/triadhq/triad/evaluator"
+	"github.com/triadhq/triad/internal/fault"
+	"github.com/triadhq/triad/internal/runid"
+	"github.com/triadhq/triad/tmpfs"
+	"github.com/triadhq/triad/wire"
+)
+
+// Tool names, as the spec spells them.
+const (
+	ToolExec   = "sandbox.exec"
+	ToolSearch = "browser.search"
+	ToolWrite  = "tmp.write"
+	ToolRead   = "tmp.read"
+	ToolList   = "tmp.list"
+	ToolDelete = "tmp.delete"
+)
+
+// Step is one finished tool call, as the journal, evaluator and trace see it.
+type Step struct {
+	Run runid.ID
+	// Outcome is the tool's own part: its salient inputs and the facts its
+	// call established. Each tool has its own type.
+	Outcome Outcome
+	// Artifacts are the files the call created or changed, with the
+	// metadata the store reports for them.
+	Artifacts []tmpfs.File
+	// Err is the call's failure, if it failed.
+	Err     error
+	Started time.Time
+	Elapsed time.Duration
+}
+
+// Outcome is what one tool contributes to its Step. The evaluator's
+// request, the Step Block and the trace record are each built from a Step
+// by one function (evalRequest, stepBlock, traceRecord), which asks the
+// Outcome for the tool's part: adding a tool adds an Outcome type, not a
+// case to three switches.
+type Outcome interface {
+	// Tool is the tool's name, e.g. ToolExec.
+	Tool() string
+	// Inputs are the call's salient inputs in the order the Step Block
+	// lists them: never secrets, and code shortened to a summary.
+	Inputs() []Input
+	// grade adds the tool's facts to the evaluator's request.
+	grade(req *evaluator.Request)
+	// describe returns the Step Block's "What I did" bullets and the next
+	// steps the tool suggests, and whether the call failed inside an
+	// answer that is not an error (a cell that raised).
+	describe(s *Step) (did, next []string, failed bool)
+}
+
+// Input is one salient input of a call.
+type Input struct {
+	Key   string
+	Value any
+}
+
+// inputs builds an Input list, dropping keys whose value is the zero value
+// of its type (an absent optional input).
+func inputs(kv ...Input) []Input {
+	out := make([]Input, 0, len(kv))
+	for _, in := range kv {
+		switch v := in.Value.(type) {
+		case nil:
+			continue
+		case string:
+			if v == "" {
+				continue
+			}
+		case bool:
+			if !v {
+				continue
+			}
+		case int:
+			if v == 0 {
+				continue
+			}
+		case []string:
+			if len(v) == 0 {
+				continue
+			}
+		case []wire.FileIn:
+			if len(v) == 0 {
+				continue
+			}
+		}
+		out = append(out, in)
+	}
+	return out
+}
+
+// ExecOutcome is sandbox.exec's part of a step.
+type ExecOutcome struct {
+	// Code is the cell's summary: its first line and a hash.
+	Code     string
+	TimeoutS float64
+	FilesIn  []wire.FileIn
+	// Backend ran the cell ("docker", "wasm", ...); empty when the call
+	// failed before a kernel was found.
+	Backend string
+	// Ran is true when the cell ran and answered (OK or not).
+	Ran bool
+	OK  bool
+	// Error is the cell's failure, when it ran and failed.
+	Error     *wire.ExecError
+	Stderr    string
+	Restarted bool
+	// Tampered are Triad's records the cell changed; they were restored.
+	Tampered []string
+	// Skipped are working-directory entries not harvested (symlinks,
+	// special files, names the path rules refuse).
+	Skipped []string
+	// Refused are files the cell wrote that were not stored, with why
+	// (over the disk quota: a sparse file's apparent size counts).
+	Refused []string
+	Timeout time.Duration
+}
+
+// Tool implements Outcome.
+func (e *ExecOutcome) Tool() string { return ToolExec }
+
+// Inputs implements Outcome.
+func (e *ExecOutcome) Inputs() []Input {
+	return inputs(Input{"code", e.Code}, Input{"files_in", e.FilesIn}, Input{"timeout_s", e.TimeoutS})
+}
+
+func (e *ExecOutcome) grade(req *evaluator.Request) {
+	if e.Ran && !e.OK {
+		req.OK = false
+		if e.Error != nil {
+			req.Error = e.Error.Message
+		}
+	}
+	req.Stderr = e.Stderr
+	req.Restarted = e.Restarted
+	req.Tampered = e.Tampered
+	req.BudgetMs = e.Timeout.Milliseconds()
+}
+
+func (e *ExecOutcome) describe(s *Step) (did, next []string, failed bool) {
+	switch {
+	case e.Error != nil:
+		did = append(did, fmt.Sprintf("Ran a Python cell in the %s kernel: failed (%s)", e.Backend, e.Error.Message))
+		next = append(next, e.Error.Suggestion)
+		failed = true
+	case e.Ran:
+		did = append(did, fmt.Sprintf("Ran a Python cell in the %s kernel: ok", e.Backend))
+	}
+	if n := len(s.Artifacts); n > 0 {
+		did = append(did, fmt.Sprintf("Stored %d file(s) the cell wrote or its outputs, content-addressed", n))
+	}
+	if len(e.Tampered) > 0 {
+		did = append(did, fmt.Sprintf("Restored %d record(s) of Triad's the cell changed: %s", len(e.Tampered), strings.Join(e.Tampered, ", ")))
+	}
+	if len(e.Refused) > 0 {
+		did = append(did, fmt.Sprintf("Refused to store %d file(s) the cell wrote: %s", len(e.Refused), strings.Join(e.Refused, "; ")))
+	}
+	if len(e.Skipped) > 0 {
+		did = append(did, fmt.Sprintf("Did not store %d working-directory entr(y/ies): %s", len(e.Skipped), strings.Join(e.Skipped, ", ")))
+	}
+	return did, next, failed
+}
+
+// SearchOutcome is browser.search's part of a step.
+type SearchOutcome struct {
+	Query        string
+	TopK         int
+	IncludePage  bool
+	AllowDomains []string
+	DateRange    string
+	SaveAs       string
+	// Searched is true when the search answered.
+	Searched bool
+	Results  int
+	// Domains are the answer's most frequent domains, most frequent first.
+	Domains []string
+}
+
+// Tool implements Outcome.
+func (o *SearchOutcome) Tool() string { return ToolSearch }
+
+// Inputs implements Outcome.
+func (o *SearchOutcome) Inputs() []Input {
+	return inputs(Input{"allow_domains", o.AllowDomains}, Input{"date_range", o.DateRange}, Input{"include_page", o.IncludePage},
+		Input{"query", o.Query}, Input{"save_as", o.SaveAs}, Input{"top_k", o.TopK})
+}
+
+func (o *SearchOutcome) grade(req *evaluator.Request) { req.Results = o.Results }
+
+func (o *SearchOutcome) describe(s *Step) (did, next []string, failed bool) {
+	if o.Searched {
+		did = append(did, fmt.Sprintf("Searched the web: %d result(s); top domains %s", o.Results, strings.Join(o.Domains, ", ")),
+			"Kept the raw results as a citations record")
+	}
+	return did, nil, false
+}
+
+// TmpOutcome is the part of a step of the tmp.* tools.
+type TmpOutcome struct {
+	Op     string // ToolWrite, ToolRead, ToolList or ToolDelete
+	Path   string
+	Prefix string
+	// Bytes is the inline content's size (tmp.write).
+	Bytes int
+	// Streamed is true for the raw upload and download endpoints.
+	Streamed bool
+}
+
+// Tool implements Outcome.
+func (o *TmpOutcome) Tool() string { return o.Op }
+
+// Inputs implements Outcome.
+func (o *TmpOutcome) Inputs() []Input {
+	switch {
+	case o.Op == ToolList:
+		return []Input{{"prefix", o.Prefix}}
+	case o.Streamed:
+		return []Input{{"path", o.Path}, {"streamed", true}}
+	case o.Op == ToolWrite:
+		return []Input{{"bytes", o.Bytes}, {"path", o.Path}}
+	}
+	return []Input{{"path", o.Path}}
+}
+
+func (o *TmpOutcome) grade(req *evaluator.Request) {}
+
+func (o *TmpOutcome) describe(s *Step) (did, next []string, failed bool) {
+	switch o.Op {
+	case ToolWrite:
+		if len(s.Artifacts) > 0 {
+			did = append(did, fmt.Sprintf("Stored %s (%d bytes)", s.Artifacts[0].Path, s.Artifacts[0].Size))
+		}
+	case ToolRead:
+		did = append(did, fmt.Sprintf("Read %s", o.Path))
+	case ToolList:
+		did = append(did, fmt.Sprintf("Listed files under %q", o.Prefix))
+	case ToolDelete:
+		did = append(did, fmt.Sprintf("Deleted %s", o.Path))
+	}
+	return did, nil, false
+}
+
+// StepInfo is what a caller (the recipe runner) knows about a call beyond
+// its inputs: the artifacts it must produce and what comes next.
+type StepInfo struct {
+	// Label names the step ("recipe step 3: fit the model").
+	Label string
+	// Expected are the artifacts the evaluator's completeness check wants.
+	Expected []evaluator.Expect
+	// Next lists the next steps for the journal.
+	Next []string
+	// Receipt, when set, receives what the journal recorded about the
+	// call: the in-process result, so the caller need not read it back.
+	Receipt *Receipt
+}
+
+// Receipt is what the orchestration path recorded about one call.
+type Receipt struct {
+	// Step is the call's number in the run's journal.
+	Step int
+	// Verdict is the evaluator's verdict on the call.
+	Verdict evaluator.Verdict
+	// Images are the image bytes a cell displayed, by the run path they
+	// were stored at (sandbox.exec only): verified by construction, since
+	// they are the bytes that were hashed and stored.
+	Images map[string][]byte
+}
+
+type stepInfoKey struct{}
+
+// WithStepInfo attaches StepInfo to the calls made with ctx.
+func WithStepInfo(ctx context.Context, si StepInfo) context.Context {
+	return context.WithValue(ctx, stepInfoKey{}, si)
+}
+
+func stepInfo(ctx context.Context) StepInfo {
+	si, _ := ctx.Value(stepInfoKey{}).(StepInfo)
+	return si
+}
+
+// evalRequest builds the evaluator's request for s.
+func evalRequest(s *Step, si StepInfo) evaluator.Request {
+	req := evaluator.Request{Tool: s.Outcome.Tool(), OK: s.Err == nil, ElapsedMs: s.Elapsed.Milliseconds(), Expected: si.Expected}
+	if s.Err != nil {
+		req.Error = errText(s.Err)
+	}
+	for _, a := range s.Artifacts {
+		req.Artifacts = append(req.Artifacts, wire.Ref(a))
+	}
+	s.Outcome.grade(&req)
+	return req
+}
+
+// stepBlock builds s's Step Block, numbered n, with the notes it saw and
+// the evaluator's verdict.
+func stepBlock(s *Step, si StepInfo, n int, notes []cel.Note, v evaluator.Verdict) cel.Block {
+	var did, next []string
+	if si.Label != "" {
+		did = append(did, si.Label)
+	}
+	tdid, tnext, failed := s.Outcome.describe(s)
+	did = append(did, tdid...)
+	next = append(next, tnext...)
+	if s.Err != nil {
+		failed = true
+		fe := fault.As(s.Err)
+		did = append(did, "Failed: "+errText(s.Err))
+		if fe != nil && fe.Suggestion != "" {
+			next = append(next, fe.Suggestion)
+		}
+	}
+	if !failed {
+		next = append(next, si.Next...)
+		if len(next) == 0 {
+			next = append(next, "Review the artifacts above, or continue with the next tool call")
+		}
+	}
+	if len(did) > 3 {
+		did = did[:3]
+	}
+	for _, nt := range notes {
+		did = append(did, fmt.Sprintf("Saw operator note: “%s”", strings.TrimSpace(nt.Text)))
+	}
+	b := cel.Block{N: n, Tool: s.Outcome.Tool(), When: s.Started, Did: did, Next: next,
+		Eval: cel.Evaluation{Pass: v.Pass, Score: v.Score, Completeness: v.Completeness,
+			Correctness: v.Correctness, Evidence: v.Evidence, Hygiene: v.Hygiene, Critique: v.Critique}}
+	for _, in := range s.Outcome.Inputs() {
+		b.Input = append(b.Input, cel.KV{Key: in.Key, Value: inputText(in.Value)})
+	}
+	for _, a := range s.Artifacts {
+		b.Artifacts = append(b.Artifacts, wire.Ref(a))
+	}
+	return b
+}
+
+// TraceRecord is one line of trace.jsonl: enough, with the recorded search
+// results and the content-addressed files, to replay the call.
+type TraceRecord struct {
+	Step      int                `json:"step"`
+	Tool      string             `json:"tool"`
+	Started   time.Time          `json:"started"`
+	ElapsedMs int64              `json:"elapsed_ms"`
+	Inputs    map[string]any     `json:"inputs"`
+	OK        bool               `json:"ok"`
+	Error     *TraceError        `json:"error,omitempty"`
+	Outputs   []wire.FileRef     `json:"outputs"`
+	Eval      *evaluator.Verdict `json:"evaluation"`
+	Label     string             `json:"label,omitempty"`
+}
+
+// TraceError is a failed call's error in the trace.
+type TraceError struct {
+	Kind    string `json:"kind"`
+	Message string `json:"message"`
+}
+
+// traceRecord builds s's trace line.
+func traceRecord(s *Step, si StepInfo, n int, v evaluator.Verdict) TraceRecord {
+	tr := TraceRecord{Step: n, Tool: s.Outcome.Tool(), Started: s.Started, ElapsedMs: s.Elapsed.Milliseconds(),
+		Inputs: map[string]any{}, OK: s.Err == nil, Outputs: wire.Refs(s.Artifacts), Eval: &v, Label: si.Label}
+	for _, in := range s.Outcome.Inputs() {
+		tr.Inputs[in.Key] = in.Value
+	}
+	if s.Err != nil {
+		fe := fault.From(s.Err)
+		tr.Error = &TraceError{Kind: string(fe.Kind), Message: fe.Message}
+	}
+	return tr
+}
+
+// inputText renders an input value for the Step Block.
+func inputText(v any) string {
+	if s, ok := v.(string); ok {
+		return s
+	}
+	b, _ := json.Marshal(v)
+	return string(b)
+}
+
+// errText is an error as the journal and evaluator show it: its kind and
+// message, never its cause (which may name host paths).
+func errText(err error) string {
+	if fe := fault.As(err); fe != nil {
+		return string(fe.Kind) + ": " + fe.Message
+	}
+	return err.Error()
+}
