@@ -189,7 +189,6 @@ func baseName(p string) string {
 	return p
 }
 
-
 // Journal reads and appends run journals in a store. Callers serialize
 // calls per run (the orchestrator's run lock); the journal trusts that.
 type Journal struct {
