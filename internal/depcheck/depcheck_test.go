@@ -53,7 +53,7 @@ var sameLayer = map[string][]string{
 	"sandbox/docker":                    {"sandbox/docker/image", "sandbox/docker/jupyter", "sandbox/docker/jupyter/zmtp", "sandbox/hostdir"},
 	"sandbox/wasm":                      {"sandbox/hostdir"},
 	"sandbox/docker/jupyter":            {"sandbox/docker/jupyter/zmtp"},
-	"sandbox/kube":                      {"sandbox/docker/image", "sandbox/docker/jupyter", "sandbox/hostdir"},
+	"sandbox/kube":                      {"sandbox/docker/image", "sandbox/docker/jupyter", "sandbox/docker/jupyter/zmtp", "sandbox/hostdir"},
 	"recipes":                           {"browser", "recipes/notebook", "recipes/sampledata"},
 	"orchestrator":                      {"orchestrator/kernels", "orchestrator/workspace"},
 	"orchestrator/kernels":              {"orchestrator/workspace"},
