@@ -655,7 +655,7 @@ func (b *Backend) Pooled() int {
 
 // instanceLease names this replica's Lease.
 func (b *Backend) instanceLease() string {
-	return "triad-instance-" + RunKey(b.cfg.Owner + "/" + b.cfg.Instance)
+	return "triad-instance-" + RunKey(b.cfg.Owner+"/"+b.cfg.Instance)
 }
 
 // renewInstance creates or renews this replica's instance Lease.
