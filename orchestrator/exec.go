@@ -346,8 +346,11 @@ func (o *Orchestrator) Restart(ctx context.Context, run runid.ID) error {
 	if o.kernels == nil {
 		return fault.New(fault.NotConfigured, "no sandbox backend is configured", "start triad with --sandbox docker, wasm or auto")
 	}
-	unlock := o.lockRun(run)
-	defer unlock()
+	held, err := o.lockRun(ctx, run)
+	if err != nil {
+		return err
+	}
+	defer held.Unlock()
 	sess := o.kernels.Peek(run)
 	if sess == nil {
 		return nil // nothing running: the next exec starts fresh anyway

@@ -37,7 +37,7 @@ type Orchestrator struct {
 	replayRuns  map[runid.ID]bool
 	replayCount map[runid.ID]map[string]int // replayed calls per request key
 
-	runs sync.Map // runid.ID -> *sync.Mutex
+	lock RunLock
 }
 
 // Limits bound what a single call may move.
@@ -69,6 +69,9 @@ type Config struct {
 	Search browser.Provider
 	// Replay answers every run's searches from its recorded citations.
 	Replay bool
+	// RunLock keeps each run's single writer; nil means InProcess. Give a
+	// lock shared by every replica when several serve one store.
+	RunLock RunLock
 }
 
 // New returns an Orchestrator.
@@ -83,8 +86,12 @@ func New(c Config) *Orchestrator {
 		c.Limits.StreamBody = DefaultLimits.StreamBody
 	}
 	c.Exec.defaults()
+	if c.RunLock == nil {
+		c.RunLock = &InProcess{}
+	}
 	o := &Orchestrator{store: c.Store, kernels: c.Kernels, exec: c.Exec, limits: c.Limits, log: c.Logger,
-		search0: c.Search, replayAll: c.Replay, replayRuns: map[runid.ID]bool{}, replayCount: map[runid.ID]map[string]int{}}
+		search0: c.Search, replayAll: c.Replay, replayRuns: map[runid.ID]bool{}, replayCount: map[runid.ID]map[string]int{},
+		lock: c.RunLock}
 	if c.Journal != nil {
 		o.j = &journal{cel: c.Journal, eval: c.Evaluator, cites: map[runid.ID]map[string]bool{}, meta: map[runid.ID]cel.Header{}}
 	}
@@ -99,22 +106,20 @@ func (o *Orchestrator) Limits() Limits { return o.limits }
 
 // call is the orchestration path. fn performs the tool call, filling in
 // the step's artifacts and its outcome's facts; call does everything
-// around it: the run lock, timing, and recording (Step Block with the
+// around it: the run lock (and, under a shared lock, the call in progress
+// recorded on it), timing, and recording (Step Block with the
 // evaluator's verdict, trace, evaluations, artifact index).
 func (o *Orchestrator) call(ctx context.Context, run runid.ID, out Outcome, fn func(ctx context.Context, s *Step) error) error {
-	unlock := o.lockRun(run)
-	defer unlock()
+	held, err := o.lockRun(ctx, run)
+	if err != nil {
+		return err
+	}
+	defer held.Unlock()
 	s := &Step{Run: run, Outcome: out, Started: time.Now().UTC()}
+	o.begin(ctx, held, s)
 	s.Err = fn(ctx, s)
 	s.Elapsed = time.Since(s.Started)
 	// The journal must be written even if the caller hung up mid-call.
 	o.record(context.WithoutCancel(ctx), s)
 	return s.Err
-}
-
-func (o *Orchestrator) lockRun(run runid.ID) func() {
-	m, _ := o.runs.LoadOrStore(run, &sync.Mutex{})
-	mu := m.(*sync.Mutex)
-	mu.Lock()
-	return mu.Unlock
 }

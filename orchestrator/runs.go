@@ -33,8 +33,11 @@ func (o *Orchestrator) Note(ctx context.Context, run runid.ID, text, author stri
 	if o.j == nil {
 		return fault.New(fault.NotConfigured, "the journal is off", "start triad normally; the journal is always on in triad serve")
 	}
-	unlock := o.lockRun(run)
-	defer unlock()
+	held, err := o.lockRun(ctx, run)
+	if err != nil {
+		return err
+	}
+	defer held.Unlock()
 	files, err := o.j.cel.Start(ctx, cel.Header{Run: run, Started: time.Now().UTC()})
 	if err != nil {
 		return storeErr(err, run, cel.Path)
@@ -53,6 +56,7 @@ func (o *Orchestrator) Note(ctx context.Context, run runid.ID, text, author stri
 
 // Journal returns the run's CEL.md.
 func (o *Orchestrator) Journal(ctx context.Context, run runid.ID) ([]byte, error) {
+	o.refresh(ctx, run)
 	b, _, err := o.store.ReadAll(ctx, run, cel.Path)
 	if errors.Is(err, tmpfs.ErrNotFound) {
 		return nil, fault.Wrap(fault.NotFound, err, fmt.Sprintf("run %s has no journal yet", run),
@@ -69,9 +73,12 @@ func (o *Orchestrator) Finalize(ctx context.Context, run runid.ID, status string
 	if o.j == nil {
 		return nil
 	}
-	unlock := o.lockRun(run)
-	defer unlock()
-	trace, err := o.Trace(ctx, run)
+	held, err := o.lockRun(ctx, run)
+	if err != nil {
+		return err
+	}
+	defer held.Unlock()
+	trace, err := o.trace(ctx, run)
 	if err != nil {
 		return err
 	}
@@ -101,6 +108,11 @@ func (o *Orchestrator) Finalize(ctx context.Context, run runid.ID, status string
 
 // Trace returns the run's trace records.
 func (o *Orchestrator) Trace(ctx context.Context, run runid.ID) ([]TraceRecord, error) {
+	o.refresh(ctx, run)
+	return o.trace(ctx, run)
+}
+
+func (o *Orchestrator) trace(ctx context.Context, run runid.ID) ([]TraceRecord, error) {
 	b, _, err := o.store.ReadAll(ctx, run, runfiles.Trace)
 	if errors.Is(err, tmpfs.ErrNotFound) {
 		return nil, nil
@@ -126,7 +138,8 @@ func (o *Orchestrator) Trace(ctx context.Context, run runid.ID) ([]TraceRecord, 
 // no calls and no files yet is not found.
 func (o *Orchestrator) Status(ctx context.Context, run runid.ID) (wire.RunView, error) {
 	st := wire.RunView{RunID: run.String(), Status: "open", Steps: []wire.StepStatus{}, Artifacts: []wire.IndexEntry{}}
-	trace, err := o.Trace(ctx, run)
+	o.refresh(ctx, run)
+	trace, err := o.trace(ctx, run)
 	if err != nil {
 		return st, err
 	}
