@@ -33,7 +33,7 @@ var layers = [][]string{
 		"cel", "evaluator",
 		"recipes", "recipes/notebook", "recipes/sampledata"},
 	// 3: the orchestration core.
-	{"orchestrator", "orchestrator/kernels", "orchestrator/workspace", "orchestrator/orchestratortest", "recipes/runner"},
+	{"orchestrator", "orchestrator/kernels", "orchestrator/workspace", "orchestrator/orchestratortest", "orchestrator/kubelease", "recipes/runner"},
 	// 4: surfaces. They share only the wire contract, never each other.
 	{"api", "api/mcp", "api/e2b", "console"},
 	// 5: binaries and benchmarks: wiring only.
@@ -58,6 +58,7 @@ var sameLayer = map[string][]string{
 	"orchestrator":                      {"orchestrator/kernels", "orchestrator/workspace"},
 	"orchestrator/kernels":              {"orchestrator/workspace"},
 	"orchestrator/orchestratortest":     {"orchestrator", "orchestrator/kernels"},
+	"orchestrator/kubelease":            {"orchestrator"},
 	"recipes/runner":                    {"orchestrator"},
 	"recipes/sampledata/internal/regen": {"recipes/sampledata/internal/gen"},
 	"cmd/triad":                         nil,
