@@ -150,8 +150,9 @@ EOF`
 }
 
 // TestTriadIdentityIsLeastPrivilege shows what the Role does not grant:
-// Secrets (even in Triad's own namespaces), any other namespace, the
-// NetworkPolicy, RBAC and the nodes are all Forbidden to Triad.
+// Secrets (even in Triad's own namespaces), any other namespace, changing
+// or deleting the NetworkPolicy, RBAC and the nodes are all Forbidden to
+// Triad. (It may read and create the deny-all policy, which New does.)
 func TestTriadIdentityIsLeastPrivilege(t *testing.T) {
 	c := needCluster(t)
 	ctx := t.Context()
@@ -181,8 +182,17 @@ func TestTriadIdentityIsLeastPrivilege(t *testing.T) {
 		{"delete the NetworkPolicy", func() error {
 			return c.triadClient.NetworkingV1().NetworkPolicies(c.namespace).Delete(ctx, "deny-all", metav1.DeleteOptions{DryRun: []string{metav1.DryRunAll}})
 		}},
-		{"create a NetworkPolicy", func() error {
-			_, err := c.triadClient.NetworkingV1().NetworkPolicies(c.namespace).Create(ctx, &networkingv1.NetworkPolicy{ObjectMeta: metav1.ObjectMeta{Name: "allow"}}, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		{"loosen the NetworkPolicy", func() error {
+			np, err := c.triadClient.NetworkingV1().NetworkPolicies(c.namespace).Get(ctx, "deny-all", metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			np.Spec.Egress = []networkingv1.NetworkPolicyEgressRule{{}}
+			_, err = c.triadClient.NetworkingV1().NetworkPolicies(c.namespace).Update(ctx, np, metav1.UpdateOptions{DryRun: []string{metav1.DryRunAll}})
+			return err
+		}},
+		{"list NetworkPolicies", func() error {
+			_, err := c.triadClient.NetworkingV1().NetworkPolicies(c.namespace).List(ctx, metav1.ListOptions{})
 			return err
 		}},
 		{"grant itself a Role", func() error {

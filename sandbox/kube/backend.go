@@ -722,6 +722,23 @@ func (b *Backend) liveInstances(ctx context.Context, mine bool) (map[string]bool
 	return live, nil
 }
 
+// deleteDeadInstances deletes the instance Leases of replicas that stopped
+// renewing them longer than after ago (they were killed).
+func (b *Backend) deleteDeadInstances(ctx context.Context, after time.Duration) {
+	sel := labels.SelectorFromSet(labels.Set{LabelOwner: b.cfg.Owner, labelKind: kindInstance})
+	list, err := b.cs.CoordinationV1().Leases(b.cfg.Namespace).List(ctx, metav1.ListOptions{LabelSelector: sel.String()})
+	if err != nil {
+		return
+	}
+	for _, l := range list.Items {
+		if l.Spec.RenewTime != nil && l.Spec.LeaseDurationSeconds != nil &&
+			time.Since(l.Spec.RenewTime.Time) > time.Duration(*l.Spec.LeaseDurationSeconds)*time.Second+after {
+			rv := l.ResourceVersion
+			_ = b.cs.CoordinationV1().Leases(b.cfg.Namespace).Delete(ctx, l.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{ResourceVersion: &rv}})
+		}
+	}
+}
+
 // sweep deletes, from time to time, what no replica will use: warm pods of
 // replicas that are gone, this replica's warm pods it lost track of, and
 // run pods unused for IdleTTL. Every deletion is conditional on the pod
@@ -752,6 +769,7 @@ func (b *Backend) sweepOnce() {
 		b.log.Warn("sweep: list instance leases", "err", err)
 		return
 	}
+	b.deleteDeadInstances(ctx, 4*b.cfg.InstanceTTL)
 	b.mu.Lock()
 	mine := map[string]bool{}
 	for _, pc := range b.warm {
@@ -868,6 +886,7 @@ func (b *Backend) Close() error {
 			if len(list.Items) > 0 {
 				b.log.Info("last replica out: deleted the deployment's kernel pods", "pods", len(list.Items))
 			}
+			b.deleteDeadInstances(ctx, 0)
 		} else {
 			errs = append(errs, err)
 		}
