@@ -23,6 +23,7 @@ import (
 	"k8s.io/client-go/kubernetes/scheme"
 
 	"github.com/triadhq/triad/sandbox/docker/image"
+	"github.com/triadhq/triad/sandbox/kube"
 )
 
 // manifests decodes every object in the *.yaml files here, in the order
@@ -107,6 +108,7 @@ func TestManifestsAgree(t *testing.T) {
 		{APIGroups: []string{""}, Resources: []string{"pods/exec", "pods/attach", "pods/portforward"}, Verbs: []string{"create", "get"}},
 		{APIGroups: []string{""}, Resources: []string{"pods/log"}, Verbs: []string{"get"}},
 		{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"create", "get", "list", "watch", "update", "patch", "delete"}},
+		{APIGroups: []string{"networking.k8s.io"}, Resources: []string{"networkpolicies"}, Verbs: []string{"create", "get"}},
 	}
 	if diff := cmp.Diff(wantRules, role.Rules); diff != "" {
 		t.Errorf("Role %s/%s rules (-want +got):\n%s", role.Namespace, role.Name, diff)
@@ -132,6 +134,11 @@ func TestManifestsAgree(t *testing.T) {
 		len(policy.Spec.Ingress)+len(policy.Spec.Egress) != 0 ||
 		!slices.Equal(policy.Spec.PolicyTypes, []networkingv1.PolicyType{networkingv1.PolicyTypeIngress, networkingv1.PolicyTypeEgress}) {
 		t.Errorf("NetworkPolicy %s/%s is not deny-all for every pod in %s: %+v", policy.Namespace, policy.Name, kernels, policy.Spec)
+	}
+	// Triad makes sure a policy of this name exists at startup; the
+	// manifest's copy is the same object.
+	if policy.Name != kube.NetworkPolicyName {
+		t.Errorf("NetworkPolicy name: got %s, want %s, the one Triad creates", policy.Name, kube.NetworkPolicyName)
 	}
 
 	if deploy.Namespace != sa.Namespace || deploy.Spec.Template.Spec.ServiceAccountName != sa.Name {

@@ -812,6 +812,59 @@ func (b *Backend) sweepOnce() {
 
 // --- closing -------------------------------------------------------------------------------
 
+// lastOut reports whether no other replica of the deployment is alive. A
+// replica killed a moment ago still has a current instance Lease, so one
+// that looks alive counts only once it renews its Lease; a replica that
+// does not within its Lease's lifetime is dead.
+func (b *Backend) lastOut(ctx context.Context) (bool, error) {
+	first, err := b.renewals(ctx)
+	if err != nil || len(first) == 0 {
+		return err == nil, err
+	}
+	t := time.NewTicker(250 * time.Millisecond)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return false, ctx.Err()
+		case <-t.C:
+		}
+		now, err := b.renewals(ctx)
+		if err != nil {
+			return false, err
+		}
+		for inst, renewed := range now {
+			if before, ok := first[inst]; !ok || renewed.After(before) {
+				return false, nil // it renewed (or is new): alive
+			}
+		}
+		if len(now) == 0 {
+			return true, nil // every other Lease expired unrenewed
+		}
+	}
+}
+
+// renewals returns the last renewal of every other replica whose instance
+// Lease is current.
+func (b *Backend) renewals(ctx context.Context) (map[string]time.Time, error) {
+	sel := labels.SelectorFromSet(labels.Set{LabelOwner: b.cfg.Owner, labelKind: kindInstance})
+	list, err := b.cs.CoordinationV1().Leases(b.cfg.Namespace).List(ctx, metav1.ListOptions{LabelSelector: sel.String()})
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]time.Time{}
+	for _, l := range list.Items {
+		inst := l.Labels[LabelInstance]
+		if inst == b.cfg.Instance || l.Spec.RenewTime == nil || l.Spec.LeaseDurationSeconds == nil {
+			continue
+		}
+		if time.Since(l.Spec.RenewTime.Time) < time.Duration(*l.Spec.LeaseDurationSeconds)*time.Second {
+			out[inst] = l.Spec.RenewTime.Time
+		}
+	}
+	return out, nil
+}
+
 // Close implements sandbox.Backend. It stops this replica's warm pool and
 // releases its kernels. Run pods stay for the other replicas to adopt,
 // unless this is the last live replica of the deployment: then it deletes
@@ -843,8 +896,7 @@ func (b *Backend) Close() error {
 	if err := b.cs.CoordinationV1().Leases(b.cfg.Namespace).Delete(ctx, b.instanceLease(), metav1.DeleteOptions{GracePeriodSeconds: &zero}); err != nil && !apierrors.IsNotFound(err) {
 		b.log.Warn("delete instance lease", "err", err)
 	}
-	others, err := b.liveInstances(ctx, false)
-	last := err == nil && len(others) == 0
+	last, err := b.lastOut(ctx)
 	if err != nil {
 		b.log.Warn("list live replicas; leaving run pods for them", "err", err)
 	}
