@@ -11,7 +11,7 @@ import (
 	"github.com/triadhq/triad/sandbox/docker/image"
 )
 
-const imageUsage = "usage: triad image build [--force] | triad image tag | triad image export --format docker-archive [-o FILE]"
+const imageUsage = "usage: triad image build [--force] | triad image tag [--image server] | triad image export [--image sandbox|server] --format docker-archive [-o FILE]"
 
 // imageCmd is "triad image build|tag|export".
 func imageCmd(ctx context.Context, args []string) error {
@@ -20,7 +20,20 @@ func imageCmd(ctx context.Context, args []string) error {
 	}
 	switch args[0] {
 	case "tag":
-		fmt.Println(image.Tag())
+		var which string
+		fs := newFlagSet("image tag")
+		fs.StringVar(&which, "image", "sandbox", "which image: sandbox (kernels) or server (Triad itself)")
+		if err := fs.Parse(args[1:]); err != nil {
+			return err
+		}
+		switch which {
+		case "sandbox":
+			fmt.Println(image.Tag())
+		case "server":
+			fmt.Println(serverTag())
+		default:
+			return fmt.Errorf("--image %q: want sandbox or server", which)
+		}
 		return nil
 	case "build":
 		return imageBuild(ctx, args[1:])
@@ -60,14 +73,17 @@ func imageBuild(ctx context.Context, args []string) error {
 	return nil
 }
 
-// imageExport writes the sandbox image as an archive another runtime
-// imports without a registry, for example
+// imageExport writes an image as an archive another runtime imports
+// without a registry, for example
 // `triad image export --format docker-archive | ctr -n k8s.io images import -`.
-// It needs no Docker engine: the layer is the cached root filesystem, built
-// first when missing.
+// It needs no Docker engine. The sandbox image's layer is the cached root
+// filesystem, built first when missing; the server image's is this binary
+// (static, CGO_ENABLED=0) with CA certificates.
 func imageExport(ctx context.Context, args []string) error {
-	var format, out, cacheDir string
+	var format, out, cacheDir, which, caFile string
 	fs := newFlagSet("image export")
+	fs.StringVar(&which, "image", "sandbox", "which image: sandbox (kernels) or server (Triad itself, tagged `triad image tag --image server`)")
+	fs.StringVar(&caFile, "ca-certs", "/etc/ssl/certs/ca-certificates.crt", "CA certificate bundle the server image carries")
 	fs.StringVar(&format, "format", "docker-archive", "archive format; docker-archive (the format of docker save) is the only one")
 	fs.StringVar(&out, "o", "-", "output file; - is stdout")
 	fs.str(&cacheDir, "cache", "", "cache directory for the root filesystem tarball (default ${TRIAD_CACHE:-$HOME/.cache/triad})")
@@ -76,6 +92,9 @@ func imageExport(ctx context.Context, args []string) error {
 	}
 	if format != "docker-archive" {
 		return fmt.Errorf("--format %q: want docker-archive", format)
+	}
+	if which != "sandbox" && which != "server" {
+		return fmt.Errorf("--image %q: want sandbox or server", which)
 	}
 	var w io.Writer = os.Stdout
 	if out == "-" {
@@ -90,7 +109,13 @@ func imageExport(ctx context.Context, args []string) error {
 		defer f.Close()
 		w = f
 	}
-	if _, err := image.ExportDockerArchive(ctx, w, image.Options{CacheDir: cacheDir, Progress: os.Stderr}); err != nil {
+	var err error
+	if which == "server" {
+		_, err = exportServer(ctx, w, caFile, os.Stderr)
+	} else {
+		_, err = image.ExportDockerArchive(ctx, w, image.Options{CacheDir: cacheDir, Progress: os.Stderr})
+	}
+	if err != nil {
 		if out != "-" {
 			os.Remove(out)
 		}
