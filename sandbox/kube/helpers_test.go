@@ -94,7 +94,11 @@ func (c *cluster) config(t testing.TB, cfg kube.Config) kube.Config {
 		cfg.TmpSize = 64 << 20
 	}
 	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelInfo}))
+		level := slog.LevelInfo
+		if _, bench := t.(*testing.B); bench {
+			level = slog.LevelWarn // a benchmark prints what it logs
+		}
+		cfg.Logger = slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: level}))
 	}
 	return cfg
 }
