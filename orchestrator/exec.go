@@ -353,7 +353,17 @@ func (o *Orchestrator) Restart(ctx context.Context, run runid.ID) error {
 	defer held.Unlock()
 	sess := o.kernels.Peek(run)
 	if sess == nil {
-		return nil // nothing running: the next exec starts fresh anyway
+		if _, alone := o.lock.(*InProcess); alone {
+			return nil // nothing running: the next exec starts fresh anyway
+		}
+		// Under a shared lock the run's kernel may live on without this
+		// process holding it (another replica's, or adopted on restart):
+		// adopt it to restart it.
+		var err error
+		if sess, err = o.kernels.Acquire(ctx, run); err != nil {
+			return sandboxErr(err)
+		}
+		defer o.kernels.Release(sess)
 	}
 	if err := sess.Kernel.Restart(ctx); err != nil {
 		o.kernels.Drop(run)

@@ -321,8 +321,23 @@ func TestReplicasAlternate(t *testing.T) {
 	if len(la) != 2 || !slices.Equal(la, lb) {
 		t.Errorf("tmp.list: A has %+v, B has %+v; want the same two files", la, lb)
 	}
-	checkSteps(t, b.journal(run), 7)
-	checkSteps(t, a.journal(run), 7)
+	// A deletion on one replica holds in the kernel the other one serves.
+	var ok wire.OK
+	if st := a.call("POST", "/tmp/delete", run, wire.PathRequest{Path: "out.csv"}, &ok); st != 200 {
+		t.Fatalf("tmp.delete on A: %d", st)
+	}
+	if got := b.exec(run, "import os\nos.path.exists('out.csv'), x"); got != "(False, 21)" {
+		t.Errorf("B after A deleted out.csv: got %s, want (False, 21)", got)
+	}
+	// A restart asked of one replica restarts the kernel the other serves.
+	if st := a.call("POST", "/sandbox/restart", run, nil, nil); st != 200 && st != 204 {
+		t.Fatalf("restart on A: %d", st)
+	}
+	if got := b.exec(run, "'x' in globals(), open('data.csv').read()"); got != `(False, 'a,b\n1,2\n')` {
+		t.Errorf("B after A restarted the kernel: got %s, want (False, 'a,b\n1,2\n')", got)
+	}
+	checkSteps(t, b.journal(run), 10)
+	checkSteps(t, a.journal(run), 10)
 	a.stop()
 	b.stop()
 	d.podsGone()

@@ -61,16 +61,40 @@ func lossesOf(wd sandbox.WorkDir) uint64 {
 	return 0
 }
 
-// Materialize writes every file of the run into the directory.
-func (d *Dir) Materialize(ctx context.Context) error {
+// Materialize writes every file of the run into the directory, and
+// removes regular files the run does not have: a kernel adopted from
+// another process (sandbox.Detacher) may hold files the run has deleted
+// since, or that a cell wrote in a call that was never recorded. The store
+// is the run's record; the directory is made to match it.
+func (d *Dir) Materialize(ctx context.Context) error { return d.materialize(ctx, true) }
+
+// materialize puts the run's files, and with prune removes the rest.
+func (d *Dir) materialize(ctx context.Context, prune bool) error {
 	d.losses = lossesOf(d.wd)
 	files, err := d.store.List(ctx, d.run, "")
 	if err != nil {
 		return err
 	}
+	want := make(map[string]bool, len(files))
 	for _, f := range files {
+		want[f.Path] = true
 		if err := d.Put(ctx, f); err != nil {
 			return err
+		}
+	}
+	if !prune {
+		return nil
+	}
+	l, err := d.wd.Scan(ctx)
+	if err != nil {
+		return err
+	}
+	for _, e := range l.Files {
+		if !want[e.Path] {
+			d.log.InfoContext(ctx, "removing a file the run does not have from the kernel's directory", "run", d.run, "path", e.Path)
+			if err := d.wd.Remove(ctx, e.Path); err != nil {
+				return err
+			}
 		}
 	}
 	return nil
@@ -162,10 +186,11 @@ func (d *Dir) harvest(ctx context.Context) (Change, error) {
 	if n := lossesOf(d.wd); n != d.losses {
 		// The directory lost its contents with its kernel (an evicted
 		// pod): what is missing was not deleted by the cell. Put the
-		// run's files back, then harvest what is there on top.
+		// run's files back, then harvest what is there on top (what the
+		// new kernel's cell wrote).
 		d.log.WarnContext(ctx, "the kernel's working directory was lost; putting the run's files back", "run", d.run)
 		d.seen = map[string]synced{}
-		if err := d.Materialize(ctx); err != nil {
+		if err := d.materialize(ctx, false); err != nil {
 			return ch, err
 		}
 	}

@@ -301,3 +301,29 @@ func TestLostDirectory(t *testing.T) {
 		}
 	}
 }
+
+// TestMaterializeRemovesExtras: a directory that holds files the run does
+// not have (an adopted kernel's, after the run deleted one elsewhere) is
+// made to match the store, so the next harvest does not bring them back.
+func TestMaterializeRemovesExtras(t *testing.T) {
+	ctx := t.Context()
+	s, _ := newStore(t)
+	run := runid.New()
+	if _, err := s.WriteBytes(ctx, run, "kept.txt", []byte("kept")); err != nil {
+		t.Fatal(err)
+	}
+	wd, dir := workDir(t, 0)
+	must(t, os.MkdirAll(filepath.Join(dir, "sub"), 0o755))
+	must(t, os.WriteFile(filepath.Join(dir, "sub/deleted.txt"), []byte("gone from the run"), 0o644))
+	d := workspace.Open(s, run, wd, nil)
+	if err := d.Materialize(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "sub/deleted.txt")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("sub/deleted.txt after Materialize: %v, want it removed", err)
+	}
+	ch, err := d.Harvest(ctx)
+	if err != nil || len(ch.Written)+len(ch.Deleted) != 0 {
+		t.Errorf("harvest after Materialize: got %+v, %v, want nothing", ch, err)
+	}
+}

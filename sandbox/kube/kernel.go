@@ -28,6 +28,10 @@ const bootTimeout = 2 * time.Minute
 // died mid-call), which is then interrupted.
 const adoptProbe = 3 * time.Second
 
+// adoptGrace is how long an adopted, interrupted kernel has to answer
+// before it is replaced (at least Config.InterruptGrace).
+const adoptGrace = 30 * time.Second
+
 // messageHeadroom is what one kernel message may carry beyond a cell's
 // output limit (as in sandbox/docker).
 const messageHeadroom = 16 << 20
@@ -182,7 +186,9 @@ func (b *Backend) connect(ctx context.Context, name string, adopt bool) (*podCon
 		pcancel()
 		if err != nil && bctx.Err() == nil {
 			b.log.InfoContext(ctx, "adopted kernel is busy; interrupting the cell nobody waits for", "pod", name)
-			ictx, icancel := context.WithTimeout(bctx, b.cfg.InterruptGrace)
+			// Generous: a kernel on a loaded node may just be slow, and
+			// giving up here costs the run its state.
+			ictx, icancel := context.WithTimeout(bctx, max(b.cfg.InterruptGrace, adoptGrace))
 			_ = c.Interrupt(ictx)
 			err = c.WaitReady(ictx)
 			icancel()
@@ -389,9 +395,23 @@ func (k *Kernel) restartLocked(ctx context.Context) error {
 	if k.isClosing() {
 		return sandbox.ErrClosed
 	}
+	// Close ends a restart in progress (it waits for the lock Execute
+	// holds): making a pod can take minutes.
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	go func() {
+		select {
+		case <-k.closing:
+			cancel(sandbox.ErrClosed)
+		case <-ctx.Done():
+		}
+	}()
 	t := time.Now()
 	old := k.current()
 	if err := k.replace(ctx, old); err != nil {
+		if k.isClosing() {
+			return sandbox.ErrClosed
+		}
 		return err
 	}
 	k.b.log.InfoContext(ctx, "sandbox kernel restarted", "kernel", k.ID(), "run", k.run, "duration", time.Since(t).Round(time.Millisecond))
