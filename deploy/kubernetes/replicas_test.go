@@ -35,7 +35,7 @@ var (
 )
 
 // triadBinary builds cmd/triad once per test binary.
-func triadBinary(t *testing.T) string {
+func triadBinary(t testing.TB) string {
 	t.Helper()
 	triadOnce.Do(func() {
 		dir, err := os.MkdirTemp("", "triad-bin-")
@@ -58,14 +58,14 @@ func triadBinary(t *testing.T) string {
 // deployment is a Triad deployment under test: one MinIO bucket, one
 // owner name on the cluster, and `triad serve` replicas as host processes.
 type deployment struct {
-	t     *testing.T
+	t     testing.TB
 	c     *cluster
 	bin   string
 	s3    *miniotest.Server
 	owner string
 }
 
-func newDeployment(t *testing.T) *deployment {
+func newDeployment(t testing.TB) *deployment {
 	c := needCluster(t)
 	d := &deployment{t: t, c: c, bin: triadBinary(t), s3: miniotest.New(t),
 		owner: fmt.Sprintf("e2e-%d-%d", os.Getpid()%10000, time.Now().UnixNano()%1e6)}
@@ -89,7 +89,7 @@ func newDeployment(t *testing.T) *deployment {
 
 // replica is one `triad serve` process.
 type replica struct {
-	t    *testing.T
+	t    testing.TB
 	name string
 	cmd  *exec.Cmd
 	url  string
@@ -453,4 +453,37 @@ func TestRestartAdoption(t *testing.T) {
 	}
 	a2.stop()
 	d.podsGone()
+}
+
+// BenchmarkReplicaSwitch: a 1+1 call on the replica that served the run's
+// last call, against one on the other replica, which must re-read the run
+// (journal, index), adopt the run's pod and materialise its files first.
+// Both are timed through HTTP, interleaved. Reported: each median in ms
+// and the ratio switch/same.
+func BenchmarkReplicaSwitch(b *testing.B) {
+	d := newDeployment(b)
+	ra, rb := d.start("a"), d.start("b")
+	run := "switch-" + d.owner
+	ra.exec(run, "x = 1")
+	one := func(r *replica) time.Duration {
+		t0 := time.Now()
+		r.exec(run, "1+1")
+		return time.Since(t0)
+	}
+	var same, sw []time.Duration
+	cur, other := ra, rb
+	for b.Loop() {
+		same = append(same, one(cur))
+		sw = append(sw, one(other))
+		cur, other = other, cur
+	}
+	med := func(ds []time.Duration) time.Duration {
+		s := slices.Clone(ds)
+		slices.Sort(s)
+		return s[len(s)/2]
+	}
+	ms, mw := med(same), med(sw)
+	b.ReportMetric(float64(ms.Microseconds())/1000, "same-ms")
+	b.ReportMetric(float64(mw.Microseconds())/1000, "switch-ms")
+	b.ReportMetric(float64(mw)/float64(ms), "switch/same")
 }
