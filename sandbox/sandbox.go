@@ -28,7 +28,7 @@ import (
 // Backend starts kernels of one kind.
 type Backend interface {
 	// Name is the backend's name as reported in exec responses
-	// (kernel.backend): "docker" or "wasm".
+	// (kernel.backend): "docker", "wasm" or "kube".
 	Name() string
 	// Start returns a ready kernel: its interpreter answers and its working
 	// directory exists and is empty. Backends with a warm pool hand out a

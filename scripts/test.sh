@@ -29,6 +29,11 @@ if ! scripts/kube.sh status >/dev/null 2>&1; then
   trap 'exit 130' INT TERM
 fi
 kube_env=$(scripts/kube.sh up) # not inside eval, where a failure would pass unseen
+# TRIAD_KUBECONFIG (Triad's own ServiceAccount), TRIAD_KUBE_NAMESPACE,
+# TRIAD_KUBE_IMAGE, TRIAD_KUBE_ADMIN_KUBECONFIG and TRIAD_KUBECTL: the kube
+# tests (sandbox/kube, orchestrator/kubelease, deploy/kubernetes) read them,
+# and the `triad serve` replicas those tests start take the first three as
+# their --kubeconfig, --kube-namespace and --kube-image.
 eval "$kube_env"
 
 step "MinIO server binary"

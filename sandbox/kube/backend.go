@@ -411,7 +411,9 @@ func (b *Backend) touch(name string) {
 // freshPod returns a connected pod that is run's kernel from now on: one
 // of this replica's warm pods, another replica's, or a new one.
 func (b *Backend) freshPod(ctx context.Context, l sandbox.Limits, run string) (*podConn, error) {
-	pooled := limitsKey(l) == limitsKey(b.cfg.Defaults)
+	// Warm pods were made, and their clients dialled, for the default
+	// limits, output limit included.
+	pooled := l == b.cfg.Defaults
 	for pooled {
 		b.mu.Lock()
 		var pc *podConn
@@ -446,7 +448,7 @@ func (b *Backend) freshPod(ctx context.Context, l sandbox.Limits, run string) (*
 			if err != nil || !ok {
 				continue
 			}
-			pc, err := b.connect(ctx, p.Name, false)
+			pc, err := b.connect(ctx, p.Name, false, l)
 			if err != nil {
 				b.log.WarnContext(ctx, "connect to a claimed warm pod", "pod", p.Name, "err", err)
 				b.deletePod(p.Name, "")
@@ -460,7 +462,7 @@ func (b *Backend) freshPod(ctx context.Context, l sandbox.Limits, run string) (*
 	if err != nil {
 		return nil, err
 	}
-	pc, err := b.connect(ctx, name, false)
+	pc, err := b.connect(ctx, name, false, l)
 	if err != nil {
 		b.deletePod(name, "")
 		return nil, err
@@ -636,7 +638,7 @@ func (b *Backend) warmPod(ctx context.Context) (*podConn, error) {
 	if err != nil {
 		return nil, err
 	}
-	pc, err := b.connect(ctx, name, false)
+	pc, err := b.connect(ctx, name, false, b.cfg.Defaults)
 	if err != nil {
 		b.deletePod(name, "")
 		return nil, err

@@ -140,12 +140,12 @@ func (pc *podConn) close() {
 
 // connect reaches the kernel of the running pod name: its file agent, its
 // connection file, a port-forward and a Jupyter client that has had an
-// answer. An adopted kernel may be running a cell whose caller is gone;
+// answer, bounded by l's output limit. An adopted kernel may be running a cell whose caller is gone;
 // it is interrupted, and fails with errBusy if that does not free it.
-func (b *Backend) connect(ctx context.Context, name string, adopt bool) (*podConn, error) {
+func (b *Backend) connect(ctx context.Context, name string, adopt bool, l sandbox.Limits) (*podConn, error) {
 	ctx, cancel := context.WithTimeout(ctx, bootTimeout)
 	defer cancel()
-	pc := &podConn{b: b, name: name, watch: b.watchPod(name), fwd: b.forward(name), limits: b.cfg.Defaults}
+	pc := &podConn{b: b, name: name, watch: b.watchPod(name), fwd: b.forward(name), limits: l}
 	ok := false
 	defer func() {
 		if !ok {
@@ -307,7 +307,7 @@ func (k *Kernel) place(ctx context.Context, adopt bool) error {
 		for _, p := range pods {
 			usable := k.pc == nil && from == nil && p.DeletionTimestamp == nil
 			if usable && running(&p, kernelContainer) && running(&p, agentContainer) {
-				pc, err := b.connect(ctx, p.Name, true)
+				pc, err := b.connect(ctx, p.Name, true, k.limits)
 				if err == nil {
 					k.pc, k.how = pc, "adopted"
 					continue
