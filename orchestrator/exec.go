@@ -527,11 +527,24 @@ func (o *Orchestrator) Restart(ctx context.Context, run runid.ID) error {
 	if _, err := o.access(ctx, run, auth.Runs, true); err != nil {
 		return err
 	}
-	unlock := o.lockRun(run)
-	defer unlock()
+	held, err := o.lockRun(ctx, run)
+	if err != nil {
+		return err
+	}
+	defer held.Unlock()
 	sess := o.kernels.Peek(run)
 	if sess == nil {
-		return nil // nothing running: the next exec starts fresh anyway
+		if _, alone := o.lock.(*InProcess); alone {
+			return nil // nothing running: the next exec starts fresh anyway
+		}
+		// Under a shared lock the run's kernel may live on without this
+		// process holding it (another replica's, or adopted on restart):
+		// adopt it to restart it.
+		var err error
+		if sess, err = o.kernels.Acquire(ctx, run); err != nil {
+			return sandboxErr(err)
+		}
+		defer o.kernels.Release(sess)
 	}
 	if err := sess.Kernel.Restart(ctx); err != nil {
 		o.kernels.Drop(run)
@@ -543,12 +556,15 @@ func (o *Orchestrator) Restart(ctx context.Context, run runid.ID) error {
 // Stop ends the run's kernel, if one is live: its files stay in the store
 // and the next exec starts a fresh kernel over them. Surfaces whose
 // sessions time out (the E2B surface) call it.
-func (o *Orchestrator) Stop(_ context.Context, run runid.ID) error {
+func (o *Orchestrator) Stop(ctx context.Context, run runid.ID) error {
 	if o.kernels == nil {
 		return nil
 	}
-	unlock := o.lockRun(run)
-	defer unlock()
+	held, err := o.lockRun(ctx, run)
+	if err != nil {
+		return err
+	}
+	defer held.Unlock()
 	o.kernels.Drop(run)
 	return nil
 }

@@ -28,7 +28,7 @@ import (
 // Backend starts kernels of one kind.
 type Backend interface {
 	// Name is the backend's name as reported in exec responses
-	// (kernel.backend): "docker" or "wasm".
+	// (kernel.backend): "docker", "wasm" or "kube".
 	Name() string
 	// Start returns a ready kernel: its interpreter answers and its working
 	// directory exists and is empty. Backends with a warm pool hand out a
@@ -397,6 +397,27 @@ type Listing struct {
 	// Quota is the directory's disk quota in bytes, 0 when it has none.
 	// No file can really hold more, so one whose Size is larger is sparse.
 	Quota int64
+}
+
+// Detacher is a Kernel that outlives the process using it: a Kubernetes
+// pod (sandbox/kube) that another Triad replica, or this one restarted,
+// adopts with its interpreter state by starting a kernel with the same
+// Spec.Owner. Detach lets go of it here (connections, watches) and leaves
+// it running; the Kernel then behaves as closed. A caller that merely
+// stops using a kernel it may want again (an idle run, a server shutting
+// down) detaches it when it can, and closes it otherwise.
+type Detacher interface {
+	Detach() error
+}
+
+// Losable is a WorkDir that can lose its contents with its kernel: a pod
+// evicted for its disk use takes its working directory with it, and the
+// kernel that replaces it starts empty. Losses counts how often that has
+// happened; a caller that keeps the directory in step with a store
+// (orchestrator/workspace) puts the store's files back when it moves,
+// rather than reading their absence as deletions.
+type Losable interface {
+	Losses() uint64
 }
 
 // Errors returned by Backends, Kernels and WorkDirs.

@@ -215,6 +215,31 @@ func (m *Manager) Peek(run runid.ID) *Session {
 	return m.sessions[run]
 }
 
+// Forget lets go of the run's kernel without stopping it, when its
+// backend can hand it to another process (sandbox.Detacher): another
+// replica may have used it since this one did, so what this session knows
+// (the working directory's last sync) is stale. The next Acquire adopts the
+// kernel afresh, its interpreter state intact, and materialises the run's
+// files again. A kernel that cannot be detached is stopped.
+func (m *Manager) Forget(run runid.ID) {
+	m.mu.Lock()
+	s := m.sessions[run]
+	delete(m.sessions, run)
+	m.mu.Unlock()
+	if s != nil {
+		release(s.Kernel)
+	}
+}
+
+// release detaches k when its backend can hand it to another process,
+// and closes it otherwise.
+func release(k sandbox.Kernel) error {
+	if d, ok := k.(sandbox.Detacher); ok {
+		return d.Detach()
+	}
+	return k.Close()
+}
+
 // Drop stops the run's kernel, if any. Its files stay in the store.
 func (m *Manager) Drop(run runid.ID) {
 	m.mu.Lock()
@@ -325,10 +350,15 @@ func (m *Manager) dropIdle(run runid.ID) {
 	delete(m.sessions, run)
 	m.mu.Unlock()
 	m.log.Info("stopping idle kernel; the run's files stay", "run", run)
-	s.Kernel.Close()
+	// A kernel another process can adopt is only let go of here: its
+	// backend decides when nobody uses it (sandbox/kube sweeps pods idle
+	// across all replicas).
+	release(s.Kernel)
 }
 
-// Close stops every kernel, pooled or live. It is safe to call twice.
+// Close stops every kernel, pooled or live; a live kernel another process
+// can adopt is detached instead, and its backend's Close decides its fate.
+// It is safe to call twice.
 func (m *Manager) Close() error {
 	m.mu.Lock()
 	if m.closed {
@@ -343,7 +373,7 @@ func (m *Manager) Close() error {
 	m.done.Wait()
 	var errs []error
 	for _, s := range sessions {
-		errs = append(errs, s.Kernel.Close())
+		errs = append(errs, release(s.Kernel))
 	}
 	for {
 		select {

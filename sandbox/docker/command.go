@@ -32,7 +32,7 @@ var _ sandbox.Commander = (*Kernel)(nil)
 // exec's stdin when the attached client half-closes. When the command
 // ends, what it left running in its session is killed too, so a command's
 // processes never outlive its answer and the output stream always ends.
-// Written without single quotes, like kernelBoot.
+// Written without single quotes, like image.KernelLauncher.
 const commandSupervisor = `import os, signal, subprocess, sys, threading
 cwd, args = sys.argv[1], sys.argv[2:]
 try:

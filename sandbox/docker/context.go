@@ -40,7 +40,7 @@ var ErrTooManyContexts = errors.New("docker: too many contexts")
 // environment, so no value is spliced into the script.
 var contextCmd = []string{"/bin/sh", "-c", `mkdir -p "$MPLCONFIGDIR" && cp -a ` + image.MPLSeed + `/. "$MPLCONFIGDIR"/ 2>/dev/null; ` +
 	`echo $$ >"$TRIAD_PIDFILE" && mkdir -p "$TRIAD_CWD" && cd "$TRIAD_CWD" && ` +
-	`exec python3 -c '` + kernelBoot + `' -f "$TRIAD_CONN" ` +
+	`exec python3 -c '` + image.KernelLauncher + `' -f "$TRIAD_CONN" ` +
 	`--InteractiveShell.colors=NoColor --HistoryManager.enabled=False --IPKernelApp.quiet=True`}
 
 // NewContext implements sandbox.Contexts: a second ipykernel in the

@@ -42,40 +42,8 @@ const (
 // start. Figures show inline by default because MPLBACKEND names the inline
 // backend (ipykernel would set it too).
 var kernelCmd = []string{"/bin/sh", "-c", `mkdir -p "$MPLCONFIGDIR" && cp -a ` + image.MPLSeed + `/. "$MPLCONFIGDIR"/ 2>/dev/null; ` +
-	`exec python3 -c '` + kernelBoot + `' -f ` + ctrSockets + `/conn.json ` +
+	`exec python3 -c '` + image.KernelLauncher + `' -f ` + ctrSockets + `/conn.json ` +
 	`--InteractiveShell.colors=NoColor --HistoryManager.enabled=False --IPKernelApp.quiet=True`}
-
-// kernelBoot is ipykernel_launcher (the working directory leaves sys.path,
-// then the kernel app starts) with one change: a cell's stdout and stderr
-// are flushed to the host once 1 MiB is pending, instead of only every
-// 0.2 s. A print loop holds the GIL, so the flushing thread rarely runs,
-// and ipykernel would otherwise send hundreds of MiB as one message, which
-// the host must receive whole (a 64 MiB-limited flood cost 1.8 GiB of the
-// server's memory). Flushing from the writer blocks it until the message
-// is sent: back-pressure on the cell. It is a courtesy, not a boundary (a
-// cell can undo it); the host's output limit and the client's own bounds
-// are what hold. Written without single quotes: it is quoted for sh.
-const kernelBoot = `import sys
-sys.path[:] = [p for p in sys.path if p not in ("", "` + ctrWork + `")]
-try:
-    from ipykernel import iostream as _io
-    def _bounded(write):
-        def bounded_write(self, s):
-            n = write(self, s)
-            try:
-                if sum(b.tell() for b in list(self._buffers.values())) >= 1 << 20:
-                    self.flush()
-            except Exception:
-                pass
-            return n
-        return bounded_write
-    _io.OutStream.write = _bounded(_io.OutStream.write)
-    del _io, _bounded
-except Exception as e:
-    print("triad: could not bound ipykernel output buffers:", e, file=sys.stderr)
-from ipykernel import kernelapp
-kernelapp.launch_new_instance()
-`
 
 // Kernel is one ipykernel in a jailed container. It implements
 // sandbox.Kernel.
