@@ -228,8 +228,11 @@ func storeErr(err error, run runid.ID, path string) error {
 		return fault.Wrap(fault.StoreUnavailable, err, "the file store does not answer",
 			"retry in a few seconds; if it persists, check the S3 endpoint (TRIAD_S3_ENDPOINT) and GET /healthz")
 	case errors.Is(err, tmpfs.ErrDigestMismatch):
-		return fault.Wrap(fault.Internal, err, fmt.Sprintf("stored bytes of %q do not match their sha256", path),
-			"the blob is corrupt and was not served; re-upload the file")
+		return fault.Wrap(fault.Corrupt, err, fmt.Sprintf("the stored bytes of %q do not match their sha256, so they were not served", path),
+			"write the file again (tmp.write or PUT /tmp/files/{path}): the same bytes restore it")
+	case errors.Is(err, tmpfs.ErrQuarantined):
+		return fault.Wrap(fault.Corrupt, err, fmt.Sprintf("the stored bytes of %q failed their sha256 check and were quarantined (triad fsck or the scrub); they are never served", path),
+			"write the file again (tmp.write or PUT /tmp/files/{path}): the same bytes restore it")
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		return fault.Wrap(fault.Timeout, err, "the request ended before the store answered", "retry the call")
 	default:
