@@ -27,7 +27,7 @@ func s3Backend(t *testing.T, srv *miniotest.Server) backend {
 		name: "s3",
 		open: func(t *testing.T) *tmpfs.Store {
 			b, x, err := s3.New(t.Context(), s3.Config{Endpoint: srv.Endpoint, Bucket: srv.Bucket,
-				AccessKey: miniotest.AccessKey, SecretKey: miniotest.SecretKey, SpoolDir: t.TempDir()})
+				AccessKey: miniotest.AccessKey, SecretKey: miniotest.SecretKey})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -48,6 +48,9 @@ type FsckReport struct {
 	Blobs int   // blobs checked
 	Bytes int64 // bytes hashed
 	Bad   []Bad
+	// Swept counts leftovers of crashed writes that were removed
+	// (Sweeper).
+	Swept int
 	// Unreadable lists blobs that could not be read to the end (I/O
 	// errors): they were left in place, neither trusted nor quarantined.
 	Unreadable []string
@@ -70,8 +73,8 @@ func (s *Store) Fsck(ctx context.Context, opts FsckOptions) (FsckReport, error) 
 	}
 	p := newPacer(opts.Rate)
 	var refs map[Digest][]Ref
-	err := sc.Walk(ctx, func(d Digest, size int64) error {
-		version, err := s.check(ctx, d, p)
+	err := sc.Walk(ctx, func(d Digest, _ int64) error {
+		version, size, err := s.check(ctx, d, p)
 		switch {
 		case err == nil:
 			rep.Blobs++
@@ -117,22 +120,36 @@ func (s *Store) Fsck(ctx context.Context, opts FsckOptions) (FsckReport, error) 
 		}
 		return nil
 	})
-	return rep, err
+	if err != nil || opts.DryRun {
+		return rep, err
+	}
+	if sw, ok := unwrapBlobs[Sweeper](s.blobs); ok {
+		n, err := sw.Sweep(ctx, sweepAge)
+		rep.Swept = n
+		if err != nil {
+			return rep, fmt.Errorf("sweep: %w", err)
+		}
+	}
+	return rep, nil
 }
 
-// check hashes blob d whole and returns the version it checked.
-func (s *Store) check(ctx context.Context, d Digest, p *pacer) (string, error) {
+// sweepAge is how old a leftover of a write must be before Fsck removes
+// it: far longer than any write takes.
+const sweepAge = 24 * time.Hour
+
+// check hashes blob d whole and returns the version and size it checked.
+func (s *Store) check(ctx context.Context, d Digest, p *pacer) (string, int64, error) {
 	b, err := s.blobs.Open(ctx, d)
 	if err != nil {
-		return "", err
+		return "", 0, err
 	}
 	defer b.Close()
-	v := b.Version()
+	v, n := b.Version(), b.Size()
 	if err := s.hashBlobPaced(ctx, b, d, p); err != nil {
-		return v, err
+		return v, n, err
 	}
 	s.markVerified(ctx, b, d)
-	return v, nil
+	return v, n, nil
 }
 
 // forget drops d from the verification cache.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"time"
 
 	"github.com/triadhq/triad/internal/runid"
 )
@@ -53,6 +54,14 @@ type Scrubbable interface {
 	// Quarantine returns ErrPrecondition. Later opens of d fail with
 	// ErrQuarantined until its true bytes are written again.
 	Quarantine(ctx context.Context, d Digest, version string, report []byte) error
+}
+
+// Sweeper is an optional ability of a Blobs that a crash can leave
+// garbage in (a temp file, an S3 upload whose blob was never named):
+// Sweep removes such leftovers older than age, which no blob needs, and
+// says how many it removed. Fsck calls it after its pass.
+type Sweeper interface {
+	Sweep(ctx context.Context, age time.Duration) (int, error)
 }
 
 // RunLister is an optional ability of an Index: Runs lists every run that

@@ -86,7 +86,7 @@ func main() {
 		mc, err := minio.New(strings.TrimPrefix(endpoint, "http://"), &minio.Options{Creds: credentials.NewStaticV4("bench", "bench-secret-key", "")})
 		check(err)
 		check(mc.MakeBucket(ctx, "raw", minio.MakeBucketOptions{}))
-		sb, sx, err := s3.New(ctx, s3.Config{Endpoint: endpoint, Bucket: "triad", AccessKey: "bench", SecretKey: "bench-secret-key", SpoolDir: filepath.Join(dir, "spool")})
+		sb, sx, err := s3.New(ctx, s3.Config{Endpoint: endpoint, Bucket: "triad", AccessKey: "bench", SecretKey: "bench-secret-key"})
 		check(err)
 		i := 0
 		report("s3", *n, serve(tmpfs.New(sb, sx, nil)), payload, func() (time.Duration, time.Duration) {

@@ -270,7 +270,7 @@ func openStore(ctx context.Context, c *config, log *slog.Logger) (*tmpfs.Store, 
 	case "s3":
 		b, x, err := s3.New(ctx, s3.Config{
 			Endpoint: c.S3Endpoint, Bucket: c.S3Bucket, AccessKey: c.S3AccessKey, SecretKey: c.S3SecretKey,
-			Region: c.S3Region, SpoolDir: filepath.Join(c.Data, "spool"), Logger: log,
+			Region: c.S3Region, Logger: log,
 		})
 		if err != nil {
 			return nil, nil, fmt.Errorf("open S3 store %s/%s: %w", c.S3Endpoint, c.S3Bucket, err)

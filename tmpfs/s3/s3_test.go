@@ -36,7 +36,6 @@ func config(t testing.TB, srv *miniotest.Server) s3.Config {
 		Bucket:    srv.Bucket,
 		AccessKey: srv.AccessKey,
 		SecretKey: srv.SecretKey,
-		SpoolDir:  t.TempDir(),
 	}
 }
 
@@ -113,8 +112,9 @@ func listKeys(t *testing.T, srv *miniotest.Server, prefix string) []string {
 	return keys
 }
 
-// The same bytes written in two runs, by two processes, are one object. The
-// sizes cover both the in-memory and the spooled upload path.
+// The same bytes written in two runs, by two processes, are one blob. The
+// sizes cover both the in-memory path (one object) and the large path (an
+// upload and the manifest naming it; the duplicate's upload is removed).
 func TestDedupStoresOneObject(t *testing.T) {
 	for _, size := range []int{3 << 10, 12 << 20} {
 		t.Run(fmt.Sprint(size), func(t *testing.T) {
@@ -135,8 +135,15 @@ func TestDedupStoresOneObject(t *testing.T) {
 				t.Fatalf("got digests %s and %s, want %s twice", f1.SHA256, f2.SHA256, tmpfs.DigestOf(data))
 			}
 			want := []string{"blobs/sha256/" + f1.SHA256.String()}
-			if got := listKeys(t, srv, "blobs/"); !slicesEqual(got, want) {
+			if got := listKeys(t, srv, "blobs/sha256/"); !slicesEqual(got, want) {
 				t.Fatalf("got blob objects %v, want %v", got, want)
+			}
+			wantUploads := 0
+			if size > 8<<20 {
+				wantUploads = 1
+			}
+			if got := listKeys(t, srv, "blobs/uploads/"); len(got) != wantUploads {
+				t.Fatalf("got uploads %v, want %d", got, wantUploads)
 			}
 			if got := listKeys(t, srv, "runs/"); len(got) != 2 {
 				t.Fatalf("got index objects %v, want one per run", got)
@@ -168,14 +175,14 @@ func (r *hashingReader) Read(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// A 50 MiB body is streamed: its digest is crypto/sha256's, it reads back
-// identical, and Put allocates a fraction of it.
-func TestStreamed50MiB(t *testing.T) {
+// A 100 MiB body is streamed: its digest is crypto/sha256's, it reads back
+// identical, and Put allocates a fraction of it (a few parts).
+func TestStreamed100MiB(t *testing.T) {
 	srv := miniotest.Shared(t)
 	s, blobs := open(t, srv)
 	ctx := t.Context()
 	run := runid.New()
-	const size = 50 << 20
+	const size = 100 << 20
 	h := sha256.New()
 	body := &hashingReader{src: rand.NewChaCha8([32]byte{50}), left: size, h: h}
 
