@@ -43,6 +43,9 @@ Usage:
   triad keys create --name NAME [--tenant T] [--scope runs,read,admin]
   triad keys list | revoke ID
                           manage API keys (kept hashed in the store)
+  triad fsck [--dry-run] [--rate BYTES]
+                          re-hash every stored blob and quarantine those whose bytes no longer
+                          match their sha256, listing the runs and paths that held them
   triad image build       build the sandbox image (offline, from Debian packages)
   triad image tag         print the sandbox image tag for this build
   triad version           print the version
@@ -66,6 +69,8 @@ func main() {
 		err = mcpCmd(ctx, os.Args[2:])
 	case "keys":
 		err = keysCmd(ctx, os.Args[2:])
+	case "fsck":
+		err = fsckCmd(ctx, os.Args[2:])
 	case "run":
 		err = runCmd(ctx, os.Args[2:])
 	case "replay":
@@ -201,6 +206,13 @@ func serve(ctx context.Context, args []string) error {
 		msrv = &http.Server{Handler: metricsMux(c.metrics), ReadHeaderTimeout: 10 * time.Second}
 		log.Info("metrics serving", "addr", mln.Addr().String())
 		go func() { errc <- msrv.Serve(mln) }()
+	}
+	if c.scrubRate > 0 {
+		log.Info("scrubbing the store in the background", "bytes_per_second", c.scrubRate)
+		sctx, stopScrub := context.WithCancel(ctx)
+		scrubbed := make(chan struct{})
+		go func() { defer close(scrubbed); st.store.Scrub(sctx, c.scrubRate) }()
+		defer func() { stopScrub(); <-scrubbed }() // before the store closes
 	}
 	log.Info("triad serving", "addr", ln.Addr().String(), "scheme", scheme, "auth", c.Auth, "store", c.Store, "version", version.String())
 	go func() { errc <- srv.Serve(ln) }()

@@ -7,12 +7,16 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"time"
 
 	"github.com/triadhq/triad/internal/runid"
 	"github.com/triadhq/triad/tmpfs"
 )
 
-var _ tmpfs.RunLister = (*Index)(nil)
+var (
+	_ tmpfs.RunLister = (*Index)(nil)
+	_ tmpfs.Sweeper   = (*Blobs)(nil)
+)
 
 func (b *Blobs) quarantinePath(d tmpfs.Digest) string {
 	return filepath.Join(b.dir, "quarantine", "sha256", d.String())
@@ -105,6 +109,27 @@ func (b *Blobs) Quarantine(ctx context.Context, d tmpfs.Digest, ver string, repo
 		return err
 	}
 	return syncDir(filepath.Dir(q))
+}
+
+// Sweep implements tmpfs.Sweeper: files in tmp/ older than age are what
+// a crash left of a write (a blob, a fingerprint, a report) and go.
+func (b *Blobs) Sweep(ctx context.Context, age time.Duration) (int, error) {
+	ents, err := os.ReadDir(b.tmpDir())
+	if err != nil {
+		return 0, fmt.Errorf("list %s: %w", b.tmpDir(), err)
+	}
+	cutoff := time.Now().Add(-age)
+	n := 0
+	for _, e := range ents {
+		info, err := e.Info()
+		if err != nil || e.IsDir() || !info.ModTime().Before(cutoff) {
+			continue
+		}
+		if err := os.Remove(filepath.Join(b.tmpDir(), e.Name())); err == nil {
+			n++
+		}
+	}
+	return n, nil
 }
 
 // Runs implements tmpfs.RunLister: each directory under runs/ is a run.
