@@ -189,15 +189,23 @@ func (b *Blobs) Open(ctx context.Context, d tmpfs.Digest) (tmpfs.Blob, error) {
 		opts.SetMatchETag(o.etag)
 	}
 	if _, err := o.get(opts); err != nil {
-		if !errors.Is(err, tmpfs.ErrNotFound) {
+		switch {
+		case errors.Is(err, tmpfs.ErrNotFound):
+			o.lost = fmt.Errorf("%w: blob %s: the upload holding its bytes (%s) is gone", tmpfs.ErrDigestMismatch, d, data)
+		case errors.Is(err, errReplaced):
+			o.lost = fmt.Errorf("%w: blob %s: the upload holding its bytes (%s) was replaced", tmpfs.ErrDigestMismatch, d, data)
+		default:
 			return nil, err
 		}
-		// The manifest names bytes that are gone: the blob is corrupt, a
-		// case for fsck, which quarantines it by its manifest.
-		o.lost = fmt.Errorf("%w: blob %s: the upload holding its bytes (%s) is gone", tmpfs.ErrDigestMismatch, d, data)
+		// The manifest names bytes that are not the ones written: the
+		// blob is corrupt, and every read says so; fsck quarantines it by
+		// its manifest.
 	}
 	return o, nil
 }
+
+// errReplaced means a GET pinned to an ETag found another object there.
+var errReplaced = errors.New("the stored object was replaced while it was being read; open it again")
 
 // versionOf names the state of the object stored under a blob's name, as
 // Open's Blob.Version does.
@@ -308,7 +316,7 @@ func (o *object) get(opts minio.GetObjectOptions) (minio.ObjectInfo, error) {
 	if err != nil {
 		cancel()
 		if er := minio.ToErrorResponse(err); er.StatusCode == http.StatusPreconditionFailed {
-			return minio.ObjectInfo{}, fmt.Errorf("read blob %s: the stored object was replaced while it was being read; open it again", o.short)
+			return minio.ObjectInfo{}, fmt.Errorf("read blob %s: %w", o.short, errReplaced)
 		}
 		return minio.ObjectInfo{}, o.c.fail(o.ctx, "read blob "+o.short, err)
 	}
