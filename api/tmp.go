@@ -164,8 +164,9 @@ func (b blobRead) fail(err error) error {
 //
 // Other blobs (S3) stream through a reader that hashes as it goes: full
 // reads abort the connection on a mismatch, never sending the last chunk;
-// ranged reads verify the whole blob first, because a range alone cannot
-// be checked against the digest.
+// ranged reads and HEAD verify the whole blob first, because a range alone
+// cannot be checked against the digest (Store.Verify remembers a verified
+// version, so that costs one pass).
 func (s *Server) serveBlob(w http.ResponseWriter, r *http.Request, b blobRead, rd *tmpfs.Reader) error {
 	w.Header().Set("ETag", strconv.Quote(b.d.String()))
 	w.Header().Set("Accept-Ranges", "bytes")
@@ -187,7 +188,9 @@ func (s *Server) serveBlob(w http.ResponseWriter, r *http.Request, b blobRead, r
 		http.ServeContent(w, r, "", modTime(b.modUnix), f)
 		return nil
 	}
-	if r.Header.Get("Range") != "" && r.Method == http.MethodGet {
+	// A range cannot be checked against the digest, and a HEAD reads
+	// nothing: both check the whole blob first (once per stored version).
+	if r.Method == http.MethodHead || r.Header.Get("Range") != "" {
 		if err := s.orch.Store().Verify(r.Context(), b.d); err != nil {
 			return b.fail(err)
 		}

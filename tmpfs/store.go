@@ -434,11 +434,13 @@ func (r *Reader) start() {
 				send(chunk{err: c.err})
 				return
 			}
-			if held != nil && !send(*held) {
-				return
-			}
-			held = nil
+			// The last chunk with bytes is held until the end is known
+			// and checked; an empty end (the bytes ran out exactly at a
+			// chunk's edge) releases nothing.
 			if len(c.b) > 0 {
+				if held != nil && !send(*held) {
+					return
+				}
 				cc := chunk{b: c.b, ret: c.ret}
 				held = &cc
 			}

@@ -268,3 +268,32 @@ func TestVerifiedOnce(t *testing.T) {
 		t.Fatal("after File hashed it true: got a blob to hash, want it trusted")
 	}
 }
+
+// A damaged blob whose size is a whole number of read-ahead chunks still
+// never yields its last chunk, read by Read or by WriteTo (where the end
+// arrives as an empty read after the last full chunk).
+func TestCorruptBlobAtChunkEdge(t *testing.T) {
+	dir := t.TempDir()
+	s := open(t, dir)
+	ctx := t.Context()
+	data := bytes.Repeat([]byte("0123456789abcdef"), 128<<10) // 2 MiB
+	f, err := s.WriteBytes(ctx, runid.New(), "edge.bin", data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	flip(t, dir, f.SHA256)
+	for name, read := range map[string]func(r io.Reader) (int64, error){
+		"Read":    func(r io.Reader) (int64, error) { b, err := io.ReadAll(r); return int64(len(b)), err },
+		"WriteTo": func(r io.Reader) (int64, error) { return io.Copy(io.Discard, r) },
+	} {
+		r, err := s.OpenBlob(ctx, f.SHA256)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n, err := read(r)
+		r.Close()
+		if !errors.Is(err, tmpfs.ErrDigestMismatch) || n >= int64(len(data)) {
+			t.Errorf("%s: got %d of %d bytes, %v, want the last chunk withheld and ErrDigestMismatch", name, n, len(data), err)
+		}
+	}
+}
