@@ -32,7 +32,7 @@ var (
 // bigger ones go up in parts of at least this size as they arrive
 // (upload.go), so a 1 GiB upload holds a few parts in memory, never the
 // body.
-const memMax = 8 << 20
+const memMax = 5 << 20
 
 func blobKey(d tmpfs.Digest) string { return "blobs/sha256/" + d.String() }
 

@@ -39,7 +39,7 @@ const (
 	metaDataETag = "X-Amz-Meta-Triad-Data-Etag"
 
 	maxParts    = 10000 // S3's limit per multipart upload
-	partBuffers = 4     // one filling while up to three upload
+	partBuffers = 2     // one filling while the other uploads
 )
 
 // partSizeFor picks the part size for a body of at most limit bytes (0:
