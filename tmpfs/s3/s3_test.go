@@ -139,7 +139,7 @@ func TestDedupStoresOneObject(t *testing.T) {
 				t.Fatalf("got blob objects %v, want %v", got, want)
 			}
 			wantUploads := 0
-			if size > 8<<20 {
+			if size > 5<<20 {
 				wantUploads = 1
 			}
 			if got := listKeys(t, srv, "blobs/uploads/"); len(got) != wantUploads {
