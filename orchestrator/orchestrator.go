@@ -48,6 +48,7 @@ type Orchestrator struct {
 	fresh  map[runid.ID]bool          // runs whose kernel restarted since their last cell
 
 	runs sync.Map // runid.ID -> *sync.Mutex
+	cmds sync.Map // runid.ID -> *cmdCounter
 }
 
 // Limits bound what a single call may move.

@@ -114,6 +114,68 @@ type Kernel interface {
 	Close() error
 }
 
+// Contexts is a Kernel that can start more interpreters beside itself: an
+// optional ability, found by type assertion. Each context is its own
+// interpreter with its own variables and current directory, in the same
+// sandbox as the kernel: the same jail, the same limits (shared, not added)
+// and the same working directory. See "Contexts and commands at the seam"
+// in docs/DECISIONS.md.
+type Contexts interface {
+	// NewContext starts an interpreter that begins each cell in cwd, a
+	// slash-separated path relative to the working directory ("" is its
+	// root), made if missing. The returned Kernel's Files is the
+	// kernel's own WorkDir. Restarting or closing the context leaves the
+	// kernel and its other contexts alone; closing the kernel closes its
+	// contexts, and restarting it may end them (a context whose sandbox
+	// was restarted reports it as a death and comes back fresh). A
+	// context's methods follow Kernel's rules, and contexts may run cells
+	// at the same time as the kernel and each other.
+	NewContext(ctx context.Context, cwd string) (Kernel, error)
+}
+
+// Commander is a Kernel that can run commands in its sandbox, under the same
+// jail as its cells: an optional ability, found by type assertion. A
+// backend whose sandbox has no processes (wasm) does not implement it.
+type Commander interface {
+	// Command runs cmd and returns when it has ended. It is safe to call
+	// while a cell runs and while other commands run. When ctx is done
+	// the command (with every process it started) is killed, and the
+	// result says why it stopped: KindTimeout for ctx's deadline,
+	// KindInterrupted for a cancellation. The returned error is reserved
+	// for a command that could not be started (a closed or broken
+	// kernel); a command that fails is a result with its exit code.
+	Command(ctx context.Context, cmd Command) (*CommandResult, error)
+}
+
+// Command is one command to run in a kernel's sandbox.
+type Command struct {
+	// Args is the argv; Args[0] is looked up in the sandbox's PATH.
+	Args []string
+	// Env is added to the sandbox's environment for this command.
+	Env map[string]string
+	// Dir is where the command starts: a slash-separated path relative
+	// to the working directory, "" for its root.
+	Dir string
+	// Output receives the command's stdout and stderr (EventStdout,
+	// EventStderr) as they arrive, from the goroutine that called
+	// Command, never concurrently and never after it returns. Both count
+	// against the kernel's Limits.OutputBytes; past it the command is
+	// killed and the result says KindOutputLimit. Nil discards them.
+	Output func(Event)
+}
+
+// CommandResult is how a command ended.
+type CommandResult struct {
+	// ExitCode is the command's exit status: 128+N when signal N ended
+	// it, as a shell reports it.
+	ExitCode int
+	// Stopped says why the host killed the command: "" when it ended by
+	// itself, else KindTimeout, KindInterrupted or KindOutputLimit.
+	Stopped string
+	// Duration is how long the command ran.
+	Duration time.Duration
+}
+
 // Cell is one unit of code to run.
 type Cell struct {
 	// Code is the Python source.

@@ -37,6 +37,8 @@ func TestConformance(t *testing.T) {
 		},
 		Interrupts: true, // ipykernel turns SIGINT into KeyboardInterrupt
 		HostDir:    func(k sandbox.Kernel) string { return k.(*Kernel).wd.path },
+		Contexts:   true, // a second ipykernel in the container (docker exec)
+		Commands:   true, // docker exec in the container
 	})
 }
 

@@ -352,7 +352,7 @@ func (c *cellRun) cut(ctx context.Context) *sandbox.Result {
 	res := c.result(jupyter.Output{ExecutionCount: count})
 	res.OK = false
 	res.Error = &sandbox.ExecError{Kind: sandbox.KindOutputLimit, Ename: "OutputLimitExceeded", Traceback: []string{}}
-	err := k.b.cli.ContainerKill(gctx, k.containerID, "SIGINT")
+	err := k.signal(gctx, "INT")
 	if err == nil {
 		err = k.redial(gctx)
 	}
