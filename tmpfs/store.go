@@ -50,10 +50,11 @@ func New(blobs Blobs, index Index, log *slog.Logger) *Store {
 	return &Store{blobs: blobs, index: index, meta: meta, log: log, now: time.Now, verified: map[verifyKey]struct{}{}}
 }
 
-// Forget drops what the index caches of run, when it caches (Forgetter):
-// another process wrote the run, and the next read must see it.
+// Forget drops what the index caches of run, when it caches (Forgetter),
+// through any wrapper (metrics): another process wrote the run, and the
+// next read must see it.
 func (s *Store) Forget(run runid.ID) {
-	if f, ok := s.index.(Forgetter); ok {
+	if f, ok := unwrapIndex[Forgetter](s.index); ok {
 		f.Forget(run)
 	}
 }
