@@ -269,20 +269,26 @@ func TestViolationClosesConnection(t *testing.T) {
 // is not.
 func TestStall(t *testing.T) {
 	t.Parallel()
-	const stall = 100 * time.Millisecond
+	// The stall is a second and the slow sender's gaps a hundredth of it,
+	// so a loaded machine delaying the sender's wake-ups does not turn
+	// steady bytes into a stall.
+	const stall = time.Second
 	c, p := connected(t, Limits{Stall: stall})
 
-	// Idle for several times the stall between messages, then a message
+	// Idle for longer than the stall between messages, then a message
 	// whose bytes come slowly but steadily: both are fine.
+	sent := make(chan struct{})
 	go func() {
-		time.Sleep(3 * stall)
+		defer close(sent)
+		time.Sleep(stall + stall/2)
 		p.write([]byte{0, 4})
 		for _, b := range []byte("slow") {
-			time.Sleep(stall / 4)
+			time.Sleep(stall / 100)
 			p.write([]byte{b})
 		}
 	}()
 	got, err := c.ReadMessage()
+	<-sent
 	if err != nil || string(got[0]) != "slow" {
 		t.Fatalf("got %q, %v; want [slow]", got, err)
 	}
@@ -291,7 +297,7 @@ func TestStall(t *testing.T) {
 	p.write(append([]byte{0, 100}, "0123456789"...))
 	_, err = c.ReadMessage()
 	var v *ViolationError
-	if !errors.As(err, &v) || !strings.Contains(err.Error(), "nothing received for 100ms inside a message") {
+	if !errors.As(err, &v) || !strings.Contains(err.Error(), "nothing received for 1s inside a message") {
 		t.Fatalf("got %v, want a stall violation", err)
 	}
 }
