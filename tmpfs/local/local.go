@@ -4,6 +4,7 @@
 //
 //	blobs/sha256/ab/abcdef…   immutable blob files, written atomically
 //	runs/<run>/index.jsonl    the run's index: one put or del record a line
+//	extents/                  appended blobs (tmpfs.Appender): see extents.go
 //	meta/<key>!               Triad's records outside runs (tmpfs.Meta)
 //	tmp/                      temp files for writes in flight
 //
@@ -26,6 +27,7 @@ import (
 // Blobs stores blobs as files.
 type Blobs struct {
 	dir string
+	ext extents // appended blobs; see extents.go
 }
 
 var _ tmpfs.Blobs = (*Blobs)(nil)
@@ -111,7 +113,7 @@ func (b *Blobs) Put(ctx context.Context, r io.Reader, limit int64) (tmpfs.Digest
 func (b *Blobs) Open(ctx context.Context, d tmpfs.Digest) (tmpfs.Blob, error) {
 	f, err := os.Open(b.path(d))
 	if errors.Is(err, os.ErrNotExist) {
-		return nil, fmt.Errorf("%w: blob %s", tmpfs.ErrNotFound, d)
+		return b.openExtent(d)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("open blob %s: %w", d.Short(), err)
@@ -132,7 +134,7 @@ func (b *Blobs) Open(ctx context.Context, d tmpfs.Digest) (tmpfs.Blob, error) {
 func (b *Blobs) Stat(ctx context.Context, d tmpfs.Digest) (int64, error) {
 	st, err := os.Stat(b.path(d))
 	if errors.Is(err, os.ErrNotExist) {
-		return 0, fmt.Errorf("%w: blob %s", tmpfs.ErrNotFound, d)
+		return b.statExtent(d)
 	}
 	if err != nil {
 		return 0, err

@@ -18,8 +18,9 @@ import (
 
 // Blobs stores blobs as objects under blobs/sha256/ in the bucket.
 type Blobs struct {
-	c     *conn
-	spool string
+	c      *conn
+	spool  string
+	chains chains // appended blobs; see appends.go
 }
 
 var _ tmpfs.Blobs = (*Blobs)(nil)
@@ -259,6 +260,9 @@ func (c ctxReader) Read(p []byte) (int, error) {
 func (b *Blobs) Open(ctx context.Context, d tmpfs.Digest) (tmpfs.Blob, error) {
 	o := &object{ctx: ctx, c: b.c, key: blobKey(d), short: d.Short()}
 	info, err := o.get(minio.GetObjectOptions{})
+	if errors.Is(err, tmpfs.ErrNotFound) {
+		return b.openAppended(ctx, d)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -271,8 +275,11 @@ func (b *Blobs) Stat(ctx context.Context, d tmpfs.Digest) (int64, error) {
 	tctx, cancel := b.c.withTimeout(ctx)
 	defer cancel()
 	info, err := b.c.core.StatObject(tctx, b.c.bucket, blobKey(d), minio.StatObjectOptions{})
+	if err = b.c.fail(ctx, "stat blob "+d.Short(), err); errors.Is(err, tmpfs.ErrNotFound) {
+		return b.statAppended(ctx, d)
+	}
 	if err != nil {
-		return 0, b.c.fail(ctx, "stat blob "+d.Short(), err)
+		return 0, err
 	}
 	return info.Size, nil
 }

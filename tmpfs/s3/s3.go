@@ -4,6 +4,8 @@
 //
 //	blobs/sha256/<hex>              immutable blob objects, named by the sha256 of their
 //	                                bytes, which is also in their x-amz-meta-sha256
+//	appends/<hex>                   appended blobs (tmpfs.Appender): the bytes after a
+//	                                base blob, with the base in metadata (appends.go)
 //	runs/<run>/index/<sha256(path)> one small JSON object per index entry: a tmpfs.File
 //	meta/<key>!                     Triad's records outside runs (tmpfs.Meta), read through
 //
