@@ -68,7 +68,7 @@ func (s *Store) Append(ctx context.Context, run runid.ID, path string, data []by
 		return File{}, fmt.Errorf("append to %s: %w", p, err)
 	}
 	f := File{Path: p, Size: n, SHA256: d, ModifiedAt: s.now().UTC()}
-	if err := s.index.Put(ctx, run, f); err != nil {
+	if err := s.putIndex(ctx, run, f); err != nil {
 		return File{}, fmt.Errorf("index %s: %w", p, err)
 	}
 	return f, nil

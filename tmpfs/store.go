@@ -24,6 +24,7 @@ type Store struct {
 	now   func() time.Time
 
 	locks sync.Map // runid.ID -> *sync.Mutex; serializes index mutation per run
+	usage usageTable
 
 	mu       sync.Mutex
 	verified map[verifyKey]struct{} // whole-blob verifications, by blob version
@@ -94,7 +95,7 @@ func (s *Store) Link(ctx context.Context, run runid.ID, path string, d Digest, s
 		return File{}, err
 	}
 	f := File{Path: p, Size: size, SHA256: d, ModifiedAt: s.now().UTC()}
-	if err := s.index.Put(ctx, run, f); err != nil {
+	if err := s.putIndex(ctx, run, f); err != nil {
 		return File{}, fmt.Errorf("index %s: %w", p, err)
 	}
 	return f, nil
@@ -155,7 +156,7 @@ func (s *Store) Delete(ctx context.Context, run runid.ID, path string) error {
 	}
 	unlock := s.lock(run)
 	defer unlock()
-	return s.index.Delete(ctx, run, p)
+	return s.deleteIndex(ctx, run, p)
 }
 
 // Open opens the file at path for a full, sequential read that is verified

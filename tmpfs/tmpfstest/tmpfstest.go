@@ -192,6 +192,38 @@ func Run(t *testing.T, newStore func(t *testing.T) *tmpfs.Store) {
 	})
 	t.Run("Meta", func(t *testing.T) { testMeta(t, newStore) })
 	t.Run("Append", func(t *testing.T) { testAppend(t, newStore) })
+	t.Run("Usage", func(t *testing.T) {
+		s := newStore(t)
+		ctx := t.Context()
+		run := runid.New()
+		check := func(when string) {
+			t.Helper()
+			got, err := s.Usage(ctx, run)
+			files, lerr := s.List(ctx, run, "")
+			var want int64
+			for _, f := range files {
+				want += f.Size
+			}
+			if err != nil || lerr != nil || got != want {
+				t.Fatalf("%s: got %d, %v, want %d (%v)", when, got, err, want, lerr)
+			}
+		}
+		check("empty")
+		a, err := s.WriteBytes(ctx, run, "a.txt", []byte("12345"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		check("after a write")
+		s.WriteBytes(ctx, run, "a.txt", []byte("12"))
+		check("after an overwrite")
+		s.Append(ctx, run, "j.md", []byte("line\n"))
+		s.Append(ctx, run, "j.md", []byte("line\n"))
+		check("after appends")
+		s.Link(ctx, run, "b.txt", a.SHA256, a.Size)
+		check("after a link")
+		s.Delete(ctx, run, "a.txt")
+		check("after a delete")
+	})
 }
 
 // AppendSteps is how many appends testAppend makes to one file: enough to
