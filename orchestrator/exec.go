@@ -144,6 +144,7 @@ func (o *Orchestrator) exec1(ctx context.Context, run runid.ID, in wire.ExecRequ
 		if err != nil {
 			return out, storeErr(err, run, f.Name)
 		}
+		s.Touched = append(s.Touched, linked.Path)
 		if err := sess.Dir.Put(ctx, linked); err != nil {
 			return out, fault.Wrap(fault.Internal, err, "copy files_in into the working directory", "retry; if the disk quota is full, delete files first")
 		}
@@ -178,6 +179,7 @@ func (o *Orchestrator) exec1(ctx context.Context, run runid.ID, in wire.ExecRequ
 		s.Artifacts = append(s.Artifacts, f)
 	}
 	out.FilesDeleted = ch.Deleted
+	s.Touched = append(s.Touched, ch.Deleted...)
 	oc.Tampered, oc.Skipped = ch.Tampered, ch.Skipped
 	for _, r := range ch.Refused {
 		out.FilesRefused = append(out.FilesRefused, wire.RefusedFile{Path: r.Path, Size: r.Size, Reason: r.Reason})

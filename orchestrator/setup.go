@@ -61,7 +61,7 @@ func (o *Orchestrator) SetRunSetup(ctx context.Context, run runid.ID, s wire.Run
 			o.cacheSetup(run, old)
 			return old, nil
 		}
-		if tr, err := o.Trace(ctx, run); err != nil {
+		if tr, err := o.trace(ctx, run); err != nil {
 			return s, err
 		} else if len(tr) > 0 {
 			return s, fault.New(fault.Conflict, fmt.Sprintf("run %s was set up with seed %d and as_of %q, and has made calls", run, old.Seed, old.AsOf),
@@ -78,6 +78,9 @@ func (o *Orchestrator) SetRunSetup(ctx context.Context, run runid.ID, s wire.Run
 // RunSetup returns the run's setup as recorded, and false when the run has
 // no record (it has made no call, or predates run.setup.json).
 func (o *Orchestrator) RunSetup(ctx context.Context, run runid.ID) (wire.RunSetup, bool, error) {
+	if err := o.settle(ctx, run); err != nil {
+		return wire.RunSetup{}, false, err
+	}
 	return o.recordedSetup(ctx, run)
 }
 

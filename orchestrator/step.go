@@ -34,12 +34,17 @@ type Step struct {
 	// Artifacts are the files the call created or changed, with the
 	// metadata the store reports for them.
 	Artifacts []tmpfs.File
+	// Touched are other run paths the call changed: files it linked in
+	// (files_in) or deleted. With Artifacts they keep what the evaluator
+	// knows of the run up to date without listing it.
+	Touched []string
 	// Err is the call's failure, if it failed.
 	Err     error
 	Started time.Time
 	Elapsed time.Duration
 
 	verdict *evaluator.Verdict // set once the journal recorded the step
+	wrote   []cel.Write        // the journal's files, as recorded
 }
 
 // Outcome is what one tool contributes to its Step. The evaluator's
@@ -421,4 +426,14 @@ func errText(err error) string {
 		return string(fe.Kind) + ": " + fe.Message
 	}
 	return err.Error()
+}
+
+// touched returns the files the step wrote: its artifacts and the
+// journal's files its recording wrote.
+func (s *Step) touched() []tmpfs.File {
+	out := append([]tmpfs.File(nil), s.Artifacts...)
+	for _, w := range s.wrote {
+		out = append(out, w.File)
+	}
+	return out
 }

@@ -36,7 +36,10 @@ type Config struct {
 	Limits sandbox.Limits
 	// Protect names run paths a cell may not change (the journal).
 	Protect func(path string) bool
-	Logger  *slog.Logger
+	// Omit names run paths never copied into a working directory (the
+	// journal's checkpoints).
+	Omit   func(path string) bool
+	Logger *slog.Logger
 }
 
 // Session is a run's live kernel and its working directory.
@@ -118,7 +121,7 @@ func (m *Manager) Acquire(ctx context.Context, run runid.ID) (*Session, error) {
 		return nil, err
 	}
 	dir := workspace.Open(m.c.Store, run, k.Files(), m.log)
-	dir.Protect = m.c.Protect
+	dir.Protect, dir.Omit = m.c.Protect, m.c.Omit
 	if err := dir.Materialize(ctx); err != nil {
 		k.Close()
 		return nil, fmt.Errorf("materialise run %s into its kernel: %w", run, err)
