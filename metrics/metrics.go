@@ -297,6 +297,16 @@ func (x *index) Get(ctx context.Context, run runid.ID, path string) (tmpfs.File,
 	return f, err
 }
 
+// FilesUnder implements tmpfs.DirCounter when the wrapped index does, and
+// otherwise counts from a listing.
+func (x *index) FilesUnder(ctx context.Context, run runid.ID, dir string) (int, error) {
+	if dc, ok := x.x.(tmpfs.DirCounter); ok {
+		return dc.FilesUnder(ctx, run, dir)
+	}
+	fs, err := x.x.List(ctx, run, dir+"/")
+	return len(fs), err
+}
+
 func (x *index) Put(ctx context.Context, run runid.ID, f tmpfs.File) error {
 	err := x.x.Put(ctx, run, f)
 	x.m.op(x.name, "index_put", err)

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"hash"
 	"io"
+	"sync"
 
 	"github.com/triadhq/triad/internal/runid"
 	"github.com/triadhq/triad/internal/safepath"
@@ -40,38 +41,78 @@ type Appender interface {
 // Link it). With a Blobs that implements Appender the cost is that of data
 // alone; otherwise the file is read (verified) and written whole.
 //
-// Appends to one run are serialized with each other and with Link and
-// Delete, so an Append never loses a concurrent change to its path.
+// Appends to one path are serialized; appends to different paths of a run
+// run in parallel. The index entry is replaced only if the path still
+// holds the version the append started from, so an Append never loses a
+// concurrent write, link or delete of its path: it starts over from the
+// new version instead.
 func (s *Store) Append(ctx context.Context, run runid.ID, path string, data []byte) (File, error) {
 	p, err := safepath.Clean(path)
 	if err != nil {
 		return File{}, err
 	}
+	m, _ := s.appending.LoadOrStore(run.String()+"\x00"+p, &sync.Mutex{})
+	mu := m.(*sync.Mutex)
+	mu.Lock()
+	defer mu.Unlock()
+	for {
+		cur, exists, err := s.appendBase(ctx, run, p)
+		if err != nil {
+			return File{}, err
+		}
+		if exists && len(data) == 0 {
+			return cur, nil
+		}
+		d, n, err := s.appendBlob(ctx, run, p, cur, data)
+		if err != nil {
+			return File{}, fmt.Errorf("append to %s: %w", p, err)
+		}
+		f := File{Path: p, Size: n, SHA256: d, ModifiedAt: s.now().UTC()}
+		ok, err := s.commitAppend(ctx, run, cur, exists, f)
+		if ok || err != nil {
+			return f, err
+		}
+	}
+}
+
+// appendBase returns the file an append to p starts from, checking that
+// a new file fits the run's tree.
+func (s *Store) appendBase(ctx context.Context, run runid.ID, p string) (File, bool, error) {
 	unlock := s.lock(run)
 	defer unlock()
 	cur, err := s.index.Get(ctx, run, p)
-	exists := err == nil
-	if err != nil && !errors.Is(err, ErrNotFound) {
-		return File{}, err
+	if err == nil {
+		return cur, true, nil
 	}
-	if !exists {
-		// A new file must fit the run's tree; an existing one already does.
-		if err := s.checkTree(ctx, run, p); err != nil {
-			return File{}, err
+	if !errors.Is(err, ErrNotFound) {
+		return File{}, false, err
+	}
+	return File{}, false, s.checkTree(ctx, run, p)
+}
+
+// commitAppend puts f in the index if p still holds cur (or, for a new
+// file, still nothing), and reports whether it did.
+func (s *Store) commitAppend(ctx context.Context, run runid.ID, cur File, existed bool, f File) (bool, error) {
+	unlock := s.lock(run)
+	defer unlock()
+	now, err := s.index.Get(ctx, run, f.Path)
+	switch {
+	case errors.Is(err, ErrNotFound):
+		if existed {
+			return false, nil
 		}
+		if err := s.checkTree(ctx, run, f.Path); err != nil {
+			return false, err
+		}
+	case err != nil:
+		return false, err
+	case !existed || now.SHA256 != cur.SHA256 || now.Size != cur.Size:
+		return false, nil
 	}
-	if exists && len(data) == 0 {
-		return cur, nil
-	}
-	d, n, err := s.appendBlob(ctx, run, p, cur, data)
-	if err != nil {
-		return File{}, fmt.Errorf("append to %s: %w", p, err)
-	}
-	f := File{Path: p, Size: n, SHA256: d, ModifiedAt: s.now().UTC()}
 	if err := s.putIndex(ctx, run, f); err != nil {
-		return File{}, fmt.Errorf("index %s: %w", p, err)
+		return false, fmt.Errorf("index %s: %w", f.Path, err)
 	}
-	return f, nil
+	return true, nil
 }
 
 // appendBlob stores cur's bytes followed by data (cur is the zero File for

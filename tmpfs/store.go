@@ -23,8 +23,9 @@ type Store struct {
 	log   *slog.Logger
 	now   func() time.Time
 
-	locks sync.Map // runid.ID -> *sync.Mutex; serializes index mutation per run
-	usage usageTable
+	locks     sync.Map // runid.ID -> *sync.Mutex; serializes index mutation per run
+	appending sync.Map // run + "\x00" + path -> *sync.Mutex; serializes appends per path
+	usage     usageTable
 
 	mu       sync.Mutex
 	verified map[verifyKey]struct{} // whole-blob verifications, by blob version
@@ -108,6 +109,12 @@ func (s *Store) checkTree(ctx context.Context, run runid.ID, p string) error {
 		if _, err := s.index.Get(ctx, run, p[:i]); err == nil {
 			return fmt.Errorf("%w: %q is a file, so %q cannot be created under it", ErrConflict, p[:i], p)
 		} else if !errors.Is(err, ErrNotFound) {
+			return err
+		}
+	}
+	if dc, ok := s.index.(DirCounter); ok {
+		// The common case, no file under p, without a listing.
+		if n, err := dc.FilesUnder(ctx, run, p); err != nil || n == 0 {
 			return err
 		}
 	}

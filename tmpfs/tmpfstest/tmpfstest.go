@@ -88,6 +88,22 @@ func Run(t *testing.T, newStore func(t *testing.T) *tmpfs.Store) {
 		if _, err := s.WriteBytes(ctx, run, "d/f/g", []byte("x")); !errors.Is(err, tmpfs.ErrConflict) {
 			t.Fatalf("file under file: got %v, want ErrConflict", err)
 		}
+		// Once the directory is empty again, a file may take its name,
+		// in this store and after a restart.
+		if _, err := s.WriteBytes(ctx, run, "d/e/f", []byte("x")); err != nil {
+			t.Fatal(err)
+		}
+		s.Delete(ctx, run, "d/f")
+		if _, err := s.WriteBytes(ctx, run, "d", []byte("x")); !errors.Is(err, tmpfs.ErrConflict) {
+			t.Fatalf("file over a directory that still holds d/e/f: got %v, want ErrConflict", err)
+		}
+		s.Delete(ctx, run, "d/e/f")
+		if _, err := s.WriteBytes(ctx, run, "d", []byte("x")); err != nil {
+			t.Fatalf("file over an emptied directory: %v", err)
+		}
+		if _, err := newStore(t).WriteBytes(ctx, run, "d/g", []byte("x")); !errors.Is(err, tmpfs.ErrConflict) {
+			t.Fatalf("after a restart, file under file: got %v, want ErrConflict", err)
+		}
 	})
 	t.Run("TooLarge", func(t *testing.T) {
 		s := newStore(t)
@@ -333,6 +349,40 @@ func testAppend(t *testing.T, newStore func(t *testing.T) *tmpfs.Store) {
 	}
 	if g, err := s.Append(ctx, a, "empty.jsonl", nil); err != nil || g.Size != 0 || g.SHA256 != tmpfs.DigestOf(nil) {
 		t.Fatalf("empty new file: got %+v, %v", g, err)
+	}
+
+	// Concurrent appends to one path lose nothing; appends to other paths
+	// of the run go on beside them.
+	var wg sync.WaitGroup
+	errs := make(chan error, 64)
+	for g := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 10 {
+				if _, err := s.Append(ctx, a, "shared.jsonl", []byte(fmt.Sprintf("%d-%d\n", g, i))); err != nil {
+					errs <- err
+				}
+				if _, err := s.Append(ctx, a, fmt.Sprintf("own-%d.jsonl", g), []byte("x\n")); err != nil {
+					errs <- err
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	got, f, err := s.ReadAll(ctx, a, "shared.jsonl")
+	if err != nil || strings.Count(string(got), "\n") != 80 || f.SHA256 != tmpfs.DigestOf(got) {
+		t.Fatalf("concurrent appends: got %d lines, %v", strings.Count(string(got), "\n"), err)
+	}
+	for g := range 8 {
+		got, _, err := s.ReadAll(ctx, a, fmt.Sprintf("own-%d.jsonl", g))
+		if err != nil || string(got) != strings.Repeat("x\n", 10) {
+			t.Fatalf("own-%d: got %q, %v", g, got, err)
+		}
 	}
 
 	// A new file must fit the run's tree.
