@@ -361,16 +361,26 @@ func (j *Journal) append(ctx context.Context, run runid.ID, checkpoint, text str
 		return nil, fmt.Errorf("journal of run %s: %w", run, err)
 	}
 	var out []Write
-	if checkpoint != "" {
-		cp, err := j.store.Link(ctx, run, checkpoint, f.SHA256, f.Size)
-		if err != nil {
-			return nil, err
+	var (
+		cp   tmpfs.File
+		cerr error
+		done = make(chan struct{})
+	)
+	// The checkpoint names the version the append starts from: the two
+	// are independent, so they are written side by side.
+	go func() {
+		defer close(done)
+		if checkpoint != "" {
+			cp, cerr = j.store.Link(ctx, run, checkpoint, f.SHA256, f.Size)
 		}
-		out = append(out, Write{File: cp})
-	}
+	}()
 	nf, err := j.store.Append(ctx, run, Path, []byte(text))
-	if err != nil {
+	<-done
+	if err = errors.Join(cerr, err); err != nil {
 		return nil, err
+	}
+	if checkpoint != "" {
+		out = append(out, Write{File: cp})
 	}
 	return append(out, Write{File: nf, Appended: []byte(text), Prev: f.SHA256}), nil
 }

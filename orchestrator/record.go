@@ -102,17 +102,13 @@ func (o *Orchestrator) record1(ctx context.Context, s *Step) error {
 	}
 	writes = append(writes, wrote...)
 
+	// The Step Block is the step's commit point (a marker without one is
+	// an interrupted step); the two record lines follow it, in parallel.
 	ev, _ := runfiles.Marshal(struct {
 		Step int    `json:"step"`
 		Tool string `json:"tool"`
 		*evaluator.Verdict
 	}{n, s.Outcome.Tool(), &verdict})
-	w, err := o.appendLine(ctx, run, runfiles.Evaluations, ev)
-	if err != nil {
-		return err
-	}
-	writes = append(writes, w)
-
 	tr := traceRecord(s, si, n, verdict)
 	p := auth.From(ctx)
 	tr.KeyID, tr.Tenant = p.KeyID, p.Tenant
@@ -120,10 +116,22 @@ func (o *Orchestrator) record1(ctx context.Context, s *Step) error {
 	if err != nil {
 		return err
 	}
-	if w, err = o.appendLine(ctx, run, runfiles.Trace, line); err != nil {
+	var (
+		wg         sync.WaitGroup
+		wev, wtr   cel.Write
+		eerr, terr error
+	)
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		wev, eerr = o.appendLine(ctx, run, runfiles.Evaluations, ev)
+	}()
+	wtr, terr = o.appendLine(ctx, run, runfiles.Trace, line)
+	wg.Wait()
+	if err := errors.Join(eerr, terr); err != nil {
 		return err
 	}
-	writes = append(writes, w)
+	writes = append(writes, wev, wtr)
 
 	if f, ok, err := o.updateIndex(ctx, run, n, s.Artifacts); err != nil {
 		return err
