@@ -77,11 +77,12 @@ func (o *Orchestrator) ExecStream(ctx context.Context, run runid.ID, in wire.Exe
 	timeout = min(timeout, o.exec.MaxTimeout)
 	oc := &ExecOutcome{Code: codeSummary(in.Code), TimeoutS: timeout.Seconds(), FilesIn: in.FilesIn, Timeout: timeout}
 	err := o.call(ctx, run, oc, func(ctx context.Context, s *Step) error {
-		if err := o.keepCode(ctx, run, in.Code, oc); err != nil {
-			return err
-		}
+		kept := o.keepCode(ctx, run, in.Code, oc)
 		var err error
 		out, err = o.exec1(ctx, run, in, timeout, s, oc, on)
+		if kerr := kept(); kerr != nil && err == nil {
+			return kerr
+		}
 		return err
 	})
 	return out, err

@@ -143,7 +143,6 @@ func (o *Orchestrator) record1(ctx context.Context, s *Step) error {
 		si.Receipt.Step, si.Receipt.Verdict = n, verdict
 	}
 	s.verdict = &verdict
-	s.wrote = writes
 	return nil
 }
 

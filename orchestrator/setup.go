@@ -300,14 +300,28 @@ func (o *Orchestrator) kernelRestarted(ctx context.Context, run runid.ID, sess *
 }
 
 // keepCode stores a cell's source as a blob, so a replay can recover it by
-// the hash the trace records.
-func (o *Orchestrator) keepCode(ctx context.Context, run runid.ID, code string, oc *ExecOutcome) error {
-	d, _, err := o.store.Blobs().Put(ctx, strings.NewReader(code), 0)
-	if err != nil {
-		return storeErr(err, run, "the cell's source")
-	}
+// the hash the trace records. The store write runs beside the cell (it is
+// a durable write, as long as a short cell): the returned wait reports
+// its failure, which fails the call.
+func (o *Orchestrator) keepCode(ctx context.Context, run runid.ID, code string, oc *ExecOutcome) (wait func() error) {
+	d := tmpfs.DigestOf([]byte(code))
 	oc.CodeSHA256 = d
-	return nil
+	done := make(chan error, 1)
+	go func() {
+		// A cell run again (the same source) is stored already.
+		if n, err := o.store.Blobs().Stat(ctx, d); err == nil && n == int64(len(code)) {
+			done <- nil
+			return
+		}
+		_, _, err := o.store.Blobs().Put(ctx, strings.NewReader(code), 0)
+		done <- err
+	}()
+	return func() error {
+		if err := <-done; err != nil {
+			return storeErr(err, run, "the cell's source")
+		}
+		return nil
+	}
 }
 
 // ToolReplay names the step that records a replay's report. It is Triad's

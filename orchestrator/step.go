@@ -44,7 +44,6 @@ type Step struct {
 	Elapsed time.Duration
 
 	verdict *evaluator.Verdict // set once the journal recorded the step
-	wrote   []cel.Write        // the journal's files, as recorded
 }
 
 // Outcome is what one tool contributes to its Step. The evaluator's
@@ -428,12 +427,10 @@ func errText(err error) string {
 	return err.Error()
 }
 
-// touched returns the files the step wrote: its artifacts and the
-// journal's files its recording wrote.
+// touched returns the files the step wrote whose blobs its tenant now
+// holds (for files_in by hash): its artifacts. The journal's own versions,
+// three or four new blobs a step, are not marked one by one; a run's
+// first flush in a process marks every file it holds then.
 func (s *Step) touched() []tmpfs.File {
-	out := append([]tmpfs.File(nil), s.Artifacts...)
-	for _, w := range s.wrote {
-		out = append(out, w.File)
-	}
-	return out
+	return s.Artifacts
 }

@@ -199,13 +199,15 @@ func (b *Blobs) resume(ctx context.Context, key string, base tmpfs.Digest, baseS
 
 // writeRef records where blob d lives, durably, unless d is stored
 // already (as a blob file or another ref): content addressing makes any
-// stored copy as good as another.
+// stored copy as good as another. The ref is written in place (a ref is
+// small, and a torn one, from a crash mid-write, does not parse and is
+// written again), then its directory is synced.
 func (b *Blobs) writeRef(d tmpfs.Digest, r ref) error {
 	if _, err := os.Stat(b.path(d)); err == nil {
 		return nil
 	}
 	p := b.refPath(d)
-	if _, err := os.Stat(p); err == nil {
+	if _, err := b.readRef(d); err == nil {
 		return nil
 	}
 	data, err := json.Marshal(r)
@@ -215,22 +217,20 @@ func (b *Blobs) writeRef(d tmpfs.Digest, r ref) error {
 	if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
 		return err
 	}
-	tmp, err := os.CreateTemp(b.tmpDir(), "ref-*")
+	os.Remove(p) // a torn ref
+	f, err := os.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o400)
 	if err != nil {
-		return err
+		return fmt.Errorf("write ref of %s: %w", d.Short(), err)
 	}
-	_, err = tmp.Write(data)
+	_, err = f.Write(data)
 	if err == nil {
-		err = tmp.Sync()
+		err = f.Sync()
 	}
-	if cerr := tmp.Close(); err == nil {
+	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
-	if err == nil {
-		err = os.Rename(tmp.Name(), p)
-	}
 	if err != nil {
-		os.Remove(tmp.Name())
+		os.Remove(p)
 		return fmt.Errorf("write ref of %s: %w", d.Short(), err)
 	}
 	return syncDir(filepath.Dir(p))
