@@ -48,8 +48,9 @@ type Orchestrator struct {
 	setups map[runid.ID]wire.RunSetup // seed and as_of per run, set or loaded
 	fresh  map[runid.ID]bool          // runs whose kernel restarted since their last cell
 
-	runs sync.Map // runid.ID -> *sync.Mutex
 	pend pending  // runs whose last call answered and is being recorded
+	cmds sync.Map // runid.ID -> *cmdCounter
+	lock RunLock
 }
 
 // Limits bound what a single call may move.
@@ -85,6 +86,9 @@ type Config struct {
 	Quotas Quotas
 	// Metrics receives the path's events; nil records none.
 	Metrics Metrics
+	// RunLock keeps each run's single writer; nil means InProcess. Give a
+	// lock shared by every replica when several serve one store.
+	RunLock RunLock
 }
 
 // New returns an Orchestrator.
@@ -99,10 +103,13 @@ func New(c Config) *Orchestrator {
 		c.Limits.StreamBody = DefaultLimits.StreamBody
 	}
 	c.Exec.defaults()
+	if c.RunLock == nil {
+		c.RunLock = &InProcess{}
+	}
 	o := &Orchestrator{store: c.Store, kernels: c.Kernels, exec: c.Exec, limits: c.Limits, log: c.Logger,
 		search0: c.Search, replayAll: c.Replay, replayRuns: map[runid.ID]bool{}, replayCount: map[runid.ID]map[string]int{},
 		replaySrc: map[runid.ID]runid.ID{}, setups: map[runid.ID]wire.RunSetup{}, fresh: map[runid.ID]bool{},
-		t: newTenancy(c.Quotas), metrics: hooks{c.Metrics}}
+		t: newTenancy(c.Quotas), metrics: hooks{c.Metrics}, lock: c.RunLock}
 	if c.Journal != nil {
 		o.j = &journal{cel: c.Journal, eval: c.Evaluator, cites: map[runid.ID]map[string]bool{}, meta: map[runid.ID]cel.Header{},
 			views: map[runid.ID]*view{}, recovered: map[runid.ID]bool{}}
@@ -119,11 +126,13 @@ func (o *Orchestrator) Limits() Limits { return o.limits }
 // call is the orchestration path. fn performs the tool call, filling in
 // the step's artifacts and its outcome's facts; call does everything
 // around it: the caller's right to the run (its scope, its tenant, the
-// tenant's stored-bytes quota), the run lock, timing, a step-started
-// marker, and recording (Step Block with the evaluator's verdict, trace,
+// tenant's stored-bytes quota), the run lock (and, under a shared lock,
+// the call in progress recorded on it), timing, a step-started marker,
+// and recording (Step Block with the evaluator's verdict, trace,
 // evaluations, artifact index, the tenant's run index). Recording runs
 // after call returns, under the run's lock, so the run's next call waits
-// for it (see pending.go). A call refused before it starts (another
+// for it, on this replica or another (see pending.go). A call refused
+// before it starts (another
 // tenant's run, a scope or quota) is not recorded: it never touched the
 // run.
 func (o *Orchestrator) call(ctx context.Context, run runid.ID, out Outcome, fn func(ctx context.Context, s *Step) error) error {
@@ -140,7 +149,11 @@ func (o *Orchestrator) call(ctx context.Context, run runid.ID, out Outcome, fn f
 		o.metrics.toolCall(out.Tool(), outcome(err), time.Since(start))
 		return err
 	}
-	unlock := o.lockRun(run)
+	held, err := o.lockRun(ctx, run)
+	if err != nil {
+		o.metrics.toolCall(out.Tool(), outcome(err), time.Since(start))
+		return err
+	}
 	s := &Step{Run: run, Outcome: out, Started: time.Now().UTC()}
 	// The journal must be written even if the caller hung up mid-call.
 	wctx := context.WithoutCancel(ctx)
@@ -148,11 +161,11 @@ func (o *Orchestrator) call(ctx context.Context, run runid.ID, out Outcome, fn f
 		s.Err = fn(ctx, s)
 		s.Elapsed = time.Since(s.Started)
 		o.finish(wctx, s)
-		unlock()
+		held.Unlock()
 		o.metrics.toolCall(out.Tool(), outcome(s.Err), time.Since(start))
 		return s.Err
 	}
-	o.recoverRun(wctx, run)
+	o.begin(wctx, held, s)
 	marked := o.markStep(wctx, s)
 	s.Err = fn(ctx, s)
 	s.Elapsed = time.Since(s.Started)
@@ -161,7 +174,7 @@ func (o *Orchestrator) call(ctx context.Context, run runid.ID, out Outcome, fn f
 		// The caller (the recipe runner) reads the verdict from the
 		// receipt as soon as the call returns: record first.
 		o.finish(wctx, s)
-		unlock()
+		held.Unlock()
 		o.metrics.toolCall(out.Tool(), outcome(s.Err), time.Since(start))
 		return s.Err
 	}
@@ -174,7 +187,7 @@ func (o *Orchestrator) call(ctx context.Context, run runid.ID, out Outcome, fn f
 	hold := crashpoint.Hold()
 	go func() {
 		defer o.pend.end(run, ch)
-		defer unlock()
+		defer held.Unlock()
 		if hold {
 			select {} // the process is about to die: see internal/crashpoint
 		}
@@ -216,11 +229,4 @@ func outcome(err error) string {
 		return "ok"
 	}
 	return string(fault.From(err).Kind)
-}
-
-func (o *Orchestrator) lockRun(run runid.ID) func() {
-	m, _ := o.runs.LoadOrStore(run, &sync.Mutex{})
-	mu := m.(*sync.Mutex)
-	mu.Lock()
-	return mu.Unlock
 }

@@ -77,20 +77,26 @@ func (p *pending) wait(ctx context.Context, run runid.ID) error {
 }
 
 // settle makes a read of run's records see every call that has answered:
-// it waits for the run's pending recording, and the first time this
-// process touches the run, it turns a crashed call's marker into an
-// interrupted Step Block. Never call it with the run locked.
+// it waits for the run's pending recording. The first time this process
+// touches the run, or when another process may have written it since
+// (a shared RunLock), it takes the run's lock instead, which waits for
+// the recording wherever it runs, drops what this process caches of the
+// run, and turns a crashed call into an interrupted Step Block (lockRun).
+// Never call it with the run locked.
 func (o *Orchestrator) settle(ctx context.Context, run runid.ID) error {
 	if o.j == nil {
+		o.refresh(ctx, run)
 		return nil
 	}
-	if !o.recoveredRun(run) {
-		unlock := o.lockRun(run)
-		o.recoverRun(ctx, run)
-		unlock()
-		return nil
+	if o.recoveredRun(run) && !o.lock.Changed(ctx, run) {
+		return o.pend.wait(ctx, run)
 	}
-	return o.pend.wait(ctx, run)
+	held, err := o.lockRun(ctx, run)
+	if err != nil {
+		return err
+	}
+	held.Unlock()
+	return nil
 }
 
 // Settle returns once every call of run that has answered is recorded:

@@ -38,8 +38,11 @@ func (o *Orchestrator) Note(ctx context.Context, run runid.ID, text, author stri
 	if _, err := o.access(ctx, run, auth.Runs, true); err != nil {
 		return err
 	}
-	unlock := o.lockRun(run)
-	defer unlock()
+	held, err := o.lockRun(ctx, run)
+	if err != nil {
+		return err
+	}
+	defer held.Unlock()
 	files, err := o.startJournal(ctx, run, time.Now().UTC())
 	if err != nil {
 		return storeErr(err, run, cel.Path)
@@ -95,8 +98,11 @@ func (o *Orchestrator) Finalize(ctx context.Context, run runid.ID, status string
 	if _, err := o.access(ctx, run, auth.Runs, true); err != nil {
 		return err
 	}
-	unlock := o.lockRun(run)
-	defer unlock()
+	held, err := o.lockRun(ctx, run)
+	if err != nil {
+		return err
+	}
+	defer held.Unlock()
 	trace, err := o.trace(ctx, run)
 	if err != nil {
 		return err

@@ -116,3 +116,10 @@ func (c DirCounts) Add(path string, delta int) {
 		}
 	}
 }
+
+// Forgetter is an Index that caches runs (tmpfs/s3): Forget drops what it
+// holds of run, so that the next read loads it from the backing store,
+// where another process may have written since.
+type Forgetter interface {
+	Forget(run runid.ID)
+}
