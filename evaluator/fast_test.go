@@ -18,7 +18,7 @@ import (
 
 // rubric returns an Evaluator whose interpret runs the real evaluator.py
 // on the embedded WASI CPython.
-func rubric(t *testing.T) *Evaluator {
+func rubric(t testing.TB) *Evaluator {
 	t.Helper()
 	b, err := wasm.New(t.Context(), wasm.Config{CacheDir: "/tmp/triad-test-wazero-cache"})
 	if err != nil {
@@ -145,4 +145,37 @@ func TestGradeLeavesFilesToRubric(t *testing.T) {
 			t.Errorf("Grade took a request with %s", p)
 		}
 	}
+}
+
+// BenchmarkGrade: where a light step is graded. The same clean
+// sandbox.exec request (a cell with no files, as most steps are) graded by
+// Grade in Go, and by evaluator.py on its warm WASI interpreter (the
+// light lane, as before Grade). The ratio is the reason recording stays
+// after the answer but needs no evaluator of its own to keep up: see
+// docs/DECISIONS.md, "When the evaluator runs".
+//
+//	go test -run '^$' -bench Grade -benchtime 2000x ./evaluator
+func BenchmarkGrade(b *testing.B) {
+	req := Request{Tool: "sandbox.exec", OK: true, ElapsedMs: 3, BudgetMs: 60000}
+	b.Run("go", func(b *testing.B) {
+		for range b.N {
+			if v, ok := Grade(req); !ok || !v.Pass {
+				b.Fatalf("got %+v, %v, want a PASS", v, ok)
+			}
+		}
+	})
+	b.Run("wasi", func(b *testing.B) {
+		e := rubric(b)
+		run := runid.New()
+		ctx := context.Background()
+		if _, err := e.interpret(ctx, run, req); err != nil { // warm the interpreter
+			b.Fatal(err)
+		}
+		b.ResetTimer()
+		for range b.N {
+			if v, err := e.interpret(ctx, run, req); err != nil || !v.Pass {
+				b.Fatalf("got %+v, %v, want a PASS", v, err)
+			}
+		}
+	})
 }
