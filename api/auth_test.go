@@ -505,11 +505,16 @@ func TestRunsList(t *testing.T) {
 // the key itself.
 func TestAuditRecords(t *testing.T) {
 	store := localBackend(t).open(t)
-	c := apiServer(t, api.Config{Orchestrator: orchestrator.New(orchestrator.Config{Store: store, Journal: cel.New(store)})})
+	o := orchestrator.New(orchestrator.Config{Store: store, Journal: cel.New(store)})
+	c := apiServer(t, api.Config{Orchestrator: o})
 	c.write("r-audit", "a.txt", "a")
 	c.do("GET", "/tmp/list", "r-audit", nil)
 	p, err := c.keys.Authenticate(context.Background(), c.key)
 	if err != nil {
+		t.Fatal(err)
+	}
+	// The store directly: wait for the last call's recording first.
+	if err := o.Settle(context.Background(), runid.Must("r-audit")); err != nil {
 		t.Fatal(err)
 	}
 	b, _, err := store.ReadAll(context.Background(), runid.Must("r-audit"), "trace.jsonl")

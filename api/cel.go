@@ -1,7 +1,9 @@
 package api
 
 import (
+	"io"
 	"net/http"
+	"strconv"
 
 	"github.com/triadhq/triad/wire"
 )
@@ -11,13 +13,22 @@ func (s *Server) celGet(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	b, err := s.orch.Journal(r.Context(), id)
+	// Streamed, verified as it streams: a journal is read whole only by
+	// the client.
+	f, body, err := s.orch.OpenJournal(r.Context(), id)
 	if err != nil {
 		return err
 	}
+	defer body.Close()
 	w.Header().Set("Content-Type", "text/markdown; charset=utf-8")
-	_, err = w.Write(b)
-	return err
+	w.Header().Set("Content-Length", strconv.FormatInt(f.Size, 10))
+	if _, err := io.Copy(w, body); err != nil {
+		// Headers are out: cut the connection so the client sees a
+		// truncated body, never a complete-looking one.
+		s.log.ErrorContext(r.Context(), "stream journal", "run", id, "err", err)
+		panic(http.ErrAbortHandler)
+	}
+	return nil
 }
 
 func (s *Server) celNote(w http.ResponseWriter, r *http.Request) error {

@@ -70,6 +70,9 @@ func (s *Server) shareCreate(w http.ResponseWriter, r *http.Request) error {
 		if err != nil {
 			return err
 		}
+		if err := s.orch.Settle(ctx, id); err != nil {
+			return err
+		}
 		if _, err := s.orch.Store().Stat(ctx, id, p); errors.Is(err, tmpfs.ErrNotFound) {
 			return fault.New(fault.NotFound, fmt.Sprintf("no file %q in run %s", p, id), "tmp.list shows the run's files; share one that exists, or share a prefix")
 		} else if err != nil {
@@ -157,6 +160,10 @@ func (s *Server) shareGet(w http.ResponseWriter, r *http.Request) error {
 		if p, err = safepath.Clean(up); err != nil || !l.Allows(p) {
 			return shareGone
 		}
+	}
+	// A shared journal shows every call that has answered, with its verdict.
+	if err := s.orch.Settle(ctx, l.Run); err != nil {
+		return err
 	}
 	if p == "" { // a prefix link itself: what it shares
 		files, err := s.orch.Store().List(ctx, l.Run, l.Prefix)

@@ -5,10 +5,11 @@
 // Journal appends blocks, operator notes and the closing summary, keeping a
 // checkpoint copy CEL.step_{n}.md before each append (free, because the store
 // is content-addressed: the checkpoint is a second name for the old blob).
+// An append stores only its own bytes (tmpfs.Store.Append), so a step costs
+// the same at step 5,000 as at step 10.
 package cel
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -211,6 +212,17 @@ func baseName(p string) string {
 	return p
 }
 
+// Write is one file a Journal call wrote.
+type Write struct {
+	tmpfs.File
+	// Appended, when set, is the text added to the file's version Prev
+	// (the journal itself); a checkpoint is a new name for a whole file
+	// and has none. A copy of the journal elsewhere (a kernel's working
+	// directory) is brought up to date by appending it.
+	Appended []byte
+	Prev     tmpfs.Digest
+}
+
 // Journal reads and appends run journals in a store. Callers serialize
 // calls per run (the orchestrator's run lock); the journal trusts that.
 type Journal struct {
@@ -297,17 +309,18 @@ func (j *Journal) Started(ctx context.Context, run runid.ID) (bool, error) {
 }
 
 // Start writes the header if the journal does not exist yet.
-func (j *Journal) Start(ctx context.Context, h Header) ([]tmpfs.File, error) {
+func (j *Journal) Start(ctx context.Context, h Header) ([]Write, error) {
 	st, err := j.state(ctx, h.Run)
 	if err != nil || st.header {
 		return nil, err
 	}
-	f, err := j.store.WriteBytes(ctx, h.Run, Path, []byte(FormatHeader(h)))
+	text := []byte(FormatHeader(h))
+	f, err := j.store.Append(ctx, h.Run, Path, text)
 	if err != nil {
 		return nil, err
 	}
 	st.header = true
-	return []tmpfs.File{f}, nil
+	return []Write{{File: f, Appended: text}}, nil
 }
 
 // Next returns the number the run's next Step Block will carry, and the
@@ -322,7 +335,7 @@ func (j *Journal) Next(ctx context.Context, run runid.ID) (int, []Note, error) {
 
 // Append checkpoints the journal as CEL.step_{n}.md and appends b. It
 // returns the files it wrote (the checkpoint and the journal).
-func (j *Journal) Append(ctx context.Context, run runid.ID, b Block) ([]tmpfs.File, error) {
+func (j *Journal) Append(ctx context.Context, run runid.ID, b Block) ([]Write, error) {
 	st, err := j.state(ctx, run)
 	if err != nil {
 		return nil, err
@@ -340,7 +353,7 @@ func (j *Journal) Append(ctx context.Context, run runid.ID, b Block) ([]tmpfs.Fi
 }
 
 // AddNote appends an operator note; the next Step Block sees it.
-func (j *Journal) AddNote(ctx context.Context, run runid.ID, n Note) ([]tmpfs.File, error) {
+func (j *Journal) AddNote(ctx context.Context, run runid.ID, n Note) ([]Write, error) {
 	st, err := j.state(ctx, run)
 	if err != nil {
 		return nil, err
@@ -354,7 +367,7 @@ func (j *Journal) AddNote(ctx context.Context, run runid.ID, n Note) ([]tmpfs.Fi
 }
 
 // Finalize appends the summary section.
-func (j *Journal) Finalize(ctx context.Context, run runid.ID, s Summary) ([]tmpfs.File, error) {
+func (j *Journal) Finalize(ctx context.Context, run runid.ID, s Summary) ([]Write, error) {
 	sort.Slice(s.Artifacts, func(a, b int) bool { return s.Artifacts[a].Path < s.Artifacts[b].Path })
 	return j.append(ctx, run, "", FormatSummary(s))
 }
@@ -365,26 +378,36 @@ func (j *Journal) Read(ctx context.Context, run runid.ID) ([]byte, error) {
 	return b, err
 }
 
-func (j *Journal) append(ctx context.Context, run runid.ID, checkpoint, text string) ([]tmpfs.File, error) {
-	old, f, err := j.store.ReadAll(ctx, run, Path)
+// append checkpoints the journal (when checkpoint is set) and appends text.
+// The checkpoint is a second name for the journal's current blob, and the
+// append stores only text's bytes (tmpfs.Store.Append): the cost does not
+// grow with the journal.
+func (j *Journal) append(ctx context.Context, run runid.ID, checkpoint, text string) ([]Write, error) {
+	f, err := j.store.Stat(ctx, run, Path)
 	if err != nil {
-		return nil, fmt.Errorf("read journal of run %s: %w", run, err)
+		return nil, fmt.Errorf("journal of run %s: %w", run, err)
 	}
-	var out []tmpfs.File
-	if checkpoint != "" {
-		cp, err := j.store.Link(ctx, run, checkpoint, f.SHA256, f.Size)
-		if err != nil {
-			return nil, err
+	var out []Write
+	var (
+		cp   tmpfs.File
+		cerr error
+		done = make(chan struct{})
+	)
+	// The checkpoint names the version the append starts from: the two
+	// are independent, so they are written side by side.
+	go func() {
+		defer close(done)
+		if checkpoint != "" {
+			cp, cerr = j.store.Link(ctx, run, checkpoint, f.SHA256, f.Size)
 		}
-		out = append(out, cp)
-	}
-	var buf bytes.Buffer
-	buf.Grow(len(old) + len(text))
-	buf.Write(old)
-	buf.WriteString(text)
-	nf, err := j.store.WriteBytes(ctx, run, Path, buf.Bytes())
-	if err != nil {
+	}()
+	nf, err := j.store.Append(ctx, run, Path, []byte(text))
+	<-done
+	if err = errors.Join(cerr, err); err != nil {
 		return nil, err
 	}
-	return append(out, nf), nil
+	if checkpoint != "" {
+		out = append(out, Write{File: cp})
+	}
+	return append(out, Write{File: nf, Appended: []byte(text), Prev: f.SHA256}), nil
 }

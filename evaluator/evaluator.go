@@ -5,6 +5,8 @@
 // separate from every user kernel, with the step's artifacts staged into a
 // directory it can only read. Nothing a cell does in its kernel (monkeypatched
 // builtins, a forged journal) reaches the evaluator's process or its code.
+// Steps whose artifacts the rubric would not open are graded by Grade, the
+// rubric's arithmetic in Go, held to the Python by a differential test.
 package evaluator
 
 import (
@@ -184,8 +186,18 @@ func New(c Config) (*Evaluator, error) {
 	return &Evaluator{c: c, log: c.Logger, light: newLane(1), heavy: heavy}, nil
 }
 
-// Evaluate grades one step of run.
+// Evaluate grades one step of run: in Go when the rubric would read none
+// of its artifacts (Grade), else by the rubric in its interpreter.
 func (e *Evaluator) Evaluate(ctx context.Context, run runid.ID, req Request) (Verdict, error) {
+	if v, ok := Grade(req); ok {
+		return v, nil
+	}
+	return e.interpret(ctx, run, req)
+}
+
+// interpret grades one step by running the rubric in the interpreter, with
+// the step's artifacts staged where it can read them.
+func (e *Evaluator) interpret(ctx context.Context, run runid.ID, req Request) (Verdict, error) {
 	dir := strconv.FormatInt(e.seq.Add(1), 10)
 	host := filepath.Join(e.c.Dir, dir)
 	if err := os.MkdirAll(host, 0o755); err != nil {

@@ -227,6 +227,24 @@ func (b *blobs) Put(ctx context.Context, r io.Reader, limit int64) (tmpfs.Digest
 	return d, n, err
 }
 
+// Append implements tmpfs.Appender when the wrapped blobs do; otherwise it
+// reports errors.ErrUnsupported and the store writes whole blobs.
+func (b *blobs) Append(ctx context.Context, base tmpfs.Digest, baseSize int64, tail []byte, chain string) (tmpfs.Digest, int64, error) {
+	a, ok := b.b.(tmpfs.Appender)
+	if !ok {
+		return tmpfs.Digest{}, 0, errors.ErrUnsupported
+	}
+	d, n, err := a.Append(ctx, base, baseSize, tail, chain)
+	if errors.Is(err, errors.ErrUnsupported) {
+		return d, n, err
+	}
+	b.m.op(b.name, "blob_append", err)
+	if err == nil {
+		b.m.storeBytes.WithLabelValues(b.name, "write").Add(float64(len(tail)))
+	}
+	return d, n, err
+}
+
 func (b *blobs) Open(ctx context.Context, d tmpfs.Digest) (tmpfs.Blob, error) {
 	bl, err := b.b.Open(ctx, d)
 	b.m.op(b.name, "blob_open", err)
@@ -277,6 +295,16 @@ func (x *index) Get(ctx context.Context, run runid.ID, path string) (tmpfs.File,
 	f, err := x.x.Get(ctx, run, path)
 	x.m.op(x.name, "index_get", err)
 	return f, err
+}
+
+// FilesUnder implements tmpfs.DirCounter when the wrapped index does, and
+// otherwise counts from a listing.
+func (x *index) FilesUnder(ctx context.Context, run runid.ID, dir string) (int, error) {
+	if dc, ok := x.x.(tmpfs.DirCounter); ok {
+		return dc.FilesUnder(ctx, run, dir)
+	}
+	fs, err := x.x.List(ctx, run, dir+"/")
+	return len(fs), err
 }
 
 func (x *index) Put(ctx context.Context, run runid.ID, f tmpfs.File) error {

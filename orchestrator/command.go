@@ -46,7 +46,7 @@ func (o *Orchestrator) command1(ctx context.Context, run runid.ID, in wire.ExecR
 	if err != nil {
 		return out, err
 	}
-	if err := o.filesIn(ctx, run, ow, sess, in.FilesIn); err != nil {
+	if err := o.filesIn(ctx, run, ow, sess, s, in.FilesIn); err != nil {
 		return out, err
 	}
 	outp := newOutput(o.exec.StreamCap, o.exec.SpoolDir, on)
@@ -165,7 +165,7 @@ func (o *Orchestrator) StartCommand(ctx context.Context, run runid.ID, in wire.E
 			return err
 		}
 		if cm, err = o.commander(sess); err == nil {
-			err = o.filesIn(ctx, run, ow, sess, in.FilesIn)
+			err = o.filesIn(ctx, run, ow, sess, s, in.FilesIn)
 		}
 		if err != nil {
 			o.kernels.Release(sess)

@@ -82,14 +82,15 @@ func (o *Orchestrator) ExecStream(ctx context.Context, run runid.ID, in wire.Exe
 	timeout := o.execTimeout(in)
 	oc := o.execOutcome(in, timeout)
 	err := o.call(ctx, run, oc, func(ctx context.Context, s *Step) error {
-		if err := o.keepCode(ctx, run, in.Code, oc); err != nil {
-			return err
-		}
+		kept := o.keepCode(ctx, run, in.Code, oc)
 		var err error
 		if in.Language == wire.LanguageBash {
 			out, err = o.command1(ctx, run, in, timeout, s, oc, on)
 		} else {
 			out, err = o.exec1(ctx, run, in, timeout, s, oc, on)
+		}
+		if kerr := kept(); kerr != nil && err == nil {
+			return kerr
 		}
 		return err
 	})
@@ -213,7 +214,7 @@ func (o *Orchestrator) exec1(ctx context.Context, run runid.ID, in wire.ExecRequ
 	// The session is busy, so the idle reaper leaves it alone, until the
 	// cell's files are harvested and its outputs kept.
 	defer o.kernels.Release(sess)
-	if err := o.filesIn(ctx, run, ow, sess, in.FilesIn); err != nil {
+	if err := o.filesIn(ctx, run, ow, sess, s, in.FilesIn); err != nil {
 		return out, err
 	}
 	k, fresh := sess.Kernel, false
@@ -301,7 +302,7 @@ func (o *Orchestrator) exec1(ctx context.Context, run runid.ID, in wire.ExecRequ
 }
 
 // filesIn copies the call's files_in into the session's working directory.
-func (o *Orchestrator) filesIn(ctx context.Context, run runid.ID, ow owner, sess *kernels.Session, files []wire.FileIn) error {
+func (o *Orchestrator) filesIn(ctx context.Context, run runid.ID, ow owner, sess *kernels.Session, s *Step, files []wire.FileIn) error {
 	for i, f := range files {
 		src, err := o.resolveFileIn(ctx, run, ow, f.Path)
 		if err != nil {
@@ -311,6 +312,7 @@ func (o *Orchestrator) filesIn(ctx context.Context, run runid.ID, ow owner, sess
 		if err != nil {
 			return storeErr(err, run, f.Name)
 		}
+		s.Touched = append(s.Touched, linked.Path)
 		if err := sess.Dir.Put(ctx, linked); err != nil {
 			return fault.Wrap(fault.Internal, err, "copy files_in into the working directory", "retry; if the disk quota is full, delete files first")
 		}
@@ -327,6 +329,7 @@ func (o *Orchestrator) harvest(ctx context.Context, run runid.ID, sess *kernels.
 		s.Artifacts = append(s.Artifacts, f)
 	}
 	out.FilesDeleted = ch.Deleted
+	s.Touched = append(s.Touched, ch.Deleted...)
 	oc.Tampered, oc.Skipped = ch.Tampered, ch.Skipped
 	for _, r := range ch.Refused {
 		out.FilesRefused = append(out.FilesRefused, wire.RefusedFile{Path: r.Path, Size: r.Size, Reason: r.Reason})

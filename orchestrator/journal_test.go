@@ -200,6 +200,10 @@ func TestArtifactIndexAgrees(t *testing.T) {
 	if _, err := s.Orch.Write(ctx, run, wire.WriteRequest{Path: "artifacts/c.txt", Text: text("c")}); err != nil {
 		t.Fatal(err)
 	}
+	// The store directly: wait for the last call's recording first.
+	if err := s.Orch.Settle(ctx, run); err != nil {
+		t.Fatal(err)
+	}
 	b, _, err := s.Store.ReadAll(ctx, run, runfiles.Index)
 	if err != nil {
 		t.Fatal(err)
@@ -358,6 +362,9 @@ func TestFinalizeListsDeliverables(t *testing.T) {
 	ctx := t.Context()
 	run := runid.New()
 	if _, err := s.Orch.Write(ctx, run, wire.WriteRequest{Path: "artifacts/brief.md", Text: text("# Brief\n")}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Orch.Settle(ctx, run); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := s.Store.Stat(ctx, run, runfiles.Index); err != nil {

@@ -18,6 +18,7 @@ import (
 	"github.com/triadhq/triad/browser"
 	"github.com/triadhq/triad/cel"
 	"github.com/triadhq/triad/evaluator"
+	"github.com/triadhq/triad/internal/crashpoint"
 	"github.com/triadhq/triad/internal/fault"
 	"github.com/triadhq/triad/internal/runid"
 	"github.com/triadhq/triad/orchestrator/kernels"
@@ -47,6 +48,7 @@ type Orchestrator struct {
 	setups map[runid.ID]wire.RunSetup // seed and as_of per run, set or loaded
 	fresh  map[runid.ID]bool          // runs whose kernel restarted since their last cell
 
+	pend pending  // runs whose last call answered and is being recorded
 	cmds sync.Map // runid.ID -> *cmdCounter
 	lock RunLock
 }
@@ -109,7 +111,8 @@ func New(c Config) *Orchestrator {
 		replaySrc: map[runid.ID]runid.ID{}, setups: map[runid.ID]wire.RunSetup{}, fresh: map[runid.ID]bool{},
 		t: newTenancy(c.Quotas), metrics: hooks{c.Metrics}, lock: c.RunLock}
 	if c.Journal != nil {
-		o.j = &journal{cel: c.Journal, eval: c.Evaluator, cites: map[runid.ID]map[string]bool{}, meta: map[runid.ID]cel.Header{}}
+		o.j = &journal{cel: c.Journal, eval: c.Evaluator, cites: map[runid.ID]map[string]bool{}, meta: map[runid.ID]cel.Header{},
+			views: map[runid.ID]*view{}, recovered: map[runid.ID]bool{}}
 	}
 	return o
 }
@@ -124,9 +127,12 @@ func (o *Orchestrator) Limits() Limits { return o.limits }
 // the step's artifacts and its outcome's facts; call does everything
 // around it: the caller's right to the run (its scope, its tenant, the
 // tenant's stored-bytes quota), the run lock (and, under a shared lock,
-// the call in progress recorded on it), timing, and recording (Step
-// Block with the evaluator's verdict, trace, evaluations, artifact index,
-// the tenant's run index). A call refused before it starts (another
+// the call in progress recorded on it), timing, a step-started marker,
+// and recording (Step Block with the evaluator's verdict, trace,
+// evaluations, artifact index, the tenant's run index). Recording runs
+// after call returns, under the run's lock, so the run's next call waits
+// for it, on this replica or another (see pending.go). A call refused
+// before it starts (another
 // tenant's run, a scope or quota) is not recorded: it never touched the
 // run.
 func (o *Orchestrator) call(ctx context.Context, run runid.ID, out Outcome, fn func(ctx context.Context, s *Step) error) error {
@@ -148,15 +154,56 @@ func (o *Orchestrator) call(ctx context.Context, run runid.ID, out Outcome, fn f
 		o.metrics.toolCall(out.Tool(), outcome(err), time.Since(start))
 		return err
 	}
-	defer held.Unlock()
 	s := &Step{Run: run, Outcome: out, Started: time.Now().UTC()}
-	o.begin(ctx, held, s)
-	s.Err = fn(ctx, s)
-	s.Elapsed = time.Since(s.Started)
 	// The journal must be written even if the caller hung up mid-call.
 	wctx := context.WithoutCancel(ctx)
-	o.record(wctx, s)
-	o.noteRun(wctx, run, func(sum *summary) {
+	if o.j == nil {
+		s.Err = fn(ctx, s)
+		s.Elapsed = time.Since(s.Started)
+		o.finish(wctx, s)
+		held.Unlock()
+		o.metrics.toolCall(out.Tool(), outcome(s.Err), time.Since(start))
+		return s.Err
+	}
+	o.begin(wctx, held, s)
+	marked := o.markStep(wctx, s)
+	s.Err = fn(ctx, s)
+	s.Elapsed = time.Since(s.Started)
+	marked()
+	if stepInfo(ctx).Receipt != nil {
+		// The caller (the recipe runner) reads the verdict from the
+		// receipt as soon as the call returns: record first.
+		o.finish(wctx, s)
+		held.Unlock()
+		o.metrics.toolCall(out.Tool(), outcome(s.Err), time.Since(start))
+		return s.Err
+	}
+	// Answer now; record before the run's lock is released, so the run's
+	// next call starts after the verdict is written, and readers settle
+	// on it (see pending.go). The bytes the call stored count against
+	// the tenant's quota at once, before any other call is admitted.
+	o.noteRun(wctx, run, nil, func(*summary) {})
+	ch := o.pend.begin(run)
+	hold := crashpoint.Hold()
+	go func() {
+		defer o.pend.end(run, ch)
+		defer held.Unlock()
+		if hold {
+			select {} // the process is about to die: see internal/crashpoint
+		}
+		o.finish(wctx, s)
+	}()
+	o.metrics.toolCall(out.Tool(), outcome(s.Err), time.Since(start))
+	return s.Err
+}
+
+// finish records a step that ran: its Step Block with the evaluator's
+// verdict, its trace and evaluation lines (record), then the run's
+// summary. Whatever publishes a finished step goes after record, which
+// sets its verdict.
+func (o *Orchestrator) finish(ctx context.Context, s *Step) {
+	o.record(ctx, s)
+	o.noteRun(ctx, s.Run, s.touched(), func(sum *summary) {
 		sum.Steps++
 		if s.verdict != nil {
 			sum.LastVerdict = "FAIL"
@@ -165,8 +212,6 @@ func (o *Orchestrator) call(ctx context.Context, run runid.ID, out Outcome, fn f
 			}
 		}
 	})
-	o.metrics.toolCall(out.Tool(), outcome(s.Err), time.Since(start))
-	return s.Err
 }
 
 // scopeOf is the scope a tool needs: reading a run's files needs read,

@@ -1,11 +1,12 @@
 package orchestrator
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
+	"path"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -30,6 +31,10 @@ type journal struct {
 	mu    sync.Mutex
 	cites map[runid.ID]map[string]bool // citation URLs per run, loaded lazily
 	meta  map[runid.ID]cel.Header      // recipe and objective, set before a run's first call
+	views map[runid.ID]*view           // what the evaluator sees of each run, loaded lazily
+	// recovered are the runs whose crashed steps this process has looked
+	// for (see recoverRun).
+	recovered map[runid.ID]bool
 }
 
 // SetRunInfo records the recipe and objective for the run's journal
@@ -43,7 +48,7 @@ func (o *Orchestrator) SetRunInfo(run runid.ID, recipe, objective string) {
 // startJournal writes the journal's header, with the run's setup, if the
 // run has none yet: at its first call or note. The setup is recorded then
 // too, so every journaled run has one.
-func (o *Orchestrator) startJournal(ctx context.Context, run runid.ID, when time.Time) ([]tmpfs.File, error) {
+func (o *Orchestrator) startJournal(ctx context.Context, run runid.ID, when time.Time) ([]cel.Write, error) {
 	if started, err := o.j.cel.Started(ctx, run); err != nil || started {
 		return nil, err
 	}
@@ -74,9 +79,13 @@ func (o *Orchestrator) record(ctx context.Context, s *Step) {
 	}
 }
 
+// record1 writes the step's records. Each is appended (tmpfs.Store.Append)
+// and the evaluator sees the step, not the run, so a step costs the same
+// however long the run is.
 func (o *Orchestrator) record1(ctx context.Context, s *Step) error {
 	run := s.Run
-	files, err := o.startJournal(ctx, run, s.Started)
+	o.updateView(ctx, s)
+	writes, err := o.startJournal(ctx, run, s.Started)
 	if err != nil {
 		return err
 	}
@@ -91,19 +100,15 @@ func (o *Orchestrator) record1(ctx context.Context, s *Step) error {
 	if err != nil {
 		return err
 	}
-	files = append(files, wrote...)
+	writes = append(writes, wrote...)
 
+	// The Step Block is the step's commit point (a marker without one is
+	// an interrupted step); the two record lines follow it, in parallel.
 	ev, _ := runfiles.Marshal(struct {
 		Step int    `json:"step"`
 		Tool string `json:"tool"`
 		*evaluator.Verdict
 	}{n, s.Outcome.Tool(), &verdict})
-	f, err := o.appendLine(ctx, run, runfiles.Evaluations, ev)
-	if err != nil {
-		return err
-	}
-	files = append(files, f)
-
 	tr := traceRecord(s, si, n, verdict)
 	p := auth.From(ctx)
 	tr.KeyID, tr.Tenant = p.KeyID, p.Tenant
@@ -111,21 +116,29 @@ func (o *Orchestrator) record1(ctx context.Context, s *Step) error {
 	if err != nil {
 		return err
 	}
-	if f, err = o.appendLine(ctx, run, runfiles.Trace, line); err != nil {
+	var (
+		wg         sync.WaitGroup
+		wev, wtr   cel.Write
+		eerr, terr error
+	)
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		wev, eerr = o.appendLine(ctx, run, runfiles.Evaluations, ev)
+	}()
+	wtr, terr = o.appendLine(ctx, run, runfiles.Trace, line)
+	wg.Wait()
+	if err := errors.Join(eerr, terr); err != nil {
 		return err
 	}
-	files = append(files, f)
+	writes = append(writes, wev, wtr)
 
 	if f, ok, err := o.updateIndex(ctx, run, n, s.Artifacts); err != nil {
 		return err
 	} else if ok {
-		files = append(files, f)
+		writes = append(writes, cel.Write{File: f})
 	}
-	for _, f := range files {
-		if err := o.mirrorPut(ctx, run, f); err != nil {
-			o.log.WarnContext(ctx, "mirror journal file", "run", run, "path", f.Path, "err", err)
-		}
-	}
+	o.mirrorJournal(ctx, run, writes)
 	if si.Receipt != nil {
 		si.Receipt.Step, si.Receipt.Verdict = n, verdict
 	}
@@ -133,20 +146,131 @@ func (o *Orchestrator) record1(ctx context.Context, s *Step) error {
 	return nil
 }
 
-// evaluate grades s. It never fails: an evaluator that cannot answer yields
-// a FAIL verdict that says so, so no Evaluation line is left pending.
-func (o *Orchestrator) evaluate(ctx context.Context, s *Step, si StepInfo) evaluator.Verdict {
-	req := evalRequest(s, si)
-	files, err := o.store.List(ctx, s.Run, "")
-	if err == nil {
-		if len(si.Expected) > 0 {
-			req.RunFiles = map[string]evaluator.Artifact{}
+// mirrorJournal brings the live kernel's copies of the journal's files up
+// to date: appended text is appended (when the working directory can), so
+// the cost does not grow with the journal; checkpoints are not copied (see
+// runfiles.IsCheckpoint).
+func (o *Orchestrator) mirrorJournal(ctx context.Context, run runid.ID, writes []cel.Write) {
+	if o.kernels == nil {
+		return
+	}
+	sess := o.kernels.Peek(run)
+	if sess == nil {
+		return // materialised when the kernel starts
+	}
+	for _, w := range writes {
+		var err error
+		if w.Appended != nil {
+			err = sess.Dir.Append(ctx, w.File, w.Prev, w.Appended)
+		} else {
+			err = sess.Dir.Put(ctx, w.File)
 		}
+		if err != nil {
+			o.log.WarnContext(ctx, "mirror journal file", "run", run, "path", w.Path, "err", err)
+		}
+	}
+}
+
+// view is what the evaluator needs to know about a run beyond the step it
+// grades: the run's datasets (which a report may cite by name). It is
+// loaded with one listing the first time a step needs it, then kept up to
+// date from each step's artifacts and the paths it touched, so grading a
+// step never lists the run.
+type view struct {
+	datasets map[string]bool
+}
+
+// maxViews bounds the views kept; past it, they start over.
+const maxViews = 10000
+
+// updateView applies a step's changes to the run's view, if one is loaded.
+func (o *Orchestrator) updateView(ctx context.Context, s *Step) {
+	o.j.mu.Lock()
+	v := o.j.views[s.Run]
+	o.j.mu.Unlock()
+	if v == nil {
+		return
+	}
+	set := func(p string, present bool) {
+		o.j.mu.Lock()
+		defer o.j.mu.Unlock()
+		if present && runfiles.IsDataset(p) {
+			v.datasets[p] = true
+		} else {
+			delete(v.datasets, p)
+		}
+	}
+	for _, a := range s.Artifacts {
+		set(a.Path, true)
+	}
+	for _, p := range s.Touched {
+		_, err := o.store.Stat(ctx, s.Run, p)
+		set(p, err == nil)
+	}
+}
+
+// datasets returns the run's datasets, loading its view on first use.
+func (o *Orchestrator) datasets(ctx context.Context, run runid.ID) ([]string, error) {
+	o.j.mu.Lock()
+	v := o.j.views[run]
+	o.j.mu.Unlock()
+	if v == nil {
+		files, err := o.store.List(ctx, run, "")
+		if err != nil {
+			return nil, err
+		}
+		v = &view{datasets: map[string]bool{}}
 		for _, f := range files {
 			if runfiles.IsDataset(f.Path) {
-				req.Datasets = append(req.Datasets, f.Path)
+				v.datasets[f.Path] = true
 			}
-			if req.RunFiles != nil {
+		}
+		o.j.mu.Lock()
+		if len(o.j.views) >= maxViews {
+			clear(o.j.views)
+		}
+		o.j.views[run] = v
+		o.j.mu.Unlock()
+	}
+	o.j.mu.Lock()
+	defer o.j.mu.Unlock()
+	out := make([]string, 0, len(v.datasets))
+	for p := range v.datasets {
+		out = append(out, p)
+	}
+	sort.Strings(out)
+	return out, nil
+}
+
+// citesEvidence reports whether the evaluator's evidence check reads a
+// step's artifacts (reports in Markdown or HTML): only then does it need
+// the run's datasets.
+func citesEvidence(arts []tmpfs.File) bool {
+	for _, a := range arts {
+		switch strings.ToLower(path.Ext(a.Path)) {
+		case ".md", ".html", ".htm":
+			return true
+		}
+	}
+	return false
+}
+
+// evaluate grades s. It never fails: an evaluator that cannot answer yields
+// a FAIL verdict that says so, so no Evaluation line is left pending.
+// The request holds what the step touched and what the rubric reads of
+// the run (datasets for a report, the expected artifacts a step did not
+// write itself), never a listing of the whole run.
+func (o *Orchestrator) evaluate(ctx context.Context, s *Step, si StepInfo) evaluator.Verdict {
+	req := evalRequest(s, si)
+	if citesEvidence(s.Artifacts) {
+		if ds, err := o.datasets(ctx, s.Run); err == nil {
+			req.Datasets = ds
+		}
+	}
+	if len(si.Expected) > 0 {
+		req.RunFiles = map[string]evaluator.Artifact{}
+		for _, e := range si.Expected {
+			if f, err := o.store.Stat(ctx, s.Run, e.Path); err == nil {
 				req.RunFiles[f.Path] = wire.Ref(f)
 			}
 		}
@@ -216,16 +340,14 @@ func (o *Orchestrator) addCitations(run runid.ID, urls []string) {
 }
 
 // appendLine appends one JSON line to a run file.
-func (o *Orchestrator) appendLine(ctx context.Context, run runid.ID, path string, line []byte) (tmpfs.File, error) {
-	old, _, err := o.store.ReadAll(ctx, run, path)
+func (o *Orchestrator) appendLine(ctx context.Context, run runid.ID, p string, line []byte) (cel.Write, error) {
+	prev, err := o.store.Stat(ctx, run, p)
 	if err != nil && !errors.Is(err, tmpfs.ErrNotFound) {
-		return tmpfs.File{}, err
+		return cel.Write{}, err
 	}
-	var b bytes.Buffer
-	b.Write(old)
-	b.Write(line)
-	b.WriteByte('\n')
-	return o.store.WriteBytes(ctx, run, path, b.Bytes())
+	text := append(line[:len(line):len(line)], '\n')
+	f, err := o.store.Append(ctx, run, p, text)
+	return cel.Write{File: f, Appended: text, Prev: prev.SHA256}, err
 }
 
 // updateIndex adds the step's deliverables (files under artifacts/) to

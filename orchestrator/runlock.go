@@ -93,7 +93,11 @@ func (h heldMutex) Unlock()                              { h.mu.Unlock() }
 // lockRun takes the run for a call or a journal operation. When another
 // process held it since this one did, what this process caches about the
 // run is dropped first; when the last holder died mid-call, that call's
-// Step Block is appended, marked interrupted, before anything else.
+// Step Block is appended, marked interrupted, before anything else. The
+// dead holder's call is known two ways, and recorded once: from the lock
+// (a shared lock's Begin) and from the step-started marker (recoverRun,
+// see pending.go). Each records step n only while the journal's next
+// step is n, so whichever comes second finds it recorded.
 func (o *Orchestrator) lockRun(ctx context.Context, run runid.ID) (Held, error) {
 	h, err := o.lock.Lock(ctx, run)
 	if err != nil {
@@ -102,8 +106,12 @@ func (o *Orchestrator) lockRun(ctx context.Context, run runid.ID) (Held, error) 
 	if h.Stale() {
 		o.forget(run, true)
 	}
+	wctx := context.WithoutCancel(ctx)
 	if p, ok := h.Orphan(); ok {
-		o.recordOrphan(context.WithoutCancel(ctx), run, p)
+		o.recordOrphan(wctx, run, p)
+	}
+	if o.j != nil {
+		o.recoverRun(wctx, run)
 	}
 	return h, nil
 }
@@ -126,6 +134,8 @@ func (o *Orchestrator) forget(run runid.ID, kernel bool) {
 		o.j.cel.Forget(run)
 		o.j.mu.Lock()
 		delete(o.j.cites, run)
+		// Another process may have left a step-started marker since.
+		delete(o.j.recovered, run)
 		o.j.mu.Unlock()
 	}
 	if kernel && o.kernels != nil {

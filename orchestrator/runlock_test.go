@@ -196,6 +196,69 @@ func TestSharedRunLock(t *testing.T) {
 	}
 }
 
+// TestCrashWithLeaseAndMarker: a replica dies between a call's answer and
+// its verdict, having left both records of the call in progress (the
+// shared lock's Begin and the step-started marker). The next holder, on
+// another replica, records the call as interrupted exactly once, and the
+// replica that died, back again, adds nothing either.
+func TestCrashWithLeaseAndMarker(t *testing.T) {
+	ctx := t.Context()
+	dir := t.TempDir()
+	b, err := local.NewBlobs(filepath.Join(dir, "store"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	x, err := local.NewIndex(filepath.Join(dir, "store"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { x.Close() })
+	store := tmpfs.New(b, x, nil)
+	l := newSharedLock()
+	procA, procB := &proc{l: l, name: "replica-a", seen: -1}, &proc{l: l, name: "replica-b", seen: -1}
+	a := orchestrator.New(orchestrator.Config{Store: store, Journal: cel.New(store), RunLock: procA})
+	bo := orchestrator.New(orchestrator.Config{Store: store, Journal: cel.New(store), RunLock: procB})
+	run := runid.New()
+	if _, err := bo.Write(ctx, run, wire.WriteRequest{Path: "f.txt", Text: text("one")}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Write(ctx, run, wire.WriteRequest{Path: "f.txt", Text: text("two")}); err != nil {
+		t.Fatal(err)
+	}
+	h, err := procA.Lock(ctx, run)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.StartStep(ctx, h, run, &orchestrator.TmpOutcome{Op: orchestrator.ToolWrite, Path: "g.txt"})
+	procA.die()
+
+	if _, err := bo.List(ctx, run, ""); err != nil {
+		t.Fatal(err)
+	}
+	a2 := orchestrator.New(orchestrator.Config{Store: store, Journal: cel.New(store), RunLock: procA})
+	if _, err := a2.List(ctx, run, ""); err != nil {
+		t.Fatal(err)
+	}
+	got := blocks(t, mustJournal(t, a2, run))
+	var tools []string
+	for i, blk := range got {
+		tools = append(tools, blk.tool)
+		if blk.n != i+1 {
+			t.Errorf("block %d is numbered %d, want %d", i, blk.n, i+1)
+		}
+	}
+	want := []string{orchestrator.ToolWrite, orchestrator.ToolWrite, orchestrator.ToolWrite, orchestrator.ToolList, orchestrator.ToolList}
+	if strings.Join(tools, " ") != strings.Join(want, " ") {
+		t.Fatalf("got Step Blocks %v, want %v (one interrupted tmp.write)", tools, want)
+	}
+	if !strings.Contains(got[2].body, "Interrupted:") || !strings.Contains(got[2].body, "FAIL") {
+		t.Errorf("step 3 is not an interrupted FAIL:\n%s", got[2].body)
+	}
+	if n := strings.Count(string(mustJournal(t, bo, run)), "the call was interrupted"); n != 1 {
+		t.Errorf("the journal records the interruption %d times, want once", n)
+	}
+}
+
 func mustJournal(t *testing.T, o *orchestrator.Orchestrator, run runid.ID) []byte {
 	t.Helper()
 	b, err := o.Journal(t.Context(), run)

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"strings"
 	"time"
 
@@ -50,29 +51,43 @@ func (o *Orchestrator) Note(ctx context.Context, run runid.ID, text, author stri
 	if err != nil {
 		return storeErr(err, run, cel.Path)
 	}
-	for _, f := range append(files, more...) {
-		if err := o.mirrorPut(ctx, run, f); err != nil {
-			return err
-		}
-	}
+	o.mirrorJournal(ctx, run, append(files, more...))
 	return nil
 }
 
-// Journal returns the run's CEL.md.
+// Journal returns the run's CEL.md, with every call that has answered
+// recorded in it.
 func (o *Orchestrator) Journal(ctx context.Context, run runid.ID) ([]byte, error) {
-	if _, err := o.access(ctx, run, auth.Read, false); err != nil {
+	_, r, err := o.OpenJournal(ctx, run)
+	if err != nil {
 		return nil, err
 	}
-	o.refresh(ctx, run)
-	b, _, err := o.store.ReadAll(ctx, run, cel.Path)
-	if errors.Is(err, tmpfs.ErrNotFound) {
-		return nil, fault.Wrap(fault.NotFound, err, fmt.Sprintf("run %s has no journal yet", run),
-			"the journal starts with the run's first tool call; make one, or check the run id")
-	}
+	defer r.Close()
+	b, err := io.ReadAll(r)
 	if err != nil {
 		return nil, storeErr(err, run, cel.Path)
 	}
 	return b, nil
+}
+
+// OpenJournal opens the run's CEL.md for streaming, verified as it
+// streams, once every call that has answered is recorded in it.
+func (o *Orchestrator) OpenJournal(ctx context.Context, run runid.ID) (tmpfs.File, *tmpfs.Reader, error) {
+	if _, err := o.access(ctx, run, auth.Read, false); err != nil {
+		return tmpfs.File{}, nil, err
+	}
+	if err := o.settle(ctx, run); err != nil {
+		return tmpfs.File{}, nil, err
+	}
+	f, r, err := o.store.Open(ctx, run, cel.Path)
+	if errors.Is(err, tmpfs.ErrNotFound) {
+		return f, nil, fault.Wrap(fault.NotFound, err, fmt.Sprintf("run %s has no journal yet", run),
+			"the journal starts with the run's first tool call; make one, or check the run id")
+	}
+	if err != nil {
+		return f, nil, storeErr(err, run, cel.Path)
+	}
+	return f, r, nil
 }
 
 // Finalize appends the summary section to the run's journal.
@@ -110,21 +125,23 @@ func (o *Orchestrator) Finalize(ctx context.Context, run runid.ID, status string
 	if err != nil {
 		return storeErr(err, run, cel.Path)
 	}
-	for _, f := range files {
-		o.mirrorPut(ctx, run, f)
-	}
+	o.mirrorJournal(ctx, run, files)
 	return nil
 }
 
-// Trace returns the run's trace records.
+// Trace returns the run's trace records, with every call that has
+// answered recorded in it.
 func (o *Orchestrator) Trace(ctx context.Context, run runid.ID) ([]TraceRecord, error) {
 	if _, err := o.access(ctx, run, auth.Read, false); err != nil {
 		return nil, err
 	}
-	o.refresh(ctx, run)
+	if err := o.settle(ctx, run); err != nil {
+		return nil, err
+	}
 	return o.trace(ctx, run)
 }
 
+// trace reads the run's trace records as they stand.
 func (o *Orchestrator) trace(ctx context.Context, run runid.ID) ([]TraceRecord, error) {
 	b, _, err := o.store.ReadAll(ctx, run, runfiles.Trace)
 	if errors.Is(err, tmpfs.ErrNotFound) {
@@ -156,9 +173,11 @@ func (o *Orchestrator) Status(ctx context.Context, run runid.ID) (wire.RunView, 
 	if err != nil {
 		return st, err
 	}
-	o.refresh(ctx, run)
 	by := ow.caller()
 	st.StartedBy, st.Created = &by, &ow.Created
+	if err := o.settle(ctx, run); err != nil {
+		return st, err
+	}
 	trace, err := o.trace(ctx, run)
 	if err != nil {
 		return st, err

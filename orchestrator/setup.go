@@ -64,7 +64,7 @@ func (o *Orchestrator) SetRunSetup(ctx context.Context, run runid.ID, s wire.Run
 			o.cacheSetup(run, old)
 			return old, nil
 		}
-		if tr, err := o.Trace(ctx, run); err != nil {
+		if tr, err := o.trace(ctx, run); err != nil {
 			return s, err
 		} else if len(tr) > 0 {
 			return s, fault.New(fault.Conflict, fmt.Sprintf("run %s was set up with seed %d and as_of %q, and has made calls", run, old.Seed, old.AsOf),
@@ -81,6 +81,9 @@ func (o *Orchestrator) SetRunSetup(ctx context.Context, run runid.ID, s wire.Run
 // RunSetup returns the run's setup as recorded, and false when the run has
 // no record (it has made no call, or predates run.setup.json).
 func (o *Orchestrator) RunSetup(ctx context.Context, run runid.ID) (wire.RunSetup, bool, error) {
+	if err := o.settle(ctx, run); err != nil {
+		return wire.RunSetup{}, false, err
+	}
 	return o.recordedSetup(ctx, run)
 }
 
@@ -300,14 +303,28 @@ func (o *Orchestrator) kernelRestarted(ctx context.Context, run runid.ID, sess *
 }
 
 // keepCode stores a cell's source as a blob, so a replay can recover it by
-// the hash the trace records.
-func (o *Orchestrator) keepCode(ctx context.Context, run runid.ID, code string, oc *ExecOutcome) error {
-	d, _, err := o.store.Blobs().Put(ctx, strings.NewReader(code), 0)
-	if err != nil {
-		return storeErr(err, run, "the cell's source")
-	}
+// the hash the trace records. The store write runs beside the cell (it is
+// a durable write, as long as a short cell): the returned wait reports
+// its failure, which fails the call.
+func (o *Orchestrator) keepCode(ctx context.Context, run runid.ID, code string, oc *ExecOutcome) (wait func() error) {
+	d := tmpfs.DigestOf([]byte(code))
 	oc.CodeSHA256 = d
-	return nil
+	done := make(chan error, 1)
+	go func() {
+		// A cell run again (the same source) is stored already.
+		if n, err := o.store.Blobs().Stat(ctx, d); err == nil && n == int64(len(code)) {
+			done <- nil
+			return
+		}
+		_, _, err := o.store.Blobs().Put(ctx, strings.NewReader(code), 0)
+		done <- err
+	}()
+	return func() error {
+		if err := <-done; err != nil {
+			return storeErr(err, run, "the cell's source")
+		}
+		return nil
+	}
 }
 
 // ToolReplay names the step that records a replay's report. It is Triad's

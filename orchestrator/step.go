@@ -36,6 +36,10 @@ type Step struct {
 	// Artifacts are the files the call created or changed, with the
 	// metadata the store reports for them.
 	Artifacts []tmpfs.File
+	// Touched are other run paths the call changed: files it linked in
+	// (files_in) or deleted. With Artifacts they keep what the evaluator
+	// knows of the run up to date without listing it.
+	Touched []string
 	// Err is the call's failure, if it failed.
 	Err     error
 	Started time.Time
@@ -534,4 +538,12 @@ func errText(err error) string {
 		return string(fe.Kind) + ": " + fe.Message
 	}
 	return err.Error()
+}
+
+// touched returns the files the step wrote whose blobs its tenant now
+// holds (for files_in by hash): its artifacts. The journal's own versions,
+// three or four new blobs a step, are not marked one by one; a run's
+// first flush in a process marks every file it holds then.
+func (s *Step) touched() []tmpfs.File {
+	return s.Artifacts
 }

@@ -25,21 +25,21 @@ type runSum struct {
 	ow    owner
 	sum   summary
 	dirty bool
-	idle  int // flushes since the last change; the entry is dropped after a few
+	idle  int          // flushes since the last change; the entry is dropped after a few
+	files []tmpfs.File // files written since the last flush, whose blobs to mark
 }
 
 // noteRun applies edit to the run's summary, with the bytes its files
-// now hold, and schedules the write. Call it with the run locked.
-func (o *Orchestrator) noteRun(ctx context.Context, run runid.ID, edit func(*summary)) {
+// now hold, and schedules the write; files are what the call wrote, whose
+// blobs the tenant now holds. Call it with the run locked. Its cost does
+// not grow with the run: the bytes are the store's running count
+// (tmpfs.Store.Usage), and only the call's own files are marked.
+func (o *Orchestrator) noteRun(ctx context.Context, run runid.ID, files []tmpfs.File, edit func(*summary)) {
 	ow, ok, err := o.ownerOf(ctx, run)
 	if err != nil || !ok {
 		return
 	}
-	files, lerr := o.store.List(ctx, run, "")
-	var bytes int64
-	for _, f := range files {
-		bytes += f.Size
-	}
+	bytes, lerr := o.store.Usage(ctx, run)
 	o.t.smu.Lock()
 	rs := o.t.sums[run]
 	o.t.smu.Unlock()
@@ -62,6 +62,7 @@ func (o *Orchestrator) noteRun(ctx context.Context, run runid.ID, edit func(*sum
 		rs.sum.Bytes = bytes
 	}
 	edit(&rs.sum)
+	rs.files = append(rs.files, files...)
 	rs.sum.Updated = time.Now().UTC()
 	rs.dirty, rs.idle = true, 0
 	if !o.t.flushing {
@@ -109,9 +110,10 @@ func (o *Orchestrator) flusher() {
 	}
 }
 
-// Close writes what calls left pending (Flush); call it before closing the
-// store. The orchestrator stays usable; Close is safe to call twice.
+// Close waits for the steps being recorded and writes what calls left
+// pending (Flush); call it before closing the store. The orchestrator stays usable; Close is safe to call twice.
 func (o *Orchestrator) Close() error {
+	o.pend.wg.Wait() // steps being recorded
 	o.Flush(context.Background())
 	return nil
 }
@@ -123,17 +125,26 @@ func (o *Orchestrator) Flush(ctx context.Context) bool {
 	o.t.flushMu.Lock()
 	defer o.t.flushMu.Unlock()
 	type job struct {
-		run runid.ID
-		ow  owner
-		sum summary
+		run   runid.ID
+		ow    owner
+		sum   summary
+		files []tmpfs.File
+		all   bool // mark every file of the run: the first flush of it in this process
 	}
 	var jobs []job
 	o.t.smu.Lock()
 	for run, rs := range o.t.sums {
 		switch {
 		case rs.dirty:
-			jobs = append(jobs, job{run, rs.ow, rs.sum})
-			rs.dirty = false
+			all := !o.t.listed[run]
+			if all {
+				if len(o.t.listed) >= maxCached {
+					clear(o.t.listed)
+				}
+				o.t.listed[run] = true
+			}
+			jobs = append(jobs, job{run, rs.ow, rs.sum, rs.files, all})
+			rs.dirty, rs.files = false, nil
 		case rs.idle >= 4:
 			delete(o.t.sums, run)
 		default:
@@ -154,13 +165,21 @@ func (o *Orchestrator) Flush(ctx context.Context) bool {
 			o.t.smu.Lock()
 			if rs := o.t.sums[j.run]; rs != nil {
 				rs.dirty = true
+				rs.files = append(rs.files, j.files...)
+			}
+			if j.all {
+				delete(o.t.listed, j.run)
 			}
 			o.t.smu.Unlock()
 			continue
 		}
-		if files, err := o.store.List(ctx, j.run, ""); err == nil {
-			o.markBlobs(ctx, j.ow.Tenant, files)
+		files := j.files
+		if j.all {
+			if all, err := o.store.List(ctx, j.run, ""); err == nil {
+				files = all
+			}
 		}
+		o.markBlobs(ctx, j.ow.Tenant, files)
 	}
 	for tenant, d := range delta {
 		if d == 0 {

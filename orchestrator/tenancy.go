@@ -86,9 +86,10 @@ type tenancy struct {
 	// Run summaries and usage changes not yet written (see summaries.go).
 	smu      sync.Mutex
 	sums     map[runid.ID]*runSum
-	delta    map[string]int64 // usage changes per tenant
-	flushing bool             // the background writer is running
-	flushMu  sync.Mutex       // one flush at a time
+	listed   map[runid.ID]bool // runs whose files were all marked once
+	delta    map[string]int64  // usage changes per tenant
+	flushing bool              // the background writer is running
+	flushMu  sync.Mutex        // one flush at a time
 }
 
 type usageAt struct {
@@ -101,7 +102,7 @@ const maxCached = 100000
 
 func newTenancy(q Quotas) *tenancy {
 	return &tenancy{q: q, owners: map[runid.ID]owner{}, usage: map[string]usageAt{}, marked: map[string]struct{}{},
-		pending: map[string]map[runid.ID]int{}, sums: map[runid.ID]*runSum{}, delta: map[string]int64{}}
+		pending: map[string]map[runid.ID]int{}, sums: map[runid.ID]*runSum{}, listed: map[runid.ID]bool{}, delta: map[string]int64{}}
 }
 
 func ownerKey(run runid.ID) string { return "owners/" + run.String() }
@@ -403,7 +404,7 @@ func (o *Orchestrator) SetRecipeState(ctx context.Context, run runid.ID, recipe,
 		return
 	}
 	defer held.Unlock()
-	o.noteRun(ctx, run, func(s *summary) {
+	o.noteRun(ctx, run, nil, func(s *summary) {
 		if s.Status != status {
 			o.metrics.runStatus(status)
 		}
@@ -475,6 +476,9 @@ func (o *Orchestrator) OpenBlob(ctx context.Context, run runid.ID, d tmpfs.Diges
 			return nil, err
 		}
 		return nil, blobNotFound(d)
+	}
+	if err := o.settle(ctx, run); err != nil {
+		return nil, err
 	}
 	files, err := o.store.List(ctx, run, "")
 	if err != nil {

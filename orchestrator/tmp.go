@@ -163,6 +163,7 @@ func (o *Orchestrator) Delete(ctx context.Context, run runid.ID, path string) (w
 		if err := o.store.Delete(ctx, run, p); err != nil {
 			return storeErr(err, run, p)
 		}
+		s.Touched = append(s.Touched, p)
 		out.OK = true
 		if o.kernels != nil {
 			if sess := o.kernels.Peek(run); sess != nil {

@@ -56,6 +56,14 @@ func Checkpoint(n int) string { return fmt.Sprintf("CEL.step_%d.md", n) }
 
 var checkpointRE = regexp.MustCompile(`^CEL\.step_[0-9]+\.md$`)
 
+// IsCheckpoint reports whether p is a journal checkpoint. Checkpoints are
+// the one kind of run file not copied into a kernel's working directory:
+// there is one per step, each a whole earlier journal, so copying them
+// would cost a run's kernel the square of its journal. Cells read CEL.md;
+// the checkpoints stay readable with tmp.read. See "Appending to a
+// content-addressed store" in docs/DECISIONS.md.
+func IsCheckpoint(p string) bool { return checkpointRE.MatchString(p) }
+
 // Policy says who may change a path.
 type Policy int
 
@@ -65,7 +73,7 @@ const (
 	Open Policy = iota
 	// Kept paths are Triad's records. Callers and cells may read them (they
 	// are materialised into the kernel's working directory like every run
-	// file), but only Triad writes them: tmp.write, tmp.delete, files_in
+	// file but journal checkpoints, see IsCheckpoint), but only Triad writes them: tmp.write, tmp.delete, files_in
 	// and the PUT stream are refused with the reserved kind, and a cell that
 	// creates, changes or deletes one has it restored from the store and its
 	// step's hygiene marked down.

@@ -371,6 +371,20 @@ type WorkDir interface {
 	Open(ctx context.Context, path string) (io.ReadCloser, Entry, error)
 }
 
+// Appender is a WorkDir that can add bytes to the end of a file in place.
+// The core keeps the journal's files (CEL.md, trace.jsonl,
+// evaluations.jsonl) in a kernel's working directory with it, at a cost
+// per step that does not grow with the journal; a WorkDir without it gets
+// each new version whole (Put).
+type Appender interface {
+	// Append writes r's bytes at the end of the regular file at path if
+	// that file is still the one stamped want (as Put, Append or Scan last
+	// reported it), and returns its new entry. A file that changed, or was
+	// replaced by anything else, is left alone and Append fails with
+	// ErrStale; a missing one fails with an error matching fs.ErrNotExist.
+	Append(ctx context.Context, path string, want Stamp, r io.Reader) (Entry, error)
+}
+
 // Entry is one regular file of a WorkDir.
 type Entry struct {
 	// Path is the file's slash-separated path relative to the directory.
@@ -432,4 +446,7 @@ var (
 	// regular file (a symlink, a FIFO, a device, a directory), which is
 	// never read or replaced; skip it.
 	ErrNotRegular = errors.New("sandbox: not a regular file")
+	// ErrStale means a WorkDir file is no longer the one the caller last
+	// saw (a cell changed it); write it whole instead.
+	ErrStale = errors.New("sandbox: file changed since it was last seen")
 )

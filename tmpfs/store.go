@@ -23,7 +23,9 @@ type Store struct {
 	log   *slog.Logger
 	now   func() time.Time
 
-	locks sync.Map // runid.ID -> *sync.Mutex; serializes index mutation per run
+	locks     sync.Map // runid.ID -> *sync.Mutex; serializes index mutation per run
+	appending sync.Map // run + "\x00" + path -> *sync.Mutex; serializes appends per path
+	usage     usageTable
 
 	mu       sync.Mutex
 	verified map[verifyKey]struct{} // whole-blob verifications, by blob version
@@ -103,7 +105,7 @@ func (s *Store) Link(ctx context.Context, run runid.ID, path string, d Digest, s
 		return File{}, err
 	}
 	f := File{Path: p, Size: size, SHA256: d, ModifiedAt: s.now().UTC()}
-	if err := s.index.Put(ctx, run, f); err != nil {
+	if err := s.putIndex(ctx, run, f); err != nil {
 		return File{}, fmt.Errorf("index %s: %w", p, err)
 	}
 	return f, nil
@@ -116,6 +118,12 @@ func (s *Store) checkTree(ctx context.Context, run runid.ID, p string) error {
 		if _, err := s.index.Get(ctx, run, p[:i]); err == nil {
 			return fmt.Errorf("%w: %q is a file, so %q cannot be created under it", ErrConflict, p[:i], p)
 		} else if !errors.Is(err, ErrNotFound) {
+			return err
+		}
+	}
+	if dc, ok := unwrapIndex[DirCounter](s.index); ok {
+		// The common case, no file under p, without a listing.
+		if n, err := dc.FilesUnder(ctx, run, p); err != nil || n == 0 {
 			return err
 		}
 	}
@@ -164,7 +172,7 @@ func (s *Store) Delete(ctx context.Context, run runid.ID, path string) error {
 	}
 	unlock := s.lock(run)
 	defer unlock()
-	return s.index.Delete(ctx, run, p)
+	return s.deleteIndex(ctx, run, p)
 }
 
 // Open opens the file at path for a full, sequential read that is verified

@@ -74,6 +74,16 @@ type Blob interface {
 	Version() string
 }
 
+// DirCounter is an Index that counts the files under each directory of a
+// run, so that a write can check the run's tree (no file where a
+// directory is needed) without listing the run. Store uses it when the
+// index has it.
+type DirCounter interface {
+	// FilesUnder returns how many of the run's files have paths starting
+	// with dir + "/".
+	FilesUnder(ctx context.Context, run runid.ID, dir string) (int, error)
+}
+
 // Index maps each run's paths to files. Implementations are safe for
 // concurrent use; the Store serializes mutations per run.
 type Index interface {
@@ -86,6 +96,25 @@ type Index interface {
 	// List returns the run's entries whose path starts with prefix, sorted
 	// by path. A run never written to has no entries.
 	List(ctx context.Context, run runid.ID, prefix string) ([]File, error)
+}
+
+// DirCounts counts a run's files under each of their directories: the
+// bookkeeping of a DirCounter. The zero value is not usable; make one
+// with make(DirCounts).
+type DirCounts map[string]int
+
+// Add counts path's file in (delta 1) or out (delta -1) of each directory
+// above it.
+func (c DirCounts) Add(path string, delta int) {
+	for i := len(path) - 1; i > 0; i-- {
+		if path[i] != '/' {
+			continue
+		}
+		d := path[:i]
+		if c[d] += delta; c[d] <= 0 {
+			delete(c, d)
+		}
+	}
 }
 
 // Forgetter is an Index that caches runs (tmpfs/s3): Forget drops what it

@@ -90,7 +90,7 @@ func newStack(t testing.TB, o stackOptions) *stack {
 	var km *kernels.Manager
 	if o.sandbox {
 		b := dockerBackend(t)
-		km = kernels.New(kernels.Config{Backend: b, Store: store, Protect: runfiles.IsKept})
+		km = kernels.New(kernels.Config{Backend: b, Store: store, Protect: runfiles.IsKept, Omit: runfiles.IsCheckpoint})
 		t.Cleanup(func() { km.Close() })
 	}
 	fake := tavilytest.NewServer(t)

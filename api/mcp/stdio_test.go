@@ -68,7 +68,7 @@ func stdioChild(tag string) int {
 		return fail(err)
 	}
 	defer b.Close()
-	km := kernels.New(kernels.Config{Backend: b, Store: store, Protect: runfiles.IsKept, Logger: log})
+	km := kernels.New(kernels.Config{Backend: b, Store: store, Protect: runfiles.IsKept, Omit: runfiles.IsCheckpoint, Logger: log})
 	defer km.Close()
 	orch := orchestrator.New(orchestrator.Config{Store: store, Kernels: km, Journal: cel.New(store), Logger: log})
 	defer orch.Close()

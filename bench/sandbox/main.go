@@ -6,9 +6,11 @@
 //
 // It reports p50/p90 for:
 //   - warm `1+1` through POST /sandbox/exec on Docker, with the journal and
-//     evaluator (the real path) and without them (the bare tool call),
-//     against jupyter_client's blocking execute on the same kind of kernel
-//     in the same image and jail (Debian's python3-jupyter-client);
+//     evaluator (the real path: interleaved with other calls, as an agent
+//     leaves time between calls, and back to back) and without them (the
+//     bare tool call), against jupyter_client's blocking execute on the
+//     same kind of kernel in the same image and jail (Debian's
+//     python3-jupyter-client), measured in chunks between chunks of ours;
 //   - the first exec of a new run: Docker with the warm pool, Docker cold,
 //     and the embedded wasm sandbox (with its pool);
 //   - warm `1+1` on wasm;
@@ -17,6 +19,7 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -52,9 +55,11 @@ import (
 )
 
 // baseline runs inside a container of the sandbox image: it starts an
-// ipykernel with jupyter_client's KernelManager and times n warm `1+1`
-// executes with the blocking client, waiting for the reply and idle as
-// execute_interactive does.
+// ipykernel with jupyter_client's KernelManager, warms it, then for each
+// number n it reads on stdin times n warm `1+1` executes with the blocking
+// client (waiting for the reply and idle, as execute_interactive does) and
+// prints them as a JSON list. Kept running, it is measured in chunks
+// between chunks of ours, so load from elsewhere hits both alike.
 const baseline = `
 import json, sys, time
 from jupyter_client.manager import start_new_kernel
@@ -62,12 +67,14 @@ km, kc = start_new_kernel(kernel_name="python3")
 quiet = lambda m: None
 for _ in range(10):
     kc.execute_interactive("1+1", output_hook=quiet, timeout=30)
-out = []
-for _ in range(int(sys.argv[1])):
-    t = time.perf_counter()
-    kc.execute_interactive("1+1", output_hook=quiet, timeout=30)
-    out.append(time.perf_counter() - t)
-print(json.dumps(out))
+print("ready", flush=True)
+for line in sys.stdin:
+    out = []
+    for _ in range(int(line)):
+        t = time.perf_counter()
+        kc.execute_interactive("1+1", output_hook=quiet, timeout=30)
+        out.append(time.perf_counter() - t)
+    print(json.dumps(out), flush=True)
 kc.stop_channels(); km.shutdown_kernel(now=True)
 `
 
@@ -76,6 +83,8 @@ func main() {
 	newRuns := flag.Int("new", 10, "new runs per first-exec measurement")
 	flag.Parse()
 	ctx := context.Background()
+	fmt.Printf("load average at start: %s\n", loadAvg())
+	defer func() { fmt.Printf("load average at end: %s\n", loadAvg()) }()
 	dir, err := os.MkdirTemp("", "triad-bench-sandbox-")
 	check(err)
 	defer os.RemoveAll(dir)
@@ -100,14 +109,14 @@ func main() {
 	dockerB, err := docker.New(ctx, docker.Config{Image: tag, WorkRoot: filepath.Join(dir, "work-docker")})
 	check(err)
 	defer dockerB.Close()
-	pooled := kernels.New(kernels.Config{Backend: dockerB, Store: store, Warm: 2, Protect: runfiles.IsKept})
+	pooled := kernels.New(kernels.Config{Backend: dockerB, Store: store, Warm: 2, Protect: runfiles.IsKept, Omit: runfiles.IsCheckpoint})
 	defer pooled.Close()
-	cold := kernels.New(kernels.Config{Backend: dockerB, Store: store, Warm: 0, Protect: runfiles.IsKept})
+	cold := kernels.New(kernels.Config{Backend: dockerB, Store: store, Warm: 0, Protect: runfiles.IsKept, Omit: runfiles.IsCheckpoint})
 	defer cold.Close()
 	wasmB, err := wasm.New(ctx, wasm.Config{WorkRoot: filepath.Join(dir, "work-wasm"), CacheDir: cache})
 	check(err)
 	defer wasmB.Close()
-	wasmK := kernels.New(kernels.Config{Backend: wasmB, Store: store, Warm: 2, Protect: runfiles.IsKept})
+	wasmK := kernels.New(kernels.Config{Backend: wasmB, Store: store, Warm: 2, Protect: runfiles.IsKept, Omit: runfiles.IsCheckpoint})
 	defer wasmK.Close()
 
 	full := serve(orchestrator.New(orchestrator.Config{Store: store, Kernels: pooled, Journal: cel.New(store), Evaluator: ev}))
@@ -118,28 +127,41 @@ func main() {
 	waitPool(pooled, 2)
 	waitPool(wasmK, 2)
 
-	// (a) warm 1+1, interleaved so load hits all alike.
-	rf, rb, rw, rwb := runid.New(), runid.New(), runid.New(), runid.New()
+	// (a) warm 1+1, in rounds so load hits all alike: each round times a
+	// chunk of jupyter_client's executes, then ours.
+	rf, rfb, rb, rw, rwb := runid.New(), runid.New(), runid.New(), runid.New(), runid.New()
 	for _, p := range []struct {
 		url string
 		run runid.ID
-	}{{full, rf}, {bare, rb}, {wasmS, rw}, {wasmBare, rwb}} {
+	}{{full, rf}, {full, rfb}, {bare, rb}, {wasmS, rw}, {wasmBare, rwb}} {
 		for range 5 {
 			execute(p.url, p.run, "1+1")
 		}
 	}
-	var tf, tb, tw, twb []time.Duration
-	for range *n {
-		tf = append(tf, execute(full, rf, "1+1"))
-		tb = append(tb, execute(bare, rb, "1+1"))
-		tw = append(tw, execute(wasmS, rw, "1+1"))
-		twb = append(twb, execute(wasmBare, rwb, "1+1"))
-	}
-	// The bare HTTP call in a loop of its own: interleaved with journaled
-	// calls, it also pays for their garbage collection.
-	var tbl []time.Duration
-	for range *n {
-		tbl = append(tbl, execute(bare, rb, "1+1"))
+	jc := startJupyterClient(tag)
+	defer jc.close()
+	const chunk = 5
+	var tjc, tf, tfb, tb, tbl, tw, twb []time.Duration
+	for range (*n + chunk - 1) / chunk {
+		tjc = append(tjc, jc.run(chunk)...)
+		// One journaled call, then other calls: the journaled call's
+		// recording runs while they do, as it does while an agent thinks.
+		for range chunk {
+			tf = append(tf, execute(full, rf, "1+1"))
+			tb = append(tb, execute(bare, rb, "1+1"))
+			tw = append(tw, execute(wasmS, rw, "1+1"))
+			twb = append(twb, execute(wasmBare, rwb, "1+1"))
+		}
+		// Journaled calls back to back: each waits for the recording of
+		// the one before (a run's next call starts after its verdict).
+		for range chunk {
+			tfb = append(tfb, execute(full, rfb, "1+1"))
+		}
+		// The bare HTTP call in a loop of its own: interleaved with
+		// journaled calls, it also pays for their recording and garbage.
+		for range chunk {
+			tbl = append(tbl, execute(bare, rb, "1+1"))
+		}
 	}
 	// The kernel alone, without HTTP or the orchestrator.
 	sess, err := pooled.Acquire(ctx, rb)
@@ -163,15 +185,16 @@ func main() {
 		}
 		to = append(to, time.Since(t0))
 	}
-	jc := jupyterClient(tag, *n)
-	fmt.Printf("warm 1+1 (p50 / p90), n=%d:\n", *n)
+	fmt.Printf("warm 1+1 (p50 / p90), n=%d, in rounds of %d:\n", len(tf), chunk)
 	fmt.Printf("  docker, POST /sandbox/exec, journal+evaluator  %s\n", pct(tf))
+	fmt.Printf("  docker, same, journaled calls back to back     %s\n", pct(tfb))
 	fmt.Printf("  docker, POST /sandbox/exec, bare call          %s\n", pct(tb))
 	fmt.Printf("  docker, POST /sandbox/exec, bare, own loop     %s\n", pct(tbl))
 	fmt.Printf("  docker, Orchestrator.Exec (no HTTP), bare      %s\n", pct(to))
 	fmt.Printf("  docker, Kernel.Execute directly                %s\n", pct(tk))
-	fmt.Printf("  jupyter_client blocking execute (baseline)     %s\n", pct(jc))
-	fmt.Printf("  ratio bare/jupyter_client %.2f (own loop %.2f)   journaled/jupyter_client %.2f\n", ratio(tb, jc), ratio(tbl, jc), ratio(tf, jc))
+	fmt.Printf("  jupyter_client blocking execute (baseline)     %s\n", pct(tjc))
+	fmt.Printf("  ratio to jupyter_client: bare %.2f (own loop %.2f), journaled %.2f (back to back %.2f)\n",
+		ratio(tb, tjc), ratio(tbl, tjc), ratio(tf, tjc), ratio(tfb, tjc))
 	fmt.Printf("  wasm, POST /sandbox/exec, journal+evaluator    %s\n", pct(tw))
 	fmt.Printf("  wasm, POST /sandbox/exec, bare call            %s\n", pct(twb))
 	fmt.Printf("  ratio wasm/docker (bare) %.2f\n", ratio(twb, tb))
@@ -235,17 +258,49 @@ func execute(url string, run runid.ID, code string) time.Duration {
 	return d
 }
 
-func jupyterClient(tag string, n int) []time.Duration {
-	out, err := exec.Command("docker", "run", "--rm", "--network", "none", "-e", "HOME=/tmp", tag,
-		"python3", "-c", baseline, strconv.Itoa(n)).Output()
+// jupyterClient is the baseline's container, kept running between chunks.
+type jupyterClient struct {
+	cmd *exec.Cmd
+	in  io.WriteCloser
+	out *bufio.Scanner
+}
+
+func startJupyterClient(tag string) *jupyterClient {
+	cmd := exec.Command("docker", "run", "-i", "--rm", "--network", "none", "-e", "HOME=/tmp", tag, "python3", "-c", baseline)
+	in, err := cmd.StdinPipe()
 	check(err)
+	outp, err := cmd.StdoutPipe()
+	check(err)
+	cmd.Stderr = os.Stderr
+	check(cmd.Start())
+	jc := &jupyterClient{cmd: cmd, in: in, out: bufio.NewScanner(outp)}
+	for jc.out.Scan() {
+		if strings.TrimSpace(jc.out.Text()) == "ready" {
+			return jc
+		}
+	}
+	panic(fmt.Sprintf("jupyter_client baseline did not start: %v", jc.out.Err()))
+}
+
+// run times n executes.
+func (jc *jupyterClient) run(n int) []time.Duration {
+	_, err := fmt.Fprintf(jc.in, "%d\n", n)
+	check(err)
+	if !jc.out.Scan() {
+		panic(fmt.Sprintf("jupyter_client baseline: %v", jc.out.Err()))
+	}
 	var secs []float64
-	check(json.Unmarshal(bytes.TrimSpace(out[bytes.LastIndexByte(bytes.TrimSpace(out), '\n')+1:]), &secs))
+	check(json.Unmarshal(jc.out.Bytes(), &secs))
 	d := make([]time.Duration, len(secs))
 	for i, s := range secs {
 		d[i] = time.Duration(s * float64(time.Second))
 	}
 	return d
+}
+
+func (jc *jupyterClient) close() {
+	jc.in.Close()
+	jc.cmd.Wait()
 }
 
 // dockerIdleMemory reads the cgroup memory usage of the idle pooled kernels.
@@ -286,6 +341,19 @@ func rss() int64 {
 	f := strings.Fields(string(b))
 	pages, _ := strconv.ParseInt(f[1], 10, 64)
 	return pages * int64(os.Getpagesize())
+}
+
+// loadAvg is the machine's 1, 5 and 15 minute load averages.
+func loadAvg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "unknown"
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return "unknown"
+	}
+	return strings.Join(f[:3], " ")
 }
 
 func sorted(d []time.Duration) []time.Duration {

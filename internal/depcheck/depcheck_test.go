@@ -19,7 +19,7 @@ const module = "github.com/triadhq/triad/"
 // before its tests pass: placing it is the decision this test asks for.
 var layers = [][]string{
 	// 0: leaf helpers.
-	{"auth", "internal/fault", "internal/runid", "internal/dockerarchive", "internal/safepath", "internal/version", "internal/testenv",
+	{"auth", "internal/crashpoint", "internal/fault", "internal/runid", "internal/dockerarchive", "internal/safepath", "internal/version", "internal/testenv",
 		"internal/miniotest", "internal/depcheck", "recipes/sampledata/internal/gen", "recipes/sampledata/internal/regen"},
 	// 1: the contract and the seams: wire types, the records' names, and
 	// the interfaces the tools implement.
@@ -41,7 +41,7 @@ var layers = [][]string{
 	// 4: surfaces. They share only the wire contract, never each other.
 	{"api", "api/mcp", "api/e2b", "api/e2b/tmpfsrecords", "api/e2b/recordstest", "console"},
 	// 5: binaries and benchmarks: wiring only.
-	{"cmd/triad", "bench/sandbox", "bench/store", "bench/neighbour", "deploy/kubernetes"},
+	{"cmd/triad", "bench/sandbox", "bench/store", "bench/neighbour", "bench/scale", "deploy/kubernetes"},
 }
 
 // sameLayer lists the imports allowed within a layer: an implementation
@@ -74,6 +74,7 @@ var sameLayer = map[string][]string{
 	"bench/sandbox":                             nil,
 	"bench/store":                               nil,
 	"bench/neighbour":                           nil,
+	"bench/scale":                               nil,
 }
 
 type pkg struct {

@@ -41,6 +41,9 @@ type Config struct {
 	Limits sandbox.Limits
 	// Protect names run paths a cell may not change (the journal).
 	Protect func(path string) bool
+	// Omit names run paths never copied into a working directory (the
+	// journal's checkpoints).
+	Omit func(path string) bool
 	// MaxContexts is how many code contexts a run may have besides its
 	// kernel (default 4).
 	MaxContexts int
@@ -165,7 +168,7 @@ func (m *Manager) Acquire(ctx context.Context, run runid.ID) (*Session, error) {
 		return nil, err
 	}
 	dir := workspace.Open(m.c.Store, run, k.Files(), m.log)
-	dir.Protect = m.c.Protect
+	dir.Protect, dir.Omit = m.c.Protect, m.c.Omit
 	if err := dir.Materialize(ctx); err != nil {
 		k.Close()
 		return nil, fmt.Errorf("materialise run %s into its kernel: %w", run, err)

@@ -152,7 +152,7 @@ func New(t testing.TB, o Options) *Stack {
 		if o.Metrics != nil {
 			kb = o.Metrics.Backend(backend)
 		}
-		s.Kernels = kernels.New(kernels.Config{Backend: kb, Store: s.Store, Warm: o.Warm, Protect: runfiles.IsKept})
+		s.Kernels = kernels.New(kernels.Config{Backend: kb, Store: s.Store, Warm: o.Warm, Protect: runfiles.IsKept, Omit: runfiles.IsCheckpoint})
 		s.onClose(func() { s.Kernels.Close() })
 		if o.Metrics != nil {
 			o.Metrics.Kernels(backend.Name(), s.Kernels.Live, s.Kernels.Pooled)

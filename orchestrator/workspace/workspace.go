@@ -9,6 +9,7 @@
 package workspace
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -32,6 +33,10 @@ type Dir struct {
 	// directory (the journal's files): they are reported in Harvest's
 	// tampered list and restored from the store instead.
 	Protect func(path string) bool
+	// Omit, when set, names run paths that are never copied into the
+	// directory (journal checkpoints); a cell that creates one has it
+	// removed again, as a protected path.
+	Omit func(path string) bool
 
 	seen   map[string]synced // what the directory held at the last sync
 	losses uint64            // the directory's sandbox.Losable count at the last sync
@@ -101,11 +106,12 @@ func (d *Dir) materialize(ctx context.Context, prune bool) error {
 }
 
 // Put writes one run file into the directory (after tmp.write), replacing
-// whatever is at its path, including a symlink, without following it. A
+// whatever is at its path, including a symlink, without following it; an
+// omitted path (Omit) is left out. A
 // directory the cell made where the index has a file is the cell's newer
 // state: it is left for the harvest, and Put does nothing.
 func (d *Dir) Put(ctx context.Context, f tmpfs.File) error {
-	if s, ok := d.seen[f.Path]; ok && s.file.SHA256 == f.SHA256 {
+	if s, ok := d.seen[f.Path]; ok && s.file.SHA256 == f.SHA256 || d.Omit != nil && d.Omit(f.Path) {
 		return nil
 	}
 	r, err := d.store.OpenBlob(ctx, f.SHA256)
@@ -122,6 +128,26 @@ func (d *Dir) Put(ctx context.Context, f tmpfs.File) error {
 	}
 	d.seen[f.Path] = synced{stamp: e.Stamp, file: f}
 	return nil
+}
+
+// Append brings the directory's copy of f up to date, where f is the file
+// whose previous version prev was extended by data: in place when the
+// directory can append (sandbox.Appender) and holds prev as it was last
+// synced, so the cost is that of data; otherwise f is written whole.
+func (d *Dir) Append(ctx context.Context, f tmpfs.File, prev tmpfs.Digest, data []byte) error {
+	s, ok := d.seen[f.Path]
+	if a, can := d.wd.(sandbox.Appender); can && ok && !prev.IsZero() && s.file.SHA256 == prev {
+		e, err := a.Append(ctx, f.Path, s.stamp, bytes.NewReader(data))
+		if err == nil {
+			d.seen[f.Path] = synced{stamp: e.Stamp, file: f}
+			return nil
+		}
+		if !errors.Is(err, sandbox.ErrStale) && !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("append to %s: %w", f.Path, err)
+		}
+		// A cell changed the copy: the harvest reports it; write it whole.
+	}
+	return d.Put(ctx, f)
 }
 
 // Remove deletes a path from the directory (after tmp.delete). A missing
@@ -255,7 +281,7 @@ func (d *Dir) harvest(ctx context.Context) (Change, error) {
 	for _, p := range ch.Tampered {
 		delete(d.seen, p)
 		f, err := d.store.Stat(ctx, d.run, p)
-		if errors.Is(err, tmpfs.ErrNotFound) {
+		if errors.Is(err, tmpfs.ErrNotFound) || d.Omit != nil && d.Omit(p) {
 			if err := d.wd.Remove(ctx, p); err != nil {
 				return ch, err
 			}

@@ -267,6 +267,53 @@ func (d *Dir) scan(ctx context.Context) (sandbox.Listing, error) {
 	return l, nil
 }
 
+var _ sandbox.Appender = (*Dir)(nil)
+
+// Append implements sandbox.Appender. Like Open, it never follows a
+// symlink and never blocks on a FIFO: the file is opened for appending
+// only once it is checked to be the regular file last stamped want.
+func (d *Dir) Append(ctx context.Context, p string, want sandbox.Stamp, r io.Reader) (sandbox.Entry, error) {
+	e, err := d.append(ctx, p, want, r)
+	return e, d.fail(err)
+}
+
+func (d *Dir) append(ctx context.Context, p string, want sandbox.Stamp, r io.Reader) (sandbox.Entry, error) {
+	f, e, err := d.open(ctx, p)
+	if err != nil {
+		if errors.Is(err, sandbox.ErrNotRegular) {
+			err = fmt.Errorf("append %s: %w", p, sandbox.ErrStale)
+		}
+		return sandbox.Entry{}, err
+	}
+	f.Close()
+	if e.Stamp != want {
+		return sandbox.Entry{}, fmt.Errorf("append %s: %w", e.Path, sandbox.ErrStale)
+	}
+	before, err := d.root.Lstat(e.Path)
+	if err != nil {
+		return sandbox.Entry{}, fmt.Errorf("append %s: %w", e.Path, err)
+	}
+	w, err := d.root.OpenFile(e.Path, os.O_WRONLY|os.O_APPEND|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return sandbox.Entry{}, fmt.Errorf("append %s: %w", e.Path, err)
+	}
+	defer w.Close()
+	st, err := w.Stat()
+	if err != nil {
+		return sandbox.Entry{}, fmt.Errorf("append %s: %w", e.Path, err)
+	}
+	if !st.Mode().IsRegular() || !os.SameFile(before, st) || entry(e.Path, st).Stamp != want {
+		return sandbox.Entry{}, fmt.Errorf("append %s: replaced while opening: %w", e.Path, sandbox.ErrStale)
+	}
+	if _, err := io.Copy(w, ctxReader{ctx, r}); err != nil {
+		return sandbox.Entry{}, fmt.Errorf("append %s: %w", e.Path, err)
+	}
+	if st, err = w.Stat(); err != nil {
+		return sandbox.Entry{}, fmt.Errorf("append %s: %w", e.Path, err)
+	}
+	return entry(e.Path, st), nil
+}
+
 // Open implements sandbox.WorkDir.
 func (d *Dir) Open(ctx context.Context, p string) (io.ReadCloser, sandbox.Entry, error) {
 	f, e, err := d.open(ctx, p)

@@ -177,3 +177,46 @@ func TestClosed(t *testing.T) {
 		t.Errorf("a file opened before Close: got %q, %v", b, err)
 	}
 }
+
+// Append adds to a file in place only while it is the file last stamped:
+// one a cell changed, replaced by a symlink, or removed is left alone.
+func TestAppend(t *testing.T) {
+	ctx := t.Context()
+	d, dir := open(t)
+	e, err := d.Put(ctx, "CEL.md", strings.NewReader("# journal\n"))
+	must(t, err)
+	e2, err := d.Append(ctx, "CEL.md", e.Stamp, strings.NewReader("## Step 1\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := os.ReadFile(filepath.Join(dir, "CEL.md")); string(b) != "# journal\n## Step 1\n" || e2.Size != int64(len(b)) || e2.Stamp == e.Stamp {
+		t.Fatalf("got %q, entry %+v", b, e2)
+	}
+	// A stale stamp: nothing is written.
+	if _, err := d.Append(ctx, "CEL.md", e.Stamp, strings.NewReader("x")); !errors.Is(err, sandbox.ErrStale) {
+		t.Fatalf("stale stamp: got %v, want ErrStale", err)
+	}
+	// A cell's change makes the last stamp stale too.
+	time.Sleep(10 * time.Millisecond)
+	must(t, os.WriteFile(filepath.Join(dir, "CEL.md"), []byte("forged"), 0o644))
+	if _, err := d.Append(ctx, "CEL.md", e2.Stamp, strings.NewReader("x")); !errors.Is(err, sandbox.ErrStale) {
+		t.Fatalf("changed file: got %v, want ErrStale", err)
+	}
+	if b, _ := os.ReadFile(filepath.Join(dir, "CEL.md")); string(b) != "forged" {
+		t.Fatalf("a stale append wrote: %q", b)
+	}
+	// A symlink in the file's place is never followed.
+	outside := filepath.Join(t.TempDir(), "target")
+	must(t, os.WriteFile(outside, []byte("outside"), 0o644))
+	must(t, os.Remove(filepath.Join(dir, "CEL.md")))
+	must(t, os.Symlink(outside, filepath.Join(dir, "CEL.md")))
+	if _, err := d.Append(ctx, "CEL.md", e2.Stamp, strings.NewReader("x")); !errors.Is(err, sandbox.ErrStale) {
+		t.Fatalf("symlink: got %v, want ErrStale", err)
+	}
+	if b, _ := os.ReadFile(outside); string(b) != "outside" {
+		t.Fatalf("append followed a symlink: %q", b)
+	}
+	if _, err := d.Append(ctx, "gone.md", e2.Stamp, strings.NewReader("x")); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("missing file: got %v, want ErrNotExist", err)
+	}
+}

@@ -32,6 +32,7 @@ var _ tmpfs.Index = (*Index)(nil)
 type runIndex struct {
 	mu      sync.Mutex
 	files   map[string]tmpfs.File
+	dirs    tmpfs.DirCounts // files per directory, for FilesUnder
 	log     *os.File
 	records int   // lines in the log, for compaction
 	valid   int64 // length of the log's complete records; a torn tail is cut here
@@ -72,7 +73,7 @@ func (x *Index) run(run runid.ID) (*runIndex, error) {
 	if r, ok := x.runs[run]; ok {
 		return r, nil
 	}
-	r := &runIndex{files: map[string]tmpfs.File{}}
+	r := &runIndex{files: map[string]tmpfs.File{}, dirs: tmpfs.DirCounts{}}
 	p := filepath.Join(x.dir, run.String(), "index.jsonl")
 	data, err := os.ReadFile(p)
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
@@ -90,11 +91,18 @@ func (x *Index) run(run runid.ID) (*runIndex, error) {
 		}
 		data = data[i+1:]
 		r.records++
+		_, had := r.files[rec.Path]
 		switch rec.Op {
 		case "put":
 			r.files[rec.Path] = rec.File
+			if !had {
+				r.dirs.Add(rec.Path, 1)
+			}
 		case "del":
 			delete(r.files, rec.Path)
+			if had {
+				r.dirs.Add(rec.Path, -1)
+			}
 		}
 	}
 	x.runs[run] = r
@@ -216,6 +224,9 @@ func (x *Index) Put(ctx context.Context, run runid.ID, f tmpfs.File) error {
 	if err := x.append(run, r, record{Op: "put", File: f}); err != nil {
 		return err
 	}
+	if _, had := r.files[f.Path]; !had {
+		r.dirs.Add(f.Path, 1)
+	}
 	r.files[f.Path] = f
 	return nil
 }
@@ -235,7 +246,21 @@ func (x *Index) Delete(ctx context.Context, run runid.ID, path string) error {
 		return err
 	}
 	delete(r.files, path)
+	r.dirs.Add(path, -1)
 	return nil
+}
+
+var _ tmpfs.DirCounter = (*Index)(nil)
+
+// FilesUnder implements tmpfs.DirCounter.
+func (x *Index) FilesUnder(ctx context.Context, run runid.ID, dir string) (int, error) {
+	r, err := x.run(run)
+	if err != nil {
+		return 0, err
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.dirs[dir], nil
 }
 
 // List implements tmpfs.Index.

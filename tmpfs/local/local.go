@@ -7,6 +7,7 @@
 //	quarantine/sha256/abcdef…      blobs that failed verification, moved aside,
 //	quarantine/sha256/abcdef….json with what was found and which runs held them
 //	runs/<run>/index.jsonl         the run's index: one put or del record a line
+//	extents/                       appended blobs (tmpfs.Appender): see extents.go
 //	meta/<key>!                    Triad's records outside runs (tmpfs.Meta)
 //	tmp/                           temp files for writes in flight
 //
@@ -32,6 +33,7 @@ import (
 type Blobs struct {
 	dir string
 	fps *fingerprints
+	ext extents // appended blobs; see extents.go
 }
 
 var (
@@ -134,7 +136,11 @@ func (b *Blobs) Put(ctx context.Context, r io.Reader, limit int64) (tmpfs.Digest
 func (b *Blobs) Open(ctx context.Context, d tmpfs.Digest) (tmpfs.Blob, error) {
 	f, err := os.Open(b.path(d))
 	if errors.Is(err, os.ErrNotExist) {
-		return nil, b.missing(d)
+		blob, err := b.openExtent(d)
+		if errors.Is(err, tmpfs.ErrNotFound) {
+			return nil, b.missing(d)
+		}
+		return blob, err
 	}
 	if err != nil {
 		return nil, fmt.Errorf("open blob %s: %w", d.Short(), err)
@@ -174,7 +180,11 @@ func (b *Blobs) missing(d tmpfs.Digest) error {
 func (b *Blobs) Stat(ctx context.Context, d tmpfs.Digest) (int64, error) {
 	st, err := os.Stat(b.path(d))
 	if errors.Is(err, os.ErrNotExist) {
-		return 0, b.missing(d)
+		n, err := b.statExtent(d)
+		if errors.Is(err, tmpfs.ErrNotFound) {
+			return 0, b.missing(d)
+		}
+		return n, err
 	}
 	if err != nil {
 		return 0, err

@@ -19,7 +19,8 @@ import (
 
 // Blobs stores blobs as objects under blobs/ in the bucket.
 type Blobs struct {
-	c *conn
+	c      *conn
+	chains chains // appended blobs; see appends.go
 }
 
 var (
@@ -165,7 +166,11 @@ func (b *Blobs) Open(ctx context.Context, d tmpfs.Digest) (tmpfs.Blob, error) {
 	o := &object{ctx: ctx, c: b.c, key: blobKey(d), short: d.Short()}
 	info, err := o.get(minio.GetObjectOptions{})
 	if errors.Is(err, tmpfs.ErrNotFound) {
-		return nil, b.missing(ctx, d, err)
+		blob, aerr := b.openAppended(ctx, d)
+		if errors.Is(aerr, tmpfs.ErrNotFound) {
+			return nil, b.missing(ctx, d, aerr)
+		}
+		return blob, aerr
 	}
 	if err != nil {
 		return nil, err
@@ -232,11 +237,14 @@ func (b *Blobs) Stat(ctx context.Context, d tmpfs.Digest) (int64, error) {
 	tctx, cancel := b.c.withTimeout(ctx)
 	defer cancel()
 	info, err := b.c.core.StatObject(tctx, b.c.bucket, blobKey(d), minio.StatObjectOptions{})
-	if err != nil {
-		err = b.c.fail(ctx, "stat blob "+d.Short(), err)
-		if errors.Is(err, tmpfs.ErrNotFound) {
-			return 0, b.missing(ctx, d, err)
+	if err = b.c.fail(ctx, "stat blob "+d.Short(), err); errors.Is(err, tmpfs.ErrNotFound) {
+		n, aerr := b.statAppended(ctx, d)
+		if errors.Is(aerr, tmpfs.ErrNotFound) {
+			return 0, b.missing(ctx, d, aerr)
 		}
+		return n, aerr
+	}
+	if err != nil {
 		return 0, err
 	}
 	if info.Metadata.Get(metaData) != "" {

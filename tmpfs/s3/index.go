@@ -44,8 +44,9 @@ type runIndex struct {
 	load   sync.Mutex // held while the run is read from the bucket
 	loaded bool       // under load
 
-	mu    sync.Mutex // guards files
+	mu    sync.Mutex // guards files and dirs
 	files map[string]tmpfs.File
+	dirs  tmpfs.DirCounts // files per directory, for FilesUnder
 }
 
 func newIndex(c *conn) *Index {
@@ -101,8 +102,12 @@ func (x *Index) run(ctx context.Context, run runid.ID) (*runIndex, error) {
 	if err != nil {
 		return nil, err
 	}
+	dirs := tmpfs.DirCounts{}
+	for p := range files {
+		dirs.Add(p, 1)
+	}
 	r.mu.Lock()
-	r.files = files
+	r.files, r.dirs = files, dirs
 	r.mu.Unlock()
 	r.loaded = true
 	return r, nil
@@ -240,6 +245,9 @@ func (x *Index) Put(ctx context.Context, run runid.ID, f tmpfs.File) error {
 		return x.c.fail(ctx, fmt.Sprintf("write index entry %q of run %s", f.Path, run), err)
 	}
 	r.mu.Lock()
+	if _, had := r.files[f.Path]; !had {
+		r.dirs.Add(f.Path, 1)
+	}
 	r.files[f.Path] = f
 	r.mu.Unlock()
 	return nil
@@ -266,9 +274,25 @@ func (x *Index) Delete(ctx context.Context, run runid.ID, path string) error {
 		return x.c.fail(ctx, fmt.Sprintf("delete index entry %q of run %s", path, run), err)
 	}
 	r.mu.Lock()
-	delete(r.files, path)
+	if _, had := r.files[path]; had {
+		delete(r.files, path)
+		r.dirs.Add(path, -1)
+	}
 	r.mu.Unlock()
 	return nil
+}
+
+var _ tmpfs.DirCounter = (*Index)(nil)
+
+// FilesUnder implements tmpfs.DirCounter.
+func (x *Index) FilesUnder(ctx context.Context, run runid.ID, dir string) (int, error) {
+	r, err := x.run(ctx, run)
+	if err != nil {
+		return 0, err
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.dirs[dir], nil
 }
 
 // List implements tmpfs.Index.

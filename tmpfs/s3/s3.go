@@ -7,6 +7,8 @@
 //	                                one PUT), or an empty manifest naming the upload that
 //	                                holds them (larger bodies, uploaded in parts as they arrive)
 //	blobs/uploads/<time>-<id>       the bytes of large blobs, named before their hash was known
+//	appends/<hex>                   appended blobs (tmpfs.Appender): the bytes after a
+//	                                base blob, with the base in metadata (appends.go)
 //	quarantine/sha256/<hex>[.json]  blobs (or manifests) that failed verification, moved
 //	                                aside by fsck or the scrub, and what was found
 //	runs/<run>/index/<sha256(path)> one small JSON object per index entry: a tmpfs.File

@@ -88,6 +88,22 @@ func Run(t *testing.T, newStore func(t *testing.T) *tmpfs.Store) {
 		if _, err := s.WriteBytes(ctx, run, "d/f/g", []byte("x")); !errors.Is(err, tmpfs.ErrConflict) {
 			t.Fatalf("file under file: got %v, want ErrConflict", err)
 		}
+		// Once the directory is empty again, a file may take its name,
+		// in this store and after a restart.
+		if _, err := s.WriteBytes(ctx, run, "d/e/f", []byte("x")); err != nil {
+			t.Fatal(err)
+		}
+		s.Delete(ctx, run, "d/f")
+		if _, err := s.WriteBytes(ctx, run, "d", []byte("x")); !errors.Is(err, tmpfs.ErrConflict) {
+			t.Fatalf("file over a directory that still holds d/e/f: got %v, want ErrConflict", err)
+		}
+		s.Delete(ctx, run, "d/e/f")
+		if _, err := s.WriteBytes(ctx, run, "d", []byte("x")); err != nil {
+			t.Fatalf("file over an emptied directory: %v", err)
+		}
+		if _, err := newStore(t).WriteBytes(ctx, run, "d/g", []byte("x")); !errors.Is(err, tmpfs.ErrConflict) {
+			t.Fatalf("after a restart, file under file: got %v, want ErrConflict", err)
+		}
 	})
 	t.Run("TooLarge", func(t *testing.T) {
 		s := newStore(t)
@@ -191,6 +207,197 @@ func Run(t *testing.T, newStore func(t *testing.T) *tmpfs.Store) {
 		}
 	})
 	t.Run("Meta", func(t *testing.T) { testMeta(t, newStore) })
+	t.Run("Append", func(t *testing.T) { testAppend(t, newStore) })
+	t.Run("Usage", func(t *testing.T) {
+		s := newStore(t)
+		ctx := t.Context()
+		run := runid.New()
+		check := func(when string) {
+			t.Helper()
+			got, err := s.Usage(ctx, run)
+			files, lerr := s.List(ctx, run, "")
+			var want int64
+			for _, f := range files {
+				want += f.Size
+			}
+			if err != nil || lerr != nil || got != want {
+				t.Fatalf("%s: got %d, %v, want %d (%v)", when, got, err, want, lerr)
+			}
+		}
+		check("empty")
+		a, err := s.WriteBytes(ctx, run, "a.txt", []byte("12345"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		check("after a write")
+		s.WriteBytes(ctx, run, "a.txt", []byte("12"))
+		check("after an overwrite")
+		s.Append(ctx, run, "j.md", []byte("line\n"))
+		s.Append(ctx, run, "j.md", []byte("line\n"))
+		check("after appends")
+		s.Link(ctx, run, "b.txt", a.SHA256, a.Size)
+		check("after a link")
+		s.Delete(ctx, run, "a.txt")
+		check("after a delete")
+	})
+}
+
+// AppendSteps is how many appends testAppend makes to one file: enough to
+// cross an implementation's compaction (tmpfs/s3 compacts every 32).
+const AppendSteps = 80
+
+// testAppend checks Store.Append: every version's digest is the sha256 of
+// its whole content and stays readable by digest (a checkpoint is a Link
+// to it), the file reads back whole and verified, appends continue after
+// a restart and after the file is rewritten whole, two runs appending the
+// same bytes (so the same digests) do not disturb each other, and a new
+// file obeys the run's tree.
+func testAppend(t *testing.T, newStore func(t *testing.T) *tmpfs.Store) {
+	ctx := t.Context()
+	s := newStore(t)
+	a, b := runid.New(), runid.New()
+	var want []byte
+	var versions []tmpfs.File
+	check := func(s *tmpfs.Store, run runid.ID, f tmpfs.File, want []byte) {
+		t.Helper()
+		if f.SHA256 != tmpfs.DigestOf(want) || f.Size != int64(len(want)) {
+			t.Fatalf("got %s (%d bytes), want %s (%d bytes)", f.SHA256.Short(), f.Size, tmpfs.DigestOf(want).Short(), len(want))
+		}
+		got, st, err := s.ReadAll(ctx, run, f.Path)
+		if err != nil || !bytes.Equal(got, want) || st.SHA256 != f.SHA256 {
+			t.Fatalf("read back: got %d bytes (%v), want %d", len(got), err, len(want))
+		}
+	}
+	for i := range AppendSteps {
+		line := []byte(fmt.Sprintf("step %d: %s\n", i, strings.Repeat("x", i%7)))
+		want = append(want, line...)
+		fa, err := s.Append(ctx, a, "CEL.md", line)
+		if err != nil {
+			t.Fatalf("append %d: %v", i, err)
+		}
+		fb, err := s.Append(ctx, b, "CEL.md", line)
+		if err != nil {
+			t.Fatalf("append %d to the second run: %v", i, err)
+		}
+		if fa.SHA256 != fb.SHA256 {
+			t.Fatalf("append %d: the runs' digests differ", i)
+		}
+		check(s, a, fa, want)
+		versions = append(versions, fa)
+		if i%10 == 0 {
+			if _, err := s.Link(ctx, a, fmt.Sprintf("CEL.step_%d.md", i), fa.SHA256, fa.Size); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	check(s, b, versions[len(versions)-1], want)
+	// Every version is still stored, by digest.
+	prefix := 0
+	for i, v := range versions {
+		prefix += len(fmt.Sprintf("step %d: %s\n", i, strings.Repeat("x", i%7)))
+		r, err := s.OpenBlob(ctx, v.SHA256)
+		if err != nil {
+			t.Fatalf("version %d: %v", i, err)
+		}
+		got, err := io.ReadAll(r)
+		r.Close()
+		if err != nil || !bytes.Equal(got, want[:prefix]) {
+			t.Fatalf("version %d: got %d bytes, %v, want %d", i, len(got), err, prefix)
+		}
+		if n, err := s.Blobs().Stat(ctx, v.SHA256); err != nil || n != v.Size {
+			t.Fatalf("stat version %d: got %d, %v, want %d", i, n, err, v.Size)
+		}
+		if err := s.Verify(ctx, v.SHA256); err != nil {
+			t.Fatalf("verify version %d: %v", i, err)
+		}
+	}
+	if got, _, err := s.ReadAll(ctx, a, "CEL.step_40.md"); err != nil || !bytes.Equal(got, want[:versions[40].Size]) {
+		t.Fatalf("checkpoint: got %d bytes, %v", len(got), err)
+	}
+
+	// After a restart, appends continue where they were.
+	s2 := newStore(t)
+	more := []byte("after the restart\n")
+	f, err := s2.Append(ctx, a, "CEL.md", more)
+	if err != nil {
+		t.Fatal(err)
+	}
+	check(s2, a, f, append(append([]byte(nil), want...), more...))
+	// The other run's file is untouched by this run's append.
+	check(s2, b, versions[len(versions)-1], want)
+
+	// A file rewritten whole, then appended to.
+	if _, err := s2.WriteBytes(ctx, a, "CEL.md", []byte("fresh\n")); err != nil {
+		t.Fatal(err)
+	}
+	f, err = s2.Append(ctx, a, "CEL.md", []byte("and more\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	check(s2, a, f, []byte("fresh\nand more\n"))
+	f, err = s2.Append(ctx, a, "CEL.md", []byte("!\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	check(s2, a, f, []byte("fresh\nand more\n!\n"))
+	s = s2
+
+	// An empty append changes nothing; an empty append to a new file
+	// creates it empty.
+	if g, err := s.Append(ctx, a, "CEL.md", nil); err != nil || g.SHA256 != f.SHA256 {
+		t.Fatalf("empty append: got %+v, %v, want %s", g, err, f.SHA256.Short())
+	}
+	if g, err := s.Append(ctx, a, "empty.jsonl", nil); err != nil || g.Size != 0 || g.SHA256 != tmpfs.DigestOf(nil) {
+		t.Fatalf("empty new file: got %+v, %v", g, err)
+	}
+
+	// Concurrent appends to one path lose nothing; appends to other paths
+	// of the run go on beside them.
+	var wg sync.WaitGroup
+	errs := make(chan error, 64)
+	for g := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 10 {
+				if _, err := s.Append(ctx, a, "shared.jsonl", []byte(fmt.Sprintf("%d-%d\n", g, i))); err != nil {
+					errs <- err
+				}
+				if _, err := s.Append(ctx, a, fmt.Sprintf("own-%d.jsonl", g), []byte("x\n")); err != nil {
+					errs <- err
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	got, f, err := s.ReadAll(ctx, a, "shared.jsonl")
+	if err != nil || strings.Count(string(got), "\n") != 80 || f.SHA256 != tmpfs.DigestOf(got) {
+		t.Fatalf("concurrent appends: got %d lines, %v", strings.Count(string(got), "\n"), err)
+	}
+	for g := range 8 {
+		got, _, err := s.ReadAll(ctx, a, fmt.Sprintf("own-%d.jsonl", g))
+		if err != nil || string(got) != strings.Repeat("x\n", 10) {
+			t.Fatalf("own-%d: got %q, %v", g, got, err)
+		}
+	}
+
+	// A new file must fit the run's tree.
+	if _, err := s.WriteBytes(ctx, a, "d/f", []byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Append(ctx, a, "d", []byte("x")); !errors.Is(err, tmpfs.ErrConflict) {
+		t.Fatalf("append over a directory: got %v, want ErrConflict", err)
+	}
+	if _, err := s.Append(ctx, a, "d/f/g", []byte("x")); !errors.Is(err, tmpfs.ErrConflict) {
+		t.Fatalf("append under a file: got %v, want ErrConflict", err)
+	}
+	if _, err := s.Append(ctx, a, "../x", []byte("x")); err == nil {
+		t.Fatal("append outside the run: no error")
+	}
 }
 
 // testMeta checks the namespace outside runs: conditional writes, paged
