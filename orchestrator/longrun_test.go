@@ -35,7 +35,7 @@ func longRunStores(t testing.TB) []struct {
 		{"s3", func(t testing.TB) *tmpfs.Store {
 			srv := miniotest.Shared(t)
 			b, x, err := s3.New(context.Background(), s3.Config{Endpoint: srv.Endpoint, Bucket: srv.Bucket,
-				AccessKey: srv.AccessKey, SecretKey: srv.SecretKey, SpoolDir: t.TempDir()})
+				AccessKey: srv.AccessKey, SecretKey: srv.SecretKey})
 			if err != nil {
 				t.Fatal(err)
 			}
