@@ -4,11 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"sync"
 	"time"
 
 	"github.com/triadhq/triad/evaluator"
 	"github.com/triadhq/triad/internal/fault"
+	"github.com/triadhq/triad/internal/keyedmutex"
 	"github.com/triadhq/triad/internal/runid"
 )
 
@@ -68,27 +68,24 @@ type PendingInput struct {
 // InProcess is the default RunLock: a mutex per run. Nothing else writes
 // the run, so nothing is ever stale or orphaned.
 type InProcess struct {
-	runs sync.Map // runid.ID -> *sync.Mutex
+	runs keyedmutex.Map[runid.ID] // only the runs held or awaited
 }
 
 // Lock implements RunLock. Like the mutex it is, it waits as long as it
 // takes.
 func (l *InProcess) Lock(_ context.Context, run runid.ID) (Held, error) {
-	m, _ := l.runs.LoadOrStore(run, &sync.Mutex{})
-	mu := m.(*sync.Mutex)
-	mu.Lock()
-	return heldMutex{mu}, nil
+	return heldMutex{l.runs.Lock(run)}, nil
 }
 
 // Changed implements RunLock: never.
 func (l *InProcess) Changed(context.Context, runid.ID) bool { return false }
 
-type heldMutex struct{ mu *sync.Mutex }
+type heldMutex struct{ unlock func() }
 
 func (h heldMutex) Stale() bool                          { return false }
 func (h heldMutex) Orphan() (Pending, bool)              { return Pending{}, false }
 func (h heldMutex) Begin(context.Context, Pending) error { return nil }
-func (h heldMutex) Unlock()                              { h.mu.Unlock() }
+func (h heldMutex) Unlock()                              { h.unlock() }
 
 // lockRun takes the run for a call or a journal operation. When another
 // process held it since this one did, what this process caches about the

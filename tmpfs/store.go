@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/triadhq/triad/internal/keyedmutex"
 	"github.com/triadhq/triad/internal/runid"
 	"github.com/triadhq/triad/internal/safepath"
 )
@@ -23,7 +24,7 @@ type Store struct {
 	log   *slog.Logger
 	now   func() time.Time
 
-	locks sync.Map // runid.ID -> *sync.Mutex; serializes index mutation per run
+	locks keyedmutex.Map[runid.ID] // serializes index mutation per run; empty when idle
 
 	mu       sync.Mutex
 	verified map[verifyKey]struct{} // whole-blob verifications, by blob version
@@ -61,11 +62,16 @@ func (s *Store) Forget(run runid.ID) {
 // Blobs returns the blob store, for callers that hold digests already.
 func (s *Store) Blobs() Blobs { return s.blobs }
 
-func (s *Store) lock(run runid.ID) func() {
-	m, _ := s.locks.LoadOrStore(run, &sync.Mutex{})
-	mu := m.(*sync.Mutex)
-	mu.Lock()
-	return mu.Unlock
+func (s *Store) lock(run runid.ID) func() { return s.locks.Lock(run) }
+
+// Cached is how many runs the store holds something of in memory now: an
+// index cache (Forgetter indexes report theirs) or a lock in use.
+func (s *Store) Cached() int {
+	n := s.locks.Len()
+	if c, ok := s.index.(interface{ Cached() int }); ok {
+		n += c.Cached()
+	}
+	return n
 }
 
 // Write stores r at path in run, replacing any file there. limit > 0 caps the

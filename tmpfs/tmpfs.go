@@ -88,9 +88,10 @@ type Index interface {
 	List(ctx context.Context, run runid.ID, prefix string) ([]File, error)
 }
 
-// Forgetter is an Index that caches runs (tmpfs/s3): Forget drops what it
+// Forgetter is an Index that caches runs (tmpfs/s3, tmpfs/local): Forget drops what it
 // holds of run, so that the next read loads it from the backing store,
-// where another process may have written since.
+// where another process may have written since. The orchestrator also
+// calls it for each run gone idle, to bound what the index keeps.
 type Forgetter interface {
 	Forget(run runid.ID)
 }
