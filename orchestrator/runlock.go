@@ -80,7 +80,22 @@ func (l *InProcess) Lock(_ context.Context, run runid.ID) (Held, error) {
 // Changed implements RunLock: never.
 func (l *InProcess) Changed(context.Context, runid.ID) bool { return false }
 
+// Len is the number of runs held or awaited now.
+func (l *InProcess) Len() int { return l.runs.Len() }
+
 type heldMutex struct{ unlock func() }
+
+// usedHeld is a run held for a call: the run is in use (not idle, for the
+// sweep) until Unlock.
+type usedHeld struct {
+	Held
+	done func()
+}
+
+func (h usedHeld) Unlock() {
+	h.Held.Unlock()
+	h.done()
+}
 
 func (h heldMutex) Stale() bool                          { return false }
 func (h heldMutex) Orphan() (Pending, bool)              { return Pending{}, false }
@@ -92,10 +107,13 @@ func (h heldMutex) Unlock()                              { h.unlock() }
 // run is dropped first; when the last holder died mid-call, that call's
 // Step Block is appended, marked interrupted, before anything else.
 func (o *Orchestrator) lockRun(ctx context.Context, run runid.ID) (Held, error) {
+	done := o.use(run)
 	h, err := o.lock.Lock(ctx, run)
 	if err != nil {
+		done()
 		return nil, err
 	}
+	h = usedHeld{h, done}
 	if h.Stale() {
 		o.forget(run, true)
 	}
