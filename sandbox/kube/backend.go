@@ -60,9 +60,9 @@ type Backend struct {
 	// starting counts this replica's kernels being started, by run: their
 	// pods (adopted, claimed or created) are not idle yet.
 	starting map[string]int
-	warm    []*podConn // this replica's connected warm pods, oldest first
-	filling int        // warm pods being made
-	closed  bool
+	warm     []*podConn // this replica's connected warm pods, oldest first
+	filling  int        // warm pods being made
+	closed   bool
 
 	stop chan struct{}
 	wg   sync.WaitGroup
@@ -91,7 +91,7 @@ func New(ctx context.Context, cfg Config) (*Backend, error) {
 		log:     cfg.Logger.With("instance", cfg.Instance),
 		watches: map[string]map[*podWatch]struct{}{},
 		kernels: map[*Kernel]struct{}{}, starting: map[string]int{},
-		stop:    make(chan struct{}),
+		stop: make(chan struct{}),
 	}
 	pctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
