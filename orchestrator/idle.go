@@ -99,6 +99,14 @@ func (o *Orchestrator) sweepIdle(now time.Time) bool {
 		if u.calls > 0 || now.Sub(u.last) <= o.runs.idle {
 			continue
 		}
+		o.t.smu.Lock()
+		_, summing := o.t.sums[run]
+		o.t.smu.Unlock()
+		if summing {
+			// Its index entry is still to be written (summaries.go),
+			// which reads the run's files: in use a little longer.
+			continue
+		}
 		if o.kernels != nil && o.kernels.Peek(run) != nil {
 			// A live kernel (its reaper stops it once idle) keeps the
 			// run's state: its session knows the working directory.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -70,7 +71,8 @@ func kubeBackend(t *testing.T, idle time.Duration) sandbox.Backend {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	b, err := kube.New(ctx, kube.Config{Rest: rc, Namespace: ns, Image: image, Owner: strings.Trim(owner, "-."), IdleTTL: idle,
-		Defaults: sandbox.Limits{MemoryBytes: 512 << 20, DiskBytes: 256 << 20}, MemoryRequest: 64 << 20, CPURequest: 0.05, TmpSize: 64 << 20})
+		Defaults: sandbox.Limits{MemoryBytes: 512 << 20, DiskBytes: 256 << 20}, MemoryRequest: 64 << 20, CPURequest: 0.05, TmpSize: 64 << 20,
+		Logger: slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelInfo}))})
 	if err != nil {
 		t.Fatalf("kube.New: %v", err)
 	}
@@ -223,7 +225,7 @@ func TestBusyKernelIsNotReaped(t *testing.T) {
 			t.Parallel()
 			ttl, sleep := 200*time.Millisecond, 2
 			if backend == "kube" {
-				ttl, sleep = time.Second, 6
+				ttl, sleep = 3*time.Second, 10
 			}
 			m, store, _ := setup(t, backend, 0, ttl)
 			ctx := t.Context()

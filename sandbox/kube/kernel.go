@@ -489,7 +489,7 @@ func (k *Kernel) violated(pc *podConn) <-chan struct{} {
 
 // use marks the kernel in use until the returned func is called: this
 // replica's sweep leaves its pod alone, and while the use lasts the pod is
-// marked used every tenth of the idle TTL, so that no replica's sweep
+// marked used every quarter of the idle TTL, so that no replica's sweep
 // takes it for idle however long a cell or a harvest runs past the TTL.
 // Its end marks the pod used too, so idleness counts from the end of the
 // last use, not its start.
@@ -500,7 +500,7 @@ func (k *Kernel) use() (done func()) {
 	if k.uses == 1 && ttl > 0 {
 		stop := make(chan struct{})
 		k.beatStop = stop
-		go k.beat(stop, max(ttl/10, 100*time.Millisecond))
+		go k.beat(stop, max(ttl/4, 250*time.Millisecond))
 	}
 	k.umu.Unlock()
 	var once sync.Once
