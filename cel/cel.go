@@ -299,6 +299,13 @@ func (j *Journal) Forget(run runid.ID) {
 	j.mu.Unlock()
 }
 
+// Cached is the number of runs whose state the journal holds in memory.
+func (j *Journal) Cached() int {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return len(j.runs)
+}
+
 // Started reports whether the run's journal exists.
 func (j *Journal) Started(ctx context.Context, run runid.ID) (bool, error) {
 	st, err := j.state(ctx, run)

@@ -325,6 +325,24 @@ func (x *index) List(ctx context.Context, run runid.ID, prefix string) ([]tmpfs.
 	return fs, err
 }
 
+// Forget implements tmpfs.Forgetter by passing it on: an index that caches
+// runs must still be told when one went stale or idle.
+func (x *index) Forget(run runid.ID) {
+	if f, ok := x.x.(tmpfs.Forgetter); ok {
+		f.Forget(run)
+	}
+}
+
+// Cached passes on the wrapped index's count of runs in memory.
+func (x *index) Cached() int {
+	if c, ok := x.x.(interface{ Cached() int }); ok {
+		return c.Cached()
+	}
+	return 0
+}
+
+var _ tmpfs.Forgetter = (*index)(nil)
+
 type metaIndex struct {
 	*index
 	meta tmpfs.Meta

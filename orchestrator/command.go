@@ -171,7 +171,7 @@ func (o *Orchestrator) StartCommand(ctx context.Context, run runid.ID, in wire.E
 			o.kernels.Release(sess)
 			return err
 		}
-		c.N = o.nextCommand(run)
+		c.N = o.nextCommand(ctx, run)
 		oc.Command, oc.Ran, oc.OK = c.N, true, true
 		return nil
 	})
@@ -224,11 +224,16 @@ func (o *Orchestrator) runCommand(ctx context.Context, run runid.ID, in wire.Exe
 }
 
 // nextCommand numbers the run's next command.
-func (o *Orchestrator) nextCommand(run runid.ID) int {
-	v, _ := o.cmds.LoadOrStore(run, &cmdCounter{})
+// Called with the run held; the count starts from the run's trace when
+// the idle sweep dropped it (or another process started commands).
+func (o *Orchestrator) nextCommand(ctx context.Context, run runid.ID) int {
+	v, loaded := o.cmds.LoadOrStore(run, &cmdCounter{})
 	ct := v.(*cmdCounter)
 	ct.mu.Lock()
 	defer ct.mu.Unlock()
+	if !loaded {
+		ct.n = o.commandsSoFar(ctx, run)
+	}
 	ct.n++
 	return ct.n
 }

@@ -51,6 +51,8 @@ type Orchestrator struct {
 	pend pending  // runs whose last call answered and is being recorded
 	cmds sync.Map // runid.ID -> *cmdCounter
 	lock RunLock
+
+	runs runs // which runs are in use; idle ones are dropped (idle.go)
 }
 
 // Limits bound what a single call may move.
@@ -89,6 +91,10 @@ type Config struct {
 	// RunLock keeps each run's single writer; nil means InProcess. Give a
 	// lock shared by every replica when several serve one store.
 	RunLock RunLock
+	// RunIdle is how long a run with no call in flight and no live kernel
+	// keeps what this process caches of it in memory; zero means
+	// DefaultRunIdle. Its next use reads it back from the store.
+	RunIdle time.Duration
 }
 
 // New returns an Orchestrator.
@@ -106,10 +112,14 @@ func New(c Config) *Orchestrator {
 	if c.RunLock == nil {
 		c.RunLock = &InProcess{}
 	}
+	if c.RunIdle <= 0 {
+		c.RunIdle = DefaultRunIdle
+	}
 	o := &Orchestrator{store: c.Store, kernels: c.Kernels, exec: c.Exec, limits: c.Limits, log: c.Logger,
 		search0: c.Search, replayAll: c.Replay, replayRuns: map[runid.ID]bool{}, replayCount: map[runid.ID]map[string]int{},
 		replaySrc: map[runid.ID]runid.ID{}, setups: map[runid.ID]wire.RunSetup{}, fresh: map[runid.ID]bool{},
-		t: newTenancy(c.Quotas), metrics: hooks{c.Metrics}, lock: c.RunLock}
+		t: newTenancy(c.Quotas), metrics: hooks{c.Metrics}, lock: c.RunLock,
+		runs: runs{idle: c.RunIdle, use: map[runid.ID]*runUse{}}}
 	if c.Journal != nil {
 		o.j = &journal{cel: c.Journal, eval: c.Evaluator, cites: map[runid.ID]map[string]bool{}, meta: map[runid.ID]cel.Header{},
 			views: map[runid.ID]*view{}, recovered: map[runid.ID]bool{}}

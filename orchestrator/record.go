@@ -40,6 +40,7 @@ type journal struct {
 // SetRunInfo records the recipe and objective for the run's journal
 // header; call it before the run's first tool call.
 func (o *Orchestrator) SetRunInfo(run runid.ID, recipe, objective string) {
+	o.touch(run)
 	o.j.mu.Lock()
 	defer o.j.mu.Unlock()
 	o.j.meta[run] = cel.Header{Run: run, Recipe: recipe, Objective: objective}

@@ -4,11 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"sync"
 	"time"
 
 	"github.com/triadhq/triad/evaluator"
 	"github.com/triadhq/triad/internal/fault"
+	"github.com/triadhq/triad/internal/keyedmutex"
 	"github.com/triadhq/triad/internal/runid"
 )
 
@@ -68,27 +68,39 @@ type PendingInput struct {
 // InProcess is the default RunLock: a mutex per run. Nothing else writes
 // the run, so nothing is ever stale or orphaned.
 type InProcess struct {
-	runs sync.Map // runid.ID -> *sync.Mutex
+	runs keyedmutex.Map[runid.ID] // only the runs held or awaited
 }
 
 // Lock implements RunLock. Like the mutex it is, it waits as long as it
 // takes.
 func (l *InProcess) Lock(_ context.Context, run runid.ID) (Held, error) {
-	m, _ := l.runs.LoadOrStore(run, &sync.Mutex{})
-	mu := m.(*sync.Mutex)
-	mu.Lock()
-	return heldMutex{mu}, nil
+	return heldMutex{l.runs.Lock(run)}, nil
 }
 
 // Changed implements RunLock: never.
 func (l *InProcess) Changed(context.Context, runid.ID) bool { return false }
 
-type heldMutex struct{ mu *sync.Mutex }
+// Len is the number of runs held or awaited now.
+func (l *InProcess) Len() int { return l.runs.Len() }
+
+type heldMutex struct{ unlock func() }
+
+// usedHeld is a run held for a call: the run is in use (not idle, for the
+// sweep) until Unlock.
+type usedHeld struct {
+	Held
+	done func()
+}
+
+func (h usedHeld) Unlock() {
+	h.Held.Unlock()
+	h.done()
+}
 
 func (h heldMutex) Stale() bool                          { return false }
 func (h heldMutex) Orphan() (Pending, bool)              { return Pending{}, false }
 func (h heldMutex) Begin(context.Context, Pending) error { return nil }
-func (h heldMutex) Unlock()                              { h.mu.Unlock() }
+func (h heldMutex) Unlock()                              { h.unlock() }
 
 // lockRun takes the run for a call or a journal operation. When another
 // process held it since this one did, what this process caches about the
@@ -99,10 +111,13 @@ func (h heldMutex) Unlock()                              { h.mu.Unlock() }
 // see pending.go). Each records step n only while the journal's next
 // step is n, so whichever comes second finds it recorded.
 func (o *Orchestrator) lockRun(ctx context.Context, run runid.ID) (Held, error) {
+	done := o.use(run)
 	h, err := o.lock.Lock(ctx, run)
 	if err != nil {
+		done()
 		return nil, err
 	}
+	h = usedHeld{h, done}
 	if h.Stale() {
 		o.forget(run, true)
 	}
@@ -134,8 +149,10 @@ func (o *Orchestrator) forget(run runid.ID, kernel bool) {
 		o.j.cel.Forget(run)
 		o.j.mu.Lock()
 		delete(o.j.cites, run)
-		// Another process may have left a step-started marker since.
+		// Another process may have left a step-started marker since, and
+		// recorded steps the evaluator's view of the run does not have.
 		delete(o.j.recovered, run)
+		delete(o.j.views, run)
 		o.j.mu.Unlock()
 	}
 	if kernel && o.kernels != nil {

@@ -122,6 +122,9 @@ func TestSharedRunLock(t *testing.T) {
 	procA, procB := &proc{l: l, name: "replica-a", seen: -1}, &proc{l: l, name: "replica-b", seen: -1}
 	a := orchestrator.New(orchestrator.Config{Store: store, Journal: cel.New(store), RunLock: procA})
 	bo := orchestrator.New(orchestrator.Config{Store: store, Journal: cel.New(store), RunLock: procB})
+	// Closed before the store's directory goes: each writes its run
+	// index in the background.
+	t.Cleanup(func() { a.Close(); bo.Close() })
 	run := runid.New()
 
 	for i, o := range []*orchestrator.Orchestrator{a, bo, a, a, bo} {

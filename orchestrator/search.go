@@ -189,6 +189,7 @@ func (o *Orchestrator) replayed(ctx context.Context, run runid.ID, req browser.R
 // records: each search links the record it replays into dst when it is
 // made, at the path src gave it, so dst's files match src's step by step.
 func (o *Orchestrator) ReplaySearchesFrom(dst, src runid.ID) {
+	o.touch(dst)
 	o.rmu.Lock()
 	o.replaySrc[dst] = src
 	o.rmu.Unlock()
@@ -197,6 +198,7 @@ func (o *Orchestrator) ReplaySearchesFrom(dst, src runid.ID) {
 
 // SetReplay turns replay of recorded searches on or off for one run.
 func (o *Orchestrator) SetReplay(run runid.ID, on bool) {
+	o.touch(run)
 	o.rmu.Lock()
 	defer o.rmu.Unlock()
 	o.replayRuns[run] = on

@@ -126,6 +126,7 @@ func SourceDateEpoch(asOf string) (int64, error) {
 }
 
 func (o *Orchestrator) cacheSetup(run runid.ID, s wire.RunSetup) {
+	o.touch(run)
 	o.smu.Lock()
 	defer o.smu.Unlock()
 	o.setups[run] = s

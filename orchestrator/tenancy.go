@@ -193,6 +193,7 @@ func (o *Orchestrator) access(ctx context.Context, run runid.ID, need auth.Scope
 // ownerOf reads a run's owner, from the cache when it was seen before:
 // owners never change, so the cache needs no expiry.
 func (o *Orchestrator) ownerOf(ctx context.Context, run runid.ID) (owner, bool, error) {
+	o.touch(run)
 	o.t.mu.Lock()
 	ow, ok := o.t.owners[run]
 	o.t.mu.Unlock()

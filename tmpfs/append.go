@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"hash"
 	"io"
-	"sync"
 
 	"github.com/triadhq/triad/internal/runid"
 	"github.com/triadhq/triad/internal/safepath"
@@ -51,10 +50,7 @@ func (s *Store) Append(ctx context.Context, run runid.ID, path string, data []by
 	if err != nil {
 		return File{}, err
 	}
-	m, _ := s.appending.LoadOrStore(run.String()+"\x00"+p, &sync.Mutex{})
-	mu := m.(*sync.Mutex)
-	mu.Lock()
-	defer mu.Unlock()
+	defer s.appending.Lock(run.String() + "\x00" + p)()
 	for {
 		cur, exists, err := s.appendBase(ctx, run, p)
 		if err != nil {

@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/triadhq/triad/internal/keyedmutex"
 	"github.com/triadhq/triad/internal/runid"
 	"github.com/triadhq/triad/internal/safepath"
 )
@@ -23,8 +24,8 @@ type Store struct {
 	log   *slog.Logger
 	now   func() time.Time
 
-	locks     sync.Map // runid.ID -> *sync.Mutex; serializes index mutation per run
-	appending sync.Map // run + "\x00" + path -> *sync.Mutex; serializes appends per path
+	locks     keyedmutex.Map[runid.ID] // serializes index mutation per run; empty when idle
+	appending keyedmutex.Map[string]   // run + "\x00" + path; serializes appends per path; empty when idle
 	usage     usageTable
 
 	mu       sync.Mutex
@@ -64,11 +65,17 @@ func (s *Store) Forget(run runid.ID) {
 // Blobs returns the blob store, for callers that hold digests already.
 func (s *Store) Blobs() Blobs { return s.blobs }
 
-func (s *Store) lock(run runid.ID) func() {
-	m, _ := s.locks.LoadOrStore(run, &sync.Mutex{})
-	mu := m.(*sync.Mutex)
-	mu.Lock()
-	return mu.Unlock
+func (s *Store) lock(run runid.ID) func() { return s.locks.Lock(run) }
+
+// Cached is how many runs the store holds something of in memory now: an
+// index cache (Forgetter indexes report theirs) or a lock in use.
+func (s *Store) Cached() int {
+	n := s.locks.Len()
+	n += s.appending.Len()
+	if c, ok := unwrapIndex[interface{ Cached() int }](s.index); ok {
+		n += c.Cached()
+	}
+	return n
 }
 
 // Write stores r at path in run, replacing any file there. limit > 0 caps the

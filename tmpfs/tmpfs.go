@@ -117,9 +117,10 @@ func (c DirCounts) Add(path string, delta int) {
 	}
 }
 
-// Forgetter is an Index that caches runs (tmpfs/s3): Forget drops what it
+// Forgetter is an Index that caches runs (tmpfs/s3, tmpfs/local): Forget drops what it
 // holds of run, so that the next read loads it from the backing store,
-// where another process may have written since.
+// where another process may have written since. The orchestrator also
+// calls it for each run gone idle, to bound what the index keeps.
 type Forgetter interface {
 	Forget(run runid.ID)
 }

@@ -3,6 +3,8 @@ package kernels_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -11,10 +13,12 @@ import (
 	"time"
 
 	"github.com/triadhq/triad/internal/runid"
+	"github.com/triadhq/triad/internal/testenv"
 	"github.com/triadhq/triad/orchestrator/kernels"
 	"github.com/triadhq/triad/orchestrator/orchestratortest"
 	"github.com/triadhq/triad/orchestrator/workspace"
 	"github.com/triadhq/triad/sandbox"
+	"github.com/triadhq/triad/sandbox/kube"
 	"github.com/triadhq/triad/sandbox/wasm"
 	"github.com/triadhq/triad/tmpfs"
 	"github.com/triadhq/triad/tmpfs/local"
@@ -44,10 +48,50 @@ var backends = map[string]func(t *testing.T, dir string) sandbox.Backend{
 	},
 }
 
+// kubeBackend opens a sandbox/kube backend on the test cluster
+// (scripts/kube.sh env prints the variables), as the only replica of a
+// deployment of the test's own, whose pods go when the test ends. Its
+// pod sweep deletes run pods unused for idle (0: never).
+func kubeBackend(t *testing.T, idle time.Duration) sandbox.Backend {
+	t.Helper()
+	kc, ns, image := os.Getenv("TRIAD_KUBECONFIG"), os.Getenv("TRIAD_KUBE_NAMESPACE"), os.Getenv("TRIAD_KUBE_IMAGE")
+	for name, v := range map[string]string{"TRIAD_KUBECONFIG": kc, "TRIAD_KUBE_NAMESPACE": ns, "TRIAD_KUBE_IMAGE": image} {
+		if v == "" {
+			testenv.Missing(t, name+` (eval "$(scripts/kube.sh env)" sets it)`)
+		}
+	}
+	rc, err := kube.RestConfig(kc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	owner := strings.Trim(fmt.Sprintf("t%d-%s-%d", os.Getpid()%10000, strings.ToLower(strings.NewReplacer("/", "-", "_", "-").Replace(t.Name())), time.Now().UnixNano()%100000), "-.")
+	if len(owner) > 50 {
+		owner = owner[len(owner)-50:]
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	b, err := kube.New(ctx, kube.Config{Rest: rc, Namespace: ns, Image: image, Owner: strings.Trim(owner, "-."), IdleTTL: idle,
+		Defaults: sandbox.Limits{MemoryBytes: 512 << 20, DiskBytes: 256 << 20}, MemoryRequest: 64 << 20, CPURequest: 0.05, TmpSize: 64 << 20,
+		Logger: slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelInfo}))})
+	if err != nil {
+		t.Fatalf("kube.New: %v", err)
+	}
+	t.Cleanup(func() { b.Close() })
+	return b
+}
+
 func setup(t *testing.T, backend string, warm int, ttl time.Duration) (*kernels.Manager, *tmpfs.Store, *recorder) {
 	t.Helper()
 	store, dir := newStore(t)
-	rec := &recorder{Backend: backends[backend](t, dir)}
+	var be sandbox.Backend
+	if backend == "kube" {
+		// The kube backend reaps on its own too: a sweep of run pods
+		// unused for the TTL, besides the manager's detaching.
+		be = kubeBackend(t, ttl)
+	} else {
+		be = backends[backend](t, dir)
+	}
+	rec := &recorder{Backend: be}
 	m := kernels.New(kernels.Config{Backend: rec, Store: store, Warm: warm, IdleTTL: ttl})
 	t.Cleanup(func() { m.Close() })
 	return m, store, rec
@@ -172,12 +216,17 @@ func TestIdleReaper(t *testing.T) {
 // A kernel running a cell, or having its files harvested, is not idle: a
 // cell sleeping past the idle TTL, within its timeout, finishes normally,
 // and all the files it wrote are stored. Once released, the kernel is
-// reaped.
+// reaped. On kube both reapers are at work: the manager's detaching and
+// the backend's sweep of run pods, whose shortest period is a second, so
+// there the cell sleeps several periods.
 func TestBusyKernelIsNotReaped(t *testing.T) {
-	for _, backend := range []string{"wasm", "docker"} {
+	for _, backend := range []string{"wasm", "docker", "kube"} {
 		t.Run(backend, func(t *testing.T) {
 			t.Parallel()
-			const ttl = 200 * time.Millisecond
+			ttl, sleep := 200*time.Millisecond, 2
+			if backend == "kube" {
+				ttl, sleep = 3*time.Second, 10
+			}
 			m, store, _ := setup(t, backend, 0, ttl)
 			ctx := t.Context()
 			run := runid.New()
@@ -187,13 +236,13 @@ func TestBusyKernelIsNotReaped(t *testing.T) {
 			}
 			// The cell outlasts the TTL many times over, and so does the
 			// harvest of its 10,000 files.
-			res, col := execute(t, s, `import os, time
+			res, col := execute(t, s, fmt.Sprintf(`import os, time
 os.makedirs('many', exist_ok=True)
 for i in range(10000):
-    with open('many/f%05d.txt' % i, 'w') as f:
+    with open('many/f%%05d.txt' %% i, 'w') as f:
         f.write(str(i))
-time.sleep(2)
-'slept'`, 5*time.Minute)
+time.sleep(%d)
+'slept'`, sleep), 5*time.Minute)
 			if !res.OK || res.Restarted || col.Value == nil {
 				t.Fatalf("the sleeping cell: got %+v, want it to finish normally", res.Error)
 			}

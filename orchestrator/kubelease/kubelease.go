@@ -83,8 +83,8 @@ type Lock struct {
 	log *slog.Logger
 
 	mu    sync.Mutex
-	local map[runid.ID]chan struct{} // this replica's queue per run: a token
-	left  map[runid.ID]string        // the Lease's resourceVersion as this replica left it
+	local map[runid.ID]*queue // this replica's queue per run, while a call holds or awaits it
+	left  map[runid.ID]string // the Lease's resourceVersion as this replica left it
 
 	stop chan struct{}
 	done chan struct{}
@@ -117,7 +117,7 @@ func New(cfg Config) (*Lock, error) {
 	if err != nil {
 		return nil, err
 	}
-	l := &Lock{cfg: cfg, cs: cs, log: cfg.Logger, local: map[runid.ID]chan struct{}{}, left: map[runid.ID]string{},
+	l := &Lock{cfg: cfg, cs: cs, log: cfg.Logger, local: map[runid.ID]*queue{}, left: map[runid.ID]string{},
 		stop: make(chan struct{}), done: make(chan struct{})}
 	go l.sweep()
 	return l, nil
@@ -142,17 +142,51 @@ type leaseAPI interface {
 	Update(ctx context.Context, lease *coordinationv1.Lease, opts metav1.UpdateOptions) (*coordinationv1.Lease, error)
 }
 
-// token returns run's local queue.
-func (l *Lock) token(run runid.ID) chan struct{} {
+// queue is a run's local queue: a token, and the calls holding or awaiting
+// it. It goes with the last of them, so that the map holds only runs in use.
+type queue struct {
+	tok  chan struct{}
+	refs int
+}
+
+// token returns run's local queue, counting the caller in; leave counts it
+// out.
+func (l *Lock) token(run runid.ID) *queue {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	c, ok := l.local[run]
+	q, ok := l.local[run]
 	if !ok {
-		c = make(chan struct{}, 1)
-		c <- struct{}{}
-		l.local[run] = c
+		q = &queue{tok: make(chan struct{}, 1)}
+		q.tok <- struct{}{}
+		l.local[run] = q
 	}
-	return c
+	q.refs++
+	return q
+}
+
+// leave counts a caller of token out of run's queue.
+func (l *Lock) leave(run runid.ID, q *queue) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if q.refs--; q.refs == 0 && l.local[run] == q {
+		delete(l.local, run)
+	}
+}
+
+// Forget drops what the lock remembers of run: the orchestrator dropped its
+// caches of the idle run, so the next holder here reads the run again
+// (Stale) as it would after another replica.
+func (l *Lock) Forget(run runid.ID) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	delete(l.left, run)
+}
+
+// Len is the number of runs the lock remembers something of.
+func (l *Lock) Len() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.local) + len(l.left)
 }
 
 // Lock implements orchestrator.RunLock.
@@ -160,18 +194,20 @@ func (l *Lock) Lock(ctx context.Context, run runid.ID) (orchestrator.Held, error
 	deadline := time.Now().Add(l.cfg.Wait)
 	wctx, cancel := context.WithDeadline(ctx, deadline)
 	defer cancel()
-	tok := l.token(run)
+	q := l.token(run)
 	select {
-	case <-tok:
+	case <-q.tok:
 	case <-wctx.Done():
+		l.leave(run, q)
 		return nil, l.busy(ctx, run, "another call on this replica")
 	}
 	h, err := l.acquire(wctx, ctx, run)
 	if err != nil {
-		tok <- struct{}{}
+		q.tok <- struct{}{}
+		l.leave(run, q)
 		return nil, err
 	}
-	h.tok = tok
+	h.q = q
 	return h, nil
 }
 
@@ -303,7 +339,7 @@ func (l *Lock) hold(run runid.ID, lease *coordinationv1.Lease, stale bool, orpha
 type held struct {
 	l         *Lock
 	run       runid.ID
-	tok       chan struct{}
+	q         *queue
 	stale     bool
 	orphan    orchestrator.Pending
 	hasOrphan bool
@@ -407,7 +443,8 @@ func (h *held) Unlock() {
 			h.l.log.Warn("release a run's lease; it expires by itself", "run", h.run, "err", err)
 		}
 		h.l.mu.Unlock()
-		h.tok <- struct{}{}
+		h.q.tok <- struct{}{}
+		h.l.leave(h.run, h.q)
 	})
 }
 

@@ -48,6 +48,11 @@ type Options struct {
 	Quotas orchestrator.Quotas
 	// Metrics, when set, counts the stack's calls, store and kernels.
 	Metrics *metrics.Metrics
+	// KernelIdle stops a run's kernel unused this long (0 never).
+	KernelIdle time.Duration
+	// RunIdle is orchestrator.Config.RunIdle: how long an unused run
+	// keeps its in-memory state (0 the default).
+	RunIdle time.Duration
 }
 
 // Stack is an assembled orchestrator and its parts.
@@ -152,7 +157,7 @@ func New(t testing.TB, o Options) *Stack {
 		if o.Metrics != nil {
 			kb = o.Metrics.Backend(backend)
 		}
-		s.Kernels = kernels.New(kernels.Config{Backend: kb, Store: s.Store, Warm: o.Warm, Protect: runfiles.IsKept, Omit: runfiles.IsCheckpoint})
+		s.Kernels = kernels.New(kernels.Config{Backend: kb, Store: s.Store, Warm: o.Warm, IdleTTL: o.KernelIdle, Protect: runfiles.IsKept, Omit: runfiles.IsCheckpoint})
 		s.onClose(func() { s.Kernels.Close() })
 		if o.Metrics != nil {
 			o.Metrics.Kernels(backend.Name(), s.Kernels.Live, s.Kernels.Pooled)
@@ -176,7 +181,7 @@ func New(t testing.TB, o Options) *Stack {
 	}
 	s.onClose(func() { ev.Close() })
 
-	cfg := orchestrator.Config{Store: s.Store, Kernels: s.Kernels, Journal: cel.New(s.Store), Evaluator: ev}
+	cfg := orchestrator.Config{Store: s.Store, Kernels: s.Kernels, Journal: cel.New(s.Store), Evaluator: ev, RunIdle: o.RunIdle}
 	if o.Search {
 		s.Tavily = tavilytest.NewServer(t)
 		tc, err := tavily.New(tavily.Config{APIKey: s.Tavily.Key, BaseURL: s.Tavily.URL, Timeout: 10 * time.Second})

@@ -57,9 +57,12 @@ type Backend struct {
 
 	mu      sync.Mutex
 	kernels map[*Kernel]struct{}
-	warm    []*podConn // this replica's connected warm pods, oldest first
-	filling int        // warm pods being made
-	closed  bool
+	// starting counts this replica's kernels being started, by run: their
+	// pods (adopted, claimed or created) are not idle yet.
+	starting map[string]int
+	warm     []*podConn // this replica's connected warm pods, oldest first
+	filling  int        // warm pods being made
+	closed   bool
 
 	stop chan struct{}
 	wg   sync.WaitGroup
@@ -87,8 +90,8 @@ func New(ctx context.Context, cfg Config) (*Backend, error) {
 		cs:      cs,
 		log:     cfg.Logger.With("instance", cfg.Instance),
 		watches: map[string]map[*podWatch]struct{}{},
-		kernels: map[*Kernel]struct{}{},
-		stop:    make(chan struct{}),
+		kernels: map[*Kernel]struct{}{}, starting: map[string]int{},
+		stop: make(chan struct{}),
 	}
 	pctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
@@ -497,6 +500,16 @@ func (b *Backend) start(ctx context.Context, spec sandbox.Spec) (*Kernel, error)
 	}
 	k := newKernel(b, run, b.limits(spec.Limits))
 	t0 := time.Now()
+	b.mu.Lock()
+	b.starting[run]++
+	b.mu.Unlock()
+	defer func() {
+		b.mu.Lock()
+		if b.starting[run]--; b.starting[run] <= 0 {
+			delete(b.starting, run)
+		}
+		b.mu.Unlock()
+	}()
 	if err := k.place(ctx, spec.Owner != ""); err != nil {
 		return nil, fmt.Errorf("start kernel for %q: %w", spec.Owner, err)
 	}
@@ -560,15 +573,20 @@ func (b *Backend) isClosed() bool {
 	return b.closed
 }
 
-// busyPods are the pods of this replica's kernels with a call in progress.
-func (b *Backend) busyPods() map[string]bool {
+// busyRuns are the runs of this replica's kernels in use (a cell, a
+// working-directory operation, a restart) or being started: their pods,
+// whichever they are at the moment, are not idle.
+func (b *Backend) busyRuns() map[string]bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	out := map[string]bool{}
 	for k := range b.kernels {
-		if k.busy.Load() {
-			out[k.ID()] = true
+		if k.busy() {
+			out[k.run] = true
 		}
+	}
+	for run := range b.starting {
+		out[run] = true
 	}
 	return out
 }
@@ -763,6 +781,10 @@ func (b *Backend) sweep() {
 	}
 }
 
+// startGrace is how long the sweep leaves a run pod that is not running
+// yet: longer than any start waits.
+const startGrace = 10 * time.Minute
+
 func (b *Backend) sweepOnce() {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -779,7 +801,7 @@ func (b *Backend) sweepOnce() {
 	}
 	filling := b.filling
 	b.mu.Unlock()
-	busy := b.busyPods()
+	busy := b.busyRuns()
 	pods, err := b.pods.Pods(b.cfg.Namespace).List(labels.Everything())
 	if err != nil {
 		return
@@ -801,7 +823,11 @@ func (b *Backend) sweepOnce() {
 			}
 		case stateRun:
 			used := parseStamp(p.Annotations[AnnotationUsed])
-			if b.cfg.IdleTTL > 0 && !busy[p.Name] && time.Since(used) > b.cfg.IdleTTL && age > b.cfg.IdleTTL {
+			// A pod still starting is not idle, however slow the start:
+			// its kernel has not served a call yet. (One whose replica
+			// died while starting it goes once it is old.)
+			starting := !running(p, kernelContainer) && age < startGrace
+			if b.cfg.IdleTTL > 0 && !busy[p.Annotations[AnnotationRun]] && !starting && time.Since(used) > b.cfg.IdleTTL && age > b.cfg.IdleTTL {
 				why = "run's kernel unused for " + b.cfg.IdleTTL.String()
 			}
 		}

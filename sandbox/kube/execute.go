@@ -38,8 +38,7 @@ func (k *Kernel) Execute(ctx context.Context, cell sandbox.Cell) (*sandbox.Resul
 	if timeout <= 0 {
 		timeout = k.b.cfg.CellTimeout
 	}
-	k.busy.Store(true)
-	defer k.busy.Store(false)
+	defer k.use()()
 	c := &cellRun{k: k, timeout: timeout, em: emit.New(k.limits.OutputBytes, cell.Output), restarted: k.restarted}
 	k.restarted = false
 	if pc := k.current(); pc == nil || pc.client == nil || pc.gone() {

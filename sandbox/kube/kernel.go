@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"net"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -236,8 +235,15 @@ type Kernel struct {
 	// Result says Restarted, so the caller learns its state is gone.
 	restarted bool
 
-	busy      atomic.Bool // a call is in progress (the sweeper leaves its pod alone)
-	lastTouch time.Time   // under mu
+	lastTouch time.Time // under mu
+
+	// umu guards the uses in progress (a cell, a working-directory
+	// operation: see use), and the heartbeat that marks the pod used
+	// while there are any.
+	umu      sync.Mutex
+	uses     int
+	beatStop chan struct{}
+	beatLast time.Time
 
 	closing   chan struct{}
 	closeOnce sync.Once
@@ -383,6 +389,7 @@ func (k *Kernel) replace(ctx context.Context, old *podConn) error {
 // Restart implements sandbox.Kernel: the kernel moves to a fresh pod with
 // the working directory's files.
 func (k *Kernel) Restart(ctx context.Context) error {
+	defer k.use()()
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	if k.isClosing() {
@@ -478,6 +485,67 @@ func (k *Kernel) violated(pc *podConn) <-chan struct{} {
 	c := make(chan struct{})
 	close(c)
 	return c
+}
+
+// use marks the kernel in use until the returned func is called: this
+// replica's sweep leaves its pod alone, and while the use lasts the pod is
+// marked used every quarter of the idle TTL, so that no replica's sweep
+// takes it for idle however long a cell or a harvest runs past the TTL.
+// Its end marks the pod used too, so idleness counts from the end of the
+// last use, not its start.
+func (k *Kernel) use() (done func()) {
+	ttl := k.b.cfg.IdleTTL
+	k.umu.Lock()
+	k.uses++
+	if k.uses == 1 && ttl > 0 {
+		stop := make(chan struct{})
+		k.beatStop = stop
+		go k.beat(stop, max(ttl/4, 250*time.Millisecond))
+	}
+	k.umu.Unlock()
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			k.umu.Lock()
+			defer k.umu.Unlock()
+			if k.uses--; k.uses > 0 || ttl <= 0 {
+				return
+			}
+			close(k.beatStop)
+			if time.Since(k.beatLast) > ttl/10 {
+				k.beatLast = time.Now()
+				if pc := k.current(); pc != nil {
+					go k.b.touch(pc.name)
+				}
+			}
+		})
+	}
+}
+
+// busy reports whether a use is in progress.
+func (k *Kernel) busy() bool {
+	k.umu.Lock()
+	defer k.umu.Unlock()
+	return k.uses > 0
+}
+
+// beat marks the pod used every period until stop closes.
+func (k *Kernel) beat(stop chan struct{}, period time.Duration) {
+	t := time.NewTicker(period)
+	defer t.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-t.C:
+		}
+		k.umu.Lock()
+		k.beatLast = time.Now()
+		k.umu.Unlock()
+		if pc := k.current(); pc != nil {
+			k.b.touch(pc.name)
+		}
+	}
 }
 
 // touch marks the pod used, at most every tenth of the idle TTL.

@@ -88,6 +88,7 @@ func (w *workDir) closed(err error) error {
 
 // Put implements sandbox.WorkDir.
 func (w *workDir) Put(ctx context.Context, p string, r io.Reader) (sandbox.Entry, error) {
+	defer w.k.use()()
 	p, err := safepath.Clean(p)
 	if err != nil {
 		return sandbox.Entry{}, err
@@ -152,6 +153,7 @@ func (w *workDir) put(ctx context.Context, a *agent, p string, r io.Reader) (san
 
 // Remove implements sandbox.WorkDir.
 func (w *workDir) Remove(ctx context.Context, p string) error {
+	defer w.k.use()()
 	p, err := safepath.Clean(p)
 	if err != nil {
 		return err
@@ -172,6 +174,7 @@ func (w *workDir) Remove(ctx context.Context, p string) error {
 
 // Scan implements sandbox.WorkDir.
 func (w *workDir) Scan(ctx context.Context) (sandbox.Listing, error) {
+	defer w.k.use()()
 	a, err := w.agent(ctx)
 	if err != nil {
 		return sandbox.Listing{Quota: w.k.limits.DiskBytes}, err
@@ -272,6 +275,7 @@ func (w *workDir) entry(raw []json.RawMessage) (sandbox.Entry, bool) {
 // Open implements sandbox.WorkDir. The returned reader holds the pod's
 // agent session until it is closed.
 func (w *workDir) Open(ctx context.Context, p string) (io.ReadCloser, sandbox.Entry, error) {
+	defer w.k.use()()
 	p, err := safepath.Clean(p)
 	if err != nil {
 		return nil, sandbox.Entry{}, err

@@ -31,6 +31,7 @@ var _ tmpfs.Index = (*Index)(nil)
 
 type runIndex struct {
 	mu      sync.Mutex
+	gone    bool // forgotten: a caller that finds it so looks the run up again
 	files   map[string]tmpfs.File
 	dirs    tmpfs.DirCounts // files per directory, for FilesUnder
 	log     *os.File
@@ -67,7 +68,54 @@ func (x *Index) Close() error {
 	return nil
 }
 
+// Forget implements tmpfs.Forgetter: the run's log is closed and its
+// records leave memory; its next use replays the log from disk again. The
+// orchestrator calls it when a run has gone idle, so that memory and open
+// files grow with the runs in use, not with every run ever seen.
+func (x *Index) Forget(run runid.ID) {
+	x.mu.Lock()
+	r := x.runs[run]
+	delete(x.runs, run)
+	x.mu.Unlock()
+	if r == nil {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.gone = true
+	if r.log != nil {
+		r.log.Close()
+		r.log = nil
+	}
+}
+
+// Cached is the number of runs whose index is in memory.
+func (x *Index) Cached() int {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	return len(x.runs)
+}
+
+var _ tmpfs.Forgetter = (*Index)(nil)
+
+// run returns the run's index with its mu held, replaying the log on first
+// use. An index forgotten between the lookup and the lock is looked up
+// again, so no caller writes through a closed log.
 func (x *Index) run(run runid.ID) (*runIndex, error) {
+	for {
+		r, err := x.load(run)
+		if err != nil {
+			return nil, err
+		}
+		r.mu.Lock()
+		if !r.gone {
+			return r, nil
+		}
+		r.mu.Unlock()
+	}
+}
+
+func (x *Index) load(run runid.ID) (*runIndex, error) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	if r, ok := x.runs[run]; ok {
@@ -204,7 +252,6 @@ func (x *Index) Get(ctx context.Context, run runid.ID, path string) (tmpfs.File,
 	if err != nil {
 		return tmpfs.File{}, err
 	}
-	r.mu.Lock()
 	defer r.mu.Unlock()
 	f, ok := r.files[path]
 	if !ok {
@@ -219,7 +266,6 @@ func (x *Index) Put(ctx context.Context, run runid.ID, f tmpfs.File) error {
 	if err != nil {
 		return err
 	}
-	r.mu.Lock()
 	defer r.mu.Unlock()
 	if err := x.append(run, r, record{Op: "put", File: f}); err != nil {
 		return err
@@ -237,7 +283,6 @@ func (x *Index) Delete(ctx context.Context, run runid.ID, path string) error {
 	if err != nil {
 		return err
 	}
-	r.mu.Lock()
 	defer r.mu.Unlock()
 	if _, ok := r.files[path]; !ok {
 		return fmt.Errorf("%w: %q in run %s", tmpfs.ErrNotFound, path, run)
@@ -269,7 +314,6 @@ func (x *Index) List(ctx context.Context, run runid.ID, prefix string) ([]tmpfs.
 	if err != nil {
 		return nil, err
 	}
-	r.mu.Lock()
 	defer r.mu.Unlock()
 	out := make([]tmpfs.File, 0, len(r.files))
 	for p, f := range r.files {

@@ -24,7 +24,7 @@ import (
 // Index keeps each run's index in the bucket, one JSON object per entry
 // under runs/<run>/index/, and serves reads from a per-run cache loaded on
 // the run's first use (see the package comment for the single-process
-// assumption). Like tmpfs/local, it keeps every run it has seen in memory.
+// assumption). Like tmpfs/local, it keeps a run in memory until Forget.
 type Index struct {
 	c *conn
 
@@ -82,6 +82,13 @@ func (x *Index) Forget(run runid.ID) {
 }
 
 var _ tmpfs.Forgetter = (*Index)(nil)
+
+// Cached is the number of runs whose index is in memory.
+func (x *Index) Cached() int {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	return len(x.runs)
+}
 
 // run returns the run's cache, loading it from the bucket on first use. A
 // failed load is not cached: the next call tries again.

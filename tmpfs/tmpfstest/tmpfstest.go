@@ -206,6 +206,42 @@ func Run(t *testing.T, newStore func(t *testing.T) *tmpfs.Store) {
 			t.Fatalf("got %v, want ErrNotFound", err)
 		}
 	})
+	t.Run("Forget", func(t *testing.T) {
+		// Forgetting a run (the orchestrator does it for idle runs) while
+		// writes go on loses none of them, and leaves nothing cached.
+		s := newStore(t)
+		ctx := t.Context()
+		run := runid.New()
+		const n = 200
+		done := make(chan error, 1)
+		go func() {
+			for i := range n {
+				if _, err := s.WriteBytes(ctx, run, fmt.Sprintf("f/%03d", i), []byte(fmt.Sprint(i))); err != nil {
+					done <- err
+					return
+				}
+			}
+			done <- nil
+		}()
+		for range n {
+			s.Forget(run)
+		}
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		l, err := s.List(ctx, run, "f/")
+		if err != nil || len(l) != n {
+			t.Fatalf("got %d entries, %v, want %d", len(l), err, n)
+		}
+		s.Forget(run)
+		if got := s.Cached(); got != 0 {
+			t.Errorf("got %d runs cached after Forget, want 0", got)
+		}
+		got, _, err := s.ReadAll(ctx, run, "f/199")
+		if err != nil || string(got) != "199" {
+			t.Fatalf("after Forget: got %q, %v, want 199", got, err)
+		}
+	})
 	t.Run("Meta", func(t *testing.T) { testMeta(t, newStore) })
 	t.Run("Append", func(t *testing.T) { testAppend(t, newStore) })
 	t.Run("Usage", func(t *testing.T) {
