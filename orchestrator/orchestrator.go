@@ -36,6 +36,7 @@ type Orchestrator struct {
 	search0 browser.Provider
 	t       *tenancy
 	metrics hooks
+	feed    feed
 
 	rmu         sync.Mutex
 	replayAll   bool
@@ -143,12 +144,19 @@ func (o *Orchestrator) call(ctx context.Context, run runid.ID, out Outcome, fn f
 	// The journal must be written even if the caller hung up mid-call.
 	wctx := context.WithoutCancel(ctx)
 	o.record(wctx, s)
+	objective := o.objective(run)
 	o.noteRun(wctx, run, func(sum *summary) {
 		sum.Steps++
+		if sum.Objective == "" {
+			sum.Objective = objective
+		}
 		if s.verdict != nil {
 			sum.LastVerdict = "FAIL"
+			sum.Failed++
 			if s.verdict.Pass {
 				sum.LastVerdict = "PASS"
+				sum.Passed++
+				sum.Failed--
 			}
 		}
 	})

@@ -47,6 +47,7 @@ func (o *Orchestrator) Note(ctx context.Context, run runid.ID, text, author stri
 	if err != nil {
 		return storeErr(err, run, cel.Path)
 	}
+	o.publishJournal(run, "note")
 	for _, f := range append(files, more...) {
 		if err := o.mirrorPut(ctx, run, f); err != nil {
 			return err
@@ -103,6 +104,7 @@ func (o *Orchestrator) Finalize(ctx context.Context, run runid.ID, status string
 	if err != nil {
 		return storeErr(err, run, cel.Path)
 	}
+	o.publishJournal(run, "summary")
 	for _, f := range files {
 		o.mirrorPut(ctx, run, f)
 	}
