@@ -231,7 +231,11 @@ func New(store *tmpfs.Store) *Journal {
 	return &Journal{store: store, runs: map[runid.ID]*state{}}
 }
 
-var stepRE = regexp.MustCompile(`(?m)^## Step (\d+): `)
+var (
+	stepRE = regexp.MustCompile(`(?m)^## Step (\d+): `)
+	// noteRE matches an operator note as FormatNote writes it.
+	noteRE = regexp.MustCompile(`(?m)^### Operator note(?: by (.*))? — (\S+)\n((?:> .*\n?)*)`)
+)
 
 func (j *Journal) state(ctx context.Context, run runid.ID) (*state, error) {
 	j.mu.Lock()
@@ -248,16 +252,39 @@ func (j *Journal) state(ctx context.Context, run runid.ID) (*state, error) {
 		return nil, err
 	default:
 		st.header = true
-		for _, m := range stepRE.FindAllSubmatch(b, -1) {
-			if n, _ := strconv.Atoi(string(m[1])); n > st.steps {
-				st.steps = n
+		last := 0 // where the last Step Block starts
+		for _, m := range stepRE.FindAllSubmatchIndex(b, -1) {
+			if n, _ := strconv.Atoi(string(b[m[2]:m[3]])); n > st.steps {
+				st.steps, last = n, m[0]
 			}
+		}
+		// Notes after the last step are for the next one, whichever
+		// process wrote them. Their text comes back as written, with
+		// FormatNote's escapes.
+		for _, m := range noteRE.FindAllSubmatch(b[last:], -1) {
+			n := Note{Author: string(m[1])}
+			n.When, _ = time.Parse(time.RFC3339, string(m[2]))
+			var lines []string
+			for _, l := range strings.Split(strings.TrimRight(string(m[3]), "\n"), "\n") {
+				lines = append(lines, strings.TrimPrefix(l, "> "))
+			}
+			n.Text = strings.Join(lines, "\n")
+			st.notes = append(st.notes, n)
 		}
 	}
 	j.mu.Lock()
 	j.runs[run] = st
 	j.mu.Unlock()
 	return st, nil
+}
+
+// Forget drops what the journal caches about run (its step count and the
+// notes the next step must see), so that the next call reads them from the
+// store again: another process appended to the run meanwhile.
+func (j *Journal) Forget(run runid.ID) {
+	j.mu.Lock()
+	delete(j.runs, run)
+	j.mu.Unlock()
 }
 
 // Started reports whether the run's journal exists.

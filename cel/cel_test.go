@@ -123,3 +123,44 @@ func TestJournalNumbersStepsAndSurvivesRestart(t *testing.T) {
 		t.Fatalf("journal: %s", text)
 	}
 }
+
+// TestForgetRereads: after Forget, the journal's step count and the notes
+// the next step must see come from the store, as another process left them.
+func TestForgetRereads(t *testing.T) {
+	ctx := t.Context()
+	dir := t.TempDir()
+	b, _ := local.NewBlobs(dir)
+	x, _ := local.NewIndex(dir)
+	t.Cleanup(func() { x.Close() })
+	store := tmpfs.New(b, x, nil)
+	run := runid.New()
+	when := time.Date(2026, 11, 23, 10, 0, 0, 0, time.UTC)
+	// Two "processes" over one store.
+	a, other := cel.New(store), cel.New(store)
+	if _, err := a.Start(ctx, cel.Header{Run: run, Started: when}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Append(ctx, run, cel.Block{N: 1, Tool: "tmp.list", When: when}); err != nil {
+		t.Fatal(err)
+	}
+	if n, _, err := other.Next(ctx, run); err != nil || n != 2 {
+		t.Fatalf("the other process's next step: got %d, %v, want 2", n, err)
+	}
+	if _, err := other.Append(ctx, run, cel.Block{N: 2, Tool: "tmp.list", When: when}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := other.AddNote(ctx, run, cel.Note{When: when, Author: "ops", Text: "look at b.csv\nnot a.csv"}); err != nil {
+		t.Fatal(err)
+	}
+	if n, _, _ := a.Next(ctx, run); n != 2 {
+		t.Fatalf("a's cached next step: got %d, want the stale 2 before Forget", n)
+	}
+	a.Forget(run)
+	n, notes, err := a.Next(ctx, run)
+	if err != nil || n != 3 {
+		t.Fatalf("next step after Forget: got %d, %v, want 3", n, err)
+	}
+	if len(notes) != 1 || notes[0].Author != "ops" || notes[0].Text != "look at b.csv\nnot a.csv" || !notes[0].When.Equal(when) {
+		t.Errorf("notes after Forget: got %+v, want the other process's note", notes)
+	}
+}

@@ -19,7 +19,6 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -100,21 +99,61 @@ type Config struct {
 	// MaxInspect is the largest artifact copied in for parsing (8 MiB);
 	// larger ones are graded on their metadata.
 	MaxInspect int64
-	// Timeout bounds one evaluation (10 s).
+	// MaxStepInspect bounds what one step may make the evaluator parse:
+	// artifacts are copied in, in order, while their sizes add up to at
+	// most this (8 MiB); the rest are graded on their metadata.
+	MaxStepInspect int64
+	// LightBytes is the most a light step may make the evaluator read (64
+	// KiB): the artifacts copied in plus the request itself. Light steps
+	// (a cell with no files, a small CSV) are graded by an interpreter of
+	// their own, so a run whose steps make the evaluator parse megabytes
+	// never delays another run's light steps; see docs/DECISIONS.md,
+	// "Evaluator lanes".
+	LightBytes int64
+	// HeavyInterpreters is how many interpreters grade the other steps,
+	// at once (1). Each rests after a step as long as the step took.
+	HeavyInterpreters int
+	// Timeout bounds one evaluation once an interpreter has taken it (10
+	// s); the wait for a free interpreter is bounded by the caller's ctx.
 	Timeout time.Duration
 	Logger  *slog.Logger
 }
 
-// Evaluator grades steps. It keeps one interpreter and restarts it if it
-// dies or hangs; evaluations are serialized through it.
+// Evaluator grades steps on interpreters of its own, in two lanes: one
+// interpreter for light steps and Config.HeavyInterpreters for the rest.
+// Each interpreter grades one step at a time and is restarted if it dies
+// or hangs.
 type Evaluator struct {
 	c   Config
 	log *slog.Logger
 	seq atomic.Int64
 
-	mu   sync.Mutex
+	light, heavy *lane
+}
+
+// lane is a pool of interpreters: each idle one waits in slots, started
+// or not yet (proc nil until first use). A paced lane's interpreter rests
+// after each step as long as the step took, so back-to-back heavy steps
+// take at most half a CPU each and the rest of the server keeps the other
+// half.
+type lane struct {
+	slots chan *interp
+	paced bool
+}
+
+// interp is one interpreter of a lane.
+type interp struct {
 	proc Process
 	out  *bufio.Reader
+	rest time.Time // takes no step before this
+}
+
+func newLane(n int) *lane {
+	l := &lane{slots: make(chan *interp, n)}
+	for range n {
+		l.slots <- &interp{}
+	}
+	return l
 }
 
 // New returns an Evaluator; the interpreter starts on first use.
@@ -125,13 +164,24 @@ func New(c Config) (*Evaluator, error) {
 	if c.MaxInspect == 0 {
 		c.MaxInspect = 8 << 20
 	}
+	if c.MaxStepInspect == 0 {
+		c.MaxStepInspect = 8 << 20
+	}
+	if c.LightBytes == 0 {
+		c.LightBytes = 64 << 10
+	}
+	if c.HeavyInterpreters <= 0 {
+		c.HeavyInterpreters = 1
+	}
 	if c.Timeout == 0 {
 		c.Timeout = 10 * time.Second
 	}
 	if err := os.MkdirAll(c.Dir, 0o755); err != nil {
 		return nil, err
 	}
-	return &Evaluator{c: c, log: c.Logger}, nil
+	heavy := newLane(c.HeavyInterpreters)
+	heavy.paced = true
+	return &Evaluator{c: c, log: c.Logger, light: newLane(1), heavy: heavy}, nil
 }
 
 // Evaluate grades one step of run.
@@ -142,22 +192,27 @@ func (e *Evaluator) Evaluate(ctx context.Context, run runid.ID, req Request) (Ve
 		return Verdict{}, err
 	}
 	defer os.RemoveAll(host)
+	var staged int64
 	for _, a := range req.Artifacts {
-		if a.Size > e.c.MaxInspect {
+		if a.Size > e.c.MaxInspect || staged+a.Size > e.c.MaxStepInspect {
 			continue
 		}
 		if err := e.stage(ctx, host, a); err != nil {
 			e.log.WarnContext(ctx, "stage artifact for the evaluator", "run", run, "path", a.Path, "err", err)
+			continue
 		}
+		staged += a.Size
 	}
 	req.Dir = dir
 	line, err := json.Marshal(req)
 	if err != nil {
 		return Verdict{}, err
 	}
-	ctx, cancel := context.WithTimeout(ctx, e.c.Timeout)
-	defer cancel()
-	v, err := e.roundTrip(ctx, line)
+	l := e.heavy
+	if staged+int64(len(line)) <= e.c.LightBytes {
+		l = e.light
+	}
+	v, err := e.roundTrip(ctx, l, line)
 	if err != nil {
 		return Verdict{}, err
 	}
@@ -188,27 +243,48 @@ func (e *Evaluator) stage(ctx context.Context, dir string, a Artifact) error {
 	return err
 }
 
-// roundTrip sends one request line and reads one verdict line, restarting
-// the interpreter once if it is dead or does not answer in time.
-func (e *Evaluator) roundTrip(ctx context.Context, line []byte) (Verdict, error) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
+// roundTrip waits for an interpreter of lane l, sends it one request line
+// and reads one verdict line, restarting the interpreter once if it is dead
+// or does not answer within Config.Timeout.
+func (e *Evaluator) roundTrip(ctx context.Context, l *lane, line []byte) (Verdict, error) {
+	var it *interp
+	select {
+	case it = <-l.slots:
+	case <-ctx.Done():
+		return Verdict{}, fmt.Errorf("evaluator busy: %w", ctx.Err())
+	}
+	defer func() { l.slots <- it }()
+	if wait := time.Until(it.rest); wait > 0 {
+		select {
+		case <-time.After(wait):
+		case <-ctx.Done():
+			return Verdict{}, fmt.Errorf("evaluator busy: %w", ctx.Err())
+		}
+	}
+	if l.paced {
+		start := time.Now()
+		defer func() { it.rest = time.Now().Add(time.Since(start)) }()
+	}
+	// The timeout starts now: a wait for the interpreter is no part of
+	// this step's evaluation, and must not leave it too little time.
+	ctx, cancel := context.WithTimeout(ctx, e.c.Timeout)
+	defer cancel()
 	var lastErr error
 	for attempt := 0; attempt < 2; attempt++ {
-		if e.proc == nil {
+		if it.proc == nil {
 			p, err := e.c.Interpreter.Start(context.WithoutCancel(ctx), Script, e.c.Dir)
 			if err != nil {
 				return Verdict{}, fmt.Errorf("start evaluator interpreter: %w", err)
 			}
-			e.proc, e.out = p, bufio.NewReaderSize(p.Stdout(), 64<<10)
+			it.proc, it.out = p, bufio.NewReaderSize(p.Stdout(), 64<<10)
 		}
-		v, err := e.exchange(ctx, line)
+		v, err := it.exchange(ctx, line)
 		if err == nil {
 			return v, nil
 		}
 		lastErr = err
-		e.proc.Close()
-		e.proc, e.out = nil, nil
+		it.proc.Close()
+		it.proc, it.out = nil, nil
 		if ctx.Err() != nil {
 			break
 		}
@@ -216,13 +292,13 @@ func (e *Evaluator) roundTrip(ctx context.Context, line []byte) (Verdict, error)
 	return Verdict{}, lastErr
 }
 
-func (e *Evaluator) exchange(ctx context.Context, line []byte) (Verdict, error) {
+func (it *interp) exchange(ctx context.Context, line []byte) (Verdict, error) {
 	type result struct {
 		v   Verdict
 		err error
 	}
 	ch := make(chan result, 1)
-	proc, out := e.proc, e.out
+	proc, out := it.proc, it.out
 	go func() {
 		if _, err := proc.Stdin().Write(append(line, '\n')); err != nil {
 			ch <- result{err: err}
@@ -245,16 +321,24 @@ func (e *Evaluator) exchange(ctx context.Context, line []byte) (Verdict, error) 
 	}
 }
 
-// Close stops the interpreter. It is safe to call twice.
+// Close stops the interpreters, after the evaluations in progress. It is
+// safe to call twice; an Evaluate after it starts an interpreter again.
 func (e *Evaluator) Close() error {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if e.proc != nil {
-		err := e.proc.Close()
-		e.proc, e.out = nil, nil
-		return err
+	var errs []error
+	for _, l := range []*lane{e.light, e.heavy} {
+		its := make([]*interp, 0, cap(l.slots))
+		for range cap(l.slots) {
+			its = append(its, <-l.slots)
+		}
+		for _, it := range its {
+			if it.proc != nil {
+				errs = append(errs, it.proc.Close())
+				it.proc, it.out = nil, nil
+			}
+			l.slots <- it
+		}
 	}
-	return nil
+	return errors.Join(errs...)
 }
 
 // InterpreterFunc adapts a function to Interpreter.

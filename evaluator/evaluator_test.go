@@ -23,6 +23,13 @@ var (
 // newEvaluator runs the real rubric on the embedded WASI interpreter.
 func newEvaluator(t *testing.T) (*evaluator.Evaluator, *tmpfs.Store) {
 	t.Helper()
+	return newEvaluatorWith(t, nil)
+}
+
+// newEvaluatorWith is newEvaluator with the config adjusted by edit, if
+// not nil, before New.
+func newEvaluatorWith(t *testing.T, edit func(*evaluator.Config)) (*evaluator.Evaluator, *tmpfs.Store) {
+	t.Helper()
 	backendOnce.Do(func() {
 		backend, backendErr = wasm.New(context.Background(), wasm.Config{CacheDir: "/tmp/triad-test-wazero-cache"})
 	})
@@ -34,12 +41,16 @@ func newEvaluator(t *testing.T) (*evaluator.Evaluator, *tmpfs.Store) {
 	x, _ := local.NewIndex(dir)
 	t.Cleanup(func() { x.Close() })
 	store := tmpfs.New(b, x, nil)
-	e, err := evaluator.New(evaluator.Config{
+	c := evaluator.Config{
 		Interpreter: evaluator.InterpreterFunc(func(ctx context.Context, script []byte, d string) (evaluator.Process, error) {
 			return backend.StartProgram(ctx, script, d)
 		}),
 		Store: store, Dir: t.TempDir(),
-	})
+	}
+	if edit != nil {
+		edit(&c)
+	}
+	e, err := evaluator.New(c)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,13 +8,16 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/triadhq/triad/auth"
 	"github.com/triadhq/triad/internal/fault"
 	"github.com/triadhq/triad/internal/runid"
+	"github.com/triadhq/triad/internal/safepath"
 	"github.com/triadhq/triad/orchestrator/kernels"
 	"github.com/triadhq/triad/sandbox"
 	"github.com/triadhq/triad/tmpfs"
@@ -62,37 +65,90 @@ func (o *Orchestrator) Exec(ctx context.Context, run runid.ID, in wire.ExecReque
 // answer; on runs on the sandbox's goroutine and must not block for long.
 // The answer and the journal are exactly Exec's: streaming is a view of
 // the same call, not a second path.
+//
+// A cell may name a code context (in.Context, see NewContext), whose
+// interpreter then runs it; with language bash it is a command in the
+// run's kernel container, run in the foreground: the run's other calls
+// wait for it, as for a cell (StartCommand runs one without holding the
+// run).
 func (o *Orchestrator) ExecStream(ctx context.Context, run runid.ID, in wire.ExecRequest, on func(ExecEvent)) (wire.ExecResponse, error) {
 	var out wire.ExecResponse
 	if o.kernels == nil {
 		return out, fault.New(fault.NotConfigured, "no sandbox backend is configured", "start triad with --sandbox docker, wasm or auto")
 	}
-	if err := o.validateExec(&in); err != nil {
+	if err := o.validateExec(run, &in); err != nil {
 		return out, err
 	}
-	timeout := o.exec.DefaultTimeout
-	if in.TimeoutS != nil {
-		timeout = time.Duration(*in.TimeoutS * float64(time.Second))
-	}
-	timeout = min(timeout, o.exec.MaxTimeout)
-	oc := &ExecOutcome{Code: codeSummary(in.Code), TimeoutS: timeout.Seconds(), FilesIn: in.FilesIn, Timeout: timeout}
+	timeout := o.execTimeout(in)
+	oc := o.execOutcome(in, timeout)
 	err := o.call(ctx, run, oc, func(ctx context.Context, s *Step) error {
 		if err := o.keepCode(ctx, run, in.Code, oc); err != nil {
 			return err
 		}
 		var err error
-		out, err = o.exec1(ctx, run, in, timeout, s, oc, on)
+		if in.Language == wire.LanguageBash {
+			out, err = o.command1(ctx, run, in, timeout, s, oc, on)
+		} else {
+			out, err = o.exec1(ctx, run, in, timeout, s, oc, on)
+		}
 		return err
 	})
 	return out, err
 }
 
-func (o *Orchestrator) validateExec(in *wire.ExecRequest) error {
-	if strings.TrimSpace(in.Code) == "" {
-		return fault.New(fault.BadInput, "code is empty", "send Python source in code")
+// execTimeout is the call's deadline: the request's, or the default, and
+// never past the maximum.
+func (o *Orchestrator) execTimeout(in wire.ExecRequest) time.Duration {
+	timeout := o.exec.DefaultTimeout
+	if in.TimeoutS != nil {
+		timeout = time.Duration(*in.TimeoutS * float64(time.Second))
 	}
-	if in.Language != "" && in.Language != "python" {
-		return fault.Badf("omit language or send \"python\"; it is the only language", "language %q is not supported", in.Language)
+	return min(timeout, o.exec.MaxTimeout)
+}
+
+func (o *Orchestrator) execOutcome(in wire.ExecRequest, timeout time.Duration) *ExecOutcome {
+	oc := &ExecOutcome{Code: codeSummary(in.Code), TimeoutS: timeout.Seconds(), FilesIn: in.FilesIn, Timeout: timeout,
+		Context: in.Context, Cwd: in.Cwd}
+	if in.Language == wire.LanguageBash {
+		oc.Language = wire.LanguageBash
+		oc.EnvKeys = slices.Sorted(maps.Keys(in.Env))
+	}
+	return oc
+}
+
+func (o *Orchestrator) validateExec(run runid.ID, in *wire.ExecRequest) error {
+	if strings.TrimSpace(in.Code) == "" {
+		return fault.New(fault.BadInput, "code is empty", "send Python source in code (or the command, with language bash)")
+	}
+	switch in.Language {
+	case "", wire.LanguagePython:
+		in.Language = ""
+		if in.Env != nil || in.Cwd != "" {
+			return fault.New(fault.BadInput, "env and cwd apply to bash commands only",
+				"in a Python cell set os.environ and call os.chdir, or send language \"bash\"")
+		}
+		if in.Context != "" && !o.kernels.HasContext(run, in.Context) {
+			return fault.New(fault.NotFound, fmt.Sprintf("run %s has no context %q", run, in.Context),
+				"create the context first, or omit context to use the run's kernel")
+		}
+	case wire.LanguageBash:
+		if in.Context != "" {
+			return fault.New(fault.BadInput, "a bash command runs in the run's kernel container, not in a context",
+				"omit context for a bash command")
+		}
+		if in.Cwd != "" {
+			c, err := safepath.Clean(in.Cwd)
+			if err != nil {
+				fe := fault.As(err)
+				return fault.Badf("cwd is a directory of the run's files: "+fe.Suggestion, "cwd: %s", fe.Message)
+			}
+			in.Cwd = c
+		}
+		if err := validEnv(in.Env); err != nil {
+			return err
+		}
+	default:
+		return fault.Badf("omit language or send \"python\"; send \"bash\" for a command in the kernel's container", "language %q is not supported", in.Language)
 	}
 	if in.TimeoutS != nil && !(*in.TimeoutS > 0) {
 		return fault.Badf("send timeout_s > 0, or omit it for the server default", "timeout_s is %v; it must be positive", *in.TimeoutS)
@@ -113,39 +169,57 @@ func (o *Orchestrator) validateExec(in *wire.ExecRequest) error {
 	return nil
 }
 
-func (o *Orchestrator) exec1(ctx context.Context, run runid.ID, in wire.ExecRequest, timeout time.Duration, s *Step, oc *ExecOutcome, on func(ExecEvent)) (wire.ExecResponse, error) {
-	out := wire.ExecResponse{Display: []wire.Bundle{}, FilesOut: []wire.FileRef{}, Kernel: wire.KernelInfo{Backend: o.kernels.Backend()}}
-	oc.Backend = out.Kernel.Backend
+// validEnv checks a command's environment variables.
+func validEnv(env map[string]string) error {
+	for k, v := range env {
+		if k == "" || strings.ContainsAny(k, "=\x00") || strings.ContainsRune(v, 0) {
+			return fault.Badf("environment variable names are non-empty and hold no '=' or NUL; values hold no NUL",
+				"environment variable %q is not valid", k)
+		}
+	}
+	return nil
+}
+
+// session acquires the run's kernel for a call, within its owner's
+// kernel quota, and sets it up if it just started. The caller releases it.
+func (o *Orchestrator) session(ctx context.Context, run runid.ID, oc *ExecOutcome) (*kernels.Session, owner, error) {
 	ow, _, err := o.ownerOf(ctx, run)
 	if err != nil {
-		return out, err
+		return nil, ow, err
 	}
 	release, err := o.reserveKernel(ctx, run, ow)
 	if err != nil {
-		return out, err
+		return nil, ow, err
 	}
 	sess, err := o.kernels.Acquire(ctx, run)
 	release()
 	if err != nil {
-		return out, sandboxErr(err)
+		return nil, ow, sandboxErr(err)
+	}
+	if err := o.prepareKernel(ctx, run, sess, oc); err != nil {
+		o.kernels.Release(sess)
+		return nil, ow, err
+	}
+	return sess, ow, nil
+}
+
+func (o *Orchestrator) exec1(ctx context.Context, run runid.ID, in wire.ExecRequest, timeout time.Duration, s *Step, oc *ExecOutcome, on func(ExecEvent)) (wire.ExecResponse, error) {
+	out := wire.ExecResponse{Display: []wire.Bundle{}, FilesOut: []wire.FileRef{}, Kernel: wire.KernelInfo{Backend: o.kernels.Backend()}}
+	oc.Backend = out.Kernel.Backend
+	sess, ow, err := o.session(ctx, run, oc)
+	if err != nil {
+		return out, err
 	}
 	// The session is busy, so the idle reaper leaves it alone, until the
 	// cell's files are harvested and its outputs kept.
 	defer o.kernels.Release(sess)
-	if err := o.prepareKernel(ctx, run, sess, oc); err != nil {
+	if err := o.filesIn(ctx, run, ow, sess, in.FilesIn); err != nil {
 		return out, err
 	}
-	for i, f := range in.FilesIn {
-		src, err := o.resolveFileIn(ctx, run, ow, f.Path)
-		if err != nil {
-			return out, fault.Wrap(fault.NotFound, err, fmt.Sprintf("files_in[%d]: %s", i, fault.As(err).Message), fault.As(err).Suggestion)
-		}
-		linked, err := o.store.Link(ctx, run, f.Name, src.SHA256, src.Size)
-		if err != nil {
-			return out, storeErr(err, run, f.Name)
-		}
-		if err := sess.Dir.Put(ctx, linked); err != nil {
-			return out, fault.Wrap(fault.Internal, err, "copy files_in into the working directory", "retry; if the disk quota is full, delete files first")
+	k, fresh := sess.Kernel, false
+	if in.Context != "" {
+		if k, fresh, err = o.kernels.ContextKernel(ctx, run, sess, in.Context); err != nil {
+			return out, contextErr(err, run, in.Context)
 		}
 	}
 	// Streams are kept to StreamCap in memory and spooled past it; the
@@ -153,50 +227,44 @@ func (o *Orchestrator) exec1(ctx context.Context, run runid.ID, in wire.ExecRequ
 	outp := newOutput(o.exec.StreamCap, o.exec.SpoolDir, on)
 	defer outp.close()
 	o.metrics.cellRunning(1)
-	res, err := sess.Kernel.Execute(ctx, sandbox.Cell{Code: in.Code, Timeout: timeout, Output: outp.add})
+	res, err := k.Execute(ctx, sandbox.Cell{Code: in.Code, Timeout: timeout, Output: outp.add})
 	o.metrics.cellRunning(-1)
 	if err != nil {
-		// The kernel was unusable before the cell ran: drop it so the
-		// next call starts fresh (unless the caller had already gone,
-		// which says nothing about the kernel).
+		// The interpreter was unusable before the cell ran: drop it so
+		// the next call starts fresh (unless the caller had already
+		// gone, which says nothing about the interpreter). A caller who
+		// hangs up while the cell runs gets a Result, not an error, and
+		// the kernel is kept (sandbox.Kernel's hang-up contract).
 		if ctx.Err() == nil {
-			o.kernels.Drop(run)
+			if in.Context != "" {
+				o.kernels.DropContext(sess, in.Context)
+			} else {
+				o.kernels.Drop(run)
+			}
 		}
 		return out, sandboxErr(err)
 	}
-	if res.Restarted {
+	if res.Restarted && in.Context == "" {
 		// Set up for the next cell even if this one's caller hung up.
 		if err := o.kernelRestarted(context.WithoutCancel(ctx), run, sess); err != nil {
 			o.log.ErrorContext(ctx, "set up the restarted kernel", "run", run, "err", err)
 		}
 	}
+	res.Restarted = res.Restarted || fresh
 	// The cell ran, if only until the caller hung up: what it wrote is
 	// harvested whole either way, so the store matches the directory.
-	ch, herr := sess.Dir.Harvest(context.WithoutCancel(ctx))
-	for _, f := range ch.Written {
-		out.FilesOut = append(out.FilesOut, wire.Ref(f))
-		s.Artifacts = append(s.Artifacts, f)
-	}
-	out.FilesDeleted = ch.Deleted
-	oc.Tampered, oc.Skipped = ch.Tampered, ch.Skipped
-	for _, r := range ch.Refused {
-		out.FilesRefused = append(out.FilesRefused, wire.RefusedFile{Path: r.Path, Size: r.Size, Reason: r.Reason})
-		oc.Refused = append(oc.Refused, fmt.Sprintf("%s (%s)", r.Path, r.Reason))
-	}
-	if herr != nil {
-		// Never a success with files missing: the caller must know.
-		o.log.ErrorContext(ctx, "harvest working directory", "run", run, "stored", len(ch.Written), "err", herr)
-		return out, harvestErr(herr, len(ch.Written))
-	}
-	for _, r := range ch.Refused {
-		o.log.WarnContext(ctx, "refused to harvest a file", "run", run, "path", r.Path, "size", r.Size, "reason", r.Reason)
+	if err := o.harvest(ctx, run, sess, s, oc, &out); err != nil {
+		return out, err
 	}
 	out.OK = res.OK
 	out.ExecutionCount = res.ExecutionCount
 	out.DurationMs = res.Duration.Milliseconds()
 	out.Kernel.Restarted = res.Restarted
+	out.BackgroundThreads = res.Threads
 	prefix := fmt.Sprintf("outputs/exec-%04d", res.ExecutionCount)
-	if res.ExecutionCount == 0 || res.Restarted {
+	if res.ExecutionCount == 0 || res.Restarted || in.Context != "" {
+		// A context counts its own cells: name its outputs by time, as
+		// a restarted kernel's, so they never collide with the kernel's.
 		prefix = fmt.Sprintf("outputs/exec-%s", time.Now().UTC().Format("20060102T150405.000"))
 	}
 	keep := func(name string, data []byte) (tmpfs.File, error) {
@@ -207,11 +275,7 @@ func (o *Orchestrator) exec1(ctx context.Context, run runid.ID, in wire.ExecRequ
 		s.Artifacts = append(s.Artifacts, f)
 		return f, sess.Dir.Put(ctx, f)
 	}
-	var trunc bool
-	out.Stdout, out.StdoutFile, trunc = o.keepStream(ctx, run, &outp.stdout, prefix+"-stdout.txt", s)
-	out.Truncated = out.Truncated || trunc
-	out.Stderr, out.StderrFile, trunc = o.keepStream(ctx, run, &outp.stderr, prefix+"-stderr.txt", s)
-	out.Truncated = out.Truncated || trunc
+	o.keepStreams(ctx, run, outp, prefix, s, &out)
 	// A caller in the process (the recipe runner) gets the image bytes
 	// from here, not by reading them back from the store.
 	var images map[string][]byte
@@ -234,6 +298,74 @@ func (o *Orchestrator) exec1(ctx context.Context, run runid.ID, in wire.ExecRequ
 	}
 	oc.Ran, oc.OK, oc.Error, oc.Stderr, oc.Restarted = true, out.OK, out.Error, out.Stderr, out.Kernel.Restarted
 	return out, nil
+}
+
+// filesIn copies the call's files_in into the session's working directory.
+func (o *Orchestrator) filesIn(ctx context.Context, run runid.ID, ow owner, sess *kernels.Session, files []wire.FileIn) error {
+	for i, f := range files {
+		src, err := o.resolveFileIn(ctx, run, ow, f.Path)
+		if err != nil {
+			return fault.Wrap(fault.NotFound, err, fmt.Sprintf("files_in[%d]: %s", i, fault.As(err).Message), fault.As(err).Suggestion)
+		}
+		linked, err := o.store.Link(ctx, run, f.Name, src.SHA256, src.Size)
+		if err != nil {
+			return storeErr(err, run, f.Name)
+		}
+		if err := sess.Dir.Put(ctx, linked); err != nil {
+			return fault.Wrap(fault.Internal, err, "copy files_in into the working directory", "retry; if the disk quota is full, delete files first")
+		}
+	}
+	return nil
+}
+
+// harvest stores what the call left in the working directory, so the
+// store matches it, and notes it in the step and the answer.
+func (o *Orchestrator) harvest(ctx context.Context, run runid.ID, sess *kernels.Session, s *Step, oc *ExecOutcome, out *wire.ExecResponse) error {
+	ch, herr := sess.Dir.Harvest(context.WithoutCancel(ctx))
+	for _, f := range ch.Written {
+		out.FilesOut = append(out.FilesOut, wire.Ref(f))
+		s.Artifacts = append(s.Artifacts, f)
+	}
+	out.FilesDeleted = ch.Deleted
+	oc.Tampered, oc.Skipped = ch.Tampered, ch.Skipped
+	for _, r := range ch.Refused {
+		out.FilesRefused = append(out.FilesRefused, wire.RefusedFile{Path: r.Path, Size: r.Size, Reason: r.Reason})
+		oc.Refused = append(oc.Refused, fmt.Sprintf("%s (%s)", r.Path, r.Reason))
+	}
+	if herr != nil {
+		// Never a success with files missing: the caller must know.
+		o.log.ErrorContext(ctx, "harvest working directory", "run", run, "stored", len(ch.Written), "err", herr)
+		return harvestErr(herr, len(ch.Written))
+	}
+	for _, r := range ch.Refused {
+		o.log.WarnContext(ctx, "refused to harvest a file", "run", run, "path", r.Path, "size", r.Size, "reason", r.Reason)
+	}
+	return nil
+}
+
+// keepStreams puts the call's stdout and stderr in the answer, each kept
+// whole as a run file when it is over the cap.
+func (o *Orchestrator) keepStreams(ctx context.Context, run runid.ID, outp *output, prefix string, s *Step, out *wire.ExecResponse) {
+	var trunc bool
+	out.Stdout, out.StdoutFile, trunc = o.keepStream(ctx, run, &outp.stdout, prefix+"-stdout.txt", s)
+	out.Truncated = out.Truncated || trunc
+	out.Stderr, out.StderrFile, trunc = o.keepStream(ctx, run, &outp.stderr, prefix+"-stderr.txt", s)
+	out.Truncated = out.Truncated || trunc
+}
+
+// contextErr says what went wrong with a cell's context.
+func contextErr(err error, run runid.ID, id string) error {
+	switch {
+	case errors.Is(err, kernels.ErrNoContext):
+		return fault.Wrap(fault.NotFound, err, fmt.Sprintf("run %s has no context %q", run, id),
+			"create the context first, or omit context to use the run's kernel")
+	case errors.Is(err, kernels.ErrNoContexts):
+		return fault.Wrap(fault.Unsupported, err, "this sandbox backend runs one interpreter per run",
+			"omit context, or start triad with --sandbox docker or wasm")
+	case errors.Is(err, kernels.ErrTooManyContexts):
+		return fault.Wrap(fault.Conflict, err, "the run has as many contexts as it may", "remove a context first")
+	}
+	return sandboxErr(err)
 }
 
 // resolveFileIn finds a files_in source: a run path or sha256:<hex>. A
@@ -395,11 +527,24 @@ func (o *Orchestrator) Restart(ctx context.Context, run runid.ID) error {
 	if _, err := o.access(ctx, run, auth.Runs, true); err != nil {
 		return err
 	}
-	unlock := o.lockRun(run)
-	defer unlock()
+	held, err := o.lockRun(ctx, run)
+	if err != nil {
+		return err
+	}
+	defer held.Unlock()
 	sess := o.kernels.Peek(run)
 	if sess == nil {
-		return nil // nothing running: the next exec starts fresh anyway
+		if _, alone := o.lock.(*InProcess); alone {
+			return nil // nothing running: the next exec starts fresh anyway
+		}
+		// Under a shared lock the run's kernel may live on without this
+		// process holding it (another replica's, or adopted on restart):
+		// adopt it to restart it.
+		var err error
+		if sess, err = o.kernels.Acquire(ctx, run); err != nil {
+			return sandboxErr(err)
+		}
+		defer o.kernels.Release(sess)
 	}
 	if err := sess.Kernel.Restart(ctx); err != nil {
 		o.kernels.Drop(run)
@@ -411,12 +556,112 @@ func (o *Orchestrator) Restart(ctx context.Context, run runid.ID) error {
 // Stop ends the run's kernel, if one is live: its files stay in the store
 // and the next exec starts a fresh kernel over them. Surfaces whose
 // sessions time out (the E2B surface) call it.
-func (o *Orchestrator) Stop(_ context.Context, run runid.ID) error {
+func (o *Orchestrator) Stop(ctx context.Context, run runid.ID) error {
 	if o.kernels == nil {
 		return nil
 	}
-	unlock := o.lockRun(run)
-	defer unlock()
+	held, err := o.lockRun(ctx, run)
+	if err != nil {
+		return err
+	}
+	defer held.Unlock()
 	o.kernels.Drop(run)
 	return nil
+}
+
+// NewContext makes a code context for the run: an interpreter of its own
+// (its own variables) in the run's sandbox, beside the run's kernel, whose
+// cells start in cwd, a directory of the run's files ("" for their root;
+// made if missing). A cell runs in it when its exec request names the
+// context's id. The run's contexts outlive any one kernel: after the
+// kernel is stopped (idle, or a sandbox past its timeout), a context
+// starts afresh on its next cell, and the answer says it was restarted.
+// Making, restarting and removing a context are steps of the journal
+// (tool sandbox.context).
+func (o *Orchestrator) NewContext(ctx context.Context, run runid.ID, cwd string) (wire.Context, error) {
+	if o.kernels == nil {
+		return wire.Context{}, fault.New(fault.NotConfigured, "no sandbox backend is configured", "start triad with --sandbox docker, wasm or auto")
+	}
+	if cwd != "" {
+		c, err := safepath.Clean(cwd)
+		if err != nil {
+			fe := fault.As(err)
+			return wire.Context{}, fault.Badf("cwd is a directory of the run's files: "+fe.Suggestion, "cwd: %s", fe.Message)
+		}
+		cwd = c
+	}
+	var out wire.Context
+	oc := &ContextOutcome{Op: ContextCreate, Cwd: cwd, Backend: o.kernels.Backend()}
+	err := o.call(ctx, run, oc, func(ctx context.Context, s *Step) error {
+		c, err := o.kernels.NewContext(ctx, run, cwd)
+		if err != nil {
+			return contextErr(err, run, "")
+		}
+		out, oc.ID, oc.Done = wireContext(c), c.ID, true
+		return nil
+	})
+	return out, err
+}
+
+func wireContext(c kernels.Context) wire.Context {
+	return wire.Context{ID: c.ID, Language: wire.LanguagePython, Cwd: c.Cwd, Created: c.Created}
+}
+
+// Contexts lists the run's code contexts, oldest first.
+func (o *Orchestrator) Contexts(run runid.ID) []wire.Context {
+	out := []wire.Context{}
+	if o.kernels == nil {
+		return out
+	}
+	for _, c := range o.kernels.Contexts(run) {
+		out = append(out, wireContext(c))
+	}
+	return out
+}
+
+// RestartContext restarts the run's context id: its variables go, the
+// run's kernel and other contexts keep theirs. The empty id is the run's
+// kernel, which may end the contexts (see sandbox.Contexts).
+func (o *Orchestrator) RestartContext(ctx context.Context, run runid.ID, id string) error {
+	return o.contextOp(ctx, run, ContextRestart, id, func(ctx context.Context) error {
+		if id == "" {
+			sess := o.kernels.Peek(run)
+			if sess == nil {
+				return nil // nothing running: the next cell starts fresh anyway
+			}
+			if err := sess.Kernel.Restart(ctx); err != nil {
+				o.kernels.Drop(run)
+				return sandboxErr(err)
+			}
+			return nil
+		}
+		return o.kernels.RestartContext(ctx, run, id)
+	})
+}
+
+// RemoveContext ends the run's context id and forgets it.
+func (o *Orchestrator) RemoveContext(ctx context.Context, run runid.ID, id string) error {
+	if id == "" {
+		return fault.New(fault.BadInput, "the run's kernel is not a context that can be removed", "name a context the run made")
+	}
+	return o.contextOp(ctx, run, ContextRemove, id, func(context.Context) error { return o.kernels.RemoveContext(run, id) })
+}
+
+// contextOp is a journaled restart or removal of a context; an unknown
+// one is refused before the journal sees it, as an exec naming it is.
+func (o *Orchestrator) contextOp(ctx context.Context, run runid.ID, op, id string, fn func(context.Context) error) error {
+	if o.kernels == nil {
+		return fault.New(fault.NotConfigured, "no sandbox backend is configured", "start triad with --sandbox docker, wasm or auto")
+	}
+	if id != "" && !o.kernels.HasContext(run, id) {
+		return contextErr(kernels.ErrNoContext, run, id)
+	}
+	oc := &ContextOutcome{Op: op, ID: id, Backend: o.kernels.Backend()}
+	return o.call(ctx, run, oc, func(ctx context.Context, s *Step) error {
+		if err := fn(ctx); err != nil {
+			return contextErr(err, run, id)
+		}
+		oc.Done = true
+		return nil
+	})
 }

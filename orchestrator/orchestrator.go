@@ -48,7 +48,8 @@ type Orchestrator struct {
 	setups map[runid.ID]wire.RunSetup // seed and as_of per run, set or loaded
 	fresh  map[runid.ID]bool          // runs whose kernel restarted since their last cell
 
-	runs sync.Map // runid.ID -> *sync.Mutex
+	cmds sync.Map // runid.ID -> *cmdCounter
+	lock RunLock
 }
 
 // Limits bound what a single call may move.
@@ -84,6 +85,9 @@ type Config struct {
 	Quotas Quotas
 	// Metrics receives the path's events; nil records none.
 	Metrics Metrics
+	// RunLock keeps each run's single writer; nil means InProcess. Give a
+	// lock shared by every replica when several serve one store.
+	RunLock RunLock
 }
 
 // New returns an Orchestrator.
@@ -98,10 +102,13 @@ func New(c Config) *Orchestrator {
 		c.Limits.StreamBody = DefaultLimits.StreamBody
 	}
 	c.Exec.defaults()
+	if c.RunLock == nil {
+		c.RunLock = &InProcess{}
+	}
 	o := &Orchestrator{store: c.Store, kernels: c.Kernels, exec: c.Exec, limits: c.Limits, log: c.Logger,
 		search0: c.Search, replayAll: c.Replay, replayRuns: map[runid.ID]bool{}, replayCount: map[runid.ID]map[string]int{},
 		replaySrc: map[runid.ID]runid.ID{}, setups: map[runid.ID]wire.RunSetup{}, fresh: map[runid.ID]bool{},
-		t: newTenancy(c.Quotas), metrics: hooks{c.Metrics}}
+		t: newTenancy(c.Quotas), metrics: hooks{c.Metrics}, lock: c.RunLock}
 	if c.Journal != nil {
 		o.j = &journal{cel: c.Journal, eval: c.Evaluator, cites: map[runid.ID]map[string]bool{}, meta: map[runid.ID]cel.Header{}}
 	}
@@ -117,7 +124,8 @@ func (o *Orchestrator) Limits() Limits { return o.limits }
 // call is the orchestration path. fn performs the tool call, filling in
 // the step's artifacts and its outcome's facts; call does everything
 // around it: the caller's right to the run (its scope, its tenant, the
-// tenant's stored-bytes quota), the run lock, timing, and recording (Step
+// tenant's stored-bytes quota), the run lock (and, under a shared lock,
+// the call in progress recorded on it), timing, and recording (Step
 // Block with the evaluator's verdict, trace, evaluations, artifact index,
 // the tenant's run index). A call refused before it starts (another
 // tenant's run, a scope or quota) is not recorded: it never touched the
@@ -136,9 +144,14 @@ func (o *Orchestrator) call(ctx context.Context, run runid.ID, out Outcome, fn f
 		o.metrics.toolCall(out.Tool(), outcome(err), time.Since(start))
 		return err
 	}
-	unlock := o.lockRun(run)
-	defer unlock()
+	held, err := o.lockRun(ctx, run)
+	if err != nil {
+		o.metrics.toolCall(out.Tool(), outcome(err), time.Since(start))
+		return err
+	}
+	defer held.Unlock()
 	s := &Step{Run: run, Outcome: out, Started: time.Now().UTC()}
+	o.begin(ctx, held, s)
 	s.Err = fn(ctx, s)
 	s.Elapsed = time.Since(s.Started)
 	// The journal must be written even if the caller hung up mid-call.
@@ -179,11 +192,4 @@ func outcome(err error) string {
 		return "ok"
 	}
 	return string(fault.From(err).Kind)
-}
-
-func (o *Orchestrator) lockRun(run runid.ID) func() {
-	m, _ := o.runs.LoadOrStore(run, &sync.Mutex{})
-	mu := m.(*sync.Mutex)
-	mu.Lock()
-	return mu.Unlock
 }

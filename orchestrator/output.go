@@ -19,6 +19,11 @@ type ExecEvent struct {
 	// Images are the decoded bytes of the event's images (image/png,
 	// image/jpeg, image/gif, image/svg+xml, application/pdf), by MIME type.
 	Images map[string][]byte
+	// Data is a display's or result's bundle data exactly as the kernel
+	// sent it, each value JSON (text uncapped, images base64), for an
+	// in-process caller that passes results on whole (E2B's runCode).
+	// It is the kernel's own map: read it, never change it.
+	Data map[string]json.RawMessage
 }
 
 // output receives a cell's events from the sandbox. It keeps what the
@@ -76,6 +81,7 @@ func (o *output) add(e sandbox.Event) {
 	ev := ExecEvent{ExecEvent: we}
 	if e.Bundle != nil {
 		ev.Bundle, ev.Images = liveBundle(*e.Bundle, o.cap)
+		ev.Data = e.Bundle.Data
 	}
 	o.on(ev)
 }

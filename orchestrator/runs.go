@@ -37,8 +37,11 @@ func (o *Orchestrator) Note(ctx context.Context, run runid.ID, text, author stri
 	if _, err := o.access(ctx, run, auth.Runs, true); err != nil {
 		return err
 	}
-	unlock := o.lockRun(run)
-	defer unlock()
+	held, err := o.lockRun(ctx, run)
+	if err != nil {
+		return err
+	}
+	defer held.Unlock()
 	files, err := o.startJournal(ctx, run, time.Now().UTC())
 	if err != nil {
 		return storeErr(err, run, cel.Path)
@@ -61,6 +64,7 @@ func (o *Orchestrator) Journal(ctx context.Context, run runid.ID) ([]byte, error
 	if _, err := o.access(ctx, run, auth.Read, false); err != nil {
 		return nil, err
 	}
+	o.refresh(ctx, run)
 	b, _, err := o.store.ReadAll(ctx, run, cel.Path)
 	if errors.Is(err, tmpfs.ErrNotFound) {
 		return nil, fault.Wrap(fault.NotFound, err, fmt.Sprintf("run %s has no journal yet", run),
@@ -80,9 +84,12 @@ func (o *Orchestrator) Finalize(ctx context.Context, run runid.ID, status string
 	if _, err := o.access(ctx, run, auth.Runs, true); err != nil {
 		return err
 	}
-	unlock := o.lockRun(run)
-	defer unlock()
-	trace, err := o.Trace(ctx, run)
+	held, err := o.lockRun(ctx, run)
+	if err != nil {
+		return err
+	}
+	defer held.Unlock()
+	trace, err := o.trace(ctx, run)
 	if err != nil {
 		return err
 	}
@@ -116,6 +123,11 @@ func (o *Orchestrator) Trace(ctx context.Context, run runid.ID) ([]TraceRecord, 
 	if _, err := o.access(ctx, run, auth.Read, false); err != nil {
 		return nil, err
 	}
+	o.refresh(ctx, run)
+	return o.trace(ctx, run)
+}
+
+func (o *Orchestrator) trace(ctx context.Context, run runid.ID) ([]TraceRecord, error) {
 	b, _, err := o.store.ReadAll(ctx, run, runfiles.Trace)
 	if errors.Is(err, tmpfs.ErrNotFound) {
 		return nil, nil
@@ -146,9 +158,10 @@ func (o *Orchestrator) Status(ctx context.Context, run runid.ID) (wire.RunView, 
 	if err != nil {
 		return st, err
 	}
+	o.refresh(ctx, run)
 	by := ow.caller()
 	st.StartedBy, st.Created = &by, &ow.Created
-	trace, err := o.Trace(ctx, run)
+	trace, err := o.trace(ctx, run)
 	if err != nil {
 		return st, err
 	}

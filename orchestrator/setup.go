@@ -50,8 +50,11 @@ func (o *Orchestrator) SetRunSetup(ctx context.Context, run runid.ID, s wire.Run
 	if err != nil {
 		return s, err
 	}
-	unlock := o.lockRun(run)
-	defer unlock()
+	held, err := o.lockRun(ctx, run)
+	if err != nil {
+		return s, err
+	}
+	defer held.Unlock()
 	old, recorded, err := o.recordedSetup(ctx, run)
 	if err != nil {
 		return s, err

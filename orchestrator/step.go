@@ -23,6 +23,8 @@ const (
 	ToolRead   = "tmp.read"
 	ToolList   = "tmp.list"
 	ToolDelete = "tmp.delete"
+	// ToolContext makes, restarts or removes a code context.
+	ToolContext = "sandbox.context"
 )
 
 // Step is one finished tool call, as the journal, evaluator and trace see it.
@@ -133,14 +135,54 @@ type ExecOutcome struct {
 	// (over the disk quota: a sparse file's apparent size counts).
 	Refused []string
 	Timeout time.Duration
+
+	// Language is "bash" for a command, empty for a Python cell.
+	Language string
+	// Context is the code context that ran the cell, empty for the run's
+	// kernel.
+	Context string
+	// Cwd and EnvKeys are a command's directory and the names (never the
+	// values) of the environment variables it was given.
+	Cwd     string
+	EnvKeys []string
+	// Phase is PhaseStart or PhaseEnd for a command started in the
+	// background (StartCommand), whose start and end are steps of their
+	// own; empty for a call that answers when it ends.
+	Phase string
+	// Command numbers a background command in the run.
+	Command int
+	// ExitCode is a command's exit status once it ended.
+	ExitCode *int
+	// HarvestErr says why the files a background command wrote could
+	// not all be stored.
+	HarvestErr string
 }
+
+// The phases of a background command's steps.
+const (
+	PhaseStart = "start"
+	PhaseEnd   = "end"
+)
 
 // Tool implements Outcome.
 func (e *ExecOutcome) Tool() string { return ToolExec }
 
 // Inputs implements Outcome.
 func (e *ExecOutcome) Inputs() []Input {
-	return inputs(Input{"code", e.Code}, Input{"files_in", e.FilesIn}, Input{"timeout_s", e.TimeoutS})
+	return inputs(Input{"code", e.Code}, Input{"language", e.Language}, Input{"context", e.Context},
+		Input{"command", e.command()}, Input{"cwd", e.Cwd}, Input{"env", e.EnvKeys},
+		Input{"files_in", e.FilesIn}, Input{"timeout_s", e.TimeoutS})
+}
+
+// command names a background command's step: "#2 started", "#2 ended".
+func (e *ExecOutcome) command() string {
+	switch e.Phase {
+	case PhaseStart:
+		return fmt.Sprintf("#%d started in the background", e.Command)
+	case PhaseEnd:
+		return fmt.Sprintf("#%d ended", e.Command)
+	}
+	return ""
 }
 
 func (e *ExecOutcome) grade(req *evaluator.Request) {
@@ -157,13 +199,30 @@ func (e *ExecOutcome) grade(req *evaluator.Request) {
 }
 
 func (e *ExecOutcome) describe(s *Step) (did, next []string, failed bool) {
+	what := fmt.Sprintf("Ran a Python cell in the %s kernel", e.Backend)
+	switch {
+	case e.Context != "":
+		what = fmt.Sprintf("Ran a Python cell in context %s of the %s kernel", e.Context, e.Backend)
+	case e.Phase == PhaseStart:
+		what = fmt.Sprintf("Started bash command #%d in the %s kernel's container; it runs without holding the run, and its end is a step of its own", e.Command, e.Backend)
+	case e.Phase == PhaseEnd:
+		what = fmt.Sprintf("Bash command #%d (started in the background) ended", e.Command)
+	case e.Language == "bash":
+		what = fmt.Sprintf("Ran a bash command in the %s kernel's container", e.Backend)
+	}
+	if e.ExitCode != nil {
+		what += fmt.Sprintf(" with exit code %d", *e.ExitCode)
+	}
 	switch {
 	case e.Error != nil:
-		did = append(did, fmt.Sprintf("Ran a Python cell in the %s kernel: failed (%s)", e.Backend, e.Error.Message))
+		did = append(did, fmt.Sprintf("%s: failed (%s)", what, e.Error.Message))
 		next = append(next, e.Error.Suggestion)
 		failed = true
 	case e.Ran:
-		did = append(did, fmt.Sprintf("Ran a Python cell in the %s kernel: ok", e.Backend))
+		did = append(did, what+": ok")
+	}
+	if e.HarvestErr != "" {
+		did = append(did, "Could not store every file the command wrote: "+e.HarvestErr)
 	}
 	if n := len(s.Artifacts); n > 0 {
 		did = append(did, fmt.Sprintf("Stored %d file(s) the cell wrote or its outputs, content-addressed", n))
@@ -181,6 +240,60 @@ func (e *ExecOutcome) describe(s *Step) (did, next []string, failed bool) {
 }
 
 func (e *ExecOutcome) trace(tr *TraceRecord) { tr.CodeSHA256, tr.FreshKernel = e.CodeSHA256, e.Fresh }
+
+// The operations of sandbox.context.
+const (
+	ContextCreate  = "create"
+	ContextRestart = "restart"
+	ContextRemove  = "remove"
+)
+
+// ContextOutcome is sandbox.context's part of a step: a code context made,
+// restarted or removed.
+type ContextOutcome struct {
+	Op string
+	// ID is the context; empty (on restart) is the run's kernel.
+	ID      string
+	Cwd     string
+	Backend string
+	// Done is true when the operation succeeded.
+	Done bool
+}
+
+// Tool implements Outcome.
+func (c *ContextOutcome) Tool() string { return ToolContext }
+
+// Inputs implements Outcome.
+func (c *ContextOutcome) Inputs() []Input {
+	return inputs(Input{"op", c.Op}, Input{"context", c.ID}, Input{"cwd", c.Cwd})
+}
+
+func (c *ContextOutcome) grade(req *evaluator.Request) {}
+
+func (c *ContextOutcome) describe(s *Step) (did, next []string, failed bool) {
+	if !c.Done {
+		return nil, nil, false
+	}
+	where := "the run's root"
+	if c.Cwd != "" {
+		where = c.Cwd
+	}
+	switch {
+	case c.Op == ContextCreate:
+		did = append(did, fmt.Sprintf("Started context %s: an interpreter of its own in the run's %s sandbox, its cells starting in %s", c.ID, c.Backend, where))
+	case c.Op == ContextRestart && c.ID == "":
+		what := "Restarted the run's kernel: its variables are gone; the files stay"
+		if c.Backend == "docker" {
+			what += " (the restart ends its contexts too: each comes back fresh on its next cell)"
+		}
+		did = append(did, what)
+	case c.Op == ContextRestart:
+		did = append(did, fmt.Sprintf("Restarted context %s: its variables are gone; the run's kernel and other contexts keep theirs", c.ID))
+	case c.Op == ContextRemove:
+		did = append(did, fmt.Sprintf("Removed context %s", c.ID))
+	}
+	return did, nil, false
+}
 
 // SearchOutcome is browser.search's part of a step.
 type SearchOutcome struct {

@@ -398,8 +398,12 @@ func (o *Orchestrator) addUsage(ctx context.Context, tenant string, delta int64)
 // entry, for GET /runs, with the objective SetRunInfo gave.
 func (o *Orchestrator) SetRecipeState(ctx context.Context, run runid.ID, recipe, status string) {
 	objective := o.objective(run)
-	unlock := o.lockRun(run)
-	defer unlock()
+	held, err := o.lockRun(ctx, run)
+	if err != nil {
+		o.log.WarnContext(ctx, "record a recipe run's state in the run index", "run", run, "err", err)
+		return
+	}
+	defer held.Unlock()
 	o.noteRun(ctx, run, func(s *summary) {
 		if s.Status != status {
 			o.metrics.runStatus(status)

@@ -28,7 +28,7 @@ import (
 // Backend starts kernels of one kind.
 type Backend interface {
 	// Name is the backend's name as reported in exec responses
-	// (kernel.backend): "docker" or "wasm".
+	// (kernel.backend): "docker", "wasm" or "kube".
 	Name() string
 	// Start returns a ready kernel: its interpreter answers and its working
 	// directory exists and is empty. Backends with a warm pool hand out a
@@ -114,6 +114,68 @@ type Kernel interface {
 	Close() error
 }
 
+// Contexts is a Kernel that can start more interpreters beside itself: an
+// optional ability, found by type assertion. Each context is its own
+// interpreter with its own variables and current directory, in the same
+// sandbox as the kernel: the same jail, the same limits (shared, not added)
+// and the same working directory. See "Contexts and commands at the seam"
+// in docs/DECISIONS.md.
+type Contexts interface {
+	// NewContext starts an interpreter that begins each cell in cwd, a
+	// slash-separated path relative to the working directory ("" is its
+	// root), made if missing. The returned Kernel's Files is the
+	// kernel's own WorkDir. Restarting or closing the context leaves the
+	// kernel and its other contexts alone; closing the kernel closes its
+	// contexts, and restarting it may end them (a context whose sandbox
+	// was restarted reports it as a death and comes back fresh). A
+	// context's methods follow Kernel's rules, and contexts may run cells
+	// at the same time as the kernel and each other.
+	NewContext(ctx context.Context, cwd string) (Kernel, error)
+}
+
+// Commander is a Kernel that can run commands in its sandbox, under the same
+// jail as its cells: an optional ability, found by type assertion. A
+// backend whose sandbox has no processes (wasm) does not implement it.
+type Commander interface {
+	// Command runs cmd and returns when it has ended. It is safe to call
+	// while a cell runs and while other commands run. When ctx is done
+	// the command (with every process it started) is killed, and the
+	// result says why it stopped: KindTimeout for ctx's deadline,
+	// KindInterrupted for a cancellation. The returned error is reserved
+	// for a command that could not be started (a closed or broken
+	// kernel); a command that fails is a result with its exit code.
+	Command(ctx context.Context, cmd Command) (*CommandResult, error)
+}
+
+// Command is one command to run in a kernel's sandbox.
+type Command struct {
+	// Args is the argv; Args[0] is looked up in the sandbox's PATH.
+	Args []string
+	// Env is added to the sandbox's environment for this command.
+	Env map[string]string
+	// Dir is where the command starts: a slash-separated path relative
+	// to the working directory, "" for its root.
+	Dir string
+	// Output receives the command's stdout and stderr (EventStdout,
+	// EventStderr) as they arrive, from the goroutine that called
+	// Command, never concurrently and never after it returns. Both count
+	// against the kernel's Limits.OutputBytes; past it the command is
+	// killed and the result says KindOutputLimit. Nil discards them.
+	Output func(Event)
+}
+
+// CommandResult is how a command ended.
+type CommandResult struct {
+	// ExitCode is the command's exit status: 128+N when signal N ended
+	// it, as a shell reports it.
+	ExitCode int
+	// Stopped says why the host killed the command: "" when it ended by
+	// itself, else KindTimeout, KindInterrupted or KindOutputLimit.
+	Stopped string
+	// Duration is how long the command ran.
+	Duration time.Duration
+}
+
 // Cell is one unit of code to run.
 type Cell struct {
 	// Code is the Python source.
@@ -141,15 +203,21 @@ const (
 	// EventStderr is text the cell wrote to standard error.
 	EventStderr
 	// EventDisplay is a display_data bundle (a figure, a table). An
-	// update of an earlier display arrives as a new EventDisplay.
+	// update of a display an earlier cell showed arrives as a new
+	// EventDisplay; an update of one this cell showed arrives as
+	// EventClear followed by the cell's displays again, the updated one
+	// in place.
 	EventDisplay
 	// EventResult is the execute_result bundle: the value of the cell's
 	// last expression. It comes at most once, last.
 	EventResult
-	// EventClear says the cell cleared its output (IPython's
-	// clear_output): a sink that shows the cell's current output drops the
-	// stdout, stderr and displays it received before. What was delivered
-	// still counted against the output limit.
+	// EventClear says the displays delivered before are void: the cell
+	// cleared its output (IPython's clear_output), or updated one of its
+	// displays in place and its displays follow again. A sink drops the
+	// displays it received before. Streams are never taken back: text a
+	// cell printed stays printed (Triad keeps a cell's whole stdout), and
+	// a backend keeps none of it to send again. What was delivered still
+	// counted against the output limit.
 	EventClear
 )
 
@@ -195,8 +263,8 @@ type Collector struct {
 	Value   *Bundle  // the execute_result, if any
 }
 
-// Add records one event. EventClear drops the streams and displays
-// collected so far, as a notebook does.
+// Add records one event. EventClear drops the displays collected so far;
+// the streams are kept whole (see EventClear).
 func (c *Collector) Add(e Event) {
 	switch e.Kind {
 	case EventStdout:
@@ -210,8 +278,6 @@ func (c *Collector) Add(e Event) {
 	case EventResult:
 		c.Value = e.Bundle
 	case EventClear:
-		c.Stdout.Reset()
-		c.Stderr.Reset()
 		c.Display = nil
 	}
 }
@@ -229,6 +295,17 @@ type Result struct {
 	Restarted bool `json:"restarted"`
 	// Duration is how long the cell ran, as the backend measured it.
 	Duration time.Duration `json:"-"`
+	// Threads names the threads the cell's code started (in this cell or
+	// an earlier one) that were still running when the cell returned, as
+	// far as the backend can tell; nil when there are none or it cannot.
+	// Execute does not wait for them and the cell's timeout does not stop
+	// them: they run until they end or the kernel restarts. Files they
+	// write later are harvested after the next cell. On Docker, what they
+	// print (sys.stdout, sys.stderr) after their cell returned is dropped,
+	// since ipykernel tags it with that cell; what they display, or write
+	// to file descriptors 1 and 2, goes with the cell running at the time
+	// and is dropped while none runs.
+	Threads []string `json:"threads,omitempty"`
 }
 
 // Bundle is a Jupyter MIME bundle: data keyed by MIME type, plus metadata.
@@ -320,6 +397,27 @@ type Listing struct {
 	// Quota is the directory's disk quota in bytes, 0 when it has none.
 	// No file can really hold more, so one whose Size is larger is sparse.
 	Quota int64
+}
+
+// Detacher is a Kernel that outlives the process using it: a Kubernetes
+// pod (sandbox/kube) that another Triad replica, or this one restarted,
+// adopts with its interpreter state by starting a kernel with the same
+// Spec.Owner. Detach lets go of it here (connections, watches) and leaves
+// it running; the Kernel then behaves as closed. A caller that merely
+// stops using a kernel it may want again (an idle run, a server shutting
+// down) detaches it when it can, and closes it otherwise.
+type Detacher interface {
+	Detach() error
+}
+
+// Losable is a WorkDir that can lose its contents with its kernel: a pod
+// evicted for its disk use takes its working directory with it, and the
+// kernel that replaces it starts empty. Losses counts how often that has
+// happened; a caller that keeps the directory in step with a store
+// (orchestrator/workspace) puts the store's files back when it moves,
+// rather than reading their absence as deletions.
+type Losable interface {
+	Losses() uint64
 }
 
 // Errors returned by Backends, Kernels and WorkDirs.

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The test command: installs and starts everything the tests need (a Docker
-# engine, the sandbox image, a MinIO server binary), then runs the whole suite
-# with nothing skipped. Slow inputs are cached outside the clone, keyed by
-# their inputs, under ${TRIAD_CACHE:-$HOME/.cache/triad}.
+# engine, the sandbox image, a single-node Kubernetes with that image in it,
+# a MinIO server binary), then runs the whole suite with nothing skipped.
+# Slow inputs are cached outside the clone, keyed by their inputs, under
+# ${TRIAD_CACHE:-$HOME/.cache/triad}.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export TRIAD_CACHE=${TRIAD_CACHE:-$HOME/.cache/triad}
@@ -22,6 +23,21 @@ go run ./cmd/triad image build
 
 step "E2B SDKs from npm (pinned by e2e/e2b/package-lock.json)"
 scripts/e2b-sdk.sh install >/dev/null
+
+step "Kubernetes cluster (scripts/kube.sh; binaries cached, about 7 minutes to build the first time)"
+# A cluster this script starts, it also stops, whatever way the script ends,
+# so nothing is left half-running; one that already ran is left running.
+if ! scripts/kube.sh status >/dev/null 2>&1; then
+  trap 'step "stopping the Kubernetes cluster"; scripts/kube.sh down' EXIT
+  trap 'exit 130' INT TERM
+fi
+kube_env=$(scripts/kube.sh up) # not inside eval, where a failure would pass unseen
+# TRIAD_KUBECONFIG (Triad's own ServiceAccount), TRIAD_KUBE_NAMESPACE,
+# TRIAD_KUBE_IMAGE, TRIAD_KUBE_ADMIN_KUBECONFIG and TRIAD_KUBECTL: the kube
+# tests (sandbox/kube, orchestrator/kubelease, deploy/kubernetes) read them,
+# and the `triad serve` replicas those tests start take the first three as
+# their --kubeconfig, --kube-namespace and --kube-image.
+eval "$kube_env"
 
 step "MinIO server binary"
 TRIAD_MINIO_BIN=$(scripts/minio.sh install)
@@ -44,9 +60,11 @@ step "go test"
 go test -count=1 -timeout 60m "$@" ./...
 
 # Fuzz targets, each for a bounded time: the kernel's frame reader (nothing
-# a cell writes to a kernel socket may crash or balloon the server) and the
-# journal's escaping (no caller text may imitate a Step Block).
+# a cell writes to a kernel socket may crash or balloon the server), the
+# journal's escaping (no caller text may imitate a Step Block) and the fast
+# stream decoder (always what encoding/json decodes).
 step "fuzz"
 go test -run '^$' -fuzz '^FuzzReadFrame$' -fuzztime 30s ./sandbox/docker/jupyter/zmtp
 go test -run '^$' -fuzz '^FuzzFormat$' -fuzztime 30s ./cel
+go test -run '^$' -fuzz '^FuzzDecodeStream$' -fuzztime 30s ./sandbox/docker/jupyter
 step "done"

@@ -50,6 +50,14 @@ func New(blobs Blobs, index Index, log *slog.Logger) *Store {
 	return &Store{blobs: blobs, index: index, meta: meta, log: log, now: time.Now, verified: map[verifyKey]struct{}{}}
 }
 
+// Forget drops what the index caches of run, when it caches (Forgetter):
+// another process wrote the run, and the next read must see it.
+func (s *Store) Forget(run runid.ID) {
+	if f, ok := s.index.(Forgetter); ok {
+		f.Forget(run)
+	}
+}
+
 // Blobs returns the blob store, for callers that hold digests already.
 func (s *Store) Blobs() Blobs { return s.blobs }
 

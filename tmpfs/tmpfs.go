@@ -87,3 +87,10 @@ type Index interface {
 	// by path. A run never written to has no entries.
 	List(ctx context.Context, run runid.ID, prefix string) ([]File, error)
 }
+
+// Forgetter is an Index that caches runs (tmpfs/s3): Forget drops what it
+// holds of run, so that the next read loads it from the backing store,
+// where another process may have written since.
+type Forgetter interface {
+	Forget(run runid.ID)
+}

@@ -1,13 +1,29 @@
 package wire
 
-import "encoding/json"
+import (
+	"encoding/json"
+	"time"
+)
 
 // ExecRequest is sandbox.exec's input.
 type ExecRequest struct {
+	// Code is the Python source of the cell, or for language bash the
+	// script bash runs (bash -l -c).
 	Code string `json:"code"`
-	// Language is "python" (the default when absent).
-	Language string   `json:"language,omitempty"`
-	FilesIn  []FileIn `json:"files_in,omitempty"`
+	// Language is "python" (the default when absent) or "bash": a command
+	// in the run's kernel container, under the same jail as its cells,
+	// where the sandbox backend supports commands (docker).
+	Language string `json:"language,omitempty"`
+	// Context names the code context whose interpreter runs the cell; empty
+	// is the run's kernel. Python only.
+	Context string `json:"context,omitempty"`
+	// Env are environment variables for a bash command, added to the
+	// sandbox's. Bash only: a Python cell sets os.environ itself.
+	Env map[string]string `json:"env,omitempty"`
+	// Cwd is where a bash command starts: a run path (a directory of the
+	// run's files), empty for their root. Bash only.
+	Cwd     string   `json:"cwd,omitempty"`
+	FilesIn []FileIn `json:"files_in,omitempty"`
 	// TimeoutS is the cell's deadline in seconds: absent takes the server's
 	// default; present must be positive, and values over the server's
 	// maximum are capped to it.
@@ -48,7 +64,24 @@ type ExecResponse struct {
 	StdoutFile *FileRef   `json:"stdout_file,omitempty"`
 	StderrFile *FileRef   `json:"stderr_file,omitempty"`
 	Kernel     KernelInfo `json:"kernel"`
+	// ExitCode is a bash command's exit status (128+N when signal N ended
+	// it); absent for Python cells.
+	ExitCode *int `json:"exit_code,omitempty"`
+	// BackgroundThreads names the threads the run's cells started that
+	// were still running when this cell returned (Docker; wasm has no
+	// threads). Triad does not wait for them, and the cell's timeout
+	// does not stop them. Files they write later appear in the next
+	// exec's files_out; what they print after their cell returned is
+	// dropped, and what they display goes with the exec running at the
+	// time (dropped while none runs).
+	BackgroundThreads []string `json:"background_threads,omitempty"`
 }
+
+// The languages of ExecRequest.
+const (
+	LanguagePython = "python"
+	LanguageBash   = "bash"
+)
 
 // RefusedFile is a file a cell wrote that Triad did not store.
 type RefusedFile struct {
@@ -75,7 +108,8 @@ type Bundle struct {
 
 // ExecError says why a cell did not succeed, with a suggestion for the
 // caller. Kind is one of the sandbox's cell error kinds (execution_error,
-// timeout, kernel_died, output_limit, interrupted).
+// timeout, kernel_died, output_limit, interrupted), or exit_code for a bash
+// command that failed.
 type ExecError struct {
 	Kind       string   `json:"kind"`
 	Ename      string   `json:"ename,omitempty"`
@@ -115,7 +149,22 @@ const (
 	CellKernelDied  = "kernel_died"     // the interpreter went away (OOM, os._exit, a protocol violation)
 	CellOutputLimit = "output_limit"    // the cell's output passed the per-cell limit
 	CellInterrupted = "interrupted"     // the caller hung up and the cell was interrupted
+	// CellExitCode is a bash command that exited with a non-zero status
+	// (ExecResponse.ExitCode).
+	CellExitCode = "exit_code"
 )
+
+// Context is a code context of a run: an interpreter of its own (its own
+// variables, its own current directory) in the run's sandbox, beside the
+// run's kernel. ExecRequest.Context names it.
+type Context struct {
+	ID       string `json:"id"`
+	Language string `json:"language"`
+	// Cwd is where its cells start: a directory of the run's files, ""
+	// for their root.
+	Cwd     string    `json:"cwd"`
+	Created time.Time `json:"created"`
+}
 
 // RestartResponse is sandbox.restart's answer.
 type RestartResponse struct {

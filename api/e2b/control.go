@@ -249,6 +249,13 @@ func (s *Server) kill(w http.ResponseWriter, r *http.Request) error {
 	if err := s.c.Core.Stop(r.Context(), sb.ID); err != nil {
 		s.log.ErrorContext(r.Context(), "stop kernel of killed sandbox", "sandbox", sb.ID, "err", err)
 	}
+	// The sandbox is gone for good: so are its code contexts (a paused
+	// one keeps them, to start afresh when it is resumed).
+	for _, c := range s.c.Core.Contexts(sb.ID) {
+		if err := s.c.Core.RemoveContext(r.Context(), sb.ID, c.ID); err != nil {
+			s.log.ErrorContext(r.Context(), "remove context of killed sandbox", "sandbox", sb.ID, "context", c.ID, "err", err)
+		}
+	}
 	s.log.InfoContext(r.Context(), "E2B sandbox killed; its run's journal and files stay", "sandbox", sb.ID)
 	w.WriteHeader(http.StatusNoContent)
 	return nil

@@ -15,8 +15,20 @@ import (
 // methods, the one orchestration path, so it lands in the run's journal and
 // is graded. *orchestrator.Orchestrator implements it.
 type Core interface {
-	// Exec is sandbox.exec: runCode and commands.run.
-	Exec(ctx context.Context, run runid.ID, in wire.ExecRequest) (wire.ExecResponse, error)
+	// ExecStream is sandbox.exec with the cell's output handed to on as
+	// it arrives: runCode.
+	ExecStream(ctx context.Context, run runid.ID, in wire.ExecRequest, on func(orchestrator.ExecEvent)) (wire.ExecResponse, error)
+	// StartCommand starts a bash command in the run's kernel container,
+	// which runs without holding the run: commands.run.
+	StartCommand(ctx context.Context, run runid.ID, in wire.ExecRequest, on func(orchestrator.ExecEvent)) (*orchestrator.Command, error)
+	// NewContext, Contexts, RestartContext and RemoveContext manage the
+	// run's code contexts: createCodeContext, listCodeContexts,
+	// restartCodeContext (the empty id restarts the run's kernel) and
+	// removeCodeContext.
+	NewContext(ctx context.Context, run runid.ID, cwd string) (wire.Context, error)
+	Contexts(run runid.ID) []wire.Context
+	RestartContext(ctx context.Context, run runid.ID, id string) error
+	RemoveContext(ctx context.Context, run runid.ID, id string) error
 	// WriteStream is tmp.write for a streamed body: files.write.
 	WriteStream(ctx context.Context, run runid.ID, path string, r io.Reader) (wire.FileRef, error)
 	// Open is tmp.read for streaming: files.read.
@@ -25,8 +37,6 @@ type Core interface {
 	List(ctx context.Context, run runid.ID, prefix string) (wire.ListResponse, error)
 	// Delete is tmp.delete: files.remove.
 	Delete(ctx context.Context, run runid.ID, path string) (wire.OK, error)
-	// Restart restarts the run's kernel, keeping its files: restartCodeContext.
-	Restart(ctx context.Context, run runid.ID) error
 	// Stop ends the run's kernel, keeping its files: a sandbox past its
 	// timeout, or killed.
 	Stop(ctx context.Context, run runid.ID) error
@@ -34,15 +44,4 @@ type Core interface {
 	Limits() orchestrator.Limits
 }
 
-// Blobs opens bytes by their content address. The surface reads back only
-// what an Exec it made has just reported (images stored as run files, the
-// full text of a capped stream) to inline it the way E2B's results carry it,
-// exactly as GET /blobs/{sha256} serves them. *tmpfs.Store implements it.
-type Blobs interface {
-	OpenBlob(ctx context.Context, d tmpfs.Digest) (*tmpfs.Reader, error)
-}
-
-var (
-	_ Core  = (*orchestrator.Orchestrator)(nil)
-	_ Blobs = (*tmpfs.Store)(nil)
-)
+var _ Core = (*orchestrator.Orchestrator)(nil)

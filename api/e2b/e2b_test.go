@@ -10,11 +10,13 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"mime/multipart"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -28,6 +30,8 @@ import (
 	procpb "github.com/triadhq/triad/api/e2b/envd/process"
 	"github.com/triadhq/triad/api/e2b/envd/process/processconnect"
 	"github.com/triadhq/triad/api/e2b/tmpfsrecords"
+	"github.com/triadhq/triad/auth"
+	"github.com/triadhq/triad/internal/runid"
 	"github.com/triadhq/triad/orchestrator/orchestratortest"
 )
 
@@ -50,7 +54,7 @@ func newHarness(t *testing.T) *harness {
 // st's store, so a second surface over the same stack is a restart.
 func serve(t *testing.T, st *orchestratortest.Stack) *harness {
 	t.Helper()
-	e, err := e2b.New(t.Context(), e2b.Config{Core: st.Orch, Blobs: st.Store, Records: tmpfsrecords.New(st.Store),
+	e, err := e2b.New(t.Context(), e2b.Config{Core: st.Orch, Records: tmpfsrecords.New(st.Store),
 		APIKey: apiKey, ExpiryInterval: 50 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
@@ -59,6 +63,13 @@ func serve(t *testing.T, st *orchestratortest.Stack) *harness {
 	srv := httptest.NewServer(e.Handler(api.New(api.Config{Orchestrator: st.Orch})))
 	t.Cleanup(srv.Close)
 	return &harness{url: srv.URL, stack: st, e2b: e}
+}
+
+// codeContext is a code context as the SDKs read it.
+type codeContext struct {
+	ID       string `json:"id"`
+	Language string `json:"language"`
+	Cwd      string `json:"cwd"`
 }
 
 // sandbox is what create answers.
@@ -575,7 +586,7 @@ func TestExecute(t *testing.T) {
 
 	t.Run("a long stdout arrives whole", func(t *testing.T) {
 		// Triad's answer caps stdout at 64 KiB and keeps the rest in a run
-		// file; runCode reads it back and sends all of it.
+		// file; runCode streams all of it as it is printed.
 		_, lines := h.execute(t, sb, map[string]any{"code": "print('é' * 100000)"})
 		var out strings.Builder
 		for _, l := range find(lines, "stdout") {
@@ -615,6 +626,77 @@ func TestExecute(t *testing.T) {
 		}
 	})
 
+	t.Run("streaming", func(t *testing.T) {
+		// Each line is printed only after the test has seen the one
+		// before and answered with a file: without streaming the cell
+		// would wait for its acknowledgements until the test's deadline.
+		// The file goes straight into the kernel's working directory,
+		// as an event outside the run would: a files.write waits for
+		// the running cell (one call at a time per run).
+		run, err := runid.Parse(sb.SandboxID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := json.Marshal(map[string]any{"code": "import os, time\nfor i in range(3):\n    print(i, flush=True)\n    while not os.path.exists('ack%d' % i):\n        time.sleep(0.05)"})
+		req, _ := http.NewRequestWithContext(t.Context(), http.MethodPost, h.url+"/execute", bytes.NewReader(b))
+		for k, v := range interp(sb) {
+			req.Header.Set(k, v)
+		}
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer res.Body.Close()
+		var got []string
+		sc := bufio.NewScanner(res.Body)
+		for sc.Scan() {
+			var m map[string]any
+			if err := json.Unmarshal(sc.Bytes(), &m); err != nil {
+				t.Fatal(err)
+			}
+			if m["type"] == "stdout" {
+				got = append(got, m["text"].(string))
+				if _, err := h.stack.Kernels.Peek(run).Kernel.Files().Put(t.Context(), fmt.Sprintf("ack%d", len(got)-1), strings.NewReader("")); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if m["type"] == "error" {
+				t.Fatalf("error: %v", m)
+			}
+		}
+		if want := []string{"0\n", "1\n", "2\n"}; !slices.Equal(got, want) {
+			t.Fatalf("stdout lines: got %q, want %q", got, want)
+		}
+	})
+
+	t.Run("a client that goes away interrupts the cell; the kernel keeps its state", func(t *testing.T) {
+		h.execute(t, sb, map[string]any{"code": "kept = 1"})
+		ctx, cancel := context.WithCancel(t.Context())
+		b, _ := json.Marshal(map[string]any{"code": "import time\nprint('sleeping', flush=True)\ntime.sleep(600)"})
+		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, h.url+"/execute", bytes.NewReader(b))
+		for k, v := range interp(sb) {
+			req.Header.Set(k, v)
+		}
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sc := bufio.NewScanner(res.Body)
+		for sc.Scan() && !strings.Contains(sc.Text(), "sleeping") {
+		}
+		cancel() // as the SDK's timeoutMs does: the fetch is aborted
+		res.Body.Close()
+		_, lines := h.execute(t, sb, map[string]any{"code": "kept"})
+		if r := find(lines, "result"); len(r) != 1 || r[0]["text"] != "1" || len(find(lines, "stderr")) != 0 {
+			t.Fatalf("after the hang-up: got %v, want kept = 1 from the same kernel", lines)
+		}
+		// The interrupted cell is journaled as such.
+		_, _, cel := h.do(t, http.MethodGet, "/cel", map[string]string{"X-Run-Id": sb.SandboxID}, nil)
+		if !strings.Contains(string(cel), "the call was abandoned while the cell ran") {
+			t.Errorf("the interrupted cell's Step Block does not say it was interrupted:\n%s", cel)
+		}
+	})
+
 	t.Run("contexts", func(t *testing.T) {
 		hdr := interp(sb)
 		delete(hdr, "X-Access-Token") // the SDK sends none for contexts
@@ -624,6 +706,69 @@ func TestExecute(t *testing.T) {
 		}
 		if st, _, b := h.do(t, http.MethodPost, "/contexts/nope/restart", hdr, nil); st != 404 {
 			t.Fatalf("restart unknown: got %d %s", st, b)
+		}
+		if st, _, b := h.do(t, http.MethodDelete, "/contexts/nope", hdr, nil); st != 404 {
+			t.Fatalf("remove unknown: got %d %s", st, b)
+		}
+		if st, _, b := h.do(t, http.MethodPost, "/contexts", hdr, strings.NewReader(`{"language": "r"}`)); st < 400 || st >= 500 {
+			t.Fatalf("create an R context: got %d %s, want a 4xx", st, b)
+		}
+		if st, _, b := h.do(t, http.MethodPost, "/contexts", hdr, strings.NewReader(`{"cwd": "/etc"}`)); st != 400 {
+			t.Fatalf("create a context outside the files: got %d %s, want 400", st, b)
+		}
+		create := func(body string) codeContext {
+			t.Helper()
+			st, _, b := h.do(t, http.MethodPost, "/contexts", hdr, strings.NewReader(body))
+			var c codeContext
+			if st != 200 || json.Unmarshal(b, &c) != nil || c.ID == "" || c.Language != "python" {
+				t.Fatalf("create: got %d %s", st, b)
+			}
+			return c
+		}
+		a, c := create(`{}`), create(`{"cwd": "/home/user/sub", "language": "python"}`)
+		if a.Cwd != "/home/user" || c.Cwd != "/home/user/sub" {
+			t.Errorf("cwd: got %q and %q, want /home/user and /home/user/sub", a.Cwd, c.Cwd)
+		}
+		h.execute(t, sb, map[string]any{"code": "v = 'a'", "context_id": a.ID})
+		h.execute(t, sb, map[string]any{"code": "v = 'c'\nimport os\ncwd = os.getcwd()", "context_id": c.ID})
+		value := func(ctx, code string) any {
+			_, lines := h.execute(t, sb, map[string]any{"code": code, "context_id": ctx})
+			if r := find(lines, "result"); len(r) == 1 {
+				return r[0]["text"]
+			}
+			if e := find(lines, "error"); len(e) == 1 {
+				return e[0]["name"]
+			}
+			return lines
+		}
+		if got := value(a.ID, "v"); got != "a" {
+			t.Errorf("v in a: got %v, want a", got)
+		}
+		if got := value(c.ID, "v, cwd"); got != "('c', '/work/sub')" {
+			t.Errorf("v, cwd in c: got %v, want ('c', '/work/sub')", got)
+		}
+		if got := value(e2b.DefaultContext, "v"); got != "NameError" {
+			t.Errorf("v in the default context: got %v, want NameError", got)
+		}
+		if st, _, b := h.do(t, http.MethodPost, "/contexts/"+a.ID+"/restart", hdr, nil); st != 200 {
+			t.Fatalf("restart a: got %d %s", st, b)
+		}
+		if got := value(a.ID, "v"); got != "NameError" {
+			t.Errorf("v in a after its restart: got %v, want NameError", got)
+		}
+		if got := value(c.ID, "v"); got != "c" {
+			t.Errorf("v in c after a's restart: got %v, want c", got)
+		}
+		st, _, b = h.do(t, http.MethodGet, "/contexts", hdr, nil)
+		var list []codeContext
+		if st != 200 || json.Unmarshal(b, &list) != nil || len(list) != 3 || list[0].ID != e2b.DefaultContext || list[1].ID != a.ID || list[2].ID != c.ID {
+			t.Fatalf("list: got %d %s, want default, a, c", st, b)
+		}
+		if st, _, b := h.do(t, http.MethodDelete, "/contexts/"+c.ID, hdr, nil); st != 200 {
+			t.Fatalf("remove c: got %d %s", st, b)
+		}
+		if st, lines := h.execute(t, sb, map[string]any{"code": "1", "context_id": c.ID}); st != 404 {
+			t.Fatalf("a removed context: got %d %v, want 404", st, lines)
 		}
 		if st, _, b := h.do(t, http.MethodPost, "/contexts/default/restart", hdr, nil); st != 200 {
 			t.Fatalf("restart: got %d %s", st, b)
@@ -691,6 +836,91 @@ func TestCommands(t *testing.T) {
 		_, _, errOut, end := run(t, "python3 -c \"import urllib.request; urllib.request.urlopen('http://1.1.1.1', timeout=5)\"", nil)
 		if end.GetExitCode() == 0 {
 			t.Fatalf("a network call succeeded in the jail: %v %q", end, errOut)
+		}
+	})
+	t.Run("output streams while the command runs", func(t *testing.T) {
+		// As for runCode: each line waits for the test's acknowledgement.
+		s, err := proc.Start(t.Context(), connect.NewRequest(&procpb.StartRequest{Process: &procpb.ProcessConfig{Cmd: "/bin/bash",
+			Args: []string{"-l", "-c", "for i in 0 1 2; do echo $i; while [ ! -e cmdack$i ]; do sleep 0.05; done; done"}}}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		var lines []string
+		var end *procpb.ProcessEvent_EndEvent
+		for s.Receive() {
+			if d := s.Msg().GetEvent().GetData(); d != nil {
+				lines = append(lines, string(d.GetStdout()))
+				upload(t, h, sb, map[string][]byte{fmt.Sprintf("cmdack%d", len(lines)-1): nil})
+			}
+			if e := s.Msg().GetEvent().GetEnd(); e != nil {
+				end = e
+			}
+		}
+		if want := []string{"0\n", "1\n", "2\n"}; !slices.Equal(lines, want) || end == nil || end.GetExitCode() != 0 {
+			t.Fatalf("got %q, end %v; want %q and exit code 0 (err %v)", lines, end, want, s.Err())
+		}
+	})
+	t.Run("a command does not hold the sandbox; kill ends it; the kernel keeps its state", func(t *testing.T) {
+		h.execute(t, sb, map[string]any{"code": "kept = 1"})
+		s, err := proc.Start(t.Context(), connect.NewRequest(&procpb.StartRequest{Process: &procpb.ProcessConfig{Cmd: "/bin/bash",
+			Args: []string{"-l", "-c", "echo started; while [ ! -e go ]; do sleep 0.05; done; echo went; sleep 600"}}}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		var pid uint32
+		for pid == 0 && s.Receive() {
+			pid = s.Msg().GetEvent().GetStart().GetPid()
+		}
+		// runCode while the command runs: the command waits for its file.
+		if _, lines := h.execute(t, sb, map[string]any{"code": "open('go', 'w').close()\nkept"}); len(find(lines, "result")) != 1 {
+			t.Fatalf("runCode while a command runs: %v", lines)
+		}
+		// commands.connect attaches to it; commands.list shows it.
+		cs, err := proc.Connect(t.Context(), connect.NewRequest(&procpb.ConnectRequest{Process: &procpb.ProcessSelector{Selector: &procpb.ProcessSelector_Pid{Pid: pid}}}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer cs.Close()
+		if !cs.Receive() || cs.Msg().GetEvent().GetStart().GetPid() != pid {
+			t.Fatalf("connect: first event %v, want the start of %d (%v)", cs.Msg(), pid, cs.Err())
+		}
+		l, err := proc.List(t.Context(), connect.NewRequest(&procpb.ListRequest{}))
+		if err != nil || len(l.Msg.GetProcesses()) != 1 || l.Msg.GetProcesses()[0].GetPid() != pid {
+			t.Fatalf("list: got %v, %v; want pid %d", l, err, pid)
+		}
+		var out string
+		for !strings.Contains(out, "went") && s.Receive() {
+			out += string(s.Msg().GetEvent().GetData().GetStdout())
+		}
+		if _, err := proc.SendSignal(t.Context(), connect.NewRequest(&procpb.SendSignalRequest{Process: &procpb.ProcessSelector{Selector: &procpb.ProcessSelector_Pid{Pid: pid}},
+			Signal: procpb.Signal_SIGNAL_SIGKILL})); err != nil {
+			t.Fatal(err)
+		}
+		for _, st := range []interface {
+			Receive() bool
+			Err() error
+		}{s, cs} {
+			var end *procpb.ProcessEvent_EndEvent
+			for st.Receive() {
+				switch m := st.(type) {
+				case *connect.ServerStreamForClient[procpb.StartResponse]:
+					end = m.Msg().GetEvent().GetEnd()
+				case *connect.ServerStreamForClient[procpb.ConnectResponse]:
+					end = m.Msg().GetEvent().GetEnd()
+				}
+			}
+			if end == nil || end.GetExited() || end.GetStatus() != "signal: killed" || end.GetExitCode() == 0 {
+				t.Errorf("the killed command's end: got %v (%v), want signal: killed", end, st.Err())
+			}
+		}
+		if _, lines := h.execute(t, sb, map[string]any{"code": "kept"}); len(find(lines, "result")) != 1 || find(lines, "result")[0]["text"] != "1" {
+			t.Fatalf("kept after the kill: %v", lines)
+		}
+		_, _, cel := h.do(t, http.MethodGet, "/cel", map[string]string{"X-Run-Id": sb.SandboxID}, nil)
+		if !strings.Contains(string(cel), "started in the background") || !strings.Contains(string(cel), "the command was killed before it ended") {
+			t.Errorf("the command's start and end are not journaled:\n%s", cel)
 		}
 	})
 	t.Run("unsupported", func(t *testing.T) {
@@ -765,5 +995,54 @@ func waitState(t *testing.T, h *harness, sb sandbox, state string) {
 			t.Fatalf("sandbox never became %s: last %d %s", state, st, b)
 		case <-time.After(100 * time.Millisecond):
 		}
+	}
+}
+
+// TestAuthorize: the control plane's X-API-Key decides who the caller is
+// (Triad's keys plug in through Config.Authorize): a refused key is E2B's
+// 401; a sandbox belongs to its creator's tenant, and another tenant
+// neither lists nor finds it.
+func TestAuthorize(t *testing.T) {
+	st := orchestratortest.New(t, orchestratortest.Options{})
+	tenants := map[string]auth.Principal{
+		"trd_a": {KeyID: "a", Tenant: "tenant-a", Scopes: []auth.Scope{auth.Runs}},
+		"trd_b": {KeyID: "b", Tenant: "tenant-b", Scopes: []auth.Scope{auth.Runs}},
+	}
+	e, err := e2b.New(t.Context(), e2b.Config{Core: st.Orch, Records: tmpfsrecords.New(st.Store),
+		Authorize: func(r *http.Request) (auth.Principal, bool) {
+			p, ok := tenants[r.Header.Get(e2b.HeaderAPIKey)]
+			return p, ok
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { e.Close() })
+	srv := httptest.NewServer(e.Handler(http.NotFoundHandler()))
+	t.Cleanup(srv.Close)
+	h := &harness{url: srv.URL}
+	for _, key := range []string{"trd_bad", ""} {
+		if st, _, b := h.do(t, http.MethodGet, "/v2/sandboxes", map[string]string{"X-API-Key": key}, nil); st != 401 {
+			t.Errorf("key %q: got %d %s, want 401", key, st, b)
+		}
+	}
+	code, _, b := h.do(t, http.MethodPost, "/sandboxes", map[string]string{"X-API-Key": "trd_a", "Content-Type": "application/json"}, strings.NewReader(`{"templateID": "base"}`))
+	if code != 201 {
+		t.Fatalf("create as tenant-a: %d %s", code, b)
+	}
+	var sb struct {
+		SandboxID string `json:"sandboxID"`
+	}
+	json.Unmarshal(b, &sb)
+	for key, want := range map[string]int{"trd_a": 200, "trd_b": 404} {
+		if code, _, b := h.do(t, http.MethodGet, "/sandboxes/"+sb.SandboxID, map[string]string{"X-API-Key": key}, nil); code != want {
+			t.Errorf("getInfo as %s: got %d %s, want %d", key, code, b, want)
+		}
+		_, _, b := h.do(t, http.MethodGet, "/v2/sandboxes", map[string]string{"X-API-Key": key}, nil)
+		if listed := strings.Contains(string(b), sb.SandboxID); listed != (want == 200) {
+			t.Errorf("list as %s: listed=%v, want %v", key, listed, want == 200)
+		}
+	}
+	if code, _, b := h.do(t, http.MethodDelete, "/sandboxes/"+sb.SandboxID, map[string]string{"X-API-Key": "trd_b"}, nil); code != 404 {
+		t.Errorf("kill as tenant-b: got %d %s, want 404", code, b)
 	}
 }

@@ -2,26 +2,26 @@ package e2b
 
 import (
 	"context"
-	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
-	"sort"
 	"strings"
 	"sync"
 	"time"
 	"unicode/utf8"
 
 	"github.com/triadhq/triad/internal/fault"
-	"github.com/triadhq/triad/tmpfs"
+	"github.com/triadhq/triad/internal/runid"
+	"github.com/triadhq/triad/orchestrator"
 	"github.com/triadhq/triad/wire"
 )
 
-// DefaultContext is the id of the one code context a sandbox has: its run's
-// kernel. Further contexts (their own interpreters) need the sandbox seam;
-// see contextCreate.
+// DefaultContext is the id of a sandbox's default code context: its run's
+// kernel. The contexts createCodeContext makes are the run's own
+// (orchestrator.NewContext), each its own interpreter in the run's
+// container.
 const DefaultContext = "default"
 
 // keepalive is how often /execute writes a keepalive line while a cell
@@ -47,11 +47,14 @@ func defaultContext() contextJSON {
 	return contextJSON{ID: DefaultContext, Language: "python", Cwd: Home}
 }
 
-// execute is runCode: one sandbox.exec, answered as E2B's JSON lines. The
-// headers go out before the cell runs, because the SDK's request timeout
-// runs until they arrive (docs/e2b-protocol.md §4); keepalive lines follow
-// while it runs. The cell's output is sent when it ends: streaming it as it
-// is printed needs the orchestrator's output events (the sandbox seam).
+// execute is runCode: one sandbox.exec whose output goes out as E2B's JSON
+// lines while the cell runs. The headers go out before the cell starts,
+// because the SDK's request timeout runs until they arrive
+// (docs/e2b-protocol.md §4); stdout, stderr and results follow as the
+// kernel sends them, keepalive lines while it is quiet, and the count, the
+// error and the end when it ends. A client that goes away (the SDK's
+// timeoutMs aborts the request) interrupts the cell, and the kernel keeps
+// its state if the cell stops.
 func (s *Server) execute(w http.ResponseWriter, r *http.Request) error {
 	sb := sandboxOf(r.Context())
 	var in executeBody
@@ -64,13 +67,17 @@ func (s *Server) execute(w http.ResponseWriter, r *http.Request) error {
 	if in.ContextID != "" && in.Language != "" {
 		return fault.New(fault.BadInput, "only one of context_id and language may be given", "send the context, or the language, not both")
 	}
-	if in.ContextID != "" && in.ContextID != DefaultContext {
-		return fault.New(fault.NotFound, fmt.Sprintf("context %q not found", in.ContextID), "listCodeContexts shows the sandbox's contexts")
-	}
 	switch strings.ToLower(strings.TrimSpace(in.Language)) {
 	case "", "python", "py":
 	default:
 		return fault.New(fault.Unsupported, fmt.Sprintf("language %q is not supported: Triad's kernels run Python", in.Language), "omit language, or send python")
+	}
+	ctxID := ""
+	if in.ContextID != "" && in.ContextID != DefaultContext {
+		if !s.hasContext(sb.ID, in.ContextID) {
+			return contextNotFound(in.ContextID)
+		}
+		ctxID = in.ContextID
 	}
 	if err := validEnvs(in.EnvVars); err != nil {
 		return err
@@ -87,45 +94,51 @@ func (s *Server) execute(w http.ResponseWriter, r *http.Request) error {
 	w.WriteHeader(http.StatusOK)
 	lw := &lineWriter{w: w, rc: http.NewResponseController(w)}
 	lw.flush()
+	stop := make(chan struct{})
+	defer close(stop)
+	go func() {
+		t := time.NewTicker(keepalive)
+		defer t.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-t.C:
+				lw.line(map[string]string{"type": "keepalive"})
+			}
+		}
+	}()
 
 	// The cell has no deadline of its own beyond the server's maximum: the
 	// SDK's timeoutMs is never sent, it aborts the request, and a request
 	// that ends interrupts the cell (docs/e2b-protocol.md §4).
-	type result struct {
-		out wire.ExecResponse
-		err error
-	}
-	resc := make(chan result, 1)
-	go func() {
-		out, err := s.c.Core.Exec(ctx, sb.ID, wire.ExecRequest{Code: code, TimeoutS: seconds(24 * time.Hour)})
-		resc <- result{out, err}
-	}()
-	t := time.NewTicker(keepalive)
-	defer t.Stop()
-	var res result
-wait:
-	for {
-		select {
-		case <-t.C:
-			lw.line(map[string]string{"type": "keepalive"})
-		case res = <-resc:
-			break wait
-		}
-	}
-	if res.err != nil {
-		fe, _ := classify(res.err)
+	out, err := s.c.Core.ExecStream(ctx, sb.ID, wire.ExecRequest{Code: code, Context: ctxID, TimeoutS: seconds(24 * time.Hour)},
+		func(e orchestrator.ExecEvent) {
+			switch e.Type {
+			case wire.EventStdout, wire.EventStderr:
+				lw.line(streamLine{Type: e.Type, Text: e.Text, Timestamp: nowUTC().Format(time.RFC3339Nano)})
+			case wire.EventDisplay:
+				lw.line(liveResult(e.Data, false))
+			case wire.EventResult:
+				lw.line(liveResult(e.Data, true))
+			}
+		})
+	if err != nil {
+		fe, _ := classify(err)
 		lw.line(errorLine{Type: "error", Name: string(fe.Kind), Value: sdkMessage(fe), Traceback: ""})
 		lw.line(map[string]string{"type": "end_of_execution"})
 		return nil
 	}
-	s.writeExecution(ctx, lw, res.out)
+	writeEnd(lw, out)
 	if len(in.EnvVars) > 0 {
-		s.resetEnvs(context.WithoutCancel(ctx), sb, in.EnvVars)
+		s.resetEnvs(context.WithoutCancel(ctx), sb, ctxID, in.EnvVars)
 	}
 	return nil
 }
 
-// lineWriter writes JSON lines and flushes each.
+// lineWriter writes JSON lines and flushes each. It is safe for
+// concurrent use (the cell's output and the keepalive ticker); after a
+// failed write it writes nothing more.
 type lineWriter struct {
 	mu  sync.Mutex
 	w   io.Writer
@@ -163,6 +176,12 @@ func (l *lineWriter) flushLocked() {
 	}
 }
 
+type streamLine struct {
+	Type      string `json:"type"`
+	Text      string `json:"text"`
+	Timestamp string `json:"timestamp"`
+}
+
 type errorLine struct {
 	Type      string `json:"type"`
 	Name      string `json:"name"`
@@ -170,18 +189,11 @@ type errorLine struct {
 	Traceback string `json:"traceback"`
 }
 
-// writeExecution sends a finished cell as E2B's lines: its count, its
-// streams, its display results, its main result, its error.
-func (s *Server) writeExecution(ctx context.Context, lw *lineWriter, out wire.ExecResponse) {
+// writeEnd sends what a finished cell's answer adds to what streamed: its
+// count, its error, a kernel restart (state lost is reported, never
+// silent) and the end.
+func writeEnd(lw *lineWriter, out wire.ExecResponse) {
 	lw.line(map[string]any{"type": "number_of_executions", "execution_count": out.ExecutionCount})
-	s.writeStream(ctx, lw, "stdout", out.Stdout, out.StdoutFile)
-	s.writeStream(ctx, lw, "stderr", out.Stderr, out.StderrFile)
-	for _, b := range out.Display {
-		lw.line(s.result(ctx, b, false))
-	}
-	if out.Result != nil {
-		lw.line(s.result(ctx, *out.Result, true))
-	}
 	if e := out.Error; e != nil {
 		name, value := e.Ename, e.Evalue
 		if name == "" {
@@ -192,55 +204,10 @@ func (s *Server) writeExecution(ctx context.Context, lw *lineWriter, out wire.Ex
 		}
 		lw.line(errorLine{Type: "error", Name: name, Value: value, Traceback: strings.Join(e.Traceback, "\n")})
 	} else if out.Kernel.Restarted {
-		// State lost on a restart is reported, never silent.
-		lw.line(map[string]string{"type": "stderr", "text": "[triad] the kernel was restarted during this call: variables from earlier cells are gone\n",
-			"timestamp": time.Now().UTC().Format(time.RFC3339Nano)})
+		lw.line(streamLine{Type: "stderr", Text: "[triad] the kernel was restarted during this call: variables from earlier cells are gone\n",
+			Timestamp: nowUTC().Format(time.RFC3339Nano)})
 	}
 	lw.line(map[string]string{"type": "end_of_execution"})
-}
-
-// writeStream sends a stream's text, reading the full text back from its
-// run file when the answer carried it capped.
-func (s *Server) writeStream(ctx context.Context, lw *lineWriter, name, text string, full *wire.FileRef) {
-	send := func(t string) {
-		if t != "" {
-			lw.line(map[string]string{"type": name, "text": t, "timestamp": time.Now().UTC().Format(time.RFC3339Nano)})
-		}
-	}
-	if full == nil {
-		send(text)
-		return
-	}
-	rd, err := s.c.Blobs.OpenBlob(ctx, full.SHA256)
-	if err != nil {
-		s.log.ErrorContext(ctx, "read full stream back", "path", full.Path, "err", err)
-		send(text)
-		return
-	}
-	defer rd.Close()
-	buf := make([]byte, 64<<10)
-	var carry []byte
-	for {
-		n, err := rd.Read(buf)
-		b := append(carry, buf[:n]...)
-		cut := len(b)
-		if err == nil {
-			// Keep an incomplete trailing rune for the next chunk, so
-			// each line is valid UTF-8.
-			i := len(b) - 1
-			for i >= 0 && i >= len(b)-utf8.UTFMax && !utf8.RuneStart(b[i]) {
-				i--
-			}
-			if i >= 0 && !utf8.FullRune(b[i:]) {
-				cut = i
-			}
-		}
-		send(string(b[:cut]))
-		carry = append([]byte(nil), b[cut:]...)
-		if err != nil {
-			return
-		}
-	}
 }
 
 // mimeKeys maps Jupyter MIME types to E2B result fields
@@ -251,27 +218,19 @@ var mimeKeys = map[string]string{
 	"application/json": "json", "application/javascript": "javascript", "e2b/data": "data", "e2b/chart": "chart",
 }
 
-// base64MIME are the types E2B carries as base64; svg is text.
-var base64MIME = map[string]bool{"image/png": true, "image/jpeg": true, "application/pdf": true, "image/gif": true}
-
-// result turns a Triad bundle into an E2B result line. Images Triad stored
-// as run files are read back and inlined as the kernel produced them.
-func (s *Server) result(ctx context.Context, b wire.Bundle, main bool) map[string]any {
+// liveResult turns a kernel's bundle data into an E2B result line, each
+// value as the kernel produced it: text and base64 images as strings, JSON
+// types as JSON. Types E2B has no field for go in extra.
+func liveResult(data map[string]json.RawMessage, main bool) map[string]any {
 	out := map[string]any{"type": "result", "is_main_result": main}
 	extra := map[string]any{}
-	mimes := make([]string, 0, len(b.Data))
-	for m := range b.Data {
-		mimes = append(mimes, m)
-	}
-	sort.Strings(mimes)
-	for _, m := range mimes {
-		if m == commandMIME {
-			continue
-		}
-		v := s.inline(ctx, m, b.Data[m])
-		if m == "text/plain" {
-			if t, ok := v.(string); ok && len(t) >= 2 && (t[0] == '\'' && t[len(t)-1] == '\'' || t[0] == '"' && t[len(t)-1] == '"') {
-				v = t[1 : len(t)-1] // as E2B's server does
+	for m, raw := range data {
+		var v any = raw
+		var str string
+		if json.Unmarshal(raw, &str) == nil {
+			v = str
+			if m == "text/plain" && len(str) >= 2 && (str[0] == '\'' && str[len(str)-1] == '\'' || str[0] == '"' && str[len(str)-1] == '"') {
+				v = str[1 : len(str)-1] // as E2B's server does
 			}
 		}
 		if k, ok := mimeKeys[m]; ok {
@@ -284,33 +243,6 @@ func (s *Server) result(ctx context.Context, b wire.Bundle, main bool) map[strin
 		out["extra"] = extra
 	}
 	return out
-}
-
-// inline returns a bundle value as E2B carries it: an image reference is
-// replaced by the image's bytes (base64, or text for svg).
-func (s *Server) inline(ctx context.Context, mime string, v any) any {
-	ref, ok := v.(wire.FileRef)
-	if !ok {
-		return v
-	}
-	b, err := s.readBlob(ctx, ref.SHA256)
-	if err != nil {
-		s.log.ErrorContext(ctx, "read image back for an E2B result", "path", ref.Path, "err", err)
-		return v
-	}
-	if base64MIME[mime] {
-		return base64.StdEncoding.EncodeToString(b)
-	}
-	return string(b)
-}
-
-func (s *Server) readBlob(ctx context.Context, d tmpfs.Digest) ([]byte, error) {
-	rd, err := s.c.Blobs.OpenBlob(ctx, d)
-	if err != nil {
-		return nil, err
-	}
-	defer rd.Close()
-	return io.ReadAll(rd)
 }
 
 // withEnvs prefixes code with the sandbox's and the call's environment
@@ -365,7 +297,7 @@ func pyStr(s string) string {
 // resetEnvs restores, after a cell, the variables the call set: to the
 // sandbox's value, or unset. It is its own sandbox.exec, as E2B's server
 // resets them in a separate execution.
-func (s *Server) resetEnvs(ctx context.Context, sb Sandbox, call map[string]string) {
+func (s *Server) resetEnvs(ctx context.Context, sb Sandbox, ctxID string, call map[string]string) {
 	restore := map[string]string{}
 	var unset []string
 	for k := range call {
@@ -385,7 +317,7 @@ func (s *Server) resetEnvs(ctx context.Context, sb Sandbox, call map[string]stri
 	}
 	code := "# e2b: reset this call's environment variables\n" +
 		"exec(" + pyStr(fmt.Sprintf(envReset, rj, uj)) + ")\n"
-	if _, err := s.c.Core.Exec(ctx, sb.ID, wire.ExecRequest{Code: code}); err != nil {
+	if _, err := s.c.Core.ExecStream(ctx, sb.ID, wire.ExecRequest{Code: code, Context: ctxID}, nil); err != nil {
 		s.log.ErrorContext(ctx, "reset per-call environment variables", "sandbox", sb.ID, "err", err)
 	}
 }
@@ -396,13 +328,38 @@ for __e2b_k in %s:
     __e2b_os.environ.pop(__e2b_k, None)
 del __e2b_json, __e2b_os`
 
-func (s *Server) contextsList(w http.ResponseWriter, r *http.Request) error {
-	return writeJSON(w, http.StatusOK, []contextJSON{defaultContext()})
+// hasContext reports whether the sandbox's run has the code context id.
+func (s *Server) hasContext(run runid.ID, id string) bool {
+	for _, c := range s.c.Core.Contexts(run) {
+		if c.ID == id {
+			return true
+		}
+	}
+	return false
 }
 
-// contextCreate answers createCodeContext. A second context is a second
-// interpreter in the run's container, which the orchestrator cannot start
-// yet; the default one is returned when that is what was asked for.
+// contextNotFound is the 404 the code interpreter SDK reads as its
+// NotFoundError (docs/e2b-protocol.md §3).
+func contextNotFound(id string) error {
+	return fault.New(fault.NotFound, fmt.Sprintf("context %q not found", id), "listCodeContexts shows the sandbox's contexts; createCodeContext makes one")
+}
+
+func toContextJSON(c wire.Context) contextJSON {
+	return contextJSON{ID: c.ID, Language: c.Language, Cwd: sdkPath(c.Cwd)}
+}
+
+// contextsList is listCodeContexts: the default context (the run's
+// kernel) and the run's own.
+func (s *Server) contextsList(w http.ResponseWriter, r *http.Request) error {
+	out := []contextJSON{defaultContext()}
+	for _, c := range s.c.Core.Contexts(sandboxOf(r.Context()).ID) {
+		out = append(out, toContextJSON(c))
+	}
+	return writeJSON(w, http.StatusOK, out)
+}
+
+// contextCreate is createCodeContext: an interpreter of its own in the
+// run's container, whose cells start in cwd (made if missing).
 func (s *Server) contextCreate(w http.ResponseWriter, r *http.Request) error {
 	var in struct {
 		Language string `json:"language"`
@@ -411,37 +368,57 @@ func (s *Server) contextCreate(w http.ResponseWriter, r *http.Request) error {
 	if err := s.decodeLoose(w, r, &in, true); err != nil {
 		return err
 	}
-	return statusError{http.StatusNotImplemented, fault.New(fault.Unsupported,
-		"Triad runs one interpreter per sandbox for now: more code contexts come with the sandbox seam (issue 14)",
-		"run code without a context (the default one), or create another sandbox for separate variables")}
-}
-
-func contextID(r *http.Request) (string, error) {
-	id := r.PathValue("id")
-	if id != DefaultContext {
-		return id, fault.New(fault.NotFound, fmt.Sprintf("context %q not found", id), "listCodeContexts shows the sandbox's contexts")
+	switch strings.ToLower(strings.TrimSpace(in.Language)) {
+	case "", "python", "py":
+	default:
+		return fault.New(fault.Unsupported, fmt.Sprintf("language %q is not supported: Triad's contexts run Python", in.Language), "omit language, or send python")
 	}
-	return id, nil
-}
-
-// contextRestart restarts the run's kernel: its variables go, its files
-// stay.
-func (s *Server) contextRestart(w http.ResponseWriter, r *http.Request) error {
-	if _, err := contextID(r); err != nil {
+	cwd := ""
+	if in.Cwd != "" {
+		p, err := runPath(in.Cwd)
+		if err != nil {
+			return err
+		}
+		cwd = p
+	}
+	c, err := s.c.Core.NewContext(r.Context(), sandboxOf(r.Context()).ID, cwd)
+	if err != nil {
 		return err
 	}
-	if err := s.c.Core.Restart(r.Context(), sandboxOf(r.Context()).ID); err != nil {
+	return writeJSON(w, http.StatusOK, toContextJSON(c))
+}
+
+// contextRestart is restartCodeContext: the context's variables go, its
+// files and the other contexts' variables stay.
+func (s *Server) contextRestart(w http.ResponseWriter, r *http.Request) error {
+	id := r.PathValue("id")
+	if id == DefaultContext {
+		id = ""
+	}
+	if err := s.c.Core.RestartContext(r.Context(), sandboxOf(r.Context()).ID, id); err != nil {
+		if fault.From(err).Kind == fault.NotFound {
+			return contextNotFound(r.PathValue("id"))
+		}
 		return err
 	}
 	w.WriteHeader(http.StatusOK)
 	return nil
 }
 
+// contextRemove is removeCodeContext.
 func (s *Server) contextRemove(w http.ResponseWriter, r *http.Request) error {
-	if _, err := contextID(r); err != nil {
+	id := r.PathValue("id")
+	if id == DefaultContext {
+		return fault.New(fault.BadInput, "the default context cannot be removed: it is the sandbox's kernel", "kill the sandbox to end it")
+	}
+	if err := s.c.Core.RemoveContext(r.Context(), sandboxOf(r.Context()).ID, id); err != nil {
+		if fault.From(err).Kind == fault.NotFound {
+			return contextNotFound(id)
+		}
 		return err
 	}
-	return fault.New(fault.BadInput, "the default context cannot be removed: it is the sandbox's kernel", "kill the sandbox to end it")
+	w.WriteHeader(http.StatusOK)
+	return nil
 }
 
 // shorten cuts s to at most n bytes on a rune boundary, marking the cut.

@@ -2,11 +2,10 @@ package e2b
 
 import (
 	"context"
-	"encoding/base64"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
+	"net/http"
 	"strconv"
 	"strings"
 	"sync"
@@ -18,34 +17,85 @@ import (
 	"github.com/triadhq/triad/api/e2b/envd/process/processconnect"
 	"github.com/triadhq/triad/internal/fault"
 	"github.com/triadhq/triad/internal/runid"
+	"github.com/triadhq/triad/orchestrator"
 	"github.com/triadhq/triad/wire"
 )
 
-// commandMIME is the display bundle the command wrapper reports its result
-// in: stdout and stderr as base64, the exit code, and why it failed to start.
-const commandMIME = "application/vnd.triad.e2b-command+json"
-
-// chunk is the most bytes one data event carries.
-const chunk = 32 << 10
-
 // processService is envd's process.Process. A command runs in the run's
-// kernel container, under the same jail as every cell, as one sandbox.exec
-// whose cell starts the process and reports its output and exit code
-// (DECISIONS.md, "E2B surface: commands run through sandbox.exec").
+// kernel container, under the same jail as every cell, started by the
+// orchestrator (StartCommand): the start is a step of the run's journal,
+// the command runs without holding the run (the SDK cannot say whether it
+// waits: background is client-side), its output streams to the client as
+// it is printed, and its end is a step of its own (DECISIONS.md, "Contexts
+// and commands at the seam").
 type processService struct {
 	s *Server
 }
 
 var _ processconnect.ProcessHandler = (*processService)(nil)
 
-// command is one commands.run in flight.
+// command is one commands.run in flight. Its output goes to every
+// attached stream (the one that started it, and any commands.connect)
+// under mu, in order, from the command's goroutine; a stream that fails is
+// dropped. A stream attaches by sending the start event under mu, so it
+// never sees output before its start.
 type command struct {
-	pid    uint32
-	cfg    *procpb.ProcessConfig
-	tag    string
-	cancel context.CancelFunc
-	done   chan struct{}
-	events []*procpb.ProcessEvent // the data and end events, set before done closes
+	pid uint32
+	cfg *procpb.ProcessConfig
+	tag string
+	c   *orchestrator.Command
+
+	mu      sync.Mutex
+	streams map[*attached]struct{}
+}
+
+// attached is a stream a command's events go to.
+type attached struct {
+	send func(*procpb.ProcessEvent) error
+	dead bool
+}
+
+// deliver sends e to every attached stream.
+func (c *command) deliver(e *procpb.ProcessEvent) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for a := range c.streams {
+		if a.dead {
+			continue
+		}
+		if err := a.send(e); err != nil {
+			a.dead = true
+		}
+	}
+}
+
+// attach adds a stream, sending it the start event first.
+func (c *command) attach(send func(*procpb.ProcessEvent) error) (*attached, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	a := &attached{send: send}
+	if err := send(startEvent(c.pid)); err != nil {
+		return nil, err
+	}
+	c.streams[a] = struct{}{}
+	return a, nil
+}
+
+func (c *command) detach(a *attached) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.streams, a)
+}
+
+// sendTo sends a keepalive (or any event) to one stream, in order with
+// the command's output.
+func (c *command) sendTo(a *attached, e *procpb.ProcessEvent) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if a.dead {
+		return errors.New("stream closed")
+	}
+	return a.send(e)
 }
 
 // processes tracks each sandbox's commands in flight.
@@ -59,11 +109,18 @@ func newProcesses() *processes {
 	return &processes{next: map[runid.ID]uint32{}, m: map[runid.ID]map[uint32]*command{}}
 }
 
-func (p *processes) add(run runid.ID, c *command) {
+// pid numbers the sandbox's next command.
+func (p *processes) pid(run runid.ID) uint32 {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.next[run]++
-	c.pid = p.next[run]
+	return p.next[run]
+}
+
+// add makes a started command findable.
+func (p *processes) add(run runid.ID, c *command) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
 	if p.m[run] == nil {
 		p.m[run] = map[uint32]*command{}
 	}
@@ -74,6 +131,9 @@ func (p *processes) remove(run runid.ID, pid uint32) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	delete(p.m[run], pid)
+	if len(p.m[run]) == 0 {
+		delete(p.m, run)
+	}
 }
 
 func (p *processes) find(run runid.ID, sel *procpb.ProcessSelector) *command {
@@ -101,15 +161,19 @@ func (p *processes) list(run runid.ID) []*command {
 	return out
 }
 
-// killAll cancels every command of the sandbox: it was killed or paused.
+// killAll kills every command of the sandbox: it was killed or paused.
 func (p *processes) killAll(run runid.ID) {
 	for _, c := range p.list(run) {
-		c.cancel()
+		c.c.Kill()
 	}
 }
 
-// Start is commands.run: the start event goes out at once, the output and
-// the exit code when the command ends.
+// Start is commands.run: the command starts (a journaled call), the start
+// event goes out, its output follows as it is printed, and its end when
+// it ends. A client that goes away leaves the command running (as envd
+// does: commands.connect attaches again); it ends by itself, by
+// commands.kill, or at its deadline: the request's Connect timeout
+// (timeoutMs), capped by the server's maximum.
 func (ps *processService) Start(ctx context.Context, req *connect.Request[procpb.StartRequest], stream *connect.ServerStream[procpb.StartResponse]) error {
 	sb := sandboxOf(ctx)
 	cfg := req.Msg.GetProcess()
@@ -121,83 +185,81 @@ func (ps *processService) Start(ctx context.Context, req *connect.Request[procpb
 	case req.Msg.GetStdin():
 		return connect.NewError(connect.CodeUnimplemented, errors.New("stdin is not supported on Triad yet: run the command with stdin: false (the default)"))
 	}
-	code, err := ps.s.commandCode(sb, cfg)
+	in, err := commandRequest(sb, cfg)
 	if err != nil {
 		return connectErr(err)
 	}
-	cctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	c := &command{cfg: cfg, tag: req.Msg.GetTag(), cancel: cancel, done: make(chan struct{})}
-	ps.s.procs.add(sb.ID, c)
-	defer ps.s.procs.remove(sb.ID, c.pid)
-	send := func(e *procpb.ProcessEvent) error { return stream.Send(&procpb.StartResponse{Event: e}) }
-	if err := send(startEvent(c.pid)); err != nil {
-		return err
-	}
 	timeout := 24 * time.Hour // capped by the server's maximum cell time
 	if dl, ok := ctx.Deadline(); ok {
-		// End the cell a moment before the client's deadline, so the
+		// End the command a moment before the client's deadline, so the
 		// client hears the end instead of its own deadline_exceeded.
 		timeout = max(time.Until(dl)-time.Second, time.Second)
 	}
-	type result struct {
-		out wire.ExecResponse
-		err error
+	in.TimeoutS = seconds(timeout)
+	send := func(e *procpb.ProcessEvent) error { return stream.Send(&procpb.StartResponse{Event: e}) }
+	c := &command{pid: ps.s.procs.pid(sb.ID), cfg: cfg, tag: req.Msg.GetTag(), streams: map[*attached]struct{}{}}
+	// Output is delivered under c.mu: holding it until the start event is
+	// out keeps the command's first output behind it.
+	c.mu.Lock()
+	oc, err := ps.s.c.Core.StartCommand(ctx, sb.ID, in, func(e orchestrator.ExecEvent) { c.deliver(dataEvent(e)) })
+	if err != nil {
+		c.mu.Unlock()
+		return connectErr(err)
 	}
-	resc := make(chan result, 1)
+	c.c = oc
+	ps.s.procs.add(sb.ID, c)
 	go func() {
-		out, err := ps.s.c.Core.Exec(cctx, sb.ID, wire.ExecRequest{Code: code, TimeoutS: seconds(timeout)})
-		resc <- result{out, err}
+		<-oc.Done()
+		ps.s.procs.remove(sb.ID, c.pid)
 	}()
+	self := &attached{send: send}
+	if err := send(startEvent(c.pid)); err != nil {
+		self.dead = true
+	}
+	c.streams[self] = struct{}{}
+	c.mu.Unlock()
+	defer c.detach(self)
+	return ps.follow(ctx, req.Header(), c, self)
+}
+
+// follow keeps a stream attached to a command until the command ends (then
+// it sends the end event) or the client goes away.
+func (ps *processService) follow(ctx context.Context, h http.Header, c *command, a *attached) error {
 	var keep <-chan time.Time
-	if n, err := strconv.Atoi(req.Header().Get("Keepalive-Ping-Interval")); err == nil && n > 0 {
+	if n, err := strconv.Atoi(h.Get("Keepalive-Ping-Interval")); err == nil && n > 0 {
 		t := time.NewTicker(time.Duration(n) * time.Second)
 		defer t.Stop()
 		keep = t.C
 	}
 	for {
 		select {
+		case <-ctx.Done():
+			return ctx.Err()
 		case <-keep:
-			if err := send(&procpb.ProcessEvent{Event: &procpb.ProcessEvent_Keepalive{Keepalive: &procpb.ProcessEvent_KeepAlive{}}}); err != nil {
+			if err := c.sendTo(a, &procpb.ProcessEvent{Event: &procpb.ProcessEvent_Keepalive{Keepalive: &procpb.ProcessEvent_KeepAlive{}}}); err != nil {
 				return err
 			}
-			continue
-		case r := <-resc:
-			c.events = commandEvents(r.out, r.err, cctx)
-			close(c.done)
-			for _, e := range c.events {
-				if err := send(e); err != nil {
-					return err
-				}
-			}
-			return nil
+		case <-c.c.Done():
+			out, err := c.c.Wait(ctx)
+			return c.sendTo(a, endEvent(out, err))
 		}
 	}
 }
 
-// Connect attaches to a command in flight: its start event now, its output
-// and end when it ends.
+// Connect attaches to a command in flight: its start event now, then its
+// output as it is printed from now on, and its end.
 func (ps *processService) Connect(ctx context.Context, req *connect.Request[procpb.ConnectRequest], stream *connect.ServerStream[procpb.ConnectResponse]) error {
 	sb := sandboxOf(ctx)
 	c := ps.s.procs.find(sb.ID, req.Msg.GetProcess())
 	if c == nil {
 		return connect.NewError(connect.CodeNotFound, errors.New("no such process in flight (commands.list shows them)"))
 	}
-	send := func(e *procpb.ProcessEvent) error { return stream.Send(&procpb.ConnectResponse{Event: e}) }
-	if err := send(startEvent(c.pid)); err != nil {
+	a, err := c.attach(func(e *procpb.ProcessEvent) error { return stream.Send(&procpb.ConnectResponse{Event: e}) })
+	if err != nil {
 		return err
 	}
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-c.done:
-	}
-	for _, e := range c.events {
-		if err := send(e); err != nil {
-			return err
-		}
-	}
-	return nil
+	defer c.detach(a)
+	return ps.follow(ctx, req.Header(), c, a)
 }
 
 // List is commands.list: the commands in flight.
@@ -214,15 +276,15 @@ func (ps *processService) List(ctx context.Context, _ *connect.Request[procpb.Li
 	return connect.NewResponse(out), nil
 }
 
-// SendSignal is commands.kill: the command's cell is interrupted and the
-// process killed with it.
+// SendSignal is commands.kill: the command and everything it started are
+// killed (whatever the signal), and its end is journaled.
 func (ps *processService) SendSignal(ctx context.Context, req *connect.Request[procpb.SendSignalRequest]) (*connect.Response[procpb.SendSignalResponse], error) {
 	sb := sandboxOf(ctx)
 	c := ps.s.procs.find(sb.ID, req.Msg.GetProcess())
 	if c == nil {
 		return nil, connect.NewError(connect.CodeNotFound, errors.New("no such process in flight (commands.list shows them)"))
 	}
-	c.cancel()
+	c.c.Kill()
 	return connect.NewResponse(&procpb.SendSignalResponse{}), nil
 }
 
@@ -252,78 +314,20 @@ func startEvent(pid uint32) *procpb.ProcessEvent {
 	return &procpb.ProcessEvent{Event: &procpb.ProcessEvent_Start{Start: &procpb.ProcessEvent_StartEvent{Pid: pid}}}
 }
 
-// commandSpec is what the wrapper cell reads: the argv, cwd and
-// environment, passed as JSON so no value is ever spliced into Python
-// source.
-type commandSpec struct {
-	Args []string          `json:"args"`
-	Cwd  string            `json:"cwd"`
-	Envs map[string]string `json:"envs"`
+// dataEvent is a command's stdout or stderr chunk as envd sends it.
+func dataEvent(e orchestrator.ExecEvent) *procpb.ProcessEvent {
+	b := []byte(e.Text)
+	d := &procpb.ProcessEvent_DataEvent{Output: &procpb.ProcessEvent_DataEvent_Stdout{Stdout: b}}
+	if e.Type == wire.EventStderr {
+		d.Output = &procpb.ProcessEvent_DataEvent_Stderr{Stderr: b}
+	}
+	return &procpb.ProcessEvent{Event: &procpb.ProcessEvent_Data{Data: d}}
 }
 
-// commandCode builds the cell that runs cfg in the kernel's container. Its
-// first line names the command, so the journal's code summary shows it;
-// environment values appear only in the hashed body.
-func (s *Server) commandCode(sb Sandbox, cfg *procpb.ProcessConfig) (string, error) {
-	envs := maps.Clone(sb.Envs)
-	if envs == nil {
-		envs = map[string]string{}
-	}
-	maps.Copy(envs, cfg.GetEnvs())
-	if err := validEnvs(envs); err != nil {
-		return "", err
-	}
-	cwd := ""
-	if cfg.Cwd != nil {
-		p, err := runPath(cfg.GetCwd())
-		if err != nil {
-			return "", err
-		}
-		cwd = p
-	}
-	spec, err := json.Marshal(commandSpec{Args: append([]string{cfg.GetCmd()}, cfg.GetArgs()...), Cwd: cwd, Envs: envs})
-	if err != nil {
-		return "", err
-	}
-	shown := cfg.GetCmd()
-	if args := cfg.GetArgs(); len(args) == 3 && args[0] == "-l" && args[1] == "-c" {
-		shown = args[2] // commands.run's /bin/bash -l -c <cmd>
-	}
-	shown, _, _ = strings.Cut(shown, "\n")
-	shown = shorten(shown, 120)
-	return "# e2b commands.run (bash): " + shown + "\n" + fmt.Sprintf(commandWrapper, pyStr(string(spec)), pyStr(commandMIME)), nil
-}
-
-// commandWrapper runs the command and reports its output through a display
-// bundle. Names start with __e2b_ and are deleted, so the user's namespace
-// is untouched.
-const commandWrapper = `def __e2b_command():
-    import base64, json, os, subprocess
-    from IPython.display import display
-    spec = json.loads(%s)
-    env = dict(os.environ)
-    env.update(spec["envs"])
-    try:
-        p = subprocess.run(spec["args"], cwd=spec["cwd"] or None, env=env, stdin=subprocess.DEVNULL, capture_output=True)
-        res = {"stdout": base64.b64encode(p.stdout).decode(), "stderr": base64.b64encode(p.stderr).decode(), "exit_code": p.returncode}
-    except OSError as e:
-        res = {"stdout": "", "stderr": "", "exit_code": 127, "error": str(e)}
-    display({%s: res}, raw=True)
-__e2b_command()
-del __e2b_command
-`
-
-// commandResult is what the wrapper reports.
-type commandResult struct {
-	Stdout   string `json:"stdout"`
-	Stderr   string `json:"stderr"`
-	ExitCode int32  `json:"exit_code"`
-	Error    string `json:"error"`
-}
-
-// commandEvents turns the wrapper cell's answer into the command's data and
-// end events.
-func commandEvents(out wire.ExecResponse, err error, ctx context.Context) []*procpb.ProcessEvent {
+// endEvent is a command's end as envd sends it: the exit code, and why it
+// did not exit by itself. A killed command ends as envd's does, with
+// "signal: killed".
+func endEvent(out wire.ExecResponse, err error) *procpb.ProcessEvent {
 	end := func(code int32, exited bool, status, msg string) *procpb.ProcessEvent {
 		e := &procpb.ProcessEvent_EndEvent{ExitCode: code, Exited: exited, Status: status}
 		if msg != "" {
@@ -332,55 +336,60 @@ func commandEvents(out wire.ExecResponse, err error, ctx context.Context) []*pro
 		return &procpb.ProcessEvent{Event: &procpb.ProcessEvent_End{End: e}}
 	}
 	if err != nil {
-		if ctx.Err() != nil {
-			return []*procpb.ProcessEvent{end(-1, false, "signal: killed", "the command was killed")}
-		}
 		fe, _ := classify(err)
-		return []*procpb.ProcessEvent{end(-1, false, "error", sdkMessage(fe))}
+		return end(-1, false, "error", sdkMessage(fe))
 	}
-	var res *commandResult
-	for _, b := range out.Display {
-		if v, ok := b.Data[commandMIME]; ok {
-			raw, _ := json.Marshal(v)
-			var r commandResult
-			if json.Unmarshal(raw, &r) == nil {
-				res = &r
-			}
+	code := int32(-1)
+	if out.ExitCode != nil {
+		code = int32(*out.ExitCode)
+	}
+	if e := out.Error; e != nil && e.Kind != wire.CellExitCode {
+		return end(code, false, "signal: killed", e.Message+" ("+e.Suggestion+")")
+	}
+	return end(code, true, fmt.Sprintf("exit status %d", code), "")
+}
+
+// commandRequest is the sandbox.exec request of commands.run: bash runs the
+// command (E2B's /bin/bash -l -c <cmd> is passed on as it is; any other
+// argv is quoted for bash), with the sandbox's and the call's environment
+// variables, in cwd.
+func commandRequest(sb Sandbox, cfg *procpb.ProcessConfig) (wire.ExecRequest, error) {
+	envs := maps.Clone(sb.Envs)
+	if envs == nil {
+		envs = map[string]string{}
+	}
+	maps.Copy(envs, cfg.GetEnvs())
+	if err := validEnvs(envs); err != nil {
+		return wire.ExecRequest{}, err
+	}
+	in := wire.ExecRequest{Language: wire.LanguageBash, Env: envs}
+	if len(in.Env) == 0 {
+		in.Env = nil
+	}
+	if cfg.Cwd != nil {
+		p, err := runPath(cfg.GetCwd())
+		if err != nil {
+			return in, err
 		}
+		in.Cwd = p
 	}
-	if res == nil {
-		msg := "the command did not report a result"
-		if out.Error != nil {
-			msg = strings.TrimSpace(out.Error.Message)
-			if out.Error.Ename == "ModuleNotFoundError" || out.Error.Ename == "NameError" {
-				msg += " (commands need the docker sandbox: start triad with --sandbox docker)"
-			}
+	args := cfg.GetArgs()
+	if (cfg.GetCmd() == "/bin/bash" || cfg.GetCmd() == "bash") && len(args) == 3 && args[0] == "-l" && args[1] == "-c" {
+		in.Code = args[2] // commands.run's /bin/bash -l -c <cmd>
+	} else {
+		q := make([]string, 0, 1+len(args))
+		for _, a := range append([]string{cfg.GetCmd()}, args...) {
+			q = append(q, shellQuote(a))
 		}
-		return []*procpb.ProcessEvent{end(-1, false, "error", msg)}
+		in.Code = "exec " + strings.Join(q, " ")
 	}
-	var evs []*procpb.ProcessEvent
-	for _, o := range []struct {
-		b64    string
-		stderr bool
-	}{{res.Stdout, false}, {res.Stderr, true}} {
-		b, _ := base64.StdEncoding.DecodeString(o.b64)
-		for len(b) > 0 {
-			n := min(len(b), chunk)
-			d := &procpb.ProcessEvent_DataEvent{Output: &procpb.ProcessEvent_DataEvent_Stdout{Stdout: b[:n]}}
-			if o.stderr {
-				d.Output = &procpb.ProcessEvent_DataEvent_Stderr{Stderr: b[:n]}
-			}
-			evs = append(evs, &procpb.ProcessEvent{Event: &procpb.ProcessEvent_Data{Data: d}})
-			b = b[n:]
-		}
+	if strings.TrimSpace(in.Code) == "" {
+		return in, fault.New(fault.BadInput, "the command is empty", "send a command to run")
 	}
-	switch {
-	case res.Error != "":
-		evs = append(evs, end(res.ExitCode, false, "error", res.Error))
-	case res.ExitCode < 0:
-		evs = append(evs, end(-1, false, fmt.Sprintf("signal: %d", -res.ExitCode), ""))
-	default:
-		evs = append(evs, end(res.ExitCode, true, fmt.Sprintf("exit status %d", res.ExitCode), ""))
-	}
-	return evs
+	return in, nil
+}
+
+// shellQuote quotes s as one bash word.
+func shellQuote(s string) string {
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }

@@ -45,8 +45,7 @@ const EnvdVersion = "0.6.1"
 
 // Config configures a Server.
 type Config struct {
-	Core  Core
-	Blobs Blobs
+	Core Core
 	// Records persists sandbox records; nil keeps them in memory only.
 	Records Records
 	// APIKey is the X-API-Key the control plane demands; empty leaves it
@@ -83,8 +82,8 @@ type Server struct {
 
 // New returns a Server and starts its expiry loop; Close stops it.
 func New(ctx context.Context, c Config) (*Server, error) {
-	if c.Core == nil || c.Blobs == nil {
-		return nil, errors.New("e2b: Config.Core and Config.Blobs are required")
+	if c.Core == nil {
+		return nil, errors.New("e2b: Config.Core is required")
 	}
 	if c.Records == nil {
 		c.Records = &MemRecords{}

@@ -161,8 +161,11 @@ func ptr[T any](v T) *T { return &v }
 
 var (
 	execIn = map[string]string{
-		"code":            "Python source of the cell. The value of its last expression comes back in result.",
-		"language":        `Optional: "python", the only language.`,
+		"code":            "Python source of the cell (the value of its last expression comes back in result), or with language bash the script bash runs.",
+		"language":        `Optional: "python" (the default) or "bash": a command in the run's kernel container, under the same jail, on the docker sandbox. exit_code is then in the answer.`,
+		"context":         "Optional: the id of a code context of the run (an interpreter of its own, made through the E2B surface); omitted means the run's kernel. Python only.",
+		"env":             "Optional, bash only: environment variables for the command.",
+		"cwd":             "Optional, bash only: the directory of the run's files the command starts in.",
 		"files_in":        "Optional: files to place in the working directory before the cell runs.",
 		"files_in[].name": "Where the file appears, relative to the working directory.",
 		"files_in[].path": "A run file's path, or sha256:<hex> of a file some run of yours holds.",
@@ -175,7 +178,7 @@ var (
 		"stderr":          "Error stream output, capped; see truncated and stderr_file.",
 		"display":         "display_data bundles in order. Images are stored as run files and appear as {path, sha256, size}; they also come back as image content.",
 		"result":          "The last expression's value as a MIME bundle (data[\"text/plain\"] is its repr).",
-		"error":           "Why the cell failed: kind (execution_error, timeout, kernel_died, output_limit, interrupted), ename, evalue, traceback, message and suggestion.",
+		"error":           "Why the cell failed: kind (execution_error, timeout, kernel_died, output_limit, interrupted, exit_code for a failed bash command), ename, evalue, traceback, message and suggestion.",
 		"files_out":       "Files the cell created or changed in the working directory, now run files.",
 		"files_deleted":   "Run files the cell removed.",
 		"execution_count": "The kernel's cell counter.",
@@ -184,6 +187,7 @@ var (
 		"stdout_file":     "The full stdout as a run file, when it was truncated.",
 		"stderr_file":     "The full stderr as a run file, when it was truncated.",
 		"kernel":          "Which backend ran the cell, and whether the kernel was restarted (its variables lost) during the call.",
+		"exit_code":       "A bash command's exit status (128+N when signal N ended it).",
 	}
 	searchIn = map[string]string{
 		"query":         "What to search for, 1-400 characters.",

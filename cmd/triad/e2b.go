@@ -42,7 +42,7 @@ func openE2B(ctx context.Context, c *config, st *stack, ks *keys.Store, open boo
 		log.Warn("the E2B surface takes any X-API-Key while the server runs without keys: set --e2b-api-key (TRIAD_E2B_API_KEY) or create a Triad key")
 	}
 	return e2b.New(ctx, e2b.Config{
-		Core: st.orch, Blobs: st.store, Records: tmpfsrecords.New(st.store),
+		Core: st.orch, Records: tmpfsrecords.New(st.store),
 		Authorize: authorize, DefaultTimeout: c.E2B.DefaultTimeout, MaxTimeout: c.E2B.MaxTimeout,
 		Logger: log.With("surface", "e2b"),
 	})

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"os"
 
 	"github.com/docker/docker/client"
@@ -10,21 +11,45 @@ import (
 	"github.com/triadhq/triad/sandbox/docker/image"
 )
 
-// imageCmd is "triad image build|tag".
+const imageUsage = "usage: triad image build [--force] | triad image tag [--image server] | triad image export [--image sandbox|server] --format docker-archive [-o FILE]"
+
+// imageCmd is "triad image build|tag|export".
 func imageCmd(ctx context.Context, args []string) error {
-	if len(args) == 0 || (args[0] != "build" && args[0] != "tag") {
-		return fmt.Errorf("usage: triad image build [--force] | triad image tag")
+	if len(args) == 0 {
+		return fmt.Errorf("%s", imageUsage)
 	}
-	if args[0] == "tag" {
-		fmt.Println(image.Tag())
+	switch args[0] {
+	case "tag":
+		var which string
+		fs := newFlagSet("image tag")
+		fs.StringVar(&which, "image", "sandbox", "which image: sandbox (kernels) or server (Triad itself)")
+		if err := fs.Parse(args[1:]); err != nil {
+			return err
+		}
+		switch which {
+		case "sandbox":
+			fmt.Println(image.Tag())
+		case "server":
+			fmt.Println(serverTag())
+		default:
+			return fmt.Errorf("--image %q: want sandbox or server", which)
+		}
 		return nil
+	case "build":
+		return imageBuild(ctx, args[1:])
+	case "export":
+		return imageExport(ctx, args[1:])
 	}
+	return fmt.Errorf("%s", imageUsage)
+}
+
+func imageBuild(ctx context.Context, args []string) error {
 	var force bool
 	var cacheDir string
 	fs := newFlagSet("image build")
 	fs.BoolVar(&force, "force", false, "rebuild the root filesystem even when a cached one exists")
 	fs.str(&cacheDir, "cache", "", "cache directory for the root filesystem tarball (default ${TRIAD_CACHE:-$HOME/.cache/triad})")
-	if err := fs.Parse(args[1:]); err != nil {
+	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	cli, err := client.NewClientWithOpts(client.FromEnv, client.WithAPIVersionNegotiation())
@@ -45,5 +70,59 @@ func imageCmd(ctx context.Context, args []string) error {
 		return err
 	}
 	fmt.Println(tag)
+	return nil
+}
+
+// imageExport writes an image as an archive another runtime imports
+// without a registry, for example
+// `triad image export --format docker-archive | ctr -n k8s.io images import -`.
+// It needs no Docker engine. The sandbox image's layer is the cached root
+// filesystem, built first when missing; the server image's is this binary
+// (static, CGO_ENABLED=0) with CA certificates.
+func imageExport(ctx context.Context, args []string) error {
+	var format, out, cacheDir, which, caFile string
+	fs := newFlagSet("image export")
+	fs.StringVar(&which, "image", "sandbox", "which image: sandbox (kernels) or server (Triad itself, tagged `triad image tag --image server`)")
+	fs.StringVar(&caFile, "ca-certs", "/etc/ssl/certs/ca-certificates.crt", "CA certificate bundle the server image carries")
+	fs.StringVar(&format, "format", "docker-archive", "archive format; docker-archive (the format of docker save) is the only one")
+	fs.StringVar(&out, "o", "-", "output file; - is stdout")
+	fs.str(&cacheDir, "cache", "", "cache directory for the root filesystem tarball (default ${TRIAD_CACHE:-$HOME/.cache/triad})")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if format != "docker-archive" {
+		return fmt.Errorf("--format %q: want docker-archive", format)
+	}
+	if which != "sandbox" && which != "server" {
+		return fmt.Errorf("--image %q: want sandbox or server", which)
+	}
+	var w io.Writer = os.Stdout
+	if out == "-" {
+		if fi, err := os.Stdout.Stat(); err == nil && fi.Mode()&os.ModeCharDevice != 0 {
+			return fmt.Errorf("refusing to write an image archive to a terminal; pipe it or give -o FILE")
+		}
+	} else {
+		f, err := os.Create(out)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		w = f
+	}
+	var err error
+	if which == "server" {
+		_, err = exportServer(ctx, w, caFile, os.Stderr)
+	} else {
+		_, err = image.ExportDockerArchive(ctx, w, image.Options{CacheDir: cacheDir, Progress: os.Stderr})
+	}
+	if err != nil {
+		if out != "-" {
+			os.Remove(out)
+		}
+		return err
+	}
+	if f, ok := w.(*os.File); ok && out != "-" {
+		return f.Close()
+	}
 	return nil
 }

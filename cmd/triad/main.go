@@ -46,7 +46,11 @@ Usage:
   triad keys list | revoke ID
                           manage API keys (kept hashed in the store)
   triad image build       build the sandbox image (offline, from Debian packages)
-  triad image tag         print the sandbox image tag for this build
+  triad image tag [--image server]
+                          print the sandbox (or Triad server) image tag for this build
+  triad image export [--image sandbox|server] --format docker-archive [-o FILE]
+                          write the sandbox image, or Triad's own (this static
+                          binary), as an archive for ctr/docker load
   triad version           print the version
 
 Run "triad COMMAND -h" for a command's flags. Every flag has a TRIAD_* twin

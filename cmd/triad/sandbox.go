@@ -12,9 +12,12 @@ import (
 
 	"github.com/docker/docker/client"
 
+	"github.com/triadhq/triad/orchestrator"
+	"github.com/triadhq/triad/orchestrator/kubelease"
 	"github.com/triadhq/triad/sandbox"
 	"github.com/triadhq/triad/sandbox/docker"
 	"github.com/triadhq/triad/sandbox/docker/image"
+	"github.com/triadhq/triad/sandbox/kube"
 )
 
 // sandboxConfig holds the sandbox flags.
@@ -30,11 +33,19 @@ type sandboxConfig struct {
 	IdleTTL        time.Duration
 	Warm           int
 
+	KubeNamespace     string
+	KubeImage         string
+	KubeRuntimeClass  string
+	Kubeconfig        string
+	KubeOwner         string
+	KubeRunWait       time.Duration
+	KubeLeaseDuration time.Duration
+
 	memory, disk int64
 }
 
 func (c *sandboxConfig) flags(f *flagSet) {
-	f.str(&c.Backend, "sandbox", "auto", "sandbox backend: docker, wasm, auto (docker when an engine answers, else wasm) or none")
+	f.str(&c.Backend, "sandbox", "auto", "sandbox backend: docker, wasm, kube, auto (docker when an engine answers, else wasm) or none")
 	f.str(&c.Image, "image", "", "sandbox image for --sandbox docker (default: the tag this build derives from its package list, built on first use)")
 	f.str(&c.Memory, "memory", "2GiB", "memory per kernel, swap included")
 	f.float(&c.CPUs, "cpus", 1, "CPUs per kernel")
@@ -43,14 +54,29 @@ func (c *sandboxConfig) flags(f *flagSet) {
 	f.duration(&c.CellTimeout, "cell-timeout", 60*time.Second, "default cell deadline (timeout_s overrides it)")
 	f.duration(&c.MaxCellTimeout, "max-cell-timeout", 10*time.Minute, "largest deadline a cell may ask for")
 	f.duration(&c.IdleTTL, "idle-ttl", 30*time.Minute, "stop a run's kernel after this long unused (its files stay)")
-	f.int(&c.Warm, "warm", 2, "ready kernels kept in the warm pool")
+	f.int(&c.Warm, "warm", 2, "ready kernels kept in the warm pool (with --sandbox kube: warm pods this replica adds to the pool all replicas share)")
+	f.str(&c.KubeNamespace, "kube-namespace", "triad-kernels", "namespace of the kernel pods, their NetworkPolicy and Leases, for --sandbox kube")
+	f.str(&c.KubeImage, "kube-image", "", "sandbox image as the cluster's nodes pull it, for --sandbox kube (default: `triad image tag`, imported into the nodes' runtime)")
+	f.str(&c.KubeRuntimeClass, "kube-runtime-class", "", "RuntimeClass of kernel pods, e.g. gvisor (default: the cluster's default runtime)")
+	f.str(&c.Kubeconfig, "kubeconfig", "", "kubeconfig for --sandbox kube (default: the in-cluster ServiceAccount, else $KUBECONFIG or ~/.kube/config)")
+	f.str(&c.KubeOwner, "kube-owner", "triad", "name of this Triad deployment on the cluster: replicas with the same name share kernel pods, the warm pool and run Leases")
+	f.duration(&c.KubeRunWait, "kube-run-wait", 5*time.Minute, "how long a call waits for a run another replica is serving before failing with kind conflict")
+	f.duration(&c.KubeLeaseDuration, "kube-lease-duration", 15*time.Second, "how long a run's Lease outlives a replica that stopped renewing it (died)")
 }
 
 func (c *sandboxConfig) validate() error {
 	switch c.Backend {
-	case "docker", "wasm", "auto", "none":
+	case "docker", "wasm", "kube", "auto", "none":
 	default:
-		return fmt.Errorf("--sandbox %q: want docker, wasm, auto or none", c.Backend)
+		return fmt.Errorf("--sandbox %q: want docker, wasm, kube, auto or none", c.Backend)
+	}
+	if c.Backend == "kube" {
+		if c.KubeNamespace == "" {
+			return fmt.Errorf("--sandbox kube needs --kube-namespace (TRIAD_KUBE_NAMESPACE)")
+		}
+		if c.KubeRunWait <= 0 || c.KubeLeaseDuration < 3*time.Second {
+			return fmt.Errorf("--kube-run-wait must be positive and --kube-lease-duration at least 3s")
+		}
 	}
 	var err error
 	if c.memory, err = parseBytes(c.Memory); err != nil {
@@ -75,6 +101,9 @@ func openSandbox(ctx context.Context, c *config, log *slog.Logger, progress io.W
 	sc := &c.Sandbox
 	if sc.Backend == "none" {
 		return nil, nil
+	}
+	if sc.Backend == "kube" {
+		return openKube(ctx, c, log)
 	}
 	if sc.Backend == "docker" || sc.Backend == "auto" {
 		b, err := openDocker(ctx, c, log, progress)
@@ -114,6 +143,54 @@ func openDocker(ctx context.Context, c *config, log *slog.Logger, progress io.Wr
 		CellTimeout: c.Sandbox.CellTimeout,
 		Logger:      log,
 	})
+}
+
+// openKube starts the Kubernetes backend: kernels as pods in
+// --kube-namespace, reached through the API server.
+func openKube(ctx context.Context, c *config, log *slog.Logger) (sandbox.Backend, error) {
+	sc := &c.Sandbox
+	rc, err := kube.RestConfig(sc.Kubeconfig)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", sandbox.ErrUnavailable, err)
+	}
+	img := sc.KubeImage
+	if img == "" {
+		img = image.Tag()
+	}
+	return kube.New(ctx, kube.Config{
+		Rest:         rc,
+		Namespace:    sc.KubeNamespace,
+		Image:        img,
+		RuntimeClass: sc.KubeRuntimeClass,
+		Owner:        sc.KubeOwner,
+		Warm:         sc.Warm,
+		IdleTTL:      sc.IdleTTL,
+		Defaults:     sc.limits(),
+		CellTimeout:  sc.CellTimeout,
+		Logger:       log,
+	})
+}
+
+// runLock is the run lock the sandbox needs: a Lease per run when kernels
+// are pods that several replicas share, else nil (the orchestrator's
+// in-process lock). The returned func closes it.
+func runLock(c *config, backend sandbox.Backend, log *slog.Logger) (orchestrator.RunLock, func(), error) {
+	kb, ok := backend.(*kube.Backend)
+	if !ok {
+		return nil, func() {}, nil
+	}
+	rc, err := kube.RestConfig(c.Sandbox.Kubeconfig)
+	if err != nil {
+		return nil, nil, err
+	}
+	l, err := kubelease.New(kubelease.Config{
+		Rest: rc, Namespace: c.Sandbox.KubeNamespace, Owner: c.Sandbox.KubeOwner, Holder: kb.Instance(),
+		Duration: c.Sandbox.KubeLeaseDuration, Wait: c.Sandbox.KubeRunWait, Logger: log,
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	return l, func() { l.Close() }, nil
 }
 
 // parseBytes reads "2GiB", "512MiB", "2g", "1048576".

@@ -13,6 +13,7 @@ import (
 	"github.com/triadhq/triad/recipes"
 	"github.com/triadhq/triad/recipes/runner"
 	"github.com/triadhq/triad/runfiles"
+	"github.com/triadhq/triad/sandbox/kube"
 	"github.com/triadhq/triad/tmpfs"
 )
 
@@ -67,11 +68,18 @@ func openStack(ctx context.Context, c *config, log *slog.Logger) (*stack, error)
 	var km *kernels.Manager
 	if backend != nil {
 		s.closes = append(s.closes, func() { backend.Close() })
+		warm := c.Sandbox.Warm
+		if _, ok := backend.(*kube.Backend); ok {
+			// The pods' warm pool is the backend's, shared by all replicas;
+			// a pool here would hand out kernels without asking whether
+			// the run already has a pod on another replica.
+			warm = 0
+		}
 		counted := backend
 		if c.metrics != nil {
 			counted = c.metrics.Backend(backend)
 		}
-		km = kernels.New(kernels.Config{Backend: counted, Store: store, Warm: c.Sandbox.Warm, IdleTTL: c.Sandbox.IdleTTL,
+		km = kernels.New(kernels.Config{Backend: counted, Store: store, Warm: warm, IdleTTL: c.Sandbox.IdleTTL,
 			Limits: c.Sandbox.limits(), Protect: runfiles.IsKept, Logger: log})
 		if c.metrics != nil {
 			c.metrics.Kernels(backend.Name(), km.Live, km.Pooled)
@@ -95,7 +103,14 @@ func openStack(ctx context.Context, c *config, log *slog.Logger) (*stack, error)
 		return nil, err
 	}
 	s.closes = append(s.closes, closeEval)
+	lock, closeLock, err := runLock(c, backend, log)
+	if err != nil {
+		s.Close()
+		return nil, err
+	}
+	s.closes = append(s.closes, closeLock)
 	s.orch = orchestrator.New(orchestrator.Config{
+		RunLock:   lock,
 		Store:     store,
 		Kernels:   km,
 		Exec:      orchestrator.ExecConfig{DefaultTimeout: c.Sandbox.CellTimeout, MaxTimeout: c.Sandbox.MaxCellTimeout},

@@ -24,6 +24,7 @@ test('an unknown context', SLOW, async () => {
     NotFoundError,
   )
   await assert.rejects(sbx.restartCodeContext('no-such-context'), NotFoundError)
+  await assert.rejects(sbx.removeCodeContext('no-such-context'), NotFoundError)
 })
 
 test('path traversal and paths outside the sandbox in files.*', SLOW, async () => {

@@ -2,7 +2,7 @@
 import { test, after } from 'node:test'
 import assert from 'node:assert/strict'
 import { Sandbox } from '@e2b/code-interpreter'
-import { SLOW, CONTEXTS, assertJournal } from './helpers.mjs'
+import { SLOW, assertJournal, triad } from './helpers.mjs'
 
 const sandboxes = []
 after(async () => {
@@ -23,20 +23,34 @@ test('the default context is listed, and restarting it drops its variables', SLO
   await assertJournal(sbx.sandboxId, { 'sandbox.exec': 2 })
 })
 
-test('two contexts keep separate variables, and restarting one keeps the other', { ...SLOW, todo: CONTEXTS }, async () => {
+test('two contexts keep separate variables, and restarting one keeps the other', SLOW, async () => {
   const sbx = await Sandbox.create()
   sandboxes.push(sbx)
   const a = await sbx.createCodeContext()
-  const b = await sbx.createCodeContext({ cwd: '/home/user' })
+  const b = await sbx.createCodeContext({ cwd: '/home/user/sub', language: 'python' })
+  assert.equal(a.language, 'python')
+  assert.equal(a.cwd, '/home/user')
+  assert.equal(b.cwd, '/home/user/sub')
   await sbx.runCode('v = "a"', { context: a })
-  await sbx.runCode('v = "b"', { context: b })
+  await sbx.runCode('v = "b"\nopen("from-b.txt", "w").write("b")', { context: b })
   assert.equal((await sbx.runCode('v', { context: a })).text, 'a')
   assert.equal((await sbx.runCode('v', { context: b })).text, 'b')
+  assert.equal((await sbx.runCode('v')).error?.name, 'NameError', 'the default context is its own interpreter too')
+  // b starts in its own directory, in the sandbox's files.
+  assert.equal(await sbx.files.read('sub/from-b.txt'), 'b')
+
   await sbx.restartCodeContext(a)
   assert.equal((await sbx.runCode('v', { context: a })).error?.name, 'NameError')
   assert.equal((await sbx.runCode('v', { context: b })).text, 'b')
+
   const ids = (await sbx.listCodeContexts()).map((c) => c.id)
-  assert.ok(ids.includes(a.id) && ids.includes(b.id))
+  assert.ok(ids.includes('default') && ids.includes(a.id) && ids.includes(b.id), `${ids}`)
   await sbx.removeCodeContext(b)
   assert.ok(!(await sbx.listCodeContexts()).map((c) => c.id).includes(b.id))
+
+  // Every cell is a Step Block that names its context.
+  const steps = await assertJournal(sbx.sandboxId, { 'sandbox.exec': 7 })
+  const cel = await (await triad('/cel', { run: sbx.sandboxId })).text()
+  assert.ok(cel.includes(`context=${a.id}`) && cel.includes(`context=${b.id}`), cel)
+  assert.ok(steps.length >= 7)
 })

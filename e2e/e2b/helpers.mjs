@@ -26,12 +26,6 @@ function must(name) {
 /** A generous per-test limit: kernels start in containers on a busy machine. */
 export const SLOW = { timeout: 180_000 }
 
-/** Phase 2 of issue 14 (a second interpreter per run). */
-export const CONTEXTS = 'phase 2 of issue 14: a context is its own interpreter in the run\'s container, which needs the sandbox seam'
-
-/** Phase 2 of issue 14 (output events from the sandbox seam). */
-export const SEAM = 'phase 2 of issue 14: needs the orchestrator to stream a cell\'s output as it runs (the sandbox seam)'
-
 /** Calls Triad's own HTTP API. */
 export async function triad(path, { run, method = 'GET', body, headers = {} } = {}) {
   const h = { ...headers }

@@ -4,7 +4,7 @@
 import { test } from 'node:test'
 import assert from 'node:assert/strict'
 import { randomUUID } from 'node:crypto'
-import { SLOW, SEAM, triad } from './helpers.mjs'
+import { SLOW, triad } from './helpers.mjs'
 
 /** Parses an SSE body into [{event, data}]. */
 function parseSSE(text) {
@@ -20,7 +20,7 @@ function parseSSE(text) {
 
 const loop = 'import time\nfor i in range(3):\n    print(i)\n    time.sleep(0.5)'
 
-test('SSE exec streams the loop line by line and ends with the plain answer', { ...SLOW, todo: SEAM }, async () => {
+test('SSE exec streams the loop line by line and ends with the plain answer', SLOW, async () => {
   const plain = await (await triad('/sandbox/exec', { run: `sse-${randomUUID()}`, method: 'POST', body: { code: loop } })).json()
 
   const res = await triad('/sandbox/exec', {
@@ -48,7 +48,7 @@ test('SSE exec streams the loop line by line and ends with the plain answer', { 
   assert.deepEqual(last, plain)
 })
 
-test('SSE exec sends each line before the next is printed', { ...SLOW, todo: SEAM }, async () => {
+test('SSE exec sends each line before the next is printed', SLOW, async () => {
   const res = await triad('/sandbox/exec', {
     run: `sse-${randomUUID()}`, method: 'POST', headers: { Accept: 'text/event-stream' },
     body: { code: 'import time\nfor i in range(3):\n    print(i, time.time(), flush=True)\n    time.sleep(0.5)' },

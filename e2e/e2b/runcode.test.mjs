@@ -3,7 +3,7 @@
 import { test, after } from 'node:test'
 import assert from 'node:assert/strict'
 import { Sandbox } from '@e2b/code-interpreter'
-import { SLOW, SEAM, assertJournal } from './helpers.mjs'
+import { SLOW, assertJournal } from './helpers.mjs'
 
 const sandboxes = []
 after(async () => {
@@ -72,7 +72,7 @@ test('envs: at create and per call, the call\'s reset after it', SLOW, async () 
   assert.ok(cel.length >= 2)
 })
 
-test('streaming: onStdout gets each line before the next is printed', { ...SLOW, todo: SEAM }, async () => {
+test('streaming: onStdout gets each line before the next is printed', SLOW, async () => {
   const sbx = await create()
   // Each line carries the kernel's clock when it was printed; the host
   // records its clock when the line arrived. Kernel and host share one
@@ -93,15 +93,72 @@ test('streaming: onStdout gets each line before the next is printed', { ...SLOW,
   assert.equal(exec.logs.stdout.length, 3)
 })
 
-test('timeout: an SDK timeout interrupts the cell on the server, and the kernel keeps its state', {
-  ...SLOW,
-  todo: 'phase 2 of issue 14: when the caller goes away mid-cell the Docker kernel interrupts the cell, but orchestrator exec1 then drops the kernel (Drop on any Execute error), so its state is lost',
-}, async () => {
+test('streaming: onStderr and onResult fire as the cell produces them', SLOW, async () => {
+  const sbx = await create()
+  const seen = {}
+  const exec = await sbx.runCode(
+    'import sys, time\nfrom IPython.display import display, Markdown\nprint("e", file=sys.stderr, flush=True)\ntime.sleep(0.5)\n' +
+      'display(Markdown("**m**"))\ntime.sleep(0.5)\nprint(time.time(), flush=True)',
+    {
+      onStderr: () => { seen.stderr ??= Date.now() / 1000 },
+      onResult: () => { seen.result ??= Date.now() / 1000 },
+    },
+  )
+  // Kernel and host share one clock: the stderr line and the display
+  // arrived before the last line was printed.
+  const last = Number(exec.logs.stdout.at(-1))
+  assert.ok(seen.stderr <= last, `stderr arrived at ${seen.stderr}, after ${last}: not streamed`)
+  assert.ok(seen.result <= last, `the result arrived at ${seen.result}, after ${last}: not streamed`)
+  assert.equal(exec.results[0].markdown, '**m**')
+  await assertJournal(sbx.sandboxId, { 'sandbox.exec': 1 })
+})
+
+test('rich output: every format as the kernel produced it', SLOW, async () => {
+  const sbx = await create()
+  const code = `import base64, io
+import matplotlib
+import matplotlib.pyplot as plt
+from IPython.display import display, Markdown, SVG, Latex, JSON, HTML
+fig = plt.figure()
+plt.plot([1, 2])
+buf = {}
+for fmt in ("jpeg", "pdf"):
+    b = io.BytesIO()
+    fig.savefig(b, format=fmt)
+    buf[fmt] = base64.b64encode(b.getvalue()).decode()
+plt.close(fig)
+display(Markdown("# title"))
+display(SVG('<svg xmlns="http://www.w3.org/2000/svg" width="4" height="4"><rect width="4" height="4"/></svg>'))
+display(Latex(r"$\\alpha^2$"))
+display(JSON({"a": [1, 2]}))
+display(HTML("<b>bold</b>"))
+display({"image/jpeg": buf["jpeg"], "text/plain": "a jpeg"}, raw=True)
+display({"application/pdf": buf["pdf"], "text/plain": "a pdf"}, raw=True)
+"main"`
+  const exec = await sbx.runCode(code)
+  assert.equal(exec.error, undefined, JSON.stringify(exec.error))
+  const by = (f) => exec.results.find((r) => r[f] !== undefined)
+  assert.equal(by('markdown').markdown, '# title')
+  assert.match(by('svg').svg, /^<svg[^>]*><rect/)
+  assert.equal(by('latex').latex, '$\\alpha^2$')
+  assert.deepEqual(by('json').json, { a: [1, 2] })
+  assert.equal(by('html').html, '<b>bold</b>')
+  assert.deepEqual([...Buffer.from(by('jpeg').jpeg, 'base64').subarray(0, 3)], [0xff, 0xd8, 0xff])
+  assert.equal(Buffer.from(by('pdf').pdf, 'base64').subarray(0, 5).toString(), '%PDF-')
+  assert.equal(exec.text, 'main')
+  assert.equal(exec.results.at(-1).isMainResult, true)
+  await assertJournal(sbx.sandboxId, { 'sandbox.exec': 1 })
+})
+
+test('timeout: an SDK timeout interrupts the cell on the server, and the kernel keeps its state', SLOW, async () => {
   const sbx = await create()
   await sbx.runCode('kept = 1')
-  await assert.rejects(sbx.runCode('import time\ntime.sleep(30)', { timeoutMs: 1500 }), (e) => e.name === 'TimeoutError')
-  // The next cell runs at once: the sleeping one was interrupted, and
-  // the interpreter that holds `kept` is the same.
+  await assert.rejects(sbx.runCode('import time\ntime.sleep(600)', { timeoutMs: 1500 }), (e) => e.name === 'TimeoutError')
+  // The next cell runs once the sleeping one was interrupted (not after
+  // its 600 s), and the interpreter that holds kept is the same.
   const exec = await sbx.runCode('kept')
   assert.equal(exec.text, '1')
+  assert.equal(exec.logs.stderr.length, 0, 'no kernel restart is reported')
+  const cel = await assertJournal(sbx.sandboxId, { 'sandbox.exec': 3 })
+  assert.ok(cel.length >= 3)
 })

@@ -19,7 +19,7 @@ const module = "github.com/triadhq/triad/"
 // before its tests pass: placing it is the decision this test asks for.
 var layers = [][]string{
 	// 0: leaf helpers.
-	{"auth", "internal/fault", "internal/runid", "internal/safepath", "internal/version", "internal/testenv",
+	{"auth", "internal/fault", "internal/runid", "internal/dockerarchive", "internal/safepath", "internal/version", "internal/testenv",
 		"internal/miniotest", "internal/depcheck", "recipes/sampledata/internal/gen", "recipes/sampledata/internal/regen"},
 	// 1: the contract and the seams: wire types, the records' names, and
 	// the interfaces the tools implement.
@@ -37,11 +37,11 @@ var layers = [][]string{
 		"cel", "evaluator",
 		"recipes", "recipes/notebook", "recipes/sampledata"},
 	// 3: the orchestration core.
-	{"orchestrator", "orchestrator/kernels", "orchestrator/workspace", "orchestrator/orchestratortest", "orchestrator/replay", "recipes/runner"},
+	{"orchestrator", "orchestrator/kernels", "orchestrator/workspace", "orchestrator/orchestratortest", "orchestrator/replay", "orchestrator/kubelease", "recipes/runner"},
 	// 4: surfaces. They share only the wire contract, never each other.
 	{"api", "api/mcp", "api/e2b", "api/e2b/tmpfsrecords", "api/e2b/recordstest", "console"},
 	// 5: binaries and benchmarks: wiring only.
-	{"cmd/triad", "bench/sandbox", "bench/store", "deploy/kubernetes"},
+	{"cmd/triad", "bench/sandbox", "bench/store", "bench/neighbour", "deploy/kubernetes"},
 }
 
 // sameLayer lists the imports allowed within a layer: an implementation
@@ -61,17 +61,19 @@ var sameLayer = map[string][]string{
 	"sandbox/docker":                            {"sandbox/docker/image", "sandbox/docker/jupyter", "sandbox/docker/jupyter/zmtp", "sandbox/hostdir"},
 	"sandbox/wasm":                              {"sandbox/hostdir"},
 	"sandbox/docker/jupyter":                    {"sandbox/docker/jupyter/zmtp"},
-	"sandbox/kube":                              {"sandbox/docker/image", "sandbox/docker/jupyter", "sandbox/hostdir"},
+	"sandbox/kube":                              {"sandbox/docker/image", "sandbox/docker/jupyter", "sandbox/docker/jupyter/zmtp", "sandbox/hostdir"},
 	"recipes":                                   {"browser", "recipes/notebook", "recipes/sampledata"},
 	"orchestrator":                              {"orchestrator/kernels", "orchestrator/workspace"},
 	"orchestrator/kernels":                      {"orchestrator/workspace"},
 	"orchestrator/orchestratortest":             {"orchestrator", "orchestrator/kernels"},
 	"orchestrator/replay":                       {"orchestrator"},
+	"orchestrator/kubelease":                    {"orchestrator"},
 	"recipes/runner":                            {"orchestrator"},
 	"recipes/sampledata/internal/regen":         {"recipes/sampledata/internal/gen"},
 	"cmd/triad":                                 nil,
 	"bench/sandbox":                             nil,
 	"bench/store":                               nil,
+	"bench/neighbour":                           nil,
 }
 
 type pkg struct {

@@ -5,8 +5,13 @@
 // one has its files materialised into that directory. Reaping a kernel
 // loses its interpreter state but never the run's files, which live in the
 // store. A session is busy from Acquire to Release (a cell running, its
-// files being harvested) and is never reaped while busy; its idle time
-// counts from Release.
+// files being harvested, a command running) and is never reaped while
+// busy; its idle time counts from the last Release.
+//
+// A run may also have code contexts (sandbox.Contexts): more interpreters
+// in its kernel's sandbox. The manager keeps a run's contexts by id beyond
+// the life of any one kernel: when the kernel is reaped or replaced, a
+// context starts afresh on its next use, and says so.
 package kernels
 
 import (
@@ -36,7 +41,42 @@ type Config struct {
 	Limits sandbox.Limits
 	// Protect names run paths a cell may not change (the journal).
 	Protect func(path string) bool
-	Logger  *slog.Logger
+	// MaxContexts is how many code contexts a run may have besides its
+	// kernel (default 4).
+	MaxContexts int
+	Logger      *slog.Logger
+}
+
+// Context is one of a run's code contexts: its own interpreter, with its
+// own variables, in the run's sandbox.
+type Context struct {
+	// ID names the context in exec requests.
+	ID string
+	// Cwd is where its cells start: a path relative to the run's files,
+	// "" for their root.
+	Cwd string
+	// Created is when the context was made.
+	Created time.Time
+}
+
+// Errors of the contexts.
+var (
+	// ErrNoContext means the run has no context by that id: list the
+	// run's contexts, or create one.
+	ErrNoContext = errors.New("kernels: no such context")
+	// ErrNoContexts means the backend's kernels cannot run more than one
+	// interpreter (they do not implement sandbox.Contexts).
+	ErrNoContexts = errors.New("kernels: the backend has no contexts")
+	// ErrTooManyContexts means the run has Config.MaxContexts contexts
+	// already: remove one first.
+	ErrTooManyContexts = errors.New("kernels: too many contexts")
+)
+
+// contextState is a run's context: its spec, and whether it ever ran a
+// cell (so that its coming back fresh is a loss worth reporting).
+type contextState struct {
+	Context
+	used bool
 }
 
 // Session is a run's live kernel and its working directory.
@@ -48,8 +88,9 @@ type Session struct {
 	Fresh bool
 
 	// Guarded by Manager.mu.
-	busy     bool      // between Acquire and Release
-	lastUsed time.Time // when it was last released
+	busy     int                       // uses between Acquire and Release
+	lastUsed time.Time                 // when it was last released
+	contexts map[string]sandbox.Kernel // the run's contexts live in this kernel
 }
 
 // Manager maps runs to kernels.
@@ -60,6 +101,7 @@ type Manager struct {
 
 	mu       sync.Mutex
 	sessions map[runid.ID]*Session
+	contexts map[runid.ID][]*contextState // in creation order
 	closed   bool
 
 	stop chan struct{}
@@ -71,7 +113,11 @@ func New(c Config) *Manager {
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
-	m := &Manager{c: c, log: c.Logger, sessions: map[runid.ID]*Session{}, stop: make(chan struct{}), pool: make(chan sandbox.Kernel, max(c.Warm, 0))}
+	if c.MaxContexts <= 0 {
+		c.MaxContexts = 4
+	}
+	m := &Manager{c: c, log: c.Logger, sessions: map[runid.ID]*Session{}, contexts: map[runid.ID][]*contextState{},
+		stop: make(chan struct{}), pool: make(chan sandbox.Kernel, max(c.Warm, 0))}
 	if c.Warm > 0 {
 		m.done.Add(1)
 		go m.fill()
@@ -97,8 +143,9 @@ func (m *Manager) Image() string {
 
 // Acquire returns the run's session, starting a kernel (from the pool when
 // one is ready) and materialising the run's files on first use. The
-// session is busy, and never reaped, until Release. Callers serialize
-// Acquire, use of the session and Release per run.
+// session is busy, and never reaped, until Release; each Acquire needs its
+// own Release (a command that outlives its call holds one). Callers
+// serialize Acquire per run.
 func (m *Manager) Acquire(ctx context.Context, run runid.ID) (*Session, error) {
 	m.mu.Lock()
 	if m.closed {
@@ -106,7 +153,7 @@ func (m *Manager) Acquire(ctx context.Context, run runid.ID) (*Session, error) {
 		return nil, sandbox.ErrClosed
 	}
 	if s, ok := m.sessions[run]; ok {
-		s.busy = true
+		s.busy++
 		s.Fresh = false
 		m.mu.Unlock()
 		return s, nil
@@ -123,7 +170,7 @@ func (m *Manager) Acquire(ctx context.Context, run runid.ID) (*Session, error) {
 		k.Close()
 		return nil, fmt.Errorf("materialise run %s into its kernel: %w", run, err)
 	}
-	s := &Session{Kernel: k, Dir: dir, Fresh: true, busy: true}
+	s := &Session{Kernel: k, Dir: dir, Fresh: true, busy: 1}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.closed {
@@ -140,7 +187,9 @@ func (m *Manager) Acquire(ctx context.Context, run runid.ID) (*Session, error) {
 func (m *Manager) Release(s *Session) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	s.busy = false
+	if s.busy > 0 {
+		s.busy--
+	}
 	s.lastUsed = time.Now()
 }
 
@@ -164,6 +213,31 @@ func (m *Manager) Peek(run runid.ID) *Session {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return m.sessions[run]
+}
+
+// Forget lets go of the run's kernel without stopping it, when its
+// backend can hand it to another process (sandbox.Detacher): another
+// replica may have used it since this one did, so what this session knows
+// (the working directory's last sync) is stale. The next Acquire adopts the
+// kernel afresh, its interpreter state intact, and materialises the run's
+// files again. A kernel that cannot be detached is stopped.
+func (m *Manager) Forget(run runid.ID) {
+	m.mu.Lock()
+	s := m.sessions[run]
+	delete(m.sessions, run)
+	m.mu.Unlock()
+	if s != nil {
+		release(s.Kernel)
+	}
+}
+
+// release detaches k when its backend can hand it to another process,
+// and closes it otherwise.
+func release(k sandbox.Kernel) error {
+	if d, ok := k.(sandbox.Detacher); ok {
+		return d.Detach()
+	}
+	return k.Close()
 }
 
 // Drop stops the run's kernel, if any. Its files stay in the store.
@@ -253,7 +327,7 @@ func (m *Manager) reap() {
 		var idle []runid.ID
 		m.mu.Lock()
 		for run, s := range m.sessions {
-			if !s.busy && time.Since(s.lastUsed) > m.c.IdleTTL {
+			if s.busy == 0 && time.Since(s.lastUsed) > m.c.IdleTTL {
 				idle = append(idle, run)
 			}
 		}
@@ -269,17 +343,22 @@ func (m *Manager) reap() {
 func (m *Manager) dropIdle(run runid.ID) {
 	m.mu.Lock()
 	s := m.sessions[run]
-	if s == nil || s.busy || time.Since(s.lastUsed) <= m.c.IdleTTL {
+	if s == nil || s.busy > 0 || time.Since(s.lastUsed) <= m.c.IdleTTL {
 		m.mu.Unlock()
 		return
 	}
 	delete(m.sessions, run)
 	m.mu.Unlock()
 	m.log.Info("stopping idle kernel; the run's files stay", "run", run)
-	s.Kernel.Close()
+	// A kernel another process can adopt is only let go of here: its
+	// backend decides when nobody uses it (sandbox/kube sweeps pods idle
+	// across all replicas).
+	release(s.Kernel)
 }
 
-// Close stops every kernel, pooled or live. It is safe to call twice.
+// Close stops every kernel, pooled or live; a live kernel another process
+// can adopt is detached instead, and its backend's Close decides its fate.
+// It is safe to call twice.
 func (m *Manager) Close() error {
 	m.mu.Lock()
 	if m.closed {
@@ -294,7 +373,7 @@ func (m *Manager) Close() error {
 	m.done.Wait()
 	var errs []error
 	for _, s := range sessions {
-		errs = append(errs, s.Kernel.Close())
+		errs = append(errs, release(s.Kernel))
 	}
 	for {
 		select {

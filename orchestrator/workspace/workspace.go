@@ -33,7 +33,8 @@ type Dir struct {
 	// tampered list and restored from the store instead.
 	Protect func(path string) bool
 
-	seen map[string]synced // what the directory held at the last sync
+	seen   map[string]synced // what the directory held at the last sync
+	losses uint64            // the directory's sandbox.Losable count at the last sync
 }
 
 // synced is a path's state at the last sync: the stamp the directory gave
@@ -48,18 +49,52 @@ func Open(store *tmpfs.Store, run runid.ID, wd sandbox.WorkDir, log *slog.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Dir{store: store, run: run, wd: wd, log: log, seen: map[string]synced{}}
+	return &Dir{store: store, run: run, wd: wd, log: log, seen: map[string]synced{}, losses: lossesOf(wd)}
 }
 
-// Materialize writes every file of the run into the directory.
-func (d *Dir) Materialize(ctx context.Context) error {
+// lossesOf is wd's sandbox.Losable count, 0 for a directory that cannot
+// lose its contents.
+func lossesOf(wd sandbox.WorkDir) uint64 {
+	if l, ok := wd.(sandbox.Losable); ok {
+		return l.Losses()
+	}
+	return 0
+}
+
+// Materialize writes every file of the run into the directory, and
+// removes regular files the run does not have: a kernel adopted from
+// another process (sandbox.Detacher) may hold files the run has deleted
+// since, or that a cell wrote in a call that was never recorded. The store
+// is the run's record; the directory is made to match it.
+func (d *Dir) Materialize(ctx context.Context) error { return d.materialize(ctx, true) }
+
+// materialize puts the run's files, and with prune removes the rest.
+func (d *Dir) materialize(ctx context.Context, prune bool) error {
+	d.losses = lossesOf(d.wd)
 	files, err := d.store.List(ctx, d.run, "")
 	if err != nil {
 		return err
 	}
+	want := make(map[string]bool, len(files))
 	for _, f := range files {
+		want[f.Path] = true
 		if err := d.Put(ctx, f); err != nil {
 			return err
+		}
+	}
+	if !prune {
+		return nil
+	}
+	l, err := d.wd.Scan(ctx)
+	if err != nil {
+		return err
+	}
+	for _, e := range l.Files {
+		if !want[e.Path] {
+			d.log.InfoContext(ctx, "removing a file the run does not have from the kernel's directory", "run", d.run, "path", e.Path)
+			if err := d.wd.Remove(ctx, e.Path); err != nil {
+				return err
+			}
 		}
 	}
 	return nil
@@ -148,6 +183,17 @@ func (d *Dir) Harvest(ctx context.Context) (Change, error) {
 
 func (d *Dir) harvest(ctx context.Context) (Change, error) {
 	var ch Change
+	if n := lossesOf(d.wd); n != d.losses {
+		// The directory lost its contents with its kernel (an evicted
+		// pod): what is missing was not deleted by the cell. Put the
+		// run's files back, then harvest what is there on top (what the
+		// new kernel's cell wrote).
+		d.log.WarnContext(ctx, "the kernel's working directory was lost; putting the run's files back", "run", d.run)
+		d.seen = map[string]synced{}
+		if err := d.materialize(ctx, false); err != nil {
+			return ch, err
+		}
+	}
 	l, err := d.wd.Scan(ctx)
 	if err != nil {
 		return ch, err

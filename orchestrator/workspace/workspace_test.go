@@ -250,3 +250,80 @@ func TestHarvestAfterCloseFails(t *testing.T) {
 		t.Errorf("written: got %v, want nothing", ch.Written)
 	}
 }
+
+// losable is a host directory that can lose its contents, as a Kubernetes
+// pod's does when it is evicted.
+type losable struct {
+	*hostdir.Dir
+	losses uint64
+}
+
+func (l *losable) Losses() uint64 { return l.losses }
+
+// TestLostDirectory: a directory that lost its contents with its kernel
+// (sandbox.Losable) gets the run's files back at the next harvest, and
+// their absence is not taken for deletions; what the new kernel wrote is
+// harvested on top.
+func TestLostDirectory(t *testing.T) {
+	ctx := t.Context()
+	s, _ := newStore(t)
+	run := runid.New()
+	for _, p := range []string{"a.txt", "sub/b.txt"} {
+		if _, err := s.WriteBytes(ctx, run, p, []byte(p)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	hd, dir := workDir(t, 0)
+	wd := &losable{Dir: hd}
+	d := workspace.Open(s, run, wd, nil)
+	if err := d.Materialize(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// The pod is evicted: its directory is empty, and the new kernel's
+	// first cell writes one file.
+	must(t, os.RemoveAll(filepath.Join(dir, "sub")))
+	must(t, os.Remove(filepath.Join(dir, "a.txt")))
+	wd.losses++
+	must(t, os.WriteFile(filepath.Join(dir, "new.txt"), []byte("new"), 0o644))
+	ch, err := d.Harvest(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ch.Deleted) != 0 || len(ch.Written) != 1 || ch.Written[0].Path != "new.txt" {
+		t.Errorf("harvest after the loss: got deleted %v, written %v; want nothing deleted and new.txt written", ch.Deleted, ch.Written)
+	}
+	for _, p := range []string{"a.txt", "sub/b.txt"} {
+		if b, err := os.ReadFile(filepath.Join(dir, p)); err != nil || string(b) != p {
+			t.Errorf("%s after the loss: got %q, %v, want it put back", p, b, err)
+		}
+		if _, err := s.Stat(ctx, run, p); err != nil {
+			t.Errorf("%s in the store: %v", p, err)
+		}
+	}
+}
+
+// TestMaterializeRemovesExtras: a directory that holds files the run does
+// not have (an adopted kernel's, after the run deleted one elsewhere) is
+// made to match the store, so the next harvest does not bring them back.
+func TestMaterializeRemovesExtras(t *testing.T) {
+	ctx := t.Context()
+	s, _ := newStore(t)
+	run := runid.New()
+	if _, err := s.WriteBytes(ctx, run, "kept.txt", []byte("kept")); err != nil {
+		t.Fatal(err)
+	}
+	wd, dir := workDir(t, 0)
+	must(t, os.MkdirAll(filepath.Join(dir, "sub"), 0o755))
+	must(t, os.WriteFile(filepath.Join(dir, "sub/deleted.txt"), []byte("gone from the run"), 0o644))
+	d := workspace.Open(s, run, wd, nil)
+	if err := d.Materialize(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "sub/deleted.txt")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("sub/deleted.txt after Materialize: %v, want it removed", err)
+	}
+	ch, err := d.Harvest(ctx)
+	if err != nil || len(ch.Written)+len(ch.Deleted) != 0 {
+		t.Errorf("harvest after Materialize: got %+v, %v, want nothing", ch, err)
+	}
+}

@@ -37,6 +37,8 @@ func TestConformance(t *testing.T) {
 		},
 		Interrupts: true, // ipykernel turns SIGINT into KeyboardInterrupt
 		HostDir:    func(k sandbox.Kernel) string { return k.(*Kernel).wd.path },
+		Contexts:   true, // a second ipykernel in the container (docker exec)
+		Commands:   true, // docker exec in the container
 	})
 }
 
@@ -77,9 +79,9 @@ func TestFiguresAndLibraries(t *testing.T) {
 	if got, want := value(t, run1(t, k, "import helper\nhelper.f()", 30*time.Second)), "5"; got != want {
 		t.Errorf("a module in /work: got %s, want %s", got, want)
 	}
-	// kernelBoot bounded ipykernel's output buffers.
+	// image.KernelLauncher bounded ipykernel's output buffers.
 	if got, want := value(t, run1(t, k, "import ipykernel.iostream as io\nio.OutStream.write.__name__", 30*time.Second)), "'bounded_write'"; got != want {
-		t.Errorf("OutStream.write: got %s, want %s (kernelBoot's patch)", got, want)
+		t.Errorf("OutStream.write: got %s, want %s (image.KernelLauncher's patch)", got, want)
 	}
 }
 

@@ -4,8 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"reflect"
-	"strings"
+	"sync"
 	"time"
 
 	"github.com/triadhq/triad/sandbox"
@@ -13,17 +12,13 @@ import (
 	"github.com/triadhq/triad/sandbox/internal/emit"
 )
 
-// pollInterval is how often a running cell's output is looked at. It bounds
-// how late output reaches the caller, and how much more than the output
-// limit the Jupyter client can buffer before the connection is cut (at the
-// ~100 MB/s a cell can print, about 0.5 MB).
-const pollInterval = 5 * time.Millisecond
-
-// Execute implements sandbox.Kernel. Output is delivered as the Jupyter
-// client gathers it, polled every pollInterval; a timed-out or abandoned
-// cell is interrupted over the control channel and the kernel is restarted
-// if the cell does not end within Config.InterruptGrace. See sandbox.Kernel
-// for the contract.
+// Execute implements sandbox.Kernel. Each output message is handed over
+// by the Jupyter client's iopub reader as it arrives and delivered at
+// once, so neither the client nor the backend gathers a cell's output (see
+// docs/DECISIONS.md, "Output is delivered message by message"). A
+// timed-out or abandoned cell is interrupted over the control channel and
+// the kernel is restarted if the cell does not end within
+// Config.InterruptGrace. See sandbox.Kernel for the contract.
 func (k *Kernel) Execute(ctx context.Context, cell sandbox.Cell) (*sandbox.Result, error) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
@@ -37,7 +32,8 @@ func (k *Kernel) Execute(ctx context.Context, cell sandbox.Cell) (*sandbox.Resul
 	if timeout <= 0 {
 		timeout = k.b.cfg.CellTimeout
 	}
-	c := &cellRun{k: k, timeout: timeout, setup: cell.Setup, em: emit.New(k.limits.OutputBytes, cell.Output)}
+	c := &cellRun{k: k, timeout: timeout, setup: cell.Setup, em: emit.New(k.limits.OutputBytes, cell.Output), msgs: make(chan jupyter.Msg), quit: make(chan struct{})}
+	defer c.release()
 	if k.client == nil {
 		// An earlier death could not restart the kernel; try again now.
 		if err := k.restartLocked(ctx); err != nil {
@@ -59,11 +55,29 @@ type cellRun struct {
 	restarted bool
 	setup     bool // a setup cell: not counted in the execution counter
 
-	// What has been delivered, as of the last snapshot. The strings share
-	// the client's buffers, so keeping them costs nothing while they grow
-	// in place.
-	stdout, stderr string
-	displays       []jupyter.Display
+	// msgs carries each output message from the client's iopub reader to
+	// the goroutine that called Execute, unbuffered: the reader waits
+	// until the message is taken, so at most one is in flight. quit is
+	// closed when nobody takes them any more, which releases the reader.
+	msgs     chan jupyter.Msg
+	quit     chan struct{}
+	quitOnce sync.Once
+
+	// Display bookkeeping, for update_display_data and clear_output: the
+	// displays delivered since the last clear (their bundles are the ones
+	// the sink got, so keeping them costs the sink nothing more), and a
+	// clear_output(wait=True) not applied yet.
+	shown        []shownDisplay
+	pendingClear bool
+	// value is the execute_result, held until the cell is complete so
+	// that it is the last event.
+	value *sandbox.Bundle
+}
+
+// shownDisplay is a display delivered in this cell.
+type shownDisplay struct {
+	id     string // transient display_id, "" if it cannot be updated
+	bundle *sandbox.Bundle
 }
 
 var errCellTimeout = errors.New("cell timeout")
@@ -75,10 +89,25 @@ type stopReason struct {
 	what        string // "the cell ran past its 2s timeout"
 }
 
+// onOutput is the client's ExecOptions.OnOutput: it hands m to the
+// Execute goroutine, or drops it once that has stopped listening.
+func (c *cellRun) onOutput(m jupyter.Msg) {
+	select {
+	case c.msgs <- m:
+	case <-c.quit:
+	}
+}
+
+// release stops the hand-over: the client's reader is never left blocked
+// on a cell nobody waits for, so closing the client cannot hang. It is
+// called before anything closes the client, and when Execute returns.
+func (c *cellRun) release() { c.quitOnce.Do(func() { close(c.quit) }) }
+
 func (c *cellRun) run(ctx context.Context, code string) (*sandbox.Result, error) {
 	k := c.k
 	ex, err := c.send(ctx, code)
 	if err != nil {
+		c.release()
 		switch {
 		case errors.Is(err, jupyter.ErrKernelDead):
 			return k.died(ctx, c), nil
@@ -99,23 +128,23 @@ func (c *cellRun) run(ctx context.Context, code string) (*sandbox.Result, error)
 	client, exited := k.client, k.exited
 	deadline := time.NewTimer(c.timeout)
 	defer deadline.Stop()
-	tick := time.NewTicker(pollInterval)
-	defer tick.Stop()
 	for {
 		select {
+		case m := <-c.msgs:
+			c.deliver(m)
+			if c.em.Over() {
+				return c.cut(ctx), nil
+			}
+		case <-ex.Over():
+			return c.cut(ctx), nil
 		case <-ex.Done():
-			return c.finish(), nil
+			return c.finish(ctx), nil
 		case <-client.Dead():
 			return c.dead(ctx)
 		case <-exited:
 			return c.dead(ctx)
 		case <-k.closing:
 			return nil, sandbox.ErrClosed
-		case <-tick.C:
-			c.pump(ex.Output())
-			if c.em.Over() {
-				return c.cut(ctx), nil
-			}
 		case <-deadline.C:
 			return c.stop(ctx, c.timeoutReason())
 		case <-ctx.Done():
@@ -145,8 +174,9 @@ func (c *cellRun) send(ctx context.Context, code string) (*jupyter.Execution, er
 	}
 	client := k.client
 	ch := make(chan sent, 1)
+	opts := jupyter.ExecOptions{OnOutput: c.onOutput, MaxOutput: c.em.Limit(), UserExpressions: threadExprs, SkipHistory: c.setup}
 	go func() {
-		ex, err := client.Execute(context.WithoutCancel(ctx), code, jupyter.ExecOptions{SkipHistory: c.setup})
+		ex, err := client.Execute(context.WithoutCancel(ctx), code, opts)
 		ch <- sent{ex, err}
 	}()
 	t := time.NewTimer(c.timeout)
@@ -167,44 +197,90 @@ func (c *cellRun) send(ctx context.Context, code string) (*jupyter.Execution, er
 	}
 }
 
-// pump delivers what the snapshot o holds beyond what was delivered
-// before: new stream text, then new displays. A snapshot that does not
-// extend the last one means the cell cleared its output (clear_output, or
-// an update_display_data of one of its displays): EventClear, then the
-// snapshot's whole content, so a Collector ends with what a notebook shows.
-func (c *cellRun) pump(o jupyter.Output) {
-	if c.em.Over() {
+// deliver passes one output message on to the cell's sink, within the
+// output limit, applying clear_output and display updates as a notebook
+// does. A display update of one of this cell's displays is delivered as
+// EventClear followed by the cell's displays again, the updated one in
+// place (they count against the limit again, which bounds a cell that
+// updates in a loop); streams are not repeated. The execute_result is
+// held back until the cell completes.
+func (c *cellRun) deliver(m jupyter.Msg) {
+	if m.Kind == jupyter.MsgClear {
+		c.pendingClear = m.Wait
+		if !m.Wait {
+			c.clear()
+		}
 		return
 	}
-	if !strings.HasPrefix(o.Stdout, c.stdout) || !strings.HasPrefix(o.Stderr, c.stderr) || !extends(o.Displays, c.displays) {
+	if c.pendingClear {
+		c.pendingClear = false
+		c.clear()
+	}
+	switch m.Kind {
+	case jupyter.MsgStream:
+		switch m.Stream {
+		case "stdout":
+			c.em.Emit(sandbox.Event{Kind: sandbox.EventStdout, Text: m.Text})
+		case "stderr":
+			c.em.Emit(sandbox.Event{Kind: sandbox.EventStderr, Text: m.Text})
+		}
+	case jupyter.MsgDisplay:
+		c.show(m.Display)
+	case jupyter.MsgUpdateDisplay:
+		d := m.Display
+		b := bundle(d.Bundle)
+		found := false
+		for i := range c.shown {
+			if d.DisplayID != "" && c.shown[i].id == d.DisplayID {
+				c.shown[i].bundle = b
+				found = true
+			}
+		}
+		if !found {
+			// A display an earlier cell showed: this cell shows the update.
+			c.show(d)
+			return
+		}
 		c.em.Emit(sandbox.Event{Kind: sandbox.EventClear})
-		c.stdout, c.stderr, c.displays = "", "", nil
+		for _, s := range c.shown {
+			c.em.Emit(sandbox.Event{Kind: sandbox.EventDisplay, Bundle: s.bundle})
+		}
+	case jupyter.MsgResult:
+		c.value = bundle(m.Result.Bundle)
 	}
-	if len(o.Stdout) > len(c.stdout) {
-		c.em.Emit(sandbox.Event{Kind: sandbox.EventStdout, Text: o.Stdout[len(c.stdout):]})
-	}
-	if len(o.Stderr) > len(c.stderr) {
-		c.em.Emit(sandbox.Event{Kind: sandbox.EventStderr, Text: o.Stderr[len(c.stderr):]})
-	}
-	for _, d := range o.Displays[len(c.displays):] {
-		c.em.Emit(sandbox.Event{Kind: sandbox.EventDisplay, Bundle: &sandbox.Bundle{Data: d.Data, Metadata: d.Metadata}})
-	}
-	c.stdout, c.stderr, c.displays = o.Stdout, o.Stderr, o.Displays
 }
 
-// extends reports whether now starts with the displays of before, the same
-// bundles (the client never changes a bundle's map, it replaces the
-// display).
-func extends(now, before []jupyter.Display) bool {
-	if len(now) < len(before) {
-		return false
+// show delivers a new display and notes it.
+func (c *cellRun) show(d *jupyter.Display) {
+	b := bundle(d.Bundle)
+	if c.em.Emit(sandbox.Event{Kind: sandbox.EventDisplay, Bundle: b}) {
+		c.shown = append(c.shown, shownDisplay{id: d.DisplayID, bundle: b})
 	}
-	for i, d := range before {
-		if reflect.ValueOf(now[i].Data).UnsafePointer() != reflect.ValueOf(d.Data).UnsafePointer() {
-			return false
+}
+
+// clear delivers a clear_output.
+func (c *cellRun) clear() {
+	c.shown = nil
+	c.em.Emit(sandbox.Event{Kind: sandbox.EventClear})
+}
+
+func bundle(b jupyter.Bundle) *sandbox.Bundle {
+	return &sandbox.Bundle{Data: b.Data, Metadata: b.Metadata}
+}
+
+// drain delivers the messages the reader is handing over right now, then
+// releases it: for a cell that is over (dead, stopped), what already
+// arrived still reaches the caller.
+func (c *cellRun) drain() {
+	for {
+		select {
+		case m := <-c.msgs:
+			c.deliver(m)
+		default:
+			c.release()
+			return
 		}
 	}
-	return true
 }
 
 // result is a Result for the cell with its counter and duration from o,
@@ -218,13 +294,15 @@ func (c *cellRun) result(o jupyter.Output) *sandbox.Result {
 	}
 }
 
-// finish reports a cell that completed.
-func (c *cellRun) finish() *sandbox.Result {
+// finish reports a cell that completed, with the threads it left
+// running. Every output message was delivered before Done closed.
+func (c *cellRun) finish(ctx context.Context) *sandbox.Result {
+	c.release()
 	o := c.ex.Output()
-	c.pump(o)
 	res := c.result(o)
-	if o.Result != nil {
-		c.em.Emit(sandbox.Event{Kind: sandbox.EventResult, Bundle: &sandbox.Bundle{Data: o.Result.Data, Metadata: o.Result.Metadata}})
+	res.Threads = c.threads(ctx, o)
+	if c.value != nil {
+		c.em.Emit(sandbox.Event{Kind: sandbox.EventResult, Bundle: c.value})
 	}
 	switch {
 	case c.em.Over():
@@ -259,10 +337,10 @@ func (c *cellRun) finish() *sandbox.Result {
 func (c *cellRun) dead(ctx context.Context) (*sandbox.Result, error) {
 	select {
 	case <-c.ex.Done():
-		return c.finish(), nil
+		return c.finish(ctx), nil
 	default:
 	}
-	c.pump(c.ex.Output())
+	c.drain()
 	return c.k.died(ctx, c), nil
 }
 
@@ -278,14 +356,19 @@ func (c *cellRun) stop(ctx context.Context, why stopReason) (*sandbox.Result, er
 	client, exited := k.client, k.exited
 	ierr := make(chan error, 1)
 	go func() { ierr <- client.Interrupt(gctx) }()
-	tick := time.NewTicker(pollInterval)
-	defer tick.Stop()
 wait:
 	for {
 		select {
+		case m := <-c.msgs:
+			c.deliver(m)
+			if c.em.Over() {
+				break wait // it floods while winding down: restart
+			}
+		case <-c.ex.Over():
+			break wait
 		case <-c.ex.Done():
+			c.release()
 			o := c.ex.Output()
-			c.pump(o)
 			res := c.result(o)
 			res.OK = false
 			res.Error = &sandbox.ExecError{
@@ -297,6 +380,7 @@ wait:
 			if o.Error != nil {
 				res.Error.Traceback = o.Error.Traceback
 			}
+			res.Threads = c.threads(ctx, o)
 			return res, nil
 		case <-client.Dead():
 			return c.dead(ctx)
@@ -304,15 +388,11 @@ wait:
 			return c.dead(ctx)
 		case <-k.closing:
 			return nil, sandbox.ErrClosed
-		case <-tick.C:
-			c.pump(c.ex.Output())
-			if c.em.Over() {
-				break wait // it floods while winding down: restart
-			}
 		case <-gctx.Done():
 			break wait
 		}
 	}
+	c.release()
 	var interruptErr error
 	select {
 	case interruptErr = <-ierr:
@@ -336,13 +416,14 @@ wait:
 }
 
 // cut stops a cell whose output passed the limit. The connection goes
-// first, so the client buffers nothing more of the flood; the cell is then
+// first, so the host reads nothing more of the flood; the cell is then
 // interrupted with SIGINT (what interrupt_request does inside ipykernel),
 // and a new connection waits for the kernel to answer again, which it does
 // once the cell has ended. If that takes longer than the grace period, the
 // kernel is restarted.
 func (c *cellRun) cut(ctx context.Context) *sandbox.Result {
 	k := c.k
+	c.release()
 	count := c.ex.Output().ExecutionCount
 	k.stopKernel()
 	grace := k.b.cfg.InterruptGrace
@@ -352,12 +433,13 @@ func (c *cellRun) cut(ctx context.Context) *sandbox.Result {
 	res := c.result(jupyter.Output{ExecutionCount: count})
 	res.OK = false
 	res.Error = &sandbox.ExecError{Kind: sandbox.KindOutputLimit, Ename: "OutputLimitExceeded", Traceback: []string{}}
-	err := k.b.cli.ContainerKill(gctx, k.containerID, "SIGINT")
+	err := k.signal(gctx, "INT")
 	if err == nil {
 		err = k.redial(gctx)
 	}
 	if err == nil {
 		res.Error.Evalue = what + " and was interrupted; the kernel kept its state"
+		res.Threads = c.threads(ctx, jupyter.Output{})
 		return res
 	}
 	k.b.log.WarnContext(ctx, "cell did not stop after passing the output limit; restarting the kernel", "kernel", k.ID(), "err", err)
@@ -387,6 +469,7 @@ func (k *Kernel) redial(ctx context.Context) error {
 
 // wedged restarts a kernel that did not take a cell.
 func (c *cellRun) wedged(ctx context.Context, why stopReason) *sandbox.Result {
+	c.release()
 	res := c.result(jupyter.Output{})
 	res.Error = &sandbox.ExecError{
 		Kind:      why.kind,

@@ -6,8 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -40,40 +42,8 @@ const (
 // start. Figures show inline by default because MPLBACKEND names the inline
 // backend (ipykernel would set it too).
 var kernelCmd = []string{"/bin/sh", "-c", `mkdir -p "$MPLCONFIGDIR" && cp -a ` + image.MPLSeed + `/. "$MPLCONFIGDIR"/ 2>/dev/null; ` +
-	`exec python3 -c '` + kernelBoot + `' -f ` + ctrSockets + `/conn.json ` +
+	`exec python3 -c '` + image.KernelLauncher + `' -f ` + ctrSockets + `/conn.json ` +
 	`--InteractiveShell.colors=NoColor --HistoryManager.enabled=False --IPKernelApp.quiet=True`}
-
-// kernelBoot is ipykernel_launcher (the working directory leaves sys.path,
-// then the kernel app starts) with one change: a cell's stdout and stderr
-// are flushed to the host once 1 MiB is pending, instead of only every
-// 0.2 s. A print loop holds the GIL, so the flushing thread rarely runs,
-// and ipykernel would otherwise send hundreds of MiB as one message, which
-// the host must receive whole (a 64 MiB-limited flood cost 1.8 GiB of the
-// server's memory). Flushing from the writer blocks it until the message
-// is sent: back-pressure on the cell. It is a courtesy, not a boundary (a
-// cell can undo it); the host's output limit and the client's own bounds
-// are what hold. Written without single quotes: it is quoted for sh.
-const kernelBoot = `import sys
-sys.path[:] = [p for p in sys.path if p not in ("", "` + ctrWork + `")]
-try:
-    from ipykernel import iostream as _io
-    def _bounded(write):
-        def bounded_write(self, s):
-            n = write(self, s)
-            try:
-                if sum(b.tell() for b in list(self._buffers.values())) >= 1 << 20:
-                    self.flush()
-            except Exception:
-                pass
-            return n
-        return bounded_write
-    _io.OutStream.write = _bounded(_io.OutStream.write)
-    del _io, _bounded
-except Exception as e:
-    print("triad: could not bound ipykernel output buffers:", e, file=sys.stderr)
-from ipykernel import kernelapp
-kernelapp.launch_new_instance()
-`
 
 // Kernel is one ipykernel in a jailed container. It implements
 // sandbox.Kernel.
@@ -101,6 +71,21 @@ type Kernel struct {
 	// start log.
 	phases []any
 
+	// A context (NewContext) is a Kernel whose interpreter is a docker
+	// exec in its parent's container; parent is nil for the container's
+	// own kernel. name prefixes the context's connection file, pid file
+	// and sockets in the shared socket directory; cwd is where its
+	// interpreter starts, in the container; bootedAt tells a death caused
+	// by the container's restart from one of its own. A kernel keeps its
+	// live contexts in contexts, guarded by ctxMu.
+	parent   *Kernel
+	name     string
+	cwd      string
+	execID   string
+	bootedAt time.Time
+	ctxMu    sync.Mutex
+	contexts map[*Kernel]struct{}
+
 	closing   chan struct{} // closed by Close; aborts waits in Execute
 	closeOnce sync.Once
 	closeErr  error
@@ -119,8 +104,14 @@ const bootTimeout = 2 * time.Minute
 // conn.json and five sockets, not for data.
 const socketDirSize = 1 << 20
 
-// ID implements sandbox.Kernel: the container's short id.
-func (k *Kernel) ID() string { return shortID(k.containerID) }
+// ID implements sandbox.Kernel: the container's short id, and a
+// context's name after it.
+func (k *Kernel) ID() string {
+	if k.parent != nil {
+		return shortID(k.containerID) + "/" + k.name
+	}
+	return shortID(k.containerID)
+}
 
 // Files implements sandbox.Kernel: the host directory mounted at /work,
 // with the kernel's disk quota.
@@ -161,7 +152,7 @@ func (k *Kernel) setup(ctx context.Context) error {
 		// host's /tmp: a small tmpfs keeps that from becoming a way around
 		// the disk quota.
 		if err := run(ctx, "mount", "-t", "tmpfs", "-o",
-			fmt.Sprintf("size=%d,nr_inodes=64,mode=0700,uid=%d,gid=%d,nosuid,nodev,noexec", socketDirSize, b.cfg.UID, b.cfg.GID),
+			fmt.Sprintf("size=%d,nr_inodes=%d,mode=0700,uid=%d,gid=%d,nosuid,nodev,noexec", socketDirSize, socketDirInodes, b.cfg.UID, b.cfg.GID),
 			"triad-sockets", k.sockDir); err != nil {
 			return err
 		}
@@ -246,25 +237,25 @@ func (k *Kernel) hostConfig() *container.HostConfig {
 	}
 }
 
-// boot starts the (created or exited) container with a fresh connection
-// file, dials the kernel and waits until it answers.
+// boot starts the kernel's interpreter with a fresh connection file, dials
+// it and waits until it answers: the (created or exited) container for a
+// kernel, a docker exec in the running container for a context.
 func (k *Kernel) boot(ctx context.Context) error {
 	b := k.b
 	t := time.Now()
 	// Stale sockets from an earlier life would let the dial succeed against
-	// nothing; ipykernel rewrites conn.json itself, so start from scratch.
-	entries, _ := os.ReadDir(k.sockDir)
-	for _, e := range entries {
-		_ = os.Remove(filepath.Join(k.sockDir, e.Name()))
-	}
-	info := jupyter.NewConnInfo(ctrSockets + "/k")
+	// nothing; ipykernel rewrites the connection file itself, so start
+	// from scratch. Only this interpreter's own files go: the contexts'
+	// live beside them.
+	k.removeSockFiles()
+	info := jupyter.NewConnInfo(ctrSockets + "/" + k.sockName())
 	data, err := json.Marshal(info)
 	if err != nil {
 		return err
 	}
 	// ipykernel must be able to read this as the kernel uid, or it silently
 	// falls back to TCP with a new key.
-	conn := filepath.Join(k.sockDir, "conn.json")
+	conn := filepath.Join(k.sockDir, k.connFile())
 	if err := os.WriteFile(conn, data, 0o600); err != nil {
 		return fmt.Errorf("write connection file: %w", err)
 	}
@@ -273,28 +264,14 @@ func (k *Kernel) boot(ctx context.Context) error {
 			return fmt.Errorf("chown connection file: %w", err)
 		}
 	}
-	// Watch for the next exit before starting, so even an instant crash is
-	// seen. The watch lives until the kernel is restarted or closed.
-	wctx, stop := context.WithCancel(context.Background())
-	waitC, errC := b.cli.ContainerWait(wctx, k.containerID, container.WaitConditionNextExit)
-	exited := make(chan struct{})
-	go func() {
-		defer close(exited)
-		select {
-		case <-waitC:
-		case <-errC:
-			// The watch failed (engine gone, container removed, or we
-			// stopped it): treat the container as exited, which only makes
-			// the next Execute check harder.
+	if k.parent != nil {
+		if err := k.startExec(ctx); err != nil {
+			return err
 		}
-	}()
-	k.exited, k.stopWatch = exited, stop
-
-	sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	if err := b.cli.ContainerStart(sctx, k.containerID, container.StartOptions{}); err != nil {
-		return fmt.Errorf("start container: %w", err)
+	} else if err := k.startContainer(ctx); err != nil {
+		return err
 	}
+	exited := k.exited
 	k.phase("start", &t)
 	// A kernel that dies while booting (a broken image, a too-small memory
 	// limit) must fail the boot at once rather than at ctx's deadline; one
@@ -307,7 +284,11 @@ func (k *Kernel) boot(ctx context.Context) error {
 	go func() {
 		select {
 		case <-exited:
-			bcancel(errors.New("the kernel's container exited while booting"))
+			what := "the kernel's container"
+			if k.parent != nil {
+				what = "the context's interpreter"
+			}
+			bcancel(errors.New(what + " exited while booting"))
 		case <-k.closing:
 			bcancel(sandbox.ErrClosed)
 		case <-bctx.Done():
@@ -323,12 +304,68 @@ func (k *Kernel) boot(ctx context.Context) error {
 		return k.bootError(ctx, bctx, fmt.Errorf("wait for kernel: %w", err))
 	}
 	k.phase("ready", &t)
-	k.client, k.info = c, info
+	k.client, k.info, k.bootedAt = c, info, time.Now()
 	return nil
 }
 
-// sockPrefix is the host path prefix of the kernel's sockets.
-func (k *Kernel) sockPrefix() string { return filepath.Join(k.sockDir, "k") }
+// startContainer starts the container, its exit watched from before the
+// start so even an instant crash is seen. The watch lives until the kernel
+// is restarted or closed.
+func (k *Kernel) startContainer(ctx context.Context) error {
+	b := k.b
+	wctx, stop := context.WithCancel(context.Background())
+	waitC, errC := b.cli.ContainerWait(wctx, k.containerID, container.WaitConditionNextExit)
+	exited := make(chan struct{})
+	go func() {
+		defer close(exited)
+		select {
+		case <-waitC:
+		case <-errC:
+			// The watch failed (engine gone, container removed, or we
+			// stopped it): treat the container as exited, which only makes
+			// the next Execute check harder.
+		}
+	}()
+	k.exited, k.stopWatch = exited, stop
+	sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if err := b.cli.ContainerStart(sctx, k.containerID, container.StartOptions{}); err != nil {
+		return fmt.Errorf("start container: %w", err)
+	}
+	return nil
+}
+
+// sockName is the prefix of this interpreter's sockets, as ipykernel
+// binds them ("k-1" … "k-5" for the kernel, "<name>-1" … for a context).
+func (k *Kernel) sockName() string {
+	if k.parent != nil {
+		return k.name
+	}
+	return "k"
+}
+
+// connFile is the name of this interpreter's connection file.
+func (k *Kernel) connFile() string {
+	if k.parent != nil {
+		return k.name + ".json"
+	}
+	return "conn.json"
+}
+
+// removeSockFiles removes this interpreter's connection file, sockets and
+// pid file from the socket directory.
+func (k *Kernel) removeSockFiles() {
+	entries, _ := os.ReadDir(k.sockDir)
+	for _, e := range entries {
+		n := e.Name()
+		if n == k.connFile() || strings.HasPrefix(n, k.sockName()+"-") || k.parent != nil && n == k.name+".pid" {
+			_ = os.Remove(filepath.Join(k.sockDir, n))
+		}
+	}
+}
+
+// sockPrefix is the host path prefix of the interpreter's sockets.
+func (k *Kernel) sockPrefix() string { return filepath.Join(k.sockDir, k.sockName()) }
 
 // dialOptions are the Jupyter client's options for this kernel: every
 // message it reads is bounded by the kernel's output limit plus headroom
@@ -388,6 +425,9 @@ func (k *Kernel) deathReason(ctx context.Context) string {
 	if v := k.protocolViolation(); v != "" {
 		return v
 	}
+	if k.parent != nil {
+		return k.contextDeathReason(ctx)
+	}
 	ictx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
 	info, err := k.b.cli.ContainerInspect(ictx, k.containerID)
@@ -428,6 +468,9 @@ func (k *Kernel) restartLocked(ctx context.Context) error {
 		return sandbox.ErrClosed // Close is waiting for the lock; don't make it wait longer
 	}
 	k.stopKernel()
+	if k.parent != nil {
+		return k.restartContext(ctx)
+	}
 	kctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	if err := k.b.cli.ContainerKill(kctx, k.containerID, "KILL"); err != nil && !isNotRunning(err) {
@@ -496,10 +539,33 @@ func (k *Kernel) isClosing() bool {
 func (k *Kernel) Close() error {
 	k.closeOnce.Do(func() {
 		close(k.closing)
+		if k.parent != nil {
+			k.mu.Lock()
+			defer k.mu.Unlock()
+			k.closeErr = k.teardownContext()
+			return
+		}
 		// A harvest in progress fails loudly from here on instead of
 		// reading a directory that is being removed.
 		if k.files != nil {
 			_ = k.files.Close()
+		}
+		// The contexts go with the container; they need not be killed
+		// one by one first.
+		k.ctxMu.Lock()
+		ctxs := slices.Collect(maps.Keys(k.contexts))
+		k.contexts = nil
+		k.ctxMu.Unlock()
+		for _, c := range ctxs {
+			c.closeOnce.Do(func() {
+				close(c.closing)
+				c.mu.Lock()
+				defer c.mu.Unlock()
+				c.stopKernel()
+				if c.stopWatch != nil {
+					c.stopWatch()
+				}
+			})
 		}
 		k.mu.Lock()
 		defer k.mu.Unlock()

@@ -365,8 +365,8 @@ def _triad_driver():
         result = {"t": "result", "n": n, "ok": True}
         sys.stdout, sys.stderr = out, err
         try:
-            if os.getcwd() != "/work":
-                os.chdir("/work")
+            if os.getcwd() != work:
+                os.chdir(work)
             tree = compile(code, filename, "exec", _ast.PyCF_ONLY_AST, dont_inherit=True)
             last = None
             if tree.body and isinstance(tree.body[-1], _ast.Expr):
@@ -408,7 +408,11 @@ def _triad_driver():
     quiet = Quiet()
     sys.stdin = io.StringIO("")  # cells get EOF, never the control channel
     sys.stdout, sys.stderr = quiet, quiet
-    os.chdir("/work")
+    # A context (sandbox.Contexts) starts its cells in a directory of its
+    # own under /work, made if missing; the kernel in /work itself.
+    work = os.environ.pop("TRIAD_CWD", "") or "/work"
+    os.makedirs(work, exist_ok=True)
+    os.chdir(work)
     if "" not in sys.path:
         sys.path.insert(0, "")
     write_frame({"t": "ready", "version": sys.version})

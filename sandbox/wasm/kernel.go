@@ -58,6 +58,15 @@ type Kernel struct {
 	closing   chan struct{}
 	closeOnce sync.Once
 	mem       atomic.Pointer[memStats] // the current instance's, read without mu
+
+	// A context (NewContext) is a Kernel with its own interpreter on its
+	// parent's working directory; parent is nil for a kernel. cwd is where
+	// a context's cells start, as the guest sees it ("" for /work). A
+	// kernel keeps its live contexts in contexts, guarded by ctxMu.
+	parent   *Kernel
+	cwd      string
+	ctxMu    sync.Mutex
+	contexts map[*Kernel]struct{}
 }
 
 // setInstance makes inst the kernel's interpreter, with a fresh counter.
@@ -305,11 +314,23 @@ func (k *Kernel) Restart(ctx context.Context) error {
 // Close implements sandbox.Kernel: it stops the interpreter and removes the
 // working directory. It is safe to call twice.
 func (k *Kernel) Close() error {
+	if k.parent != nil {
+		return k.closeContext()
+	}
 	k.closeOnce.Do(func() {
 		close(k.closing)
 		// A harvest in progress fails loudly from here on.
 		_ = k.files.Close()
 	})
+	k.ctxMu.Lock()
+	ctxs := make([]*Kernel, 0, len(k.contexts))
+	for c := range k.contexts {
+		ctxs = append(ctxs, c)
+	}
+	k.ctxMu.Unlock()
+	for _, c := range ctxs {
+		_ = c.closeContext()
+	}
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	if k.closed {
@@ -393,6 +414,10 @@ func (b *Backend) launch(ctx context.Context, k *Kernel) (*instance, error) {
 		WithNanosleep(inst.sleep).
 		WithRandSource(rand.Reader)
 
+	if k.cwd != "" {
+		// A context's directory; the driver takes it out of os.environ.
+		mc = mc.WithEnv("TRIAD_CWD", k.cwd)
+	}
 	ictx := experimental.WithMemoryAllocator(ctx, newAllocator(k.memLimit, inst.mem))
 	mod, err := b.rt.InstantiateModule(ictx, b.compiled, mc)
 	if err != nil {

@@ -137,6 +137,8 @@ func TestConformance(t *testing.T) {
 		},
 		Interrupts: false, // WASI has no signals: a running cell is stopped by closing its instance
 		HostDir:    func(k sandbox.Kernel) string { return k.(*Kernel).workDir },
+		Contexts:   true,  // a second python.wasm instance on the same working directory
+		Commands:   false, // WASI has no processes: commands need the docker backend
 	})
 }
 

@@ -70,6 +70,18 @@ func (x *Index) stripe(run runid.ID, path string) *sync.Mutex {
 	return &x.stripes[h.Sum64()%uint64(len(x.stripes))]
 }
 
+// Forget implements tmpfs.Forgetter: the run's cache goes, and its next use
+// loads it from the bucket again. Several replicas writing one bucket call
+// it whenever another replica may have written the run (orchestrator's run
+// lock says when).
+func (x *Index) Forget(run runid.ID) {
+	x.mu.Lock()
+	delete(x.runs, run)
+	x.mu.Unlock()
+}
+
+var _ tmpfs.Forgetter = (*Index)(nil)
+
 // run returns the run's cache, loading it from the bucket on first use. A
 // failed load is not cached: the next call tries again.
 func (x *Index) run(ctx context.Context, run runid.ID) (*runIndex, error) {

@@ -21,8 +21,10 @@
 // different keys and never lose one another, in this process or across
 // processes. Reads are served from a per-run cache, loaded from the bucket on
 // a run's first use and updated by this process's writes. That cache assumes
-// one triad process writes a given run; a second process writing the same
-// run through the same bucket is seen only after a restart.
+// one triad process writes a given run at a time; replicas sharing a bucket
+// take turns through the orchestrator's run lock and call Index.Forget when
+// another replica may have written the run since (a second process writing
+// the run without that is seen only after a restart).
 //
 // Every error that leaves the package is a tmpfs sentinel or plain text: a
 // missing object becomes tmpfs.ErrNotFound, and a refused connection, a

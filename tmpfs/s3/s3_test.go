@@ -10,6 +10,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -568,5 +569,44 @@ func TestCorruptIndexEntry(t *testing.T) {
 	l, err := fresh.List(ctx, run, "")
 	if err != nil || len(l) != 1 || l[0].Path != "good.txt" {
 		t.Fatalf("got %v, %v, want only good.txt", l, err)
+	}
+}
+
+// TestForget: two processes on one bucket. The first caches a run's index
+// and does not see what the second writes until it forgets the run (as a
+// replica does when the run's lock says another one held it), and then
+// sees exactly the bucket's state.
+func TestForget(t *testing.T) {
+	srv := miniotest.Shared(t)
+	a, _ := open(t, srv)
+	b, _ := open(t, srv)
+	ctx := t.Context()
+	run := runid.New()
+	if _, err := a.WriteBytes(ctx, run, "one.txt", []byte("1")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.WriteBytes(ctx, run, "two.txt", []byte("2")); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Delete(ctx, run, "one.txt"); err != nil {
+		t.Fatal(err)
+	}
+	paths := func(s *tmpfs.Store) []string {
+		fs, err := s.List(ctx, run, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, f := range fs {
+			out = append(out, f.Path)
+		}
+		return out
+	}
+	if got := paths(a); !slices.Equal(got, []string{"one.txt"}) {
+		t.Fatalf("a before Forget: got %v, want its cached [one.txt] (the cache is per process)", got)
+	}
+	a.Forget(run)
+	if got := paths(a); !slices.Equal(got, []string{"two.txt"}) {
+		t.Errorf("a after Forget: got %v, want [two.txt]", got)
 	}
 }

@@ -83,20 +83,48 @@ func hashOf(list []byte) string {
 // for example "triad-sandbox:0123456789ab".
 func Tag() string { return Repository + ":" + Hash()[:12] }
 
-// changes are the Dockerfile instructions applied on docker import; a plain
-// import has no config at all.
-func changes() []string {
-	return []string{
-		"ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-		"ENV LANG=C.UTF-8",
-		"ENV HOME=" + Home,
-		"ENV MPLCONFIGDIR=" + Home + "/.config/matplotlib",
-		"ENV MPLBACKEND=module://matplotlib_inline.backend_inline",
-		"ENV PYTHONDONTWRITEBYTECODE=1",
-		"WORKDIR /work",
-		fmt.Sprintf("USER %d:%d", UID, GID),
-		`CMD ["python3"]`,
+// RunConfig is the image's run-time configuration: what `docker import`
+// gets as Dockerfile instructions (changes) and what a docker-archive
+// carries as its config (ExportDockerArchive). Both come from config(), so
+// the Docker and Kubernetes images run kernels alike.
+type RunConfig struct {
+	// Env holds NAME=value pairs.
+	Env []string
+	// WorkingDir is the kernel's working directory.
+	WorkingDir string
+	// User is "uid:gid", numeric, so that runAsNonRoot can check it.
+	User string
+	// Cmd is the default command.
+	Cmd []string
+}
+
+// Config returns the image's run-time configuration.
+func Config() RunConfig {
+	return RunConfig{
+		Env: []string{
+			"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+			"LANG=C.UTF-8",
+			"HOME=" + Home,
+			"MPLCONFIGDIR=" + Home + "/.config/matplotlib",
+			"MPLBACKEND=module://matplotlib_inline.backend_inline",
+			"PYTHONDONTWRITEBYTECODE=1",
+		},
+		WorkingDir: "/work",
+		User:       fmt.Sprintf("%d:%d", UID, GID),
+		Cmd:        []string{"python3"},
 	}
+}
+
+// changes are the Dockerfile instructions applied on docker import; a plain
+// import has no config at all. They are part of the tag hash.
+func changes() []string {
+	c := Config()
+	var out []string
+	for _, e := range c.Env {
+		out = append(out, "ENV "+e)
+	}
+	cmd, _ := json.Marshal(c.Cmd)
+	return append(out, "WORKDIR "+c.WorkingDir, "USER "+c.User, "CMD "+string(cmd))
 }
 
 // Options configure Ensure and Build. The zero value works.

@@ -390,7 +390,8 @@ func (c *Client) send(name string, conn *zmtp.Conn, h header, content any) error
 }
 
 // Execute sends code to the kernel as an execute_request and returns at
-// once; use the Execution to wait for the output. ctx is checked before
+// once; use the Execution to wait for the cell, and ExecOptions.OnOutput
+// to take its output message by message as it arrives. ctx is checked before
 // sending only: the cell's run time is bounded by Execution.Wait's ctx and
 // by Interrupt. It fails with ErrKernelDead or ErrClosed when the client is
 // unusable.
@@ -402,14 +403,18 @@ func (c *Client) Execute(ctx context.Context, code string, opts ExecOptions) (*E
 		return nil, err
 	}
 	h := c.sess.newHeader("execute_request")
-	e := &Execution{c: c, msgID: h.MsgID, done: make(chan struct{})}
+	e := newExecution(c, h.MsgID, opts)
 	// Registered before sending, so no reply can arrive unclaimed.
 	c.register(h.MsgID, e)
+	exprs := opts.UserExpressions
+	if exprs == nil {
+		exprs = map[string]string{}
+	}
 	err := c.send("shell", c.shell, h, executeRequest{
 		Code:            code,
 		Silent:          opts.Silent,
 		StoreHistory:    !opts.SkipHistory,
-		UserExpressions: map[string]any{},
+		UserExpressions: exprs,
 		AllowStdin:      false,
 		StopOnError:     opts.StopOnError,
 	})

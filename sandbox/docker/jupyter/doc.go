@@ -30,6 +30,15 @@
 //	ex, err := c.Execute(ctx, "x*2", jupyter.ExecOptions{})
 //	out, err := ex.Wait(ctx) // ctx ended: partial output and ctx.Err(); Interrupt, then Wait again
 //
+// A caller that must not hold a cell's output (sandbox/docker) takes it
+// message by message instead: ExecOptions.OnOutput is called on the iopub
+// reader for each stream, display, display update, clear_output, result and
+// error message as it arrives, and the client reads nothing more until it
+// returns; ExecOptions.MaxOutput bounds what is handed on, after which the
+// cell's output is dropped undecoded and Execution.Over closes:
+//
+//	ex, err := c.Execute(ctx, code, jupyter.ExecOptions{OnOutput: func(m jupyter.Msg) { … }, MaxOutput: 64 << 20})
+//
 // # API
 //
 //	func NewConnInfo(ipPrefix string) ConnInfo
@@ -46,15 +55,19 @@
 //	func (e *Execution) Wait(ctx context.Context) (Output, error)
 //	func (e *Execution) Output() Output // snapshot so far
 //	func (e *Execution) Done() <-chan struct{}
+//	func (e *Execution) Over() <-chan struct{} // MaxOutput passed
 //	func (e *Execution) MsgID() string
 //	func (b Bundle) Text(mime string) (string, bool)
 //
 // Output holds Stdout, Stderr, Displays (display_data and
 // update_display_data bundles), Result (execute_result), Error (ename,
 // evalue, traceback), Status ("ok", "error", "aborted"), Aborted,
-// ExecutionCount and Complete. Bundle values are the raw JSON the kernel
-// sent, so image/png is its base64 string; Bundle has the same shape as
-// sandbox.Bundle.
+// ExecutionCount, UserExpressions and Complete; with OnOutput set only the
+// reply's fields and Error. Msg is one output message: Kind (MsgStream,
+// MsgDisplay, MsgUpdateDisplay, MsgClear, MsgResult, MsgError), Stream and
+// Text, Display, Wait, Result, Error, and Size. Bundle values are the raw
+// JSON the kernel sent, so image/png is its base64 string; Bundle has the
+// same shape as sandbox.Bundle.
 //
 // Errors: ErrKernelDead (the kernel is gone: close the client, start a new
 // kernel, Dial again; Err also wraps a *zmtp.ViolationError when the kernel

@@ -30,6 +30,29 @@ type ExecOptions struct {
 	// counter (store_history: false). Without history the last
 	// expression's value is still sent as execute_result.
 	SkipHistory bool
+	// UserExpressions are evaluated by the kernel after the cell's code,
+	// in its namespace, when the code ran without an exception; their
+	// results, keyed by name, come back in Output.UserExpressions.
+	UserExpressions map[string]string
+
+	// OnOutput, when set, receives each output message of the cell as it
+	// arrives (see Msg), in order, on the client's iopub reader: the
+	// client reads nothing more from iopub until it returns, so it holds
+	// one message at a time and a slow OnOutput slows the kernel down
+	// instead of growing a buffer. OnOutput must return once the caller
+	// stops caring (it must not block for ever, or Close waits on it) and
+	// must not call the client's methods. The Execution then keeps none of
+	// the output itself: Output carries the reply's fields and Error only.
+	// When nil, the Execution gathers the output into Output as a notebook
+	// shows it.
+	OnOutput func(Msg)
+	// MaxOutput bounds the output handed on, in bytes as Msg.Size counts
+	// them. A message is handed on whole while less than MaxOutput has
+	// been (so what was handed on can exceed it by one message, which the
+	// caller cuts); after that the cell's stream, display and result
+	// messages are dropped without being decoded and Execution.Over is
+	// closed at the first one. Zero means no bound.
+	MaxOutput int64
 }
 
 // Bundle is a Jupyter MIME bundle: data keyed by MIME type, plus metadata,
@@ -55,6 +78,16 @@ func (b Bundle) Text(mime string) (s string, ok bool) {
 	return s, true
 }
 
+// size is what the bundle counts against ExecOptions.MaxOutput: the bytes
+// of its data values, as JSON.
+func (b Bundle) size() int64 {
+	var n int64
+	for _, v := range b.Data {
+		n += int64(len(v))
+	}
+	return n
+}
+
 // Display is one display_data output of a cell.
 type Display struct {
 	Bundle
@@ -64,7 +97,8 @@ type Display struct {
 	// IsUpdate is true when this entry came from an update_display_data
 	// whose display this cell did not show (it was shown by an earlier
 	// cell). Updates of a display shown by this cell replace that entry in
-	// place instead, as a notebook does.
+	// place instead, as a notebook does. It is set in Output.Displays only,
+	// never in a Msg.
 	IsUpdate bool `json:"is_update,omitempty"`
 }
 
@@ -82,8 +116,57 @@ type ExecError struct {
 	Traceback []string `json:"traceback"`
 }
 
+// MsgKind says what an output Msg carries.
+type MsgKind uint8
+
+// Kinds of Msg, one per iopub message type of a cell's output.
+const (
+	// MsgStream is a stream message: Stream ("stdout" or "stderr") and Text.
+	MsgStream MsgKind = iota + 1
+	// MsgDisplay is display_data: Display.
+	MsgDisplay
+	// MsgUpdateDisplay is update_display_data: Display, whose DisplayID
+	// names the display (of this cell or an earlier one) it replaces.
+	MsgUpdateDisplay
+	// MsgClear is clear_output: Wait says the erasure waits for the next
+	// output, so that a redrawn frame replaces the last without flicker.
+	MsgClear
+	// MsgResult is execute_result: Result.
+	MsgResult
+	// MsgError is the iopub error message: Error. Output.Error keeps it too.
+	MsgError
+)
+
+// Msg is one output message of a cell, decoded.
+type Msg struct {
+	Kind    MsgKind
+	Stream  string // MsgStream: "stdout" or "stderr"
+	Text    string // MsgStream
+	Display *Display
+	Wait    bool // MsgClear
+	Result  *ExecuteResult
+	Error   *ExecError
+}
+
+// Size is what m counts against ExecOptions.MaxOutput: the bytes of its
+// text, or of its bundle's data values as JSON. Clear and error messages
+// count nothing.
+func (m Msg) Size() int64 {
+	switch {
+	case m.Kind == MsgStream:
+		return int64(len(m.Text))
+	case m.Display != nil:
+		return m.Display.size()
+	case m.Result != nil:
+		return m.Result.size()
+	}
+	return 0
+}
+
 // Output is what a cell produced, in the shape a caller wants rather than
-// message by message.
+// message by message. With ExecOptions.OnOutput set, only the reply's
+// fields (Status, Aborted, ExecutionCount, UserExpressions, Complete) and
+// Error are filled in; the rest went to OnOutput.
 //
 // clear_output is applied as a notebook applies it: it erases the Stdout,
 // Stderr and Displays gathered so far for this cell (never Result or Error,
@@ -107,6 +190,10 @@ type Output struct {
 	Aborted bool
 	// ExecutionCount is the kernel's execution counter from execute_reply.
 	ExecutionCount int
+	// UserExpressions are the results of ExecOptions.UserExpressions, by
+	// name, as the kernel sent them: {"status": "ok", "data": {...}} or an
+	// error. Nil when the cell raised (the kernel then evaluates none).
+	UserExpressions map[string]json.RawMessage
 	// Complete is true when both execute_reply and the iopub status idle for
 	// this cell have arrived: nothing more will be added.
 	Complete bool
@@ -114,12 +201,12 @@ type Output struct {
 
 // executeRequest is the content of execute_request.
 type executeRequest struct {
-	Code            string         `json:"code"`
-	Silent          bool           `json:"silent"`
-	StoreHistory    bool           `json:"store_history"`
-	UserExpressions map[string]any `json:"user_expressions"`
-	AllowStdin      bool           `json:"allow_stdin"`
-	StopOnError     bool           `json:"stop_on_error"`
+	Code            string            `json:"code"`
+	Silent          bool              `json:"silent"`
+	StoreHistory    bool              `json:"store_history"`
+	UserExpressions map[string]string `json:"user_expressions"`
+	AllowStdin      bool              `json:"allow_stdin"`
+	StopOnError     bool              `json:"stop_on_error"`
 }
 
 // Execution is a cell sent to the kernel. Wait for it as often as needed:
@@ -129,14 +216,28 @@ type Execution struct {
 	c     *Client
 	msgID string
 	done  chan struct{} // closed when Output.Complete becomes true
+	over  chan struct{} // closed when the first message is dropped for MaxOutput
 
-	mu           sync.Mutex
-	out          Output
-	stdout       strings.Builder
-	stderr       strings.Builder
-	gotReply     bool
-	gotIdle      bool
-	pendingClear bool // clear_output(wait=True) seen; erase at next output
+	// Touched only by the iopub reader, one message at a time.
+	onOutput func(Msg)  // the caller's, or col.add
+	max      int64      // ExecOptions.MaxOutput; 0 is no bound
+	used     int64      // bytes handed on
+	dropping bool       // over is closed
+	col      *collector // nil when the caller takes the output
+
+	mu       sync.Mutex
+	out      Output // the reply's fields and Error; col holds the rest
+	gotReply bool
+	gotIdle  bool
+}
+
+func newExecution(c *Client, msgID string, opts ExecOptions) *Execution {
+	e := &Execution{c: c, msgID: msgID, done: make(chan struct{}), over: make(chan struct{}), onOutput: opts.OnOutput, max: opts.MaxOutput}
+	if e.onOutput == nil {
+		e.col = &collector{mu: &e.mu}
+		e.onOutput = e.col.add
+	}
+	return e
 }
 
 // MsgID is the msg_id of the execute_request; every message of this cell
@@ -144,31 +245,26 @@ type Execution struct {
 func (e *Execution) MsgID() string { return e.msgID }
 
 // Done is closed once the cell is complete (execute_reply and status idle
-// have both arrived).
+// have both arrived). Every output message of the cell has been handed to
+// ExecOptions.OnOutput, and OnOutput has returned, before it closes.
 func (e *Execution) Done() <-chan struct{} { return e.done }
+
+// Over is closed when the cell's output passed ExecOptions.MaxOutput and
+// a message was dropped for it. The cell goes on running: stop it.
+func (e *Execution) Over() <-chan struct{} { return e.over }
 
 // Output returns a snapshot of what the cell has produced so far; it is
 // safe to call at any time, from any goroutine.
 func (e *Execution) Output() Output {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	return e.snapshotLocked()
-}
-
-func (e *Execution) snapshotLocked() Output {
 	o := e.out
-	// strings.Builder only ever appends, so the strings it returned earlier
-	// stay valid while the cell keeps writing.
-	o.Stdout = e.stdout.String()
-	o.Stderr = e.stderr.String()
-	o.Displays = append([]Display(nil), e.out.Displays...)
-	if e.out.Result != nil {
-		r := *e.out.Result
-		o.Result = &r
-	}
 	if e.out.Error != nil {
 		x := *e.out.Error
 		o.Error = &x
+	}
+	if e.col != nil {
+		e.col.snapshotLocked(&o)
 	}
 	return o
 }
@@ -229,82 +325,101 @@ type statusContent struct {
 // executeReply is the content of execute_reply; an error reply repeats the
 // exception.
 type executeReply struct {
-	Status         string   `json:"status"`
-	ExecutionCount int      `json:"execution_count"`
-	Ename          string   `json:"ename"`
-	Evalue         string   `json:"evalue"`
-	Traceback      []string `json:"traceback"`
+	Status          string                     `json:"status"`
+	ExecutionCount  int                        `json:"execution_count"`
+	Ename           string                     `json:"ename"`
+	Evalue          string                     `json:"evalue"`
+	Traceback       []string                   `json:"traceback"`
+	UserExpressions map[string]json.RawMessage `json:"user_expressions"`
 }
 
-// onIOPub folds one iopub message whose parent is this cell into the output.
-// It reports whether the cell is now complete.
+// counted are the message types whose size counts against MaxOutput.
+var counted = map[string]bool{"stream": true, "display_data": true, "update_display_data": true, "execute_result": true}
+
+// onIOPub hands one iopub message whose parent is this cell on, or notes
+// the status idle that ends it. It runs on the iopub reader only, so the
+// budget fields need no lock, and OnOutput is called without one. It
+// reports whether the cell is now complete.
 func (e *Execution) onIOPub(m message) (complete bool, err error) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	switch m.Header.MsgType {
-	case "status":
+	t := m.Header.MsgType
+	if t == "status" {
 		var c statusContent
 		if err := json.Unmarshal(m.Content, &c); err != nil {
 			return false, err
 		}
+		e.mu.Lock()
+		defer e.mu.Unlock()
 		if c.ExecutionState == "idle" {
 			e.gotIdle = true
 		}
+		return e.completeLocked(), nil
+	}
+	if counted[t] && e.max > 0 && e.used >= e.max {
+		// Past the budget nothing is decoded: the flood costs the host
+		// one message's read at a time, and the caller stops the cell.
+		if !e.dropping {
+			e.dropping = true
+			close(e.over)
+		}
+		return false, nil
+	}
+	msg, err := decodeOutput(m)
+	if err != nil || msg.Kind == 0 {
+		return false, err
+	}
+	e.used += msg.Size()
+	if msg.Kind == MsgError {
+		e.mu.Lock()
+		x := *msg.Error
+		e.out.Error = &x
+		e.mu.Unlock()
+	}
+	e.onOutput(msg)
+	return false, nil
+}
+
+// decodeOutput decodes an output message; its Kind is 0 for a type that
+// is not output (execute_input, say).
+func decodeOutput(m message) (Msg, error) {
+	switch t := m.Header.MsgType; t {
 	case "stream":
-		var c streamContent
-		if err := json.Unmarshal(m.Content, &c); err != nil {
-			return false, err
+		c, err := decodeStream(m.Content)
+		if err != nil {
+			return Msg{}, err
 		}
-		e.applyPendingClearLocked()
-		switch c.Name {
-		case "stdout":
-			e.stdout.WriteString(c.Text)
-		case "stderr":
-			e.stderr.WriteString(c.Text)
-		}
+		return Msg{Kind: MsgStream, Stream: c.Name, Text: c.Text}, nil
 	case "display_data", "update_display_data":
 		var c displayContent
 		if err := json.Unmarshal(m.Content, &c); err != nil {
-			return false, err
+			return Msg{}, err
 		}
-		e.applyPendingClearLocked()
-		d := Display{Bundle: Bundle{Data: c.Data, Metadata: c.Metadata}, DisplayID: c.Transient.DisplayID}
-		if m.Header.MsgType == "update_display_data" {
-			if e.updateDisplayLocked(d) {
-				break
-			}
-			d.IsUpdate = true
+		kind := MsgDisplay
+		if t == "update_display_data" {
+			kind = MsgUpdateDisplay
 		}
-		e.out.Displays = append(e.out.Displays, d)
+		return Msg{Kind: kind, Display: &Display{Bundle: Bundle{Data: c.Data, Metadata: c.Metadata}, DisplayID: c.Transient.DisplayID}}, nil
 	case "execute_result":
 		var c displayContent
 		if err := json.Unmarshal(m.Content, &c); err != nil {
-			return false, err
+			return Msg{}, err
 		}
-		e.applyPendingClearLocked()
-		e.out.Result = &ExecuteResult{Bundle: Bundle{Data: c.Data, Metadata: c.Metadata}, ExecutionCount: c.ExecutionCount}
+		return Msg{Kind: MsgResult, Result: &ExecuteResult{Bundle: Bundle{Data: c.Data, Metadata: c.Metadata}, ExecutionCount: c.ExecutionCount}}, nil
 	case "error":
 		var c ExecError
 		if err := json.Unmarshal(m.Content, &c); err != nil {
-			return false, err
+			return Msg{}, err
 		}
-		e.applyPendingClearLocked()
-		e.out.Error = &c
+		return Msg{Kind: MsgError, Error: &c}, nil
 	case "clear_output":
 		var c struct {
 			Wait bool `json:"wait"`
 		}
 		if err := json.Unmarshal(m.Content, &c); err != nil {
-			return false, err
+			return Msg{}, err
 		}
-		if c.Wait {
-			e.pendingClear = true
-		} else {
-			e.pendingClear = false
-			e.clearLocked()
-		}
+		return Msg{Kind: MsgClear, Wait: c.Wait}, nil
 	}
-	return e.completeLocked(), nil
+	return Msg{}, nil
 }
 
 // onShell folds the execute_reply into the output and reports whether the
@@ -323,6 +438,7 @@ func (e *Execution) onShell(m message) (complete bool, err error) {
 	e.out.Status = c.Status
 	e.out.Aborted = c.Status == StatusAborted
 	e.out.ExecutionCount = c.ExecutionCount
+	e.out.UserExpressions = c.UserExpressions
 	if c.Status == StatusError && e.out.Error == nil {
 		e.out.Error = &ExecError{Ename: c.Ename, Evalue: c.Evalue, Traceback: c.Traceback}
 	}
@@ -341,31 +457,84 @@ func (e *Execution) completeLocked() bool {
 	return true
 }
 
-func (e *Execution) applyPendingClearLocked() {
-	if e.pendingClear {
-		e.pendingClear = false
-		e.clearLocked()
+// collector gathers a cell's output as a notebook shows it, for callers
+// that set no ExecOptions.OnOutput. It shares the Execution's lock, so
+// Output can take a snapshot while the cell runs.
+type collector struct {
+	mu           *sync.Mutex
+	stdout       strings.Builder
+	stderr       strings.Builder
+	displays     []Display
+	result       *ExecuteResult
+	pendingClear bool // clear_output(wait=True) seen; erase at next output
+}
+
+func (c *collector) add(m Msg) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if m.Kind == MsgClear {
+		c.pendingClear = m.Wait
+		if !m.Wait {
+			c.clear()
+		}
+		return
+	}
+	if c.pendingClear {
+		c.pendingClear = false
+		c.clear()
+	}
+	switch m.Kind {
+	case MsgStream:
+		switch m.Stream {
+		case "stdout":
+			c.stdout.WriteString(m.Text)
+		case "stderr":
+			c.stderr.WriteString(m.Text)
+		}
+	case MsgDisplay:
+		c.displays = append(c.displays, *m.Display)
+	case MsgUpdateDisplay:
+		if !c.update(*m.Display) {
+			d := *m.Display
+			d.IsUpdate = true
+			c.displays = append(c.displays, d)
+		}
+	case MsgResult:
+		c.result = m.Result
 	}
 }
 
-func (e *Execution) clearLocked() {
-	e.stdout = strings.Builder{}
-	e.stderr = strings.Builder{}
-	e.out.Displays = nil
+func (c *collector) clear() {
+	c.stdout = strings.Builder{}
+	c.stderr = strings.Builder{}
+	c.displays = nil
 }
 
-// updateDisplayLocked replaces every display of this cell that has d's
-// display id and reports whether there was one.
-func (e *Execution) updateDisplayLocked(d Display) bool {
+// update replaces every display of this cell that has d's display id and
+// reports whether there was one.
+func (c *collector) update(d Display) bool {
 	if d.DisplayID == "" {
 		return false
 	}
 	found := false
-	for i := range e.out.Displays {
-		if e.out.Displays[i].DisplayID == d.DisplayID {
-			e.out.Displays[i] = d
+	for i := range c.displays {
+		if c.displays[i].DisplayID == d.DisplayID {
+			c.displays[i] = d
 			found = true
 		}
 	}
 	return found
+}
+
+// snapshotLocked copies what was gathered into o; c.mu is held.
+func (c *collector) snapshotLocked(o *Output) {
+	// strings.Builder only ever appends, so the strings it returned earlier
+	// stay valid while the cell keeps writing.
+	o.Stdout = c.stdout.String()
+	o.Stderr = c.stderr.String()
+	o.Displays = append([]Display(nil), c.displays...)
+	if c.result != nil {
+		r := *c.result
+		o.Result = &r
+	}
 }

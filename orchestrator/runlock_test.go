@@ -1,0 +1,206 @@
+package orchestrator_test
+
+import (
+	"context"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/triadhq/triad/cel"
+	"github.com/triadhq/triad/internal/runid"
+	"github.com/triadhq/triad/orchestrator"
+	"github.com/triadhq/triad/tmpfs"
+	"github.com/triadhq/triad/tmpfs/local"
+	"github.com/triadhq/triad/wire"
+)
+
+// sharedLock is a run lock shared by several orchestrators in one test,
+// standing for several processes: a holder, a version that moves on every
+// acquire and release (as a Lease's resourceVersion does), and the call in
+// progress a holder began.
+type sharedLock struct {
+	mu      sync.Mutex
+	free    *sync.Cond
+	holder  string
+	version int
+	pending *orchestrator.Pending
+}
+
+func newSharedLock() *sharedLock {
+	l := &sharedLock{}
+	l.free = sync.NewCond(&l.mu)
+	return l
+}
+
+// proc is one process's view of the lock: the version it left the run at.
+type proc struct {
+	l    *sharedLock
+	name string
+	seen int
+}
+
+func (p *proc) Lock(ctx context.Context, run runid.ID) (orchestrator.Held, error) {
+	l := p.l
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for l.holder != "" {
+		l.free.Wait()
+	}
+	h := &held{p: p, stale: l.version != p.seen}
+	if l.pending != nil {
+		h.orphan = *l.pending
+		l.pending = nil
+	}
+	l.holder = p.name
+	l.version++
+	return h, nil
+}
+
+func (p *proc) Changed(context.Context, runid.ID) bool {
+	p.l.mu.Lock()
+	defer p.l.mu.Unlock()
+	return p.l.version != p.seen
+}
+
+// die releases the lock as a dead holder's expiry would: the call it began
+// stays recorded for the next holder.
+func (p *proc) die() {
+	p.l.mu.Lock()
+	p.l.holder = ""
+	p.l.version++
+	p.l.mu.Unlock()
+	p.l.free.Signal()
+}
+
+type held struct {
+	p      *proc
+	stale  bool
+	orphan orchestrator.Pending
+}
+
+func (h *held) Stale() bool                          { return h.stale }
+func (h *held) Orphan() (orchestrator.Pending, bool) { return h.orphan, h.orphan.Tool != "" }
+func (h *held) Begin(_ context.Context, p orchestrator.Pending) error {
+	h.p.l.mu.Lock()
+	defer h.p.l.mu.Unlock()
+	p.Holder = h.p.name
+	h.p.l.pending = &p
+	return nil
+}
+func (h *held) Unlock() {
+	l := h.p.l
+	l.mu.Lock()
+	l.holder, l.pending = "", nil
+	l.version++
+	h.p.seen = l.version
+	l.mu.Unlock()
+	l.free.Signal()
+}
+
+// TestSharedRunLock: two orchestrators ("replicas") over one store and one
+// shared lock take turns on a run. Each re-reads the journal when the other
+// wrote since it last held the run, so steps are 1..n with no gaps and no
+// repeats; an operator note taken on one is seen by the next step on the
+// other; and a call whose holder died after Begin is recorded as
+// interrupted before the next call's step.
+func TestSharedRunLock(t *testing.T) {
+	ctx := t.Context()
+	dir := t.TempDir()
+	b, err := local.NewBlobs(filepath.Join(dir, "store"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	x, err := local.NewIndex(filepath.Join(dir, "store"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { x.Close() })
+	store := tmpfs.New(b, x, nil)
+	l := newSharedLock()
+	procA, procB := &proc{l: l, name: "replica-a", seen: -1}, &proc{l: l, name: "replica-b", seen: -1}
+	a := orchestrator.New(orchestrator.Config{Store: store, Journal: cel.New(store), RunLock: procA})
+	bo := orchestrator.New(orchestrator.Config{Store: store, Journal: cel.New(store), RunLock: procB})
+	run := runid.New()
+
+	for i, o := range []*orchestrator.Orchestrator{a, bo, a, a, bo} {
+		if _, err := o.Write(ctx, run, wire.WriteRequest{Path: "f.txt", Text: text(strings.Repeat("x", i))}); err != nil {
+			t.Fatalf("write %d: %v", i, err)
+		}
+	}
+	if err := a.Note(ctx, run, "use f.txt", "ops"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := bo.List(ctx, run, ""); err != nil {
+		t.Fatal(err)
+	}
+	got := blocks(t, mustJournal(t, a, run))
+	if len(got) != 6 {
+		t.Fatalf("got %d Step Blocks, want 6", len(got))
+	}
+	for i, blk := range got {
+		if blk.n != i+1 {
+			t.Errorf("block %d is numbered %d, want %d", i, blk.n, i+1)
+		}
+	}
+	if !strings.Contains(got[5].body, "Saw operator note: “use f.txt”") {
+		t.Errorf("step 6 (on the other replica) does not show the note:\n%s", got[5].body)
+	}
+
+	// Replica A begins a call and dies before recording it.
+	h, err := procA.Lock(ctx, run)
+	if err != nil {
+		t.Fatal(err)
+	}
+	started := time.Now().UTC().Truncate(time.Second)
+	if err := h.Begin(ctx, orchestrator.Pending{Step: 7, Tool: orchestrator.ToolExec, Started: started,
+		Inputs: []orchestrator.PendingInput{{Key: "code", Value: []byte(`"x = 21  # sha256:0123"`)}}}); err != nil {
+		t.Fatal(err)
+	}
+	procA.die()
+	if _, err := bo.List(ctx, run, ""); err != nil {
+		t.Fatal(err)
+	}
+	got = blocks(t, mustJournal(t, bo, run))
+	if len(got) != 8 || got[6].n != 7 || got[6].tool != orchestrator.ToolExec || got[7].n != 8 || got[7].tool != orchestrator.ToolList {
+		t.Fatalf("after the dead replica: got %d blocks, last two %+v, want step 7 sandbox.exec (interrupted) then step 8 tmp.list", len(got), got[len(got)-2:])
+	}
+	for _, want := range []string{"Interrupted:", "replica-a", "x = 21"} {
+		if !strings.Contains(got[6].body, want) {
+			t.Errorf("the interrupted block lacks %q:\n%s", want, got[6].body)
+		}
+	}
+	trace, err := bo.Trace(ctx, run)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(trace) != 8 || trace[6].OK || trace[6].Error == nil || trace[6].Step != 7 {
+		t.Errorf("trace of the interrupted step: got %+v, want step 7 failed", trace[6])
+	}
+
+	// A holder that died after recording its call leaves nothing to add.
+	h, err = procB.Lock(ctx, run)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Begin(ctx, orchestrator.Pending{Step: 8, Tool: orchestrator.ToolList, Started: started}); err != nil {
+		t.Fatal(err)
+	}
+	procB.die()
+	if _, err := a.List(ctx, run, ""); err != nil {
+		t.Fatal(err)
+	}
+	if got = blocks(t, mustJournal(t, a, run)); len(got) != 9 || got[8].n != 9 || got[8].tool != orchestrator.ToolList {
+		t.Errorf("after a holder died past recording: got %d blocks, want 9 with step 9 tmp.list", len(got))
+	}
+}
+
+func mustJournal(t *testing.T, o *orchestrator.Orchestrator, run runid.ID) []byte {
+	t.Helper()
+	b, err := o.Journal(t.Context(), run)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
