@@ -8,10 +8,13 @@ const form = $('#launch-form');
 const errBox = $('#launch-error');
 let recipe = null; // wire.RecipeInfo, in full
 
-function pick(name) {
+// pick shows a recipe's form. Chosen by hand on a narrow screen, where
+// the form is below the list, it scrolls the form into view.
+async function pick(name, byHand = false) {
   for (const b of box.querySelectorAll('.recipe-opt')) b.setAttribute('aria-checked', String(b.dataset.name === name));
   history.replaceState(null, '', `/console/launch?recipe=${encodeURIComponent(name)}`);
-  load(name);
+  await load(name);
+  if (byHand && matchMedia('(max-width: 900px)').matches) $('#form-card').scrollIntoView({ block: 'start' });
 }
 
 async function list() {
@@ -24,7 +27,7 @@ async function list() {
   }
   box.replaceChildren(...rs.map((r) => el('button', {
     type: 'button', role: 'radio', class: 'recipe-opt', 'aria-checked': 'false', dataset: { name: r.name },
-    onclick: () => pick(r.name),
+    onclick: () => pick(r.name, true),
   }, el('div', { class: 't' }, r.title || r.name, ' ', el('span', { class: 'muted mono small', text: r.name })),
   el('div', { class: 'd', text: r.description || '' }),
   el('div', { class: 'muted small', text: `backend: ${r.backend}` }))));

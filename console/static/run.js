@@ -243,13 +243,22 @@ const PREVIEW = {
 const kindOf = (p) => PREVIEW[(p.split('.').pop() || '').toLowerCase()];
 
 
+// filesSeen is the file list last drawn: a refresh that finds the same
+// list leaves the tree alone, so an open share box, a folder or the focus
+// is not lost to a redraw.
+let filesSeen = '';
 async function refreshFiles() {
+  let got;
   try {
-    files = (await api('GET', `/runs/${RUN}/files`)).files;
+    got = (await api('GET', `/runs/${RUN}/files`)).files;
   } catch (e) {
     if (!(e instanceof ApiError)) toast(String(e));
     return;
   }
+  const seen = JSON.stringify(got);
+  if (seen === filesSeen) return;
+  filesSeen = seen;
+  files = got;
   $('#dl-ipynb').hidden = !files.some((f) => f.path === 'run.ipynb');
   const deliverables = files.filter((f) => f.path.startsWith('artifacts/') && f.path !== 'artifacts/index.json');
   $('#art-count').textContent = `${deliverables.length} deliverable${deliverables.length === 1 ? '' : 's'} · ${files.length} files`;
