@@ -392,6 +392,26 @@ func (tb *tab) shot(name string) string {
 	return p
 }
 
+// emulate sets the viewport and the colour scheme the page sees.
+func (tb *tab) emulate(w, h int64, mobile bool, scheme string) {
+	tb.t.Helper()
+	tb.do(chromedp.EmulateViewport(w, h, func(p1 *emulation.SetDeviceMetricsOverrideParams, p2 *emulation.SetTouchEmulationEnabledParams) {
+		p1.Mobile = mobile
+	}), chromedp.Func(func(ctx context.Context, _ *chromedp.Target) error {
+		_, err := chromedp.Call(ctx, emulation.SetEmulatedMedia, emulation.SetEmulatedMediaParams{
+			Features: []*emulation.MediaFeature{{Name: "prefers-color-scheme", Value: scheme}}})
+		return err
+	}))
+}
+
+// audit runs the audit script on the page and reports what it finds.
+func (tb *tab) audit(what string) {
+	tb.t.Helper()
+	for _, p := range eval[[]string](tb, audit) {
+		tb.t.Errorf("%s: %s", what, p)
+	}
+}
+
 func (tb *tab) dialogsSeen() []string {
 	tb.mu.Lock()
 	defer tb.mu.Unlock()
@@ -475,6 +495,56 @@ func tail(log string, n int) string {
 	lines := strings.Split(strings.TrimRight(log, "\n"), "\n")
 	return strings.Join(lines[max(0, len(lines)-n):], "\n")
 }
+
+// audit is a script that lists what a page gets wrong for people using a
+// screen reader or reading it in low contrast: form controls and buttons
+// with no accessible name, and visible text whose colour against its
+// effective background is below WCAG AA (4.5:1, or 3:1 for large text).
+const audit = `(() => {
+  const out = [];
+  const vis = (e) => e.getClientRects().length > 0 && getComputedStyle(e).visibility !== 'hidden';
+  const name = (e) => {
+    if (e.labels && e.labels.length) return [...e.labels].map((l) => l.textContent).join(' ');
+    const by = e.getAttribute('aria-labelledby');
+    if (by) return by.split(' ').map((id) => document.getElementById(id)?.textContent || '').join(' ');
+    return e.getAttribute('aria-label') || (e.tagName === 'BUTTON' || e.tagName === 'A' ? e.textContent : '') || e.title || '';
+  };
+  for (const e of document.querySelectorAll('input:not([type=hidden]), select, textarea, button, a[href]')) {
+    if (vis(e) && !name(e).trim()) out.push('no accessible name: ' + e.outerHTML.slice(0, 100));
+  }
+  const rgba = (c) => { const m = c.match(/[\d.]+/g).map(Number); return [m[0], m[1], m[2], m.length > 3 ? m[3] : 1]; };
+  const lum = ([r, g, b]) => { const f = (v) => { v /= 255; return v <= 0.03928 ? v / 12.92 : ((v + 0.055) / 1.055) ** 2.4; }; return 0.2126 * f(r) + 0.7152 * f(g) + 0.0722 * f(b); };
+  const over = (top, under) => [0, 1, 2].map((i) => top[i] * top[3] + under[i] * (1 - top[3])).concat(1);
+  const bg = (e) => {
+    const layers = [];
+    for (let n = e; n && n.nodeType === 1; n = n.parentElement) {
+      const c = rgba(getComputedStyle(n).backgroundColor);
+      if (c[3] > 0) layers.push(c);
+      if (c[3] === 1) break;
+    }
+    let acc = rgba(getComputedStyle(document.documentElement).backgroundColor);
+    if (acc[3] === 0) acc = matchMedia('(prefers-color-scheme: dark)').matches ? [0, 0, 0, 1] : [255, 255, 255, 1];
+    for (const l of layers.reverse()) acc = over(l, acc);
+    return acc;
+  };
+  const seen = new Set();
+  const walker = document.createTreeWalker(document.body, NodeFilter.SHOW_TEXT);
+  for (let t = walker.nextNode(); t; t = walker.nextNode()) {
+    const e = t.parentElement;
+    if (!t.data.trim() || seen.has(e) || !vis(e) || e.closest('.cell-out img, iframe, svg, [aria-hidden=true]')) continue;
+    seen.add(e);
+    const cs = getComputedStyle(e);
+    if (Number(cs.opacity) === 0) continue;
+    const b = bg(e);
+    const f = over(rgba(cs.color), b);
+    const [l1, l2] = [lum(f), lum(b)].sort((x, y) => y - x);
+    const ratio = (l1 + 0.05) / (l2 + 0.05);
+    const px = parseFloat(cs.fontSize), bold = Number(cs.fontWeight) >= 700;
+    const need = px >= 24 || (bold && px >= 18.66) ? 3 : 4.5;
+    if (ratio < need) out.push('contrast ' + ratio.toFixed(2) + ' < ' + need + ': "' + t.data.trim().slice(0, 40) + '" in <' + e.tagName.toLowerCase() + ' class="' + e.className + '"> (' + cs.color + ' on rgb(' + b.slice(0, 3).map(Math.round) + '))');
+  }
+  return out;
+})()`
 
 type runView struct {
 	Status    string `json:"status"`
@@ -932,6 +1002,15 @@ func TestConsole(t *testing.T) {
 		if recipeRun == "" || scratchRun == "" {
 			t.Fatal("needs the recipe and scratch runs")
 		}
+		// The audit finds what it looks for: a faint line and a field
+		// with no label, added to a page for the purpose.
+		a.open("/")
+		a.until(30*time.Second, `document.querySelectorAll('#runs tbody tr').length >= 3`, "the runs list")
+		found := eval[[]string](a, `(() => { const p = document.createElement('p'); p.textContent = 'faint line'; p.style.color = '#c8c8c8';
+			document.querySelector('main').append(p, document.createElement('input')); return `+audit+` })()`)
+		if len(found) != 2 || !strings.Contains(found[0]+found[1], `"faint line"`) || !strings.Contains(found[0]+found[1], "no accessible name: <input>") {
+			t.Fatalf("the audit of a page with a faint line and an unlabelled field found %q", found)
+		}
 		var paths []string
 		for _, vp := range []struct {
 			name   string
@@ -943,29 +1022,32 @@ func TestConsole(t *testing.T) {
 				if dark {
 					scheme = "dark"
 				}
-				a.do(chromedp.EmulateViewport(vp.w, vp.h, func(p1 *emulation.SetDeviceMetricsOverrideParams, p2 *emulation.SetTouchEmulationEnabledParams) {
-					p1.Mobile = vp.mobile
-				}), chromedp.Func(func(ctx context.Context, _ *chromedp.Target) error {
-					_, err := chromedp.Call(ctx, emulation.SetEmulatedMedia, emulation.SetEmulatedMediaParams{
-						Features: []*emulation.MediaFeature{{Name: "prefers-color-scheme", Value: scheme}}})
-					return err
-				}))
+				a.emulate(vp.w, vp.h, vp.mobile, scheme)
 				a.open("/")
 				a.until(30*time.Second, `document.querySelectorAll('#runs tbody tr').length >= 3`, "the runs list")
 				paths = append(paths, a.shot(fmt.Sprintf("runs-%s-%s", vp.name, scheme)))
+				a.audit(fmt.Sprintf("the runs list at %s, %s", vp.name, scheme))
 				a.open("/console/runs/" + recipeRun)
 				a.until(30*time.Second, `document.querySelectorAll('#timeline li').length >= 8 && !!document.querySelector('#cel h2') && !!document.querySelector('#tree li.file')`, "the run page")
 				paths = append(paths, a.shot(fmt.Sprintf("run-%s-%s", vp.name, scheme)))
+				a.audit(fmt.Sprintf("the run page at %s, %s", vp.name, scheme))
 				a.open("/console/runs/" + scratchRun + "/scratch")
 				a.until(30*time.Second, `document.querySelectorAll('.cell').length >= 7`, "the scratch cells")
 				a.do(chromedp.Evaluate[chromedp.Void](`document.querySelector('.cell[data-n="3"]').scrollIntoView()`))
 				time.Sleep(300 * time.Millisecond)
 				paths = append(paths, a.shot(fmt.Sprintf("scratch-%s-%s", vp.name, scheme)))
-				if !dark {
-					a.open("/console/launch?recipe=sales-reallocation")
-					a.until(30*time.Second, `!!document.querySelector('#p-bootstrap')`, "the launch form")
-					paths = append(paths, a.shot(fmt.Sprintf("launch-%s-%s", vp.name, scheme)))
-				}
+				a.audit(fmt.Sprintf("the scratch page at %s, %s", vp.name, scheme))
+				a.open("/console/launch?recipe=sales-reallocation")
+				a.until(30*time.Second, `!!document.querySelector('#p-bootstrap')`, "the launch form")
+				paths = append(paths, a.shot(fmt.Sprintf("launch-%s-%s", vp.name, scheme)))
+				a.audit(fmt.Sprintf("the launch form at %s, %s", vp.name, scheme))
+				// The sign-in page, in a tab with no session.
+				signin := b.tab(t, s)
+				signin.emulate(vp.w, vp.h, vp.mobile, scheme)
+				signin.open("/")
+				signin.until(30*time.Second, `document.body.dataset.page === 'signin'`, "the sign-in page")
+				paths = append(paths, signin.shot(fmt.Sprintf("signin-%s-%s", vp.name, scheme)))
+				signin.audit(fmt.Sprintf("the sign-in page at %s, %s", vp.name, scheme))
 			}
 		}
 		for _, p := range paths {

@@ -375,6 +375,13 @@ func (c *Console) celFragment(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	b, err := c.o.Journal(r.Context(), id)
+	if fe := fault.As(err); fe != nil && fe.Kind == fault.NotFound {
+		// The run is the viewer's (runOf) but has made no call yet: no
+		// journal is news for the page, not an error.
+		w.Header().Set("Cache-Control", "no-store")
+		w.WriteHeader(http.StatusNoContent)
+		return nil
+	}
 	if err != nil {
 		return err
 	}

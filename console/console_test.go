@@ -250,6 +250,18 @@ func TestRunPages(t *testing.T) {
 	if cel.status != 200 || !strings.Contains(cel.body, `class="badge badge-`) || strings.Contains(cel.body, "<img") || !strings.Contains(cel.body, "&lt;img src=x onerror=alert(1)&gt;") {
 		t.Errorf("the rendered journal: %d\n%s", cel.status, cel.body)
 	}
+	// A run of the viewer's that has made no call yet has no journal: no
+	// content, not an error; another tenant's is still 404.
+	fresh := runid.Must("r-console-fresh")
+	if err := s.orch.Claim(actx, fresh); err != nil {
+		t.Fatal(err)
+	}
+	if p := get(t, a, s.url+"/console/runs/"+fresh.String()+"/cel"); p.status != 204 || p.body != "" {
+		t.Errorf("the journal of a run with no call yet: %d %q, want 204", p.status, p.body)
+	}
+	if p := get(t, b, s.url+"/console/runs/"+fresh.String()+"/cel"); p.status != 404 {
+		t.Errorf("another tenant's run with no journal: %d, want 404", p.status)
+	}
 	md := get(t, a, s.url+"/console/runs/"+run.String()+"/render/artifacts/report.md")
 	if md.status != 200 || !strings.Contains(md.body, "<strong>there</strong>") || strings.Contains(md.body, "<script>") {
 		t.Errorf("the rendered report: %d %s", md.status, md.body)

@@ -10,7 +10,9 @@ import (
 	"github.com/yuin/goldmark"
 	"github.com/yuin/goldmark/ast"
 	"github.com/yuin/goldmark/extension"
+	east "github.com/yuin/goldmark/extension/ast"
 	"github.com/yuin/goldmark/parser"
+	"github.com/yuin/goldmark/renderer"
 	"github.com/yuin/goldmark/text"
 	"github.com/yuin/goldmark/util"
 
@@ -29,6 +31,7 @@ func renderMarkdown(src []byte, run runid.ID, dir string) []byte {
 		goldmark.WithExtensions(extension.GFM),
 		goldmark.WithParserOptions(parser.WithAutoHeadingID(),
 			parser.WithASTTransformers(util.Prioritized(&runLinks{run: run, dir: dir}, 100))),
+		goldmark.WithRendererOptions(renderer.WithNodeRenderers(util.Prioritized(taskBoxes{}, 100))),
 	)
 	var out bytes.Buffer
 	if err := md.Convert(src, &out); err != nil {
@@ -39,6 +42,27 @@ func renderMarkdown(src []byte, run runid.ID, dir string) []byte {
 		out.WriteString("</pre>")
 	}
 	return badges(out.Bytes())
+}
+
+// taskBoxes renders a task list's box ("- [ ]", as in CEL.md's plan) as
+// a mark with an accessible name, where GFM's renderer makes a disabled
+// checkbox with no label. Registered with a lower priority value than
+// GFM's (500), it replaces that renderer.
+type taskBoxes struct{}
+
+// RegisterFuncs implements renderer.NodeRenderer.
+func (taskBoxes) RegisterFuncs(reg renderer.NodeRendererFuncRegisterer) {
+	reg.Register(east.KindTaskCheckBox, func(w util.BufWriter, _ []byte, n ast.Node, entering bool) (ast.WalkStatus, error) {
+		if !entering {
+			return ast.WalkContinue, nil
+		}
+		if n.(*east.TaskCheckBox).IsChecked {
+			w.WriteString(`<span class="task task-done" role="img" aria-label="done">☑</span> `)
+		} else {
+			w.WriteString(`<span class="task" role="img" aria-label="not done">☐</span> `)
+		}
+		return ast.WalkContinue, nil
+	})
 }
 
 // fileURL is where the console previews a run file.

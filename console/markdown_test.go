@@ -29,6 +29,9 @@ func TestRenderMarkdown(t *testing.T) {
 				`<span class="badge badge-pass">PASS</span>`, `<span class="badge badge-fail">FAIL</span>`}},
 		{name: "imitation", src: "\\*\\*Evaluation (by Evaluator):\\*\\* PASS — forged\n",
 			not: []string{"badge"}},
+		{name: "task list", src: "- [ ] (none)\n- [x] done\n",
+			want: []string{`<span class="task" role="img" aria-label="not done">☐</span> (none)`, `<span class="task task-done" role="img" aria-label="done">☑</span> done`},
+			not:  []string{"<input"}},
 		{name: "heading ids", src: "## Step 3: sandbox.exec\n", want: []string{`<h2 id="step-3-sandboxexec">`}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

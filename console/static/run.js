@@ -168,7 +168,7 @@ async function refreshCEL() {
   const box = $('#cel');
   const atEnd = box.scrollTop + box.clientHeight >= box.scrollHeight - 20;
   const resp = await fetch(`/console/runs/${RUN}/cel`, { credentials: 'same-origin' });
-  if (resp.status === 404) {
+  if (resp.status === 204) {
     box.replaceChildren(el('p', { class: 'muted', text: 'The journal starts with the run\'s first call.' }));
     return;
   }
