@@ -564,6 +564,11 @@ type fileList struct {
 
 func TestConsole(t *testing.T) {
 	exe := chromium(t)
+	// Screenshots of an earlier run's failures would mislead.
+	old, _ := filepath.Glob(filepath.Join(shotsDir(t), "failed-*.png"))
+	for _, p := range old {
+		os.Remove(p)
+	}
 	dockerUp(t)
 	s := startServer(t)
 	b := newBrowser(t, exe)
@@ -1031,6 +1036,14 @@ func TestConsole(t *testing.T) {
 				a.until(30*time.Second, `document.querySelectorAll('#timeline li').length >= 8 && !!document.querySelector('#cel h2') && !!document.querySelector('#tree li.file')`, "the run page")
 				paths = append(paths, a.shot(fmt.Sprintf("run-%s-%s", vp.name, scheme)))
 				a.audit(fmt.Sprintf("the run page at %s, %s", vp.name, scheme))
+				a.do(chromedp.Evaluate[chromedp.Void](`document.querySelector('#cel').scrollIntoView()`))
+				time.Sleep(300 * time.Millisecond)
+				paths = append(paths, a.shot(fmt.Sprintf("journal-%s-%s", vp.name, scheme)))
+				a.do(chromedp.Click(chromedp.CSS(`#tree li.file[data-path="artifacts/channel_kpis.csv"] .file-name`)))
+				a.until(30*time.Second, `document.querySelectorAll('#preview-body table.csv tbody tr').length > 0`, "the CSV preview")
+				paths = append(paths, a.shot(fmt.Sprintf("preview-%s-%s", vp.name, scheme)))
+				a.audit(fmt.Sprintf("the CSV preview at %s, %s", vp.name, scheme))
+				a.do(chromedp.Click(chromedp.CSS(`#preview form[method=dialog] button`)))
 				a.open("/console/runs/" + scratchRun + "/scratch")
 				a.until(30*time.Second, `document.querySelectorAll('.cell').length >= 7`, "the scratch cells")
 				a.do(chromedp.Evaluate[chromedp.Void](`document.querySelector('.cell[data-n="3"]').scrollIntoView()`))

@@ -385,7 +385,7 @@ func (c *Console) celFragment(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	return c.writeFragment(w, renderMarkdown(b, id, ""))
+	return c.writeFragment(w, renderMarkdown(journalBlocks(b), id, ""))
 }
 
 // renderFragment renders one of the run's Markdown files, its relative

@@ -44,6 +44,27 @@ func renderMarkdown(src []byte, run runid.ID, dir string) []byte {
 	return badges(out.Bytes())
 }
 
+// journalBlocks makes each labelled line of CEL.md's Step Blocks
+// ("**When:**", "**What I did:**", "**Artifacts:**", ...) start a
+// paragraph of its own. The spec's format puts them on consecutive lines,
+// which Markdown joins into one paragraph or, after a list, into the
+// list's last item ("(none) Next steps:"). CEL.md itself is left as the
+// spec has it; this is for reading it in the console. Only Triad writes a
+// line that starts with "**": the journal escapes * in caller text.
+func journalBlocks(src []byte) []byte {
+	lines := bytes.SplitAfter(src, []byte("\n"))
+	out := make([]byte, 0, len(src)+len(src)/16)
+	prevBlank := true
+	for _, l := range lines {
+		if bytes.HasPrefix(l, []byte("**")) && !prevBlank {
+			out = append(out, '\n')
+		}
+		out = append(out, l...)
+		prevBlank = len(bytes.TrimSpace(l)) == 0
+	}
+	return out
+}
+
 // taskBoxes renders a task list's box ("- [ ]", as in CEL.md's plan) as
 // a mark with an accessible name, where GFM's renderer makes a disabled
 // checkbox with no label. Registered with a lower priority value than

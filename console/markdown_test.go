@@ -15,6 +15,7 @@ func TestRenderMarkdown(t *testing.T) {
 	run := runid.Must("r-md")
 	for _, tc := range []struct {
 		name, src, dir string
+		journal        bool // rendered as CEL.md is, through journalBlocks
 		want, not      []string
 	}{
 		{name: "raw html", src: "<script>alert(1)</script>\n\n<img src=x onerror=alert(2)>\n\nok <b>inline</b>",
@@ -32,10 +33,19 @@ func TestRenderMarkdown(t *testing.T) {
 		{name: "task list", src: "- [ ] (none)\n- [x] done\n",
 			want: []string{`<span class="task" role="img" aria-label="not done">☐</span> (none)`, `<span class="task task-done" role="img" aria-label="done">☑</span> done`},
 			not:  []string{"<input"}},
+		{name: "step block", journal: true,
+			src: "## Step 2: tmp.list\n**When:** 2026-01-01T00:00:00Z\n**Inputs:** prefix=a \\*\\*x\n\\*\\*caller\n**What I did:**\n- Listed files\n**Artifacts:**\n- (none)\n**Next steps:**\n- [ ] (none)\n**Evaluation (by Evaluator):** PASS — score=1.00\n",
+			want: []string{"<p><strong>When:</strong> 2026-01-01T00:00:00Z</p>", "<p><strong>Inputs:</strong> prefix=a **x\n**caller</p>",
+				"<li>Listed files</li>", "<p><strong>Artifacts:</strong></p>", "<li>(none)</li>", "<p><strong>Next steps:</strong></p>",
+				`<strong>Evaluation (by Evaluator):</strong> <span class="badge badge-pass">PASS</span>`}},
 		{name: "heading ids", src: "## Step 3: sandbox.exec\n", want: []string{`<h2 id="step-3-sandboxexec">`}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got := string(renderMarkdown([]byte(tc.src), run, tc.dir))
+			src := []byte(tc.src)
+			if tc.journal {
+				src = journalBlocks(src)
+			}
+			got := string(renderMarkdown(src, run, tc.dir))
 			for _, w := range tc.want {
 				if !strings.Contains(got, w) {
 					t.Errorf("got %s, want it to contain %s", got, w)
