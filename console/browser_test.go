@@ -1007,6 +1007,7 @@ func TestConsole(t *testing.T) {
 		if recipeRun == "" || scratchRun == "" {
 			t.Fatal("needs the recipe and scratch runs")
 		}
+		var paths []string
 		// The audit finds what it looks for: a faint line and a field
 		// with no label, added to a page for the purpose.
 		a.open("/")
@@ -1016,7 +1017,36 @@ func TestConsole(t *testing.T) {
 		if len(found) != 2 || !strings.Contains(found[0]+found[1], `"faint line"`) || !strings.Contains(found[0]+found[1], "no accessible name: <input>") {
 			t.Fatalf("the audit of a page with a faint line and an unlabelled field found %q", found)
 		}
-		var paths []string
+		// Keyboard: Tab walks the runs page in document order, from the
+		// skip link through the header to the filters and the runs, and
+		// every stop shows a focus ring.
+		a.emulate(1280, 800, false, "light")
+		a.open("/")
+		a.until(30*time.Second, `document.querySelectorAll('#runs tbody tr').length >= 3`, "the runs list")
+		var stops []string
+		for i := 0; i < 12; i++ {
+			a.do(chromedp.KeyEvent(kb.Tab))
+			stop := eval[string](a, `(() => { const e = document.activeElement; if (!e || e === document.body) return 'body';
+				const prev = window.__lastFocus; window.__lastFocus = e;
+				const after = !prev || !!(prev.compareDocumentPosition(e) & Node.DOCUMENT_POSITION_FOLLOWING);
+				const cs = getComputedStyle(e);
+				const ring = e.matches(':focus-visible') && cs.outlineStyle !== 'none' && parseFloat(cs.outlineWidth) >= 2;
+				return (e.id || e.getAttribute('href') || e.textContent.trim().slice(0, 24)) + (after ? '' : ' (out of order)') + (ring ? '' : ' (no focus ring)') })()`)
+			stops = append(stops, stop)
+			if i == 1 {
+				paths = append(paths, a.shot("focus-1280x800-light"))
+			}
+		}
+		if !strings.HasPrefix(stops[0], "#main") || !slices.Contains(stops, "f-status") || !slices.Contains(stops, "/console/runs/"+scratchRun) {
+			t.Errorf("Tab stops on the runs page: %q: want the skip link first, then the header, the filters and the runs", stops)
+		}
+		t.Logf("Tab stops on the runs page: %q", stops)
+		for _, st := range stops {
+			if strings.Contains(st, "(") || st == "body" {
+				t.Errorf("Tab stops on the runs page: %q", stops)
+				break
+			}
+		}
 		for _, vp := range []struct {
 			name   string
 			w, h   int64
