@@ -68,7 +68,7 @@ func (s *Server) runFile(w http.ResponseWriter, r *http.Request) error {
 	if dl == "1" || dl == "true" {
 		h.Set("Content-Disposition", attachment(path.Base(f.Path)))
 	}
-	return s.serveBlob(w, r, path.Base(f.Path), f.SHA256, rd, f.ModifiedAt.Unix())
+	return s.serveBlob(w, r, blobRead{run: id, path: f.Path, d: f.SHA256, modUnix: f.ModifiedAt.Unix()}, rd)
 }
 
 // attachment is a Content-Disposition that downloads as name.

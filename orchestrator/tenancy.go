@@ -501,6 +501,11 @@ func (o *Orchestrator) OpenBlob(ctx context.Context, run runid.ID, d tmpfs.Diges
 	return r, nil
 }
 
+// StoreError turns an error from reading a run's file (or a blob it holds)
+// into the fault a caller sees: a corrupt or quarantined blob is corrupt,
+// a store that does not answer is store_unavailable, and so on.
+func StoreError(err error, run runid.ID, path string) error { return storeErr(err, run, path) }
+
 // RunsQuery selects a page of a tenant's runs.
 type RunsQuery struct {
 	// Tenant is the caller's own when empty; another needs an admin.
