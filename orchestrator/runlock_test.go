@@ -122,6 +122,10 @@ func TestSharedRunLock(t *testing.T) {
 	procA, procB := &proc{l: l, name: "replica-a", seen: -1}, &proc{l: l, name: "replica-b", seen: -1}
 	a := orchestrator.New(orchestrator.Config{Store: store, Journal: cel.New(store), RunLock: procA})
 	bo := orchestrator.New(orchestrator.Config{Store: store, Journal: cel.New(store), RunLock: procB})
+	// Both write what their calls left pending (run index entries, blob
+	// markers) before the index closes and the directory goes: a flush
+	// after the test removed it failed the test's cleanup.
+	t.Cleanup(func() { a.Close(); bo.Close() })
 	run := runid.New()
 
 	for i, o := range []*orchestrator.Orchestrator{a, bo, a, a, bo} {
