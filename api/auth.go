@@ -4,10 +4,12 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"strings"
 
 	"github.com/triadhq/triad/auth"
 	"github.com/triadhq/triad/auth/keys"
+	"github.com/triadhq/triad/auth/session"
 	"github.com/triadhq/triad/internal/fault"
 )
 
@@ -30,6 +32,9 @@ func (s *Server) authenticate(next http.Handler) http.Handler {
 			return
 		}
 		p, err := s.principal(r)
+		if err == nil {
+			err = s.sameOrigin(r)
+		}
 		if err == nil && !p.Has(need) {
 			err = fault.New(fault.Forbidden, fmt.Sprintf("API key %s (scopes %v) does not have the %s scope %s %s needs", p.KeyID, p.Scopes, need, r.Method, r.URL.Path),
 				fmt.Sprintf("use a key with the %s scope; an admin creates one with: triad keys create --name NAME --scope %s", need, need))
@@ -42,13 +47,32 @@ func (s *Server) authenticate(next http.Handler) http.Handler {
 	})
 }
 
-// principal authenticates a request.
+// principal authenticates a request: by its API key (Authorization:
+// Bearer), else by a console session's cookie (whose state-changing
+// requests must carry the session's CSRF token), else as the operator
+// where no key is needed.
 func (s *Server) principal(r *http.Request) (auth.Principal, error) {
 	if s.keys == nil {
 		return auth.Operator, nil // --auth none
 	}
 	h := r.Header.Get("Authorization")
 	if h == "" {
+		if c, err := r.Cookie(session.CookieName); err == nil && s.c.Sessions != nil && c.Value != "" {
+			if s.open {
+				if any, err := s.keys.Any(r.Context()); err == nil && !any {
+					return auth.Operator, nil
+				}
+			}
+			sess, p, err := s.c.Sessions.Resolve(r.Context(), c.Value)
+			if err != nil {
+				return auth.Principal{}, err
+			}
+			if !safeMethod(r.Method) && !sess.CheckCSRF(r.Header.Get(session.CSRFHeader)) {
+				return auth.Principal{}, fault.New(fault.Forbidden, "this request from a console session carries no valid CSRF token",
+					"reload the console page and try again; programs send Authorization: Bearer <key> instead of a cookie")
+			}
+			return p, nil
+		}
 		if s.open {
 			any, err := s.keys.Any(r.Context())
 			if err != nil {
@@ -66,6 +90,38 @@ func (s *Server) principal(r *http.Request) (auth.Principal, error) {
 			"send Authorization: Bearer trd_<id>_<secret>")
 	}
 	return s.keys.Authenticate(r.Context(), strings.TrimSpace(tok))
+}
+
+// safeMethod reports whether a method only reads.
+func safeMethod(m string) bool {
+	return m == http.MethodGet || m == http.MethodHead || m == http.MethodOptions
+}
+
+// sameOrigin refuses a state-changing request that a browser sent from
+// another origin (its Origin header names another host, or "null"): with
+// authentication off or open on loopback, and for a signed-in console,
+// a page elsewhere must not be able to make the browser call the tools.
+// Programs send no Origin and are not affected. See docs/DECISIONS.md,
+// "The web console".
+func (s *Server) sameOrigin(r *http.Request) error {
+	if safeMethod(r.Method) {
+		return nil
+	}
+	o := r.Header.Get("Origin")
+	if o == "" {
+		if r.Header.Get("Sec-Fetch-Site") != "cross-site" {
+			return nil
+		}
+	} else if u, err := url.Parse(o); err == nil && u.Host != "" {
+		if strings.EqualFold(u.Host, r.Host) {
+			return nil
+		}
+		if pu, err := url.Parse(s.c.PublicURL); err == nil && s.c.PublicURL != "" && strings.EqualFold(u.Host, pu.Host) {
+			return nil
+		}
+	}
+	return fault.New(fault.Forbidden, fmt.Sprintf("a request from another origin (%q) was refused", o),
+		"call the API from a program (with Authorization: Bearer <key>), or use the console at this server's own address")
 }
 
 // secure sets the security headers every answer carries. API answers are

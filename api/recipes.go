@@ -9,7 +9,9 @@ import (
 
 	"github.com/triadhq/triad/internal/fault"
 	"github.com/triadhq/triad/internal/runid"
+	"github.com/triadhq/triad/orchestrator"
 	"github.com/triadhq/triad/recipes/runner"
+	"github.com/triadhq/triad/wire"
 )
 
 func (s *Server) needRunner() error {
@@ -48,19 +50,42 @@ func (s *Server) runGet(w http.ResponseWriter, r *http.Request) error {
 	return writeJSON(w, http.StatusOK, view)
 }
 
-// runEvents streams a run's progress as Server-Sent Events: one "state"
-// event with the run as it is, then "step" and "run" events until it ends.
+// runEvents streams a run's progress as Server-Sent Events, for every
+// run. A recipe run's stream opens with a "state" event (the recipe run as
+// it is); every run's then has a "call" event for each journaled call so
+// far and each one after (its id is the step number: a client that
+// reconnects with Last-Event-ID gets only the calls it missed), and a
+// "journal" event for each note and summary. A recipe run's "step" and
+// "run" events report its progress, and its stream ends with "end" (the
+// final state) when it ends; a manual run's stream lasts until the client
+// leaves.
 func (s *Server) runEvents(w http.ResponseWriter, r *http.Request) error {
-	if err := s.needRunner(); err != nil {
-		return err
-	}
 	id, err := runid.Parse(mux.Vars(r)["id"])
 	if err != nil {
 		return err
 	}
-	ch, cancel := s.runner.Subscribe(id)
-	defer cancel()
-	st, err := s.runner.Status(r.Context(), id)
+	ctx := r.Context()
+	calls, cancelCalls, err := s.orch.Subscribe(ctx, id)
+	if err != nil {
+		return err
+	}
+	defer cancelCalls()
+	var (
+		recipe <-chan runner.Event // nil for a manual run: never ready
+		state  *runner.State
+	)
+	if s.runner != nil {
+		ch, cancel := s.runner.Subscribe(id)
+		defer cancel()
+		st, err := s.runner.Status(ctx, id)
+		if fe := fault.As(err); err != nil && (fe == nil || fe.Kind != fault.NotFound) {
+			return err
+		}
+		if err == nil {
+			recipe, state = ch, &st
+		}
+	}
+	past, err := s.orch.Calls(ctx, id)
 	if err != nil {
 		return err
 	}
@@ -68,23 +93,62 @@ func (s *Server) runEvents(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	send := sse.send
-	send("state", st)
+	if state != nil {
+		sse.send("state", state)
+	}
+	last, _ := strconv.Atoi(r.Header.Get("Last-Event-ID"))
+	call := func(c *wire.CallEvent) {
+		if c.Step > last {
+			sse.sendID("call", strconv.Itoa(c.Step), c)
+			last = c.Step
+		}
+	}
+	for i := range past {
+		call(&past[i])
+	}
 	keep := time.NewTicker(15 * time.Second)
 	defer keep.Stop()
 	for {
 		select {
-		case e, ok := <-ch:
+		case u, ok := <-calls:
 			if !ok {
-				if final, err := s.runner.Status(r.Context(), id); err == nil {
-					send("end", final)
+				return nil // fell behind: the client reconnects with Last-Event-ID
+			}
+			switch {
+			case u.Call != nil:
+				call(u.Call)
+			case u.Journal != nil:
+				sse.send("journal", u.Journal)
+			}
+		case e, ok := <-recipe:
+			if !ok {
+				// The run's last calls and its summary were published
+				// before it ended: send them before the end.
+				for drained := false; !drained; {
+					select {
+					case u, ok := <-calls:
+						if !ok {
+							drained = true
+						} else if u.Call != nil {
+							call(u.Call)
+						} else if u.Journal != nil {
+							sse.send("journal", u.Journal)
+						}
+					default:
+						drained = true
+					}
+				}
+				if final, err := s.runner.Status(ctx, id); err == nil {
+					sse.send("end", final)
 				}
 				return nil
 			}
-			send(e.Type, e)
+			sse.send(e.Type, e)
 		case <-keep.C:
 			sse.comment("keep-alive")
-		case <-r.Context().Done():
+		case <-ctx.Done():
+			return nil
+		case <-s.closing:
 			return nil
 		}
 	}
@@ -128,7 +192,15 @@ func (s *Server) runsList(w http.ResponseWriter, r *http.Request) error {
 			return fault.Badf("send limit between 1 and 200, or omit it for 50", "limit %q is not a positive integer", lim)
 		}
 	}
-	out, err := s.orch.Runs(r.Context(), tenant, cursor, n)
+	status, err := query(r, "status", false)
+	if err != nil {
+		return err
+	}
+	recipe, err := query(r, "recipe", false)
+	if err != nil {
+		return err
+	}
+	out, err := s.orch.Runs(r.Context(), orchestrator.RunsQuery{Tenant: tenant, Cursor: cursor, Limit: n, Status: status, Recipe: recipe})
 	if err != nil {
 		return err
 	}

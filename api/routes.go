@@ -105,9 +105,17 @@ func (s *Server) table() []*route {
 			{Name: "cursor", Description: "next_cursor from the previous page"},
 			{Name: "limit", Description: "runs per page, 1-200 (default 50)", Integer: true},
 			{Name: "tenant", Description: "another tenant's runs (admin keys only)"},
+			{Name: "status", Description: "only runs with this status: open, queued, running, succeeded, failed"},
+			{Name: "recipe", Description: "only runs of this recipe; manual for the runs of no recipe"},
 		}, Answer: wire.RunList{}, h: s.runsList},
 		{Methods: get, Path: "/runs/{id}", Scope: auth.Read, Summary: "A run: its steps, verdicts, artifacts, recipe state and who started it", Answer: wire.RunView{}, h: s.runGet},
-		{Methods: get, Path: "/runs/{id}/events", Scope: auth.Read, Summary: "A recipe run's progress as Server-Sent Events", AnswerType: "text/event-stream", h: s.runEvents},
+		{Methods: get, Path: "/runs/{id}/events", Scope: auth.Read, Summary: "A run's progress as Server-Sent Events: a call event (wire.CallEvent, id = step) for every journaled call so far and each one after, " +
+			"a journal event for each note and summary; a recipe run's stream also has state (first), step and run events, and ends with end", AnswerType: "text/event-stream", h: s.runEvents},
+		{Methods: get, Path: "/runs/{id}/files", Scope: auth.Read, Summary: "Every file of a run with the call that produced it, for people (not a tool call: not journaled)", Answer: wire.RunFiles{}, h: s.runFiles},
+		{Methods: getHd, Path: "/runs/{id}/files/{path:.+}", Scope: auth.Read, Summary: "A run file's bytes for a person to preview or download (not a tool call: not journaled); " +
+			"served with nosniff and, every type but PDF, Content-Security-Policy: sandbox", Query: []param{
+			{Name: "download", Description: "1 to download it (Content-Disposition: attachment) rather than show it"},
+		}, AnswerType: "application/octet-stream", h: s.runFile},
 		{Methods: post, Path: "/runs/{id}/replay", Scope: auth.Runs, Summary: "Replay a run from its trace as a new run, and report per file whether it came out the same", Body: wire.ReplayRequest{}, OK: http.StatusCreated, Answer: wire.ReplayReport{}, h: s.runReplay},
 		{Methods: post, Path: "/runs/{id}/share", Scope: auth.Runs, Summary: "A link that downloads a run's file (or files under a prefix) without a key", Body: wire.ShareRequest{}, OK: http.StatusCreated, Answer: wire.Share{}, h: s.shareCreate},
 		{Methods: del, Path: "/shares/{id}", Scope: auth.Runs, Summary: "Revoke a share link", Answer: wire.OK{}, h: s.shareRevoke},
@@ -134,7 +142,10 @@ func (s *Server) table() []*route {
 			})},
 		{Methods: put, Path: "/tmp/files/{path:.+}", Scope: auth.Runs, RunHeader: true, Summary: "tmp.write, streamed: the raw body becomes the run file", BodyType: "application/octet-stream", Answer: wire.FileRef{}, h: s.filePut},
 		{Methods: getHd, Path: "/tmp/files/{path:.+}", Scope: auth.Read, RunHeader: true, Summary: "tmp.read, streamed: the run file's raw bytes (Range supported)", AnswerType: "application/octet-stream", h: s.fileGet},
-		{Methods: getHd, Path: "/blobs/{sha256}", Scope: auth.Read, RunHeader: true, Summary: "A blob by sha256, for a caller naming a run that holds it", AnswerType: "application/octet-stream", h: s.blobGet},
+		{Methods: getHd, Path: "/blobs/{sha256}", Scope: auth.Read, RunHeader: true, Summary: "A blob by sha256, for a caller naming a run that holds it (X-Run-Id, or ?run= in a link)", Query: []param{
+			{Name: "run", Description: "the run that holds the blob, for a link that cannot send X-Run-Id"},
+			{Name: "name", Description: "a file name: the blob downloads as an attachment with this name"},
+		}, AnswerType: "application/octet-stream", h: s.blobGet},
 
 		{Methods: post, Path: "/browser/search", Scope: auth.Runs, RunHeader: true, Summary: "browser.search: search the web", Body: wire.SearchRequest{}, Answer: wire.SearchResponse{}, h: s.browserSearch},
 		{Methods: post, Path: "/sandbox/exec", Scope: auth.Runs, RunHeader: true, Summary: "sandbox.exec: run a Python cell in the run's kernel; with Accept: text/event-stream, its output streams as events and the last (done) is the answer",

@@ -101,6 +101,16 @@ func (e *eventStream) send(event string, v any) {
 	e.fl.Flush()
 }
 
+// sendID writes one event with an id, which a reconnecting EventSource
+// sends back as Last-Event-ID.
+func (e *eventStream) sendID(event, id string, v any) {
+	b, _ := json.Marshal(v)
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	fmt.Fprintf(e.w, "id: %s\nevent: %s\ndata: %s\n\n", id, event, b)
+	e.fl.Flush()
+}
+
 // comment writes an SSE comment (a keep-alive).
 func (e *eventStream) comment(text string) {
 	e.mu.Lock()

@@ -9,12 +9,14 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/gorilla/mux"
 
 	"github.com/triadhq/triad/auth"
 	"github.com/triadhq/triad/auth/keys"
+	"github.com/triadhq/triad/auth/session"
 	"github.com/triadhq/triad/auth/share"
 	"github.com/triadhq/triad/internal/fault"
 	"github.com/triadhq/triad/internal/runid"
@@ -41,6 +43,9 @@ type Server struct {
 	routes  []*route
 	byRoute map[*mux.Route]*route
 	doc     docCache
+
+	closing   chan struct{} // closed by Close: event streams end
+	closeOnce sync.Once
 }
 
 // Config configures a Server.
@@ -73,6 +78,10 @@ type Config struct {
 	// key; by default it needs none.
 	MetricsHandler http.Handler
 	MetricsNeedKey bool
+	// Sessions resolves the web console's session cookies: a signed-in
+	// browser calls the API as its key's principal, with a CSRF token on
+	// every state-changing request. Nil accepts no cookie.
+	Sessions *session.Store
 }
 
 // Metrics receives one finished request: its route template (never the
@@ -94,7 +103,7 @@ func New(c Config) *Server {
 		c.MaxShareTTL = 30 * 24 * time.Hour
 	}
 	s := &Server{orch: c.Orchestrator, runner: c.Runner, log: c.Logger, keys: c.Keys, open: c.OpenWithoutKeys,
-		shares: c.Shares, c: c, byRoute: map[*mux.Route]*route{}}
+		shares: c.Shares, c: c, byRoute: map[*mux.Route]*route{}, closing: make(chan struct{})}
 	r := mux.NewRouter()
 	// Paths are validated, not cleaned: "/tmp/files/../x" must be refused
 	// with a structured 400, not redirected somewhere else.
@@ -115,6 +124,15 @@ func New(c Config) *Server {
 		s.add(rt)
 	}
 	return s
+}
+
+// Close ends the open event streams (GET /runs/{id}/events), which
+// otherwise follow a run until the client leaves, so that a server
+// shutting down need not wait for them. Call it before http.Server's
+// Shutdown; it is safe to call twice.
+func (s *Server) Close() error {
+	s.closeOnce.Do(func() { close(s.closing) })
+	return nil
 }
 
 // Router exposes the router so later surfaces (MCP at /mcp) mount beside

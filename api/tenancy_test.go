@@ -85,8 +85,15 @@ func TestTenantsSeeOnlyTheirRuns(t *testing.T) {
 	sha := secret.SHA256.String()
 	// One probe per route: B's request against A's run.
 	probes := map[string]func() answer{
-		"GET /runs/{id}":         func() answer { return b.do("GET", "/runs/"+runA, "", nil) },
-		"GET /runs/{id}/events":  func() answer { return b.do("GET", "/runs/"+runA+"/events", "", nil) },
+		"GET /runs/{id}":        func() answer { return b.do("GET", "/runs/"+runA, "", nil) },
+		"GET /runs/{id}/events": func() answer { return b.do("GET", "/runs/"+runA+"/events", "", nil) },
+		"GET /runs/{id}/files":  func() answer { return b.do("GET", "/runs/"+runA+"/files", "", nil) },
+		"GET /runs/{id}/files/{path:.+}": func() answer {
+			return b.do("GET", "/runs/"+runA+"/files/artifacts/secret.csv", "", nil)
+		},
+		"HEAD /runs/{id}/files/{path:.+}": func() answer {
+			return b.do("HEAD", "/runs/"+runA+"/files/artifacts/secret.csv", "", nil)
+		},
 		"POST /runs/{id}/replay": func() answer { return b.do("POST", "/runs/"+runA+"/replay", "", nil) },
 		"POST /runs/{id}/share": func() answer {
 			return b.do("POST", "/runs/"+runA+"/share", "", body(map[string]any{"path": "artifacts/secret.csv"}))

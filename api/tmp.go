@@ -101,7 +101,8 @@ func (s *Server) fileGet(w http.ResponseWriter, r *http.Request) error {
 	return s.serveBlob(w, r, blobRead{run: id, path: f.Path, d: f.SHA256, modUnix: f.ModifiedAt.Unix()}, rd)
 }
 
-// blobGet serves a blob by sha256 to a caller who names (X-Run-Id) a run
+// blobGet serves a blob by sha256 to a caller who names (X-Run-Id, or
+// ?run= in a link) a run
 // it may read that holds those bytes. Without one, or with any other run,
 // the answer is one not_found, whether the blob exists or not: no caller
 // learns that some bytes are stored by asking (docs/DECISIONS.md, "Who
@@ -114,7 +115,17 @@ func (s *Server) blobGet(w http.ResponseWriter, r *http.Request) error {
 		return fault.Wrap(fault.BadInput, err, fmt.Sprintf("%q is not a sha256", raw),
 			"use the 64 hex digits that tmp.write, tmp.list or files_out reported")
 	}
-	id, err := run(r)
+	rid := r.Header.Get(RunHeader)
+	if rid == "" {
+		if rid, err = query(r, "run", false); err != nil {
+			return err
+		}
+	}
+	name, err := query(r, "name", false)
+	if err != nil {
+		return err
+	}
+	id, err := runid.Parse(rid)
 	if err != nil {
 		return orchestrator.BlobNotFound(d)
 	}
@@ -124,7 +135,10 @@ func (s *Server) blobGet(w http.ResponseWriter, r *http.Request) error {
 	}
 	defer rd.Close()
 	w.Header().Set("Cache-Control", "private, max-age=31536000, immutable")
-	w.Header().Set("Vary", "Authorization, X-Run-Id")
+	w.Header().Set("Vary", "Authorization, Cookie, X-Run-Id")
+	if name != "" {
+		w.Header().Set("Content-Disposition", attachment(name))
+	}
 	return s.serveBlob(w, r, blobRead{run: id, d: d}, rd)
 }
 

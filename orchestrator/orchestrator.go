@@ -37,6 +37,7 @@ type Orchestrator struct {
 	search0 browser.Provider
 	t       *tenancy
 	metrics hooks
+	feed    feed
 
 	rmu         sync.Mutex
 	replayAll   bool
@@ -213,12 +214,19 @@ func (o *Orchestrator) call(ctx context.Context, run runid.ID, out Outcome, fn f
 // sets its verdict.
 func (o *Orchestrator) finish(ctx context.Context, s *Step) {
 	o.record(ctx, s)
+	objective := o.objective(s.Run)
 	o.noteRun(ctx, s.Run, s.touched(), func(sum *summary) {
 		sum.Steps++
+		if sum.Objective == "" {
+			sum.Objective = objective
+		}
 		if s.verdict != nil {
 			sum.LastVerdict = "FAIL"
+			sum.Failed++
 			if s.verdict.Pass {
 				sum.LastVerdict = "PASS"
+				sum.Passed++
+				sum.Failed--
 			}
 		}
 	})

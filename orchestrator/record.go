@@ -46,6 +46,16 @@ func (o *Orchestrator) SetRunInfo(run runid.ID, recipe, objective string) {
 	o.j.meta[run] = cel.Header{Run: run, Recipe: recipe, Objective: objective}
 }
 
+// objective is the run's objective as SetRunInfo gave it, if it did.
+func (o *Orchestrator) objective(run runid.ID) string {
+	if o.j == nil {
+		return ""
+	}
+	o.j.mu.Lock()
+	defer o.j.mu.Unlock()
+	return o.j.meta[run].Objective
+}
+
 // startJournal writes the journal's header, with the run's setup, if the
 // run has none yet: at its first call or note. The setup is recorded then
 // too, so every journaled run has one.
@@ -144,6 +154,8 @@ func (o *Orchestrator) record1(ctx context.Context, s *Step) error {
 		si.Receipt.Step, si.Receipt.Verdict = n, verdict
 	}
 	s.verdict = &verdict
+	call := callEvent(tr)
+	o.publish(run, Update{Call: &call})
 	return nil
 }
 

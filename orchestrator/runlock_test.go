@@ -122,8 +122,9 @@ func TestSharedRunLock(t *testing.T) {
 	procA, procB := &proc{l: l, name: "replica-a", seen: -1}, &proc{l: l, name: "replica-b", seen: -1}
 	a := orchestrator.New(orchestrator.Config{Store: store, Journal: cel.New(store), RunLock: procA})
 	bo := orchestrator.New(orchestrator.Config{Store: store, Journal: cel.New(store), RunLock: procB})
-	// Closed before the store's directory goes: each writes its run
-	// index in the background.
+	// Both write what their calls left pending (run index entries, blob
+	// markers) before the index closes and the directory goes: a flush
+	// after the test removed it failed the test's cleanup.
 	t.Cleanup(func() { a.Close(); bo.Close() })
 	run := runid.New()
 

@@ -51,6 +51,7 @@ func (o *Orchestrator) Note(ctx context.Context, run runid.ID, text, author stri
 	if err != nil {
 		return storeErr(err, run, cel.Path)
 	}
+	o.publishJournal(run, "note")
 	o.mirrorJournal(ctx, run, append(files, more...))
 	return nil
 }
@@ -125,6 +126,7 @@ func (o *Orchestrator) Finalize(ctx context.Context, run runid.ID, status string
 	if err != nil {
 		return storeErr(err, run, cel.Path)
 	}
+	o.publishJournal(run, "summary")
 	o.mirrorJournal(ctx, run, files)
 	return nil
 }

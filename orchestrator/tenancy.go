@@ -397,8 +397,9 @@ func (o *Orchestrator) addUsage(ctx context.Context, tenant string, delta int64)
 }
 
 // SetRecipeState records a recipe run's recipe and status in its index
-// entry, for GET /runs.
+// entry, for GET /runs, with the objective SetRunInfo gave.
 func (o *Orchestrator) SetRecipeState(ctx context.Context, run runid.ID, recipe, status string) {
+	objective := o.objective(run)
 	held, err := o.lockRun(ctx, run)
 	if err != nil {
 		o.log.WarnContext(ctx, "record a recipe run's state in the run index", "run", run, "err", err)
@@ -410,6 +411,9 @@ func (o *Orchestrator) SetRecipeState(ctx context.Context, run runid.ID, recipe,
 			o.metrics.runStatus(status)
 		}
 		s.Recipe, s.Status = recipe, status
+		if objective != "" {
+			s.Objective = objective
+		}
 	})
 }
 
@@ -507,15 +511,39 @@ func (o *Orchestrator) OpenBlob(ctx context.Context, run runid.ID, d tmpfs.Diges
 // a store that does not answer is store_unavailable, and so on.
 func StoreError(err error, run runid.ID, path string) error { return storeErr(err, run, path) }
 
-// Runs lists the caller's runs, newest first, a page at a time: limit
-// runs (1-200, default 50) after the cursor a previous page returned. An
-// admin may name another tenant.
-func (o *Orchestrator) Runs(ctx context.Context, tenant, cursor string, limit int) (wire.RunList, error) {
+// RunsQuery selects a page of a tenant's runs.
+type RunsQuery struct {
+	// Tenant is the caller's own when empty; another needs an admin.
+	Tenant string
+	// Cursor is the NextCursor of the previous page, empty for the first.
+	Cursor string
+	// Limit is the most runs per page, 1-200 (0: 50).
+	Limit int
+	// Status keeps only runs with this status ("open", "running",
+	// "succeeded", ...); empty keeps all.
+	Status string
+	// Recipe keeps only runs of this recipe; ManualRuns keeps the runs of
+	// no recipe; empty keeps all.
+	Recipe string
+}
+
+// ManualRuns is the RunsQuery.Recipe of runs that are not recipe runs.
+const ManualRuns = "manual"
+
+// maxScan bounds the index entries one filtered page reads: a filter
+// that matches rarely answers a short page with a cursor to go on from.
+const maxScan = 1000
+
+// Runs lists the caller's runs, newest first, a page at a time: q.Limit
+// runs after the cursor a previous page returned, optionally only those
+// of a status or recipe. An admin may name another tenant.
+func (o *Orchestrator) Runs(ctx context.Context, q RunsQuery) (wire.RunList, error) {
 	out := wire.RunList{Runs: []wire.RunSummary{}}
 	p := auth.From(ctx)
 	if !p.Has(auth.Read) {
 		return out, forbidden(p, auth.Read)
 	}
+	tenant := q.Tenant
 	if tenant == "" {
 		tenant = p.Tenant
 	}
@@ -525,7 +553,11 @@ func (o *Orchestrator) Runs(ctx context.Context, tenant, cursor string, limit in
 	if !p.CanSee(tenant) {
 		return out, forbidden(p, auth.Admin)
 	}
+	if len(q.Status) > 64 || len(q.Recipe) > 200 {
+		return out, fault.New(fault.BadInput, "status or recipe is too long", "send a status such as running, or a recipe name from GET /recipes")
+	}
 	o.Flush(ctx) // read your own writes
+	limit := q.Limit
 	if limit == 0 {
 		limit = 50
 	}
@@ -533,21 +565,66 @@ func (o *Orchestrator) Runs(ctx context.Context, tenant, cursor string, limit in
 		return out, fault.Badf("send limit between 1 and 200, or omit it for 50", "limit %d is out of range", limit)
 	}
 	after := ""
-	if cursor != "" {
-		after = runsPrefix(tenant) + cursor
-		if err := tmpfs.CheckMetaKey(after); err != nil || strings.Contains(cursor, "/") {
+	if q.Cursor != "" {
+		after = runsPrefix(tenant) + q.Cursor
+		if err := tmpfs.CheckMetaKey(after); err != nil || strings.Contains(q.Cursor, "/") {
 			return out, fault.New(fault.BadInput, "the cursor is not one this server gave", "send next_cursor from the previous page unchanged, or omit it for the first page")
 		}
 	}
-	keys, err := o.store.Meta().ListMeta(ctx, runsPrefix(tenant), after, limit+1)
-	if err != nil {
-		return out, storeErr(err, runid.ID{}, "")
+	filtered := q.Status != "" || q.Recipe != ""
+	keep := func(s wire.RunSummary) bool {
+		switch {
+		case q.Status != "" && s.Status != q.Status:
+			return false
+		case q.Recipe == ManualRuns:
+			return s.Recipe == ""
+		case q.Recipe != "":
+			return s.Recipe == q.Recipe
+		}
+		return true
 	}
-	if len(keys) > limit {
-		keys = keys[:limit]
-		out.NextCursor = strings.TrimPrefix(keys[limit-1], runsPrefix(tenant))
+	scanned, lastKey := 0, ""
+	for {
+		batch := limit + 1
+		if filtered {
+			batch = min(200, maxScan-scanned)
+		}
+		keys, err := o.store.Meta().ListMeta(ctx, runsPrefix(tenant), after, batch)
+		if err != nil {
+			return out, storeErr(err, runid.ID{}, "")
+		}
+		sums, err := o.summaries(ctx, keys)
+		if err != nil {
+			return out, err
+		}
+		for i, k := range keys {
+			scanned++
+			after = k
+			if sums[i] == nil || !keep(*sums[i]) {
+				continue
+			}
+			if len(out.Runs) == limit {
+				// One more match exists: the page ends at the previous one.
+				out.NextCursor = strings.TrimPrefix(lastKey, runsPrefix(tenant))
+				return out, nil
+			}
+			out.Runs = append(out.Runs, *sums[i])
+			lastKey = k
+		}
+		if len(keys) < batch {
+			return out, nil // the index is exhausted
+		}
+		if filtered && scanned >= maxScan {
+			out.NextCursor = strings.TrimPrefix(after, runsPrefix(tenant))
+			return out, nil
+		}
 	}
-	sums := make([]wire.RunSummary, len(keys))
+}
+
+// summaries reads index entries, 16 at a time; an entry deleted meanwhile
+// is nil.
+func (o *Orchestrator) summaries(ctx context.Context, keys []string) ([]*wire.RunSummary, error) {
+	sums := make([]*wire.RunSummary, len(keys))
 	errs := make([]error, len(keys))
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, 16)
@@ -562,19 +639,18 @@ func (o *Orchestrator) Runs(ctx context.Context, tenant, cursor string, limit in
 				return
 			}
 			var s summary
-			errs[i] = json.Unmarshal(b, &s)
-			sums[i] = s.RunSummary
+			if errs[i] = json.Unmarshal(b, &s); errs[i] == nil {
+				sums[i] = &s.RunSummary
+			}
 		}()
 	}
 	wg.Wait()
 	for i := range keys {
-		if errs[i] == nil {
-			out.Runs = append(out.Runs, sums[i])
-		} else if !errors.Is(errs[i], tmpfs.ErrNotFound) {
-			return out, storeErr(errs[i], runid.ID{}, "")
+		if errs[i] != nil && !errors.Is(errs[i], tmpfs.ErrNotFound) {
+			return nil, storeErr(errs[i], runid.ID{}, "")
 		}
 	}
-	return out, nil
+	return sums, nil
 }
 
 // reserveKernel counts a kernel the call is about to start against the

@@ -6,11 +6,12 @@
 #                            a real ipykernel for sandbox/docker/jupyter's tests
 #   python3-nbformat         validates run.ipynb with the reference validator
 #   poppler-utils            pdfinfo/pdftoppm render the brief's PDF
+#   chromium                 the web console's browser tests (console/), driven by chromedp
 #   nodejs, npm              E2B's SDKs drive triad serve in e2e/e2b (only when
 #                            node or npm is not on PATH, so a Node from elsewhere stays)
 # Idempotent: installs nothing when everything is there.
 set -euo pipefail
-want=(docker.io debootstrap e2fsprogs python3-ipykernel python3-matplotlib python3-nbformat poppler-utils)
+want=(docker.io debootstrap e2fsprogs python3-ipykernel python3-matplotlib python3-nbformat poppler-utils chromium)
 missing=()
 for p in "${want[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -9,6 +9,9 @@ cd "$(dirname "$0")/.."
 export TRIAD_CACHE=${TRIAD_CACHE:-$HOME/.cache/triad}
 # Tests that need an engine fail instead of skipping when it is missing.
 export CI=${CI:-true}
+# What tests leave for people to look at (the console's screenshots, in
+# console/) goes here: in CI, keep this directory as the job's artifacts.
+export TRIAD_ARTIFACTS=${TRIAD_ARTIFACTS:-$TRIAD_CACHE/ci-artifacts}
 start=$(date +%s)
 step() { echo "== test.sh: $* ($(( $(date +%s) - start ))s)" >&2; }
 
@@ -67,4 +70,4 @@ step "fuzz"
 go test -run '^$' -fuzz '^FuzzReadFrame$' -fuzztime 30s ./sandbox/docker/jupyter/zmtp
 go test -run '^$' -fuzz '^FuzzFormat$' -fuzztime 30s ./cel
 go test -run '^$' -fuzz '^FuzzDecodeStream$' -fuzztime 30s ./sandbox/docker/jupyter
-step "done"
+step "done; screenshots and other artifacts in $TRIAD_ARTIFACTS"

@@ -222,16 +222,22 @@ type Caller struct {
 // RunSummary is one run in GET /runs: what a listing needs without
 // reading the run's trace.
 type RunSummary struct {
-	RunID  string `json:"run_id"`
-	Status string `json:"status"`
-	Recipe string `json:"recipe,omitempty"`
-	Steps  int    `json:"steps"`
+	RunID     string `json:"run_id"`
+	Status    string `json:"status"`
+	Recipe    string `json:"recipe,omitempty"`
+	Objective string `json:"objective,omitempty"`
+	Steps     int    `json:"steps"`
+	// Passed and Failed count the evaluator's verdicts on the run's calls.
+	Passed int `json:"passed"`
+	Failed int `json:"failed"`
 	// LastVerdict is the evaluator's verdict on the run's last call
 	// ("PASS" or "FAIL"), empty before the first call.
 	LastVerdict string    `json:"last_verdict,omitempty"`
 	Created     time.Time `json:"created"`
-	Updated     time.Time `json:"updated"`
-	StartedBy   Caller    `json:"started_by"`
+	// Updated is the time of the run's last call or status change: a
+	// run's duration is Updated - Created.
+	Updated   time.Time `json:"updated"`
+	StartedBy Caller    `json:"started_by"`
 }
 
 // RunList is GET /runs's answer: the caller's runs, newest first, a page
@@ -312,4 +318,52 @@ type NewKeyRequest struct {
 type NewKey struct {
 	Token string `json:"token"`
 	Key   Key    `json:"key"`
+}
+
+// CallEvent is one journaled tool call of a run: what its Step Block and
+// trace record say, in short. GET /runs/{id}/events streams one "call"
+// event per call, for every run (recipe or manual), first the calls the
+// run already has, then each as the journal records it.
+type CallEvent struct {
+	Step       int       `json:"step"`
+	Tool       string    `json:"tool"`
+	Label      string    `json:"label,omitempty"`
+	Started    time.Time `json:"started"`
+	DurationMs int64     `json:"duration_ms"`
+	OK         bool      `json:"ok"`
+	// Error is a failed call's error, as kind: message.
+	Error string `json:"error,omitempty"`
+	// Inputs are the call's salient inputs, as its Step Block lists them
+	// (a cell's code as its first line and hash).
+	Inputs map[string]any `json:"inputs"`
+	// Outputs are the files the call created or changed.
+	Outputs []FileRef `json:"outputs"`
+	// Verdict is the evaluator's: "PASS" or "FAIL", with its score and
+	// its critique line.
+	Verdict  string  `json:"verdict"`
+	Score    float64 `json:"score"`
+	Critique string  `json:"critique,omitempty"`
+}
+
+// JournalEvent says a run's journal changed without a call: an operator
+// note ("note") or the closing summary ("summary"). GET /runs/{id}/events
+// streams it as a "journal" event.
+type JournalEvent struct {
+	Kind string    `json:"kind"`
+	Time time.Time `json:"time"`
+}
+
+// RunFile is one file of a run, as GET /runs/{id}/files lists it: its
+// reference, when it last changed, and the journaled call that produced
+// these bytes (0 when no call did: a file Triad keeps for itself).
+type RunFile struct {
+	FileInfo
+	Step int    `json:"step,omitempty"`
+	Tool string `json:"tool,omitempty"`
+}
+
+// RunFiles is GET /runs/{id}/files's answer: every file of the run, by
+// path.
+type RunFiles struct {
+	Files []RunFile `json:"files"`
 }

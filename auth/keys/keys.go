@@ -230,6 +230,18 @@ func (s *Store) Authenticate(ctx context.Context, token string) (auth.Principal,
 	if subtle.ConstantTimeCompare(got, want) != 1 || len(want) == 0 {
 		return auth.Principal{}, errUnknown
 	}
+	return s.Principal(ctx, id)
+}
+
+// Principal returns the principal of the key with this id, as
+// Authenticate would for the key itself, for a caller who authenticated
+// the key earlier and kept only its id (a console session). A revoked or
+// unknown key is fault.Auth, within the cache's TTL of its revocation.
+func (s *Store) Principal(ctx context.Context, id string) (auth.Principal, error) {
+	rec, err := s.lookup(ctx, id)
+	if err != nil {
+		return auth.Principal{}, err
+	}
 	if rec.Revoked != nil {
 		return auth.Principal{}, fault.New(fault.Auth, fmt.Sprintf("API key %s was revoked at %s", rec.ID, rec.Revoked.Format(time.RFC3339)),
 			"ask an admin for a new key (triad keys create)")

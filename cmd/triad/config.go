@@ -50,6 +50,8 @@ type config struct {
 	ShareTTL    time.Duration
 	ShareMaxTTL time.Duration
 	Quotas      quotaConfig
+	Console     bool
+	SessionTTL  time.Duration
 	ScrubRate   string
 
 	scrubRate int64
@@ -101,6 +103,8 @@ func (c *config) serveFlags(f *flagSet) {
 	f.str(&c.ShareSecret, "share-secret", "", "secret that signs share links, at least 16 bytes (default: drawn once and kept in the store, so replicas agree); changing it voids every link")
 	f.duration(&c.ShareTTL, "share-ttl", 24*time.Hour, "a share link's lifetime when the request names none")
 	f.duration(&c.ShareMaxTTL, "share-max-ttl", 30*24*time.Hour, "the longest lifetime a share link may ask for")
+	f.boolean(&c.Console, "console", true, "serve the web console at / (sign in with an API key)")
+	f.duration(&c.SessionTTL, "session-ttl", 12*time.Hour, "how long a console sign-in lasts")
 	f.int(&c.Quotas.Kernels, "quota-kernels", 4, "most kernels one tenant's runs may have live at once (0: no limit)")
 	f.str(&c.Quotas.StoredBytes, "quota-stored-bytes", "10GiB", "most bytes one tenant's runs may hold (0: no limit)")
 	f.int(&c.Quotas.RunsPerHour, "quota-runs-per-hour", 200, "most runs one tenant may start in an hour (0: no limit)")
@@ -119,6 +123,9 @@ func (c *config) validateServe() error {
 	}
 	if c.ShareSecret != "" && len(c.ShareSecret) < 16 {
 		return fmt.Errorf("--share-secret (TRIAD_SHARE_SECRET) must be at least 16 bytes")
+	}
+	if c.SessionTTL <= 0 {
+		return fmt.Errorf("--session-ttl must be positive")
 	}
 	if c.ShareTTL <= 0 || c.ShareMaxTTL < c.ShareTTL {
 		return fmt.Errorf("--share-ttl must be positive and at most --share-max-ttl")

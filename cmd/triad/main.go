@@ -19,7 +19,9 @@ import (
 	"github.com/triadhq/triad/api"
 	"github.com/triadhq/triad/api/mcp"
 	"github.com/triadhq/triad/auth/keys"
+	"github.com/triadhq/triad/auth/session"
 	"github.com/triadhq/triad/auth/share"
+	"github.com/triadhq/triad/console"
 	"github.com/triadhq/triad/internal/version"
 	"github.com/triadhq/triad/metrics"
 	"github.com/triadhq/triad/tmpfs"
@@ -158,9 +160,13 @@ func serve(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
+	var sessions *session.Store
+	if ks != nil {
+		sessions = session.New(st.store.Meta(), ks, session.Config{TTL: c.SessionTTL, Logger: log})
+	}
 	cfg := api.Config{Orchestrator: st.orch, Runner: st.runner, Logger: log, Keys: ks, OpenWithoutKeys: open, Shares: shares,
 		ShareTTL: c.ShareTTL, MaxShareTTL: c.ShareMaxTTL, PublicURL: c.PublicURL, TLS: c.TLSCert != "",
-		Metrics: c.metrics, MetricsNeedKey: c.MetricsAuth}
+		Metrics: c.metrics, MetricsNeedKey: c.MetricsAuth, Sessions: sessions}
 	if c.MetricsAddr == "" {
 		cfg.MetricsHandler = c.metrics.Handler()
 	}
@@ -168,14 +174,23 @@ func serve(ctx context.Context, args []string) error {
 	m := mcp.New(mcp.Config{Orchestrator: st.orch, Recipes: st.runner, Logger: log})
 	defer m.Close()
 	h.Mount("/mcp", "MCP over streamable HTTP: the tools for MCP clients; a session is one run", m.Handler())
+	defer h.Close()
 	var handler http.Handler = h
+	if c.Console {
+		con, err := console.New(console.Config{Orchestrator: st.orch, Keys: ks, OpenWithoutKeys: open, Sessions: sessions,
+			TLS: c.TLSCert != "", Logger: log})
+		if err != nil {
+			return err
+		}
+		handler = con.Handler(handler)
+	}
 	if c.E2B.Enabled {
 		e, err := openE2B(ctx, &c, st, ks, open, log)
 		if err != nil {
 			return err
 		}
 		defer e.Close()
-		handler = e.Handler(h)
+		handler = e.Handler(handler)
 	}
 	srv := &http.Server{
 		Handler:           handler,
@@ -219,6 +234,9 @@ func serve(ctx context.Context, args []string) error {
 		defer func() { stopScrub(); <-scrubbed }() // before the store closes
 	}
 	log.Info("triad serving", "addr", ln.Addr().String(), "scheme", scheme, "auth", c.Auth, "store", c.Store, "version", version.String())
+	if c.Console {
+		log.Info("web console", "url", scheme+"://"+ln.Addr().String()+"/")
+	}
 	go func() { errc <- srv.Serve(ln) }()
 	select {
 	case err := <-errc:
@@ -226,7 +244,8 @@ func serve(ctx context.Context, args []string) error {
 	case <-ctx.Done():
 	}
 	log.Info("shutting down")
-	m.Close() // end open MCP sessions before the HTTP server waits for them
+	m.Close() // end open MCP sessions and event streams before the HTTP server waits for them
+	h.Close()
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 15*time.Second)
 	defer cancel()
 	if msrv != nil {

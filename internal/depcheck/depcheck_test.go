@@ -28,7 +28,7 @@ var layers = [][]string{
 		"api/e2b/envd", "api/e2b/envd/filesystem", "api/e2b/envd/filesystem/filesystemconnect",
 		"api/e2b/envd/process", "api/e2b/envd/process/processconnect"},
 	// 2: tools and records.
-	{"auth/keys", "auth/share", "metrics",
+	{"auth/keys", "auth/share", "auth/session", "metrics",
 		"browser", "browser/replay", "browser/tavily", "browser/tavilytest",
 		"tmpfs/local", "tmpfs/s3", "tmpfs/tmpfstest",
 		"sandbox/docker", "sandbox/docker/image", "sandbox/docker/jupyter", "sandbox/docker/jupyter/zmtp",

@@ -1,0 +1,1103 @@
+package console_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/chromedp/cdproto/browser"
+	"github.com/chromedp/cdproto/cdp"
+	"github.com/chromedp/cdproto/emulation"
+	"github.com/chromedp/cdproto/network"
+	"github.com/chromedp/cdproto/page"
+	"github.com/chromedp/chromedp"
+	"github.com/chromedp/chromedp/kb"
+
+	"github.com/triadhq/triad/internal/testenv"
+)
+
+// The console is tested in a real browser (Debian's chromium, driven
+// over the DevTools protocol by chromedp) against a real triad serve: the
+// binary built from this tree, the Docker sandbox, API keys of two
+// tenants. Each "Must show" of issue 17 is a subtest of TestConsole; they
+// share one server and run in order, since later ones look at what
+// earlier ones made (the recipe run).
+
+// chromium finds the browser; under CI a missing one fails the test.
+func chromium(t *testing.T) string {
+	t.Helper()
+	for _, p := range []string{os.Getenv("TRIAD_CHROMIUM"), "/usr/bin/chromium", "/usr/bin/chromium-browser"} {
+		if p == "" {
+			continue
+		}
+		if _, err := os.Stat(p); err == nil {
+			return p
+		}
+	}
+	testenv.Missing(t, "Debian's chromium (/usr/bin/chromium; scripts/host-deps.sh installs it)")
+	return ""
+}
+
+// dockerUp checks that a Docker engine answers.
+func dockerUp(t *testing.T) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := exec.CommandContext(ctx, "docker", "info").Run(); err != nil {
+		testenv.Missing(t, "a Docker engine (scripts/docker.sh starts one)")
+	}
+}
+
+// server is a triad serve process with a key for each of two tenants.
+type server struct {
+	url  string
+	logs *testenv.Buffer
+	// keyA (tenant acme, runs) and keyB (tenant globex, runs).
+	keyA, keyB string
+}
+
+func freeAddr(t *testing.T) string {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+func startServer(t *testing.T) *server {
+	t.Helper()
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "triad")
+	build := exec.Command("go", "build", "-o", bin, "github.com/triadhq/triad/cmd/triad")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	data := filepath.Join(dir, "data")
+	key := func(name, tenant string) string {
+		out, err := exec.Command(bin, "keys", "create", "--data", data, "--name", name, "--tenant", tenant, "--scope", "runs").Output()
+		if err != nil {
+			t.Fatalf("triad keys create: %v", err)
+		}
+		return strings.TrimSpace(string(out))
+	}
+	s := &server{keyA: key("alice", "acme"), keyB: key("bob", "globex"), logs: &testenv.Buffer{}}
+	addr := freeAddr(t)
+	cmd := exec.Command(bin, "serve", "--addr", addr, "--data", data, "--sandbox", "docker", "--warm", "1")
+	cmd.Env = append(os.Environ(), "TAVILY_API_KEY=")
+	cmd.Stdout, cmd.Stderr = s.logs, s.logs
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { cmd.Wait(); close(done) }()
+	t.Cleanup(func() {
+		cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-done:
+		case <-time.After(60 * time.Second):
+			cmd.Process.Kill()
+			<-done
+		}
+		if t.Failed() {
+			t.Logf("triad serve's log:\n%s", s.logs)
+		}
+	})
+	s.url = "http://" + addr
+	deadline := time.Now().Add(4 * time.Minute)
+	for {
+		if r, err := http.Get(s.url + "/healthz"); err == nil {
+			r.Body.Close()
+			if r.StatusCode == 200 {
+				return s
+			}
+		}
+		select {
+		case <-done:
+			t.Fatalf("triad serve exited:\n%s", s.logs)
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("triad serve did not answer:\n%s", s.logs)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// api calls the server's JSON API with a key, as a program would.
+func (s *server) api(t *testing.T, key, method, path, run string, body any, out any) int {
+	t.Helper()
+	var rd io.Reader
+	if body != nil {
+		b, _ := json.Marshal(body)
+		rd = bytes.NewReader(b)
+	}
+	req, _ := http.NewRequest(method, s.url+path, rd)
+	if key != "" {
+		req.Header.Set("Authorization", "Bearer "+key)
+	}
+	if run != "" {
+		req.Header.Set("X-Run-Id", run)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if out != nil {
+		if err := json.Unmarshal(b, out); err != nil {
+			t.Fatalf("%s %s: %d %s", method, path, resp.StatusCode, b)
+		}
+	}
+	return resp.StatusCode
+}
+
+// browser is one chromium with a fresh profile.
+type browserProc struct {
+	root context.Context
+}
+
+func newBrowser(t *testing.T, exe string) *browserProc {
+	t.Helper()
+	opts := []chromedp.ExecAllocatorOption{
+		chromedp.ExecPath(exe),
+		chromedp.Headless,
+		chromedp.NoSandbox,
+		chromedp.DisableGPU,
+		chromedp.NoFirstRun,
+		chromedp.NoDefaultBrowserCheck,
+		chromedp.UserDataDir(t.TempDir()),
+		chromedp.Flag("disable-background-networking", true),
+		chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-sync", true),
+		chromedp.Flag("disable-quic", true),
+		chromedp.Flag("disable-dev-shm-usage", true),
+		chromedp.WindowSize(1280, 800),
+	}
+	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
+	root, cancel := chromedp.NewContext(actx)
+	if err := chromedp.Do(root); err != nil { // start the browser
+		cancel()
+		cancelAlloc()
+		t.Fatalf("start chromium: %v", err)
+	}
+	t.Cleanup(func() { cancel(); cancelAlloc() })
+	return &browserProc{root: root}
+}
+
+// tab is a page in a browser context of its own (its own cookies), that
+// records every JavaScript dialog (and dismisses it) and every console
+// message.
+type tab struct {
+	t   *testing.T
+	ctx context.Context
+	s   *server
+
+	mu      sync.Mutex
+	dialogs []string
+	console []chromedp.ConsoleMessage
+}
+
+func (b *browserProc) tab(t *testing.T, s *server) *tab {
+	t.Helper()
+	ctx, cancel := chromedp.NewContext(b.root, chromedp.WithNewBrowserContext())
+	t.Cleanup(cancel)
+	tb := &tab{t: t, ctx: ctx, s: s}
+	dialogs := chromedp.Events(ctx, page.JavascriptDialogOpening)
+	console := chromedp.Console(ctx)
+	go func() {
+		for ev, err := range dialogs {
+			if err != nil {
+				return
+			}
+			tb.mu.Lock()
+			tb.dialogs = append(tb.dialogs, string(ev.Type)+": "+ev.Message)
+			tb.mu.Unlock()
+			chromedp.Call(ctx, page.HandleJavaScriptDialog, page.HandleJavaScriptDialogParams{Accept: false})
+		}
+	}()
+	go func() {
+		for m, err := range console {
+			if err != nil {
+				return
+			}
+			tb.mu.Lock()
+			tb.console = append(tb.console, m)
+			tb.mu.Unlock()
+		}
+	}()
+	return tb
+}
+
+// do runs actions, failing the test on an error.
+func (tb *tab) do(actions ...chromedp.Action[chromedp.Void]) {
+	tb.t.Helper()
+	ctx, cancel := context.WithTimeout(tb.ctx, 2*time.Minute)
+	defer cancel()
+	// Input goes to the tab in front: several tabs (tenants, a fresh
+	// context) take turns.
+	if _, err := chromedp.Call(ctx, page.BringToFront, cdp.Empty{}); err != nil {
+		tb.t.Fatalf("browser: bring the tab to front: %v", err)
+	}
+	if err := chromedp.Do(ctx, actions...); err != nil {
+		shot := tb.shot("failed-" + strings.NewReplacer(" ", "-", "/", "-").Replace(tb.t.Name()))
+		tb.t.Fatalf("browser: %v; the page is in %s", err, shot)
+	}
+}
+
+// open navigates and returns the document's HTTP status.
+func (tb *tab) open(path string) int64 {
+	tb.t.Helper()
+	ctx, cancel := context.WithTimeout(tb.ctx, 2*time.Minute)
+	defer cancel()
+	resp, err := chromedp.Run(ctx, chromedp.NavigateResponse(tb.s.url+path))
+	if err != nil {
+		tb.t.Fatalf("open %s: %v", path, err)
+	}
+	return resp.Status
+}
+
+// body opens url and returns the bytes the browser received for it.
+func (tb *tab) body(url string) []byte {
+	tb.t.Helper()
+	ctx, cancel := context.WithTimeout(tb.ctx, time.Minute)
+	defer cancel()
+	responses := chromedp.Events(ctx, network.ResponseReceived)
+	if _, err := chromedp.Run(ctx, chromedp.NavigateResponse(url)); err != nil {
+		tb.t.Fatalf("open %s: %v", url, err)
+	}
+	for ev, err := range responses {
+		if err != nil {
+			tb.t.Fatalf("no response for %s: %v", url, err)
+		}
+		if ev.Response.URL != url {
+			continue
+		}
+		r, err := chromedp.Call(ctx, network.GetResponseBody, network.GetResponseBodyParams{RequestID: ev.RequestID})
+		if err != nil {
+			tb.t.Fatalf("the body of %s: %v", url, err)
+		}
+		return r.Body
+	}
+	return nil
+}
+
+// eval evaluates a JavaScript expression (awaiting a promise).
+func eval[T any](tb *tab, expr string) T {
+	tb.t.Helper()
+	ctx, cancel := context.WithTimeout(tb.ctx, time.Minute)
+	defer cancel()
+	v, err := chromedp.Run(ctx, chromedp.Evaluate[T](expr, chromedp.EvalAwaitPromise))
+	if err != nil {
+		tb.t.Fatalf("evaluate %s: %v", expr, err)
+	}
+	return v
+}
+
+// until polls a JavaScript condition until it is true, for at most d.
+func (tb *tab) until(d time.Duration, cond, what string) {
+	tb.t.Helper()
+	deadline := time.Now().Add(d)
+	var err error
+	for time.Now().Before(deadline) {
+		// A page that navigates meanwhile fails an evaluation: try again.
+		ctx, cancel := context.WithTimeout(tb.ctx, 10*time.Second)
+		var ok bool
+		ok, err = chromedp.Run(ctx, chromedp.Evaluate[bool](cond))
+		cancel()
+		if err == nil && ok {
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	shot := tb.shot("failed-" + strings.NewReplacer(" ", "-", "/", "-").Replace(tb.t.Name()))
+	tb.t.Fatalf("waited %s for %s (%s; last error %v); the page is in %s\n%s", d, what, cond, err, shot, tail(tb.s.logs.String(), 30))
+}
+
+func (tb *tab) path() string { return eval[string](tb, `location.pathname + location.search`) }
+
+// clear empties a form field.
+func (tb *tab) clear(id string) {
+	tb.t.Helper()
+	eval[bool](tb, fmt.Sprintf(`(() => { const e = document.getElementById(%q); e.value = ''; e.dispatchEvent(new Event('input')); return true })()`, id))
+}
+
+// submit clicks a button that navigates, and waits for the new page.
+func (tb *tab) submit(sel string) {
+	tb.t.Helper()
+	eval[bool](tb, `(window.__before = true)`)
+	tb.do(chromedp.Click(chromedp.CSS(sel)))
+	tb.until(time.Minute, `window.__before === undefined && document.readyState !== 'loading'`, "the page after "+sel)
+}
+
+// signIn signs the tab in with key through the sign-in form.
+func (tb *tab) signIn(key string) {
+	tb.t.Helper()
+	tb.open("/")
+	tb.until(30*time.Second, `document.body.dataset.page === 'signin'`, "the sign-in page")
+	tb.do(chromedp.SendKeys(chromedp.ID("key"), key))
+	tb.submit(`form button[type=submit]`)
+	tb.until(30*time.Second, `document.body.dataset.page === 'runs'`, "the runs page after signing in")
+}
+
+// shotsDir is where screenshots go: $TRIAD_ARTIFACTS/console, the
+// directory CI keeps (scripts/test.sh sets it), or else
+// $TRIAD_CACHE/ci-artifacts/console.
+func shotsDir(t *testing.T) string {
+	root := os.Getenv("TRIAD_ARTIFACTS")
+	if root == "" {
+		cache := os.Getenv("TRIAD_CACHE")
+		if cache == "" {
+			home, _ := os.UserHomeDir()
+			cache = filepath.Join(home, ".cache", "triad")
+		}
+		root = filepath.Join(cache, "ci-artifacts")
+	}
+	dir := filepath.Join(root, "console")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// shot saves a screenshot of the viewport and returns its path.
+func (tb *tab) shot(name string) string {
+	ctx, cancel := context.WithTimeout(tb.ctx, time.Minute)
+	defer cancel()
+	b, err := chromedp.Run(ctx, chromedp.CaptureScreenshot())
+	if err != nil {
+		tb.t.Logf("screenshot %s: %v", name, err)
+		return ""
+	}
+	p := filepath.Join(shotsDir(tb.t), name+".png")
+	if err := os.WriteFile(p, b, 0o644); err != nil {
+		tb.t.Fatal(err)
+	}
+	return p
+}
+
+// emulate sets the viewport and the colour scheme the page sees.
+func (tb *tab) emulate(w, h int64, mobile bool, scheme string) {
+	tb.t.Helper()
+	tb.do(chromedp.EmulateViewport(w, h, func(p1 *emulation.SetDeviceMetricsOverrideParams, p2 *emulation.SetTouchEmulationEnabledParams) {
+		p1.Mobile = mobile
+	}), chromedp.Func(func(ctx context.Context, _ *chromedp.Target) error {
+		_, err := chromedp.Call(ctx, emulation.SetEmulatedMedia, emulation.SetEmulatedMediaParams{
+			Features: []*emulation.MediaFeature{{Name: "prefers-color-scheme", Value: scheme}}})
+		return err
+	}))
+}
+
+// audit runs the audit script on the page and reports what it finds.
+func (tb *tab) audit(what string) {
+	tb.t.Helper()
+	for _, p := range eval[[]string](tb, audit) {
+		tb.t.Errorf("%s: %s", what, p)
+	}
+}
+
+func (tb *tab) dialogsSeen() []string {
+	tb.mu.Lock()
+	defer tb.mu.Unlock()
+	return slices.Clone(tb.dialogs)
+}
+
+func (tb *tab) consoleSeen() []chromedp.ConsoleMessage {
+	tb.mu.Lock()
+	defer tb.mu.Unlock()
+	return slices.Clone(tb.console)
+}
+
+// exceptions are the uncaught errors of the console's own scripts.
+func (tb *tab) exceptions() []string {
+	var out []string
+	for _, m := range tb.consoleSeen() {
+		if m.IsException() {
+			out = append(out, m.String())
+		}
+	}
+	return out
+}
+
+// cell types code into the scratch page's cell i (1-based) and runs it
+// with Shift+Enter, as a person would; it waits for the cell to finish.
+func (tb *tab) cell(i int, code string) {
+	tb.t.Helper()
+	sel := fmt.Sprintf(`.cell[data-n="%d"] textarea`, i)
+	tb.until(30*time.Second, fmt.Sprintf(`!!document.querySelector('%s')`, sel), fmt.Sprintf("cell %d", i))
+	tb.do(chromedp.Focus(chromedp.CSS(sel)), chromedp.SendKeys(chromedp.CSS(sel), code),
+		chromedp.KeyEvent(kb.Enter, chromedp.KeyModifiers(chromedp.ModifierShift)))
+	tb.until(3*time.Minute, fmt.Sprintf(`(() => { const c = document.querySelector('.cell[data-n="%d"]');
+		return !c.classList.contains('running') && /^\[(\d+|!)\]$/.test(c.querySelector('.cell-count').textContent) })()`, i),
+		fmt.Sprintf("cell %d to finish", i))
+}
+
+func (tb *tab) cellOut(i int) string {
+	return eval[string](tb, fmt.Sprintf(`document.querySelector('.cell[data-n="%d"] .cell-out').innerText`, i))
+}
+
+// download clicks a link and returns the bytes the browser saved.
+func (tb *tab) download(sel string) []byte {
+	tb.t.Helper()
+	dir := tb.t.TempDir()
+	progress := chromedp.BrowserEvents(tb.ctx, browser.DownloadProgress)
+	bc := chromedp.FromContext(tb.ctx).BrowserContextID
+	if _, err := chromedp.CallBrowser(tb.ctx, browser.SetDownloadBehavior, browser.SetDownloadBehaviorParams{
+		Behavior: browser.SetDownloadBehaviorBehaviorAllowAndName, BrowserContextID: bc, DownloadPath: dir, EventsEnabled: ptr(true)}); err != nil {
+		tb.t.Fatal(err)
+	}
+	tb.do(chromedp.Click(chromedp.CSS(sel)))
+	deadline := time.After(time.Minute)
+	for ev, err := range progress {
+		if err != nil {
+			tb.t.Fatalf("download: %v", err)
+		}
+		select {
+		case <-deadline:
+			tb.t.Fatal("the download did not finish within a minute")
+		default:
+		}
+		switch ev.State {
+		case browser.DownloadProgressStateCompleted:
+			b, err := os.ReadFile(filepath.Join(dir, ev.GUID))
+			if err != nil {
+				tb.t.Fatal(err)
+			}
+			return b
+		case browser.DownloadProgressStateCanceled:
+			tb.t.Fatal("the browser canceled the download")
+		}
+	}
+	tb.t.Fatal("no download")
+	return nil
+}
+
+func ptr[T any](v T) *T { return &v }
+
+// tail is the last n lines of a log.
+func tail(log string, n int) string {
+	lines := strings.Split(strings.TrimRight(log, "\n"), "\n")
+	return strings.Join(lines[max(0, len(lines)-n):], "\n")
+}
+
+// audit is a script that lists what a page gets wrong for people using a
+// screen reader or reading it in low contrast: form controls and buttons
+// with no accessible name, and visible text whose colour against its
+// effective background is below WCAG AA (4.5:1, or 3:1 for large text).
+const audit = `(() => {
+  const out = [];
+  const vis = (e) => e.getClientRects().length > 0 && getComputedStyle(e).visibility !== 'hidden';
+  const name = (e) => {
+    if (e.labels && e.labels.length) return [...e.labels].map((l) => l.textContent).join(' ');
+    const by = e.getAttribute('aria-labelledby');
+    if (by) return by.split(' ').map((id) => document.getElementById(id)?.textContent || '').join(' ');
+    return e.getAttribute('aria-label') || (e.tagName === 'BUTTON' || e.tagName === 'A' ? e.textContent : '') || e.title || '';
+  };
+  for (const e of document.querySelectorAll('input:not([type=hidden]), select, textarea, button, a[href]')) {
+    if (vis(e) && !name(e).trim()) out.push('no accessible name: ' + e.outerHTML.slice(0, 100));
+  }
+  const rgba = (c) => { const m = c.match(/[\d.]+/g).map(Number); return [m[0], m[1], m[2], m.length > 3 ? m[3] : 1]; };
+  const lum = ([r, g, b]) => { const f = (v) => { v /= 255; return v <= 0.03928 ? v / 12.92 : ((v + 0.055) / 1.055) ** 2.4; }; return 0.2126 * f(r) + 0.7152 * f(g) + 0.0722 * f(b); };
+  const over = (top, under) => [0, 1, 2].map((i) => top[i] * top[3] + under[i] * (1 - top[3])).concat(1);
+  const bg = (e) => {
+    const layers = [];
+    for (let n = e; n && n.nodeType === 1; n = n.parentElement) {
+      const c = rgba(getComputedStyle(n).backgroundColor);
+      if (c[3] > 0) layers.push(c);
+      if (c[3] === 1) break;
+    }
+    let acc = rgba(getComputedStyle(document.documentElement).backgroundColor);
+    if (acc[3] === 0) acc = matchMedia('(prefers-color-scheme: dark)').matches ? [0, 0, 0, 1] : [255, 255, 255, 1];
+    for (const l of layers.reverse()) acc = over(l, acc);
+    return acc;
+  };
+  const seen = new Set();
+  const walker = document.createTreeWalker(document.body, NodeFilter.SHOW_TEXT);
+  for (let t = walker.nextNode(); t; t = walker.nextNode()) {
+    const e = t.parentElement;
+    if (!t.data.trim() || seen.has(e) || !vis(e) || e.closest('.cell-out img, iframe, svg, [aria-hidden=true]')) continue;
+    seen.add(e);
+    const cs = getComputedStyle(e);
+    if (Number(cs.opacity) === 0) continue;
+    const b = bg(e);
+    const f = over(rgba(cs.color), b);
+    const [l1, l2] = [lum(f), lum(b)].sort((x, y) => y - x);
+    const ratio = (l1 + 0.05) / (l2 + 0.05);
+    const px = parseFloat(cs.fontSize), bold = Number(cs.fontWeight) >= 700;
+    const need = px >= 24 || (bold && px >= 18.66) ? 3 : 4.5;
+    if (ratio < need) out.push('contrast ' + ratio.toFixed(2) + ' < ' + need + ': "' + t.data.trim().slice(0, 40) + '" in <' + e.tagName.toLowerCase() + ' class="' + e.className + '"> (' + cs.color + ' on rgb(' + b.slice(0, 3).map(Math.round) + '))');
+  }
+  return out;
+})()`
+
+type runView struct {
+	Status    string `json:"status"`
+	Steps     []any  `json:"steps"`
+	Artifacts []struct {
+		Path   string `json:"path"`
+		SHA256 string `json:"sha256"`
+	} `json:"artifacts"`
+}
+
+type fileList struct {
+	Files []struct {
+		Path   string `json:"path"`
+		SHA256 string `json:"sha256"`
+	} `json:"files"`
+}
+
+func TestConsole(t *testing.T) {
+	exe := chromium(t)
+	// Screenshots of an earlier run's failures would mislead.
+	old, _ := filepath.Glob(filepath.Join(shotsDir(t), "failed-*.png"))
+	for _, p := range old {
+		os.Remove(p)
+	}
+	dockerUp(t)
+	s := startServer(t)
+	b := newBrowser(t, exe)
+	a := b.tab(t, s) // tenant acme, signed in once the sign-in test passes
+
+	t.Run("sign-in", func(t *testing.T) {
+		tb := b.tab(t, s)
+		tb.open("/")
+		if p := tb.path(); !strings.HasPrefix(p, "/console/signin") {
+			t.Fatalf("/ without a session: got %s, want the sign-in page", p)
+		}
+		for _, bad := range []string{"not-a-key", "trd_aaaaaaaaaaaa_" + strings.Repeat("b", 52), s.keyA + "x"} {
+			tb.clear("key")
+			tb.do(chromedp.SendKeys(chromedp.ID("key"), bad))
+			tb.submit(`form button[type=submit]`)
+			tb.until(30*time.Second, `!!document.querySelector('#signin-error')`, "the refusal of a wrong key")
+			if msg := eval[string](tb, `document.querySelector('#signin-error').textContent`); !strings.Contains(msg, "not accepted") {
+				t.Errorf("wrong key %q: got %q", bad, msg)
+			}
+			if p := tb.path(); !strings.HasPrefix(p, "/console/signin") || eval[string](tb, `document.body.dataset.page`) != "signin" {
+				t.Errorf("a wrong key got past the sign-in page: %s", p)
+			}
+		}
+		tb.clear("key")
+		tb.do(chromedp.SendKeys(chromedp.ID("key"), s.keyA))
+		tb.submit(`form button[type=submit]`)
+		tb.until(30*time.Second, `document.body.dataset.page === 'runs' && document.body.dataset.signedIn === 'true'`, "the runs page")
+		if who := eval[string](tb, `document.querySelector('.who-name').textContent`); !strings.Contains(who, "acme") || !strings.Contains(who, "alice") {
+			t.Errorf("the header names %q, want tenant acme and key alice", who)
+		}
+		// The cookie holds a session id: HttpOnly, SameSite=Strict, and
+		// not the key.
+		r, err := chromedp.Call(tb.ctx, network.GetCookies, network.GetCookiesParams{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		cookies := r.Cookies
+		if err != nil {
+			t.Fatal(err)
+		}
+		var sess *network.Cookie
+		for _, c := range cookies {
+			if c.Name == "triad_session" {
+				sess = c
+			}
+			if strings.Contains(c.Value, s.keyA[4:16]) {
+				t.Errorf("cookie %s holds the key's id", c.Name)
+			}
+		}
+		if sess == nil || !sess.HTTPOnly || sess.SameSite != network.CookieSameSiteStrict || strings.Contains(sess.Value, "trd_") {
+			t.Fatalf("session cookie %+v: want HttpOnly, SameSite=Strict, not the key", sess)
+		}
+		if got := eval[string](tb, `document.cookie`); strings.Contains(got, "triad_session") {
+			t.Errorf("scripts can read the session cookie: %q", got)
+		}
+		// Sign out: back to the sign-in page, and the session is gone for
+		// the API too.
+		tb.submit(`form.signout button`)
+		tb.until(30*time.Second, `document.body.dataset.page === 'signin'`, "the sign-in page after signing out")
+		tb.open("/")
+		if p := tb.path(); !strings.HasPrefix(p, "/console/signin") {
+			t.Errorf("after signing out, / shows %s", p)
+		}
+		req, _ := http.NewRequest("GET", s.url+"/runs", nil)
+		req.AddCookie(&http.Cookie{Name: "triad_session", Value: sess.Value})
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != 401 {
+			t.Errorf("the signed-out session's cookie on GET /runs: got %d, want 401", resp.StatusCode)
+		}
+		a.signIn(s.keyA)
+	})
+
+	if t.Failed() {
+		t.FailNow() // the rest needs a signed-in browser
+	}
+	var recipeRun string
+	t.Run("recipe from the form", func(t *testing.T) {
+		a.t = t
+		a.open("/console/launch")
+		a.until(30*time.Second, `!!document.querySelector('.recipe-opt[data-name="sales-reallocation"]')`, "the recipe list")
+		a.do(chromedp.Click(chromedp.CSS(`.recipe-opt[data-name="sales-reallocation"]`)))
+		a.until(30*time.Second, `!!document.querySelector('#p-bootstrap')`, "the recipe's form")
+		// The form is built from the recipe's params: types, defaults and
+		// descriptions.
+		if got := eval[string](a, `document.querySelector('#p-bootstrap').type + ' ' + document.querySelector('#p-bootstrap').value + ' ' + document.querySelector('#p-bootstrap-help').textContent`); !strings.HasPrefix(got, "number 400 Bootstrap resamples") {
+			t.Errorf("the bootstrap field: %q", got)
+		}
+		if got := eval[string](a, `document.querySelector('#in-leads').type + ' ' + document.querySelector('#in-leads-help').textContent`); !strings.HasPrefix(got, "file ") || !strings.Contains(got, "leads.csv") {
+			t.Errorf("the leads input: %q", got)
+		}
+		a.clear("p-bootstrap")
+		a.clear("p-objective")
+		a.do(chromedp.SendKeys(chromedp.ID("p-bootstrap"), "60"),
+			chromedp.SendKeys(chromedp.ID("p-objective"), "Console test: win more revenue for the same spend"))
+		a.submit("#launch-btn")
+		a.until(time.Minute, `document.body.dataset.page === 'run'`, "the run's page after launching")
+		recipeRun = eval[string](a, `document.body.dataset.run`)
+		eval[bool](a, `(window.__sameDocument = true)`)
+		// Each step appears live, without a reload, until the run ends.
+		var counts []int
+		deadline := time.Now().Add(10 * time.Minute)
+		for {
+			n := eval[int](a, `document.querySelectorAll('#timeline li').length`)
+			if len(counts) == 0 || counts[len(counts)-1] != n {
+				counts = append(counts, n)
+			}
+			status := eval[string](a, `document.querySelector('#run-chips .badge')?.textContent || ''`)
+			if status == "succeeded" || status == "failed" {
+				if status == "failed" {
+					t.Fatalf("the recipe run failed: %s", eval[string](a, `document.querySelector('#run-error').textContent`))
+				}
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("the run did not end in 10 minutes; timeline counts %v", counts)
+			}
+			time.Sleep(150 * time.Millisecond)
+		}
+		a.until(30*time.Second, `document.querySelector('#live-text').textContent === 'Run succeeded'`, "the end of the event stream")
+		if !eval[bool](a, `window.__sameDocument === true`) {
+			t.Error("the run page reloaded")
+		}
+		var v runView
+		s.api(t, s.keyA, "GET", "/runs/"+recipeRun, "", nil, &v)
+		final := eval[[]int](a, `[...document.querySelectorAll('#timeline li')].map(li => Number(li.dataset.step))`)
+		if len(final) != len(v.Steps) || len(final) < 8 {
+			t.Fatalf("the timeline shows steps %v; the run has %d", final, len(v.Steps))
+		}
+		for i, n := range final {
+			if n != i+1 {
+				t.Fatalf("the timeline's steps are %v, want 1..%d in order", final, len(final))
+			}
+		}
+		if len(counts) < 4 {
+			t.Errorf("the timeline went through counts %v: want steps appearing one after another", counts)
+		}
+		t.Logf("timeline counts seen while the run progressed: %v", counts)
+		// Each step shows its tool, inputs, duration, verdict and critique.
+		item := eval[string](a, `document.querySelector('#timeline li:last-child').innerText`)
+		for _, want := range []string{"sandbox.exec", "code=", "PASS", "Evaluator:"} {
+			if !strings.Contains(item, want) {
+				t.Errorf("the last step %q lacks %q", item, want)
+			}
+		}
+
+		// The artifacts panel lists the deliverables.
+		a.until(30*time.Second, fmt.Sprintf(`document.querySelectorAll('#tree li.file').length >= %d`, len(v.Artifacts)), "the artifacts")
+		listed := eval[[]string](a, `[...document.querySelectorAll('#tree li.file')].map(li => li.dataset.path)`)
+		for _, art := range v.Artifacts {
+			if !slices.Contains(listed, art.Path) {
+				t.Errorf("the artifacts panel lacks %s", art.Path)
+			}
+		}
+		if got := eval[string](a, `document.querySelector('#tree li.file[data-path="artifacts/channel_kpis.csv"] .file-meta').innerText`); !strings.Contains(got, "step ") {
+			t.Errorf("the CSV's row does not name the step that made it: %q", got)
+		}
+		// The PNG preview renders.
+		a.do(chromedp.Click(chromedp.CSS(`#tree li.file[data-path="artifacts/charts/cac_roi.png"] .file-name`)))
+		a.until(30*time.Second, `(() => { const i = document.querySelector('#preview-body img'); return !!i && i.complete && i.naturalWidth > 0 })()`, "the PNG preview")
+		t.Logf("PNG preview: %d px wide", eval[int](a, `document.querySelector('#preview-body img').naturalWidth`))
+		a.do(chromedp.Click(chromedp.CSS(`#preview form[method=dialog] button`)))
+		// The CSV preview is a table with rows, sortable.
+		a.do(chromedp.Click(chromedp.CSS(`#tree li.file[data-path="artifacts/channel_kpis.csv"] .file-name`)))
+		a.until(30*time.Second, `document.querySelectorAll('#preview-body table.csv tbody tr').length > 0`, "the CSV table")
+		rows := eval[int](a, `document.querySelectorAll('#preview-body table.csv tbody tr').length`)
+		head := eval[string](a, `document.querySelector('#preview-body table.csv thead').innerText`)
+		if rows < 3 || !strings.Contains(head, "channel") || !strings.Contains(head, "roi") {
+			t.Errorf("the CSV table: %d rows, header %q", rows, head)
+		}
+		a.do(chromedp.Click(chromedp.CSS(`#preview-body table.csv thead th:first-child button`)))
+		a.do(chromedp.Click(chromedp.CSS(`#preview-body table.csv thead th:first-child button`)))
+		firsts := eval[[]string](a, `[...document.querySelectorAll('#preview-body table.csv tbody tr')].map(r => r.cells[0].textContent)`)
+		desc := eval[bool](a, `(() => { const v = [...document.querySelectorAll('#preview-body table.csv tbody tr')].map(r => r.cells[0].textContent);
+			return v.every((x, i) => i === 0 || v[i - 1].localeCompare(x) >= 0) })()`)
+		if eval[string](a, `document.querySelector('#preview-body table.csv thead th').getAttribute('aria-sort')`) != "descending" || !desc {
+			t.Errorf("sorted descending by the first column: %v", firsts)
+		}
+		a.do(chromedp.Click(chromedp.CSS(`#preview form[method=dialog] button`)))
+		// A download by hash returns the bytes tmp.list reports.
+		got := a.download(`#tree li.file[data-path="artifacts/channel_kpis.csv"] a.dl`)
+		var fl fileList
+		s.api(t, s.keyA, "GET", "/tmp/list?prefix=artifacts/", recipeRun, nil, &fl)
+		sum := sha256.Sum256(got)
+		want := ""
+		for _, f := range fl.Files {
+			if f.Path == "artifacts/channel_kpis.csv" {
+				want = f.SHA256
+			}
+		}
+		if want == "" || hex.EncodeToString(sum[:]) != want {
+			t.Errorf("the downloaded CSV (%d bytes) has sha256 %x; tmp.list says %q", len(got), sum, want)
+		}
+	})
+
+	var scratchRun string
+	t.Run("scratch cells", func(t *testing.T) {
+		a.t = t
+		a.open("/")
+		a.submit("#new-scratch")
+		a.until(time.Minute, `document.body.dataset.page === 'scratch'`, "a new scratch run")
+		scratchRun = eval[string](a, `document.body.dataset.run`)
+		a.cell(1, "x = 21")
+		a.cell(2, "x*2")
+		if out := a.cellOut(2); !strings.Contains(out, "42") {
+			t.Errorf("x*2 shows %q, want 42", out)
+		}
+		a.cell(3, "import matplotlib.pyplot as plt\nplt.figure(figsize=(4, 3))\nplt.plot([1, 2, 3], [1, 4, 9], marker='o')\nplt.title('squares')\nplt.show()")
+		a.until(30*time.Second, `(() => { const i = document.querySelector('.cell[data-n="3"] .cell-out img'); return !!i && i.complete && i.naturalWidth > 0 })()`, "the matplotlib image")
+		a.cell(4, "import pandas as pd\npd.DataFrame({'channel': ['search', 'social'], 'roi': [2.5, 1.25]})")
+		if n := eval[int](a, `document.querySelectorAll('.cell[data-n="4"] .cell-out .html table td').length`); n < 4 {
+			t.Errorf("the DataFrame's HTML table has %d cells", n)
+		}
+		a.cell(5, "print('to stdout')\nimport sys; print('to stderr', file=sys.stderr)\n1/0")
+		out := a.cellOut(5)
+		for _, want := range []string{"to stdout", "to stderr", "ZeroDivisionError", "Traceback", "1/0"} {
+			if !strings.Contains(out, want) {
+				t.Errorf("the 1/0 cell's output %q lacks %q", out, want)
+			}
+		}
+		if eval[int](a, `document.querySelectorAll('.cell[data-n="5"] .cell-out .error .traceback').length`) != 1 {
+			t.Error("the traceback is not shown as an error")
+		}
+		// Earlier cells stay, like a notebook; the files panel lists what
+		// the cells wrote.
+		if got := eval[string](a, `[...document.querySelectorAll('.cell .cell-count')].slice(0, 5).map(c => c.textContent).join(' ')`); got != "[1] [2] [3] [4] [5]" {
+			t.Errorf("execution counts: %q", got)
+		}
+		a.cell(6, "open('notes.txt', 'w').write('written by a cell')")
+		a.until(30*time.Second, `[...document.querySelectorAll('#filelist a')].some(a => a.textContent === 'notes.txt')`, "the files panel")
+	})
+
+	t.Run("notes", func(t *testing.T) {
+		a.t = t
+		if scratchRun == "" {
+			t.Fatal("needs the scratch run")
+		}
+		const note = "Console note: use the EU figures only"
+		a.open("/console/runs/" + scratchRun)
+		a.until(30*time.Second, `document.querySelectorAll('#timeline li').length >= 6 && !!document.querySelector('#cel h2')`, "the run page")
+		a.do(chromedp.SendKeys(chromedp.ID("note"), note), chromedp.Click(chromedp.CSS(`#note-form button[type=submit]`)))
+		a.until(30*time.Second, fmt.Sprintf(`document.querySelector('#cel').innerText.includes(%q)`, note), "the note in the rendered journal")
+		if n := eval[int](a, `document.querySelectorAll('#cel .badge-pass, #cel .badge-fail').length`); n < 6 {
+			t.Errorf("the rendered journal has %d verdict badges, want one per step", n)
+		}
+		// The next step sees it.
+		a.open("/console/runs/" + scratchRun + "/scratch")
+		a.until(30*time.Second, `document.querySelectorAll('.cell').length >= 7`, "the restored cells")
+		a.cell(7, "y = 1")
+		a.open("/console/runs/" + scratchRun)
+		seen := "Saw operator note: “" + note + "”"
+		a.until(30*time.Second, fmt.Sprintf(`document.querySelector('#cel').innerText.includes(%q)`, seen), "the next step's record of the note")
+		var cel bytes.Buffer
+		req, _ := http.NewRequest("GET", s.url+"/cel", nil)
+		req.Header.Set("Authorization", "Bearer "+s.keyA)
+		req.Header.Set("X-Run-Id", scratchRun)
+		if resp, err := http.DefaultClient.Do(req); err == nil {
+			io.Copy(&cel, resp.Body)
+			resp.Body.Close()
+		}
+		if i := strings.Index(cel.String(), "## Step 7:"); i < 0 || !strings.Contains(cel.String()[i:], seen) {
+			t.Errorf("step 7's block in CEL.md does not record the note:\n%s", cel.String())
+		}
+	})
+
+	var sharedSHA string
+	t.Run("sharing", func(t *testing.T) {
+		a.t = t
+		if recipeRun == "" {
+			t.Fatal("needs the recipe run")
+		}
+		a.open("/console/runs/" + recipeRun)
+		row := `#tree li.file[data-path="artifacts/charts/reallocation.png"]`
+		a.until(30*time.Second, `!!document.querySelector('`+row+`') && document.querySelector('#live-text').textContent === 'Run succeeded'`, "the artifacts")
+		sharedSHA = eval[string](a, `document.querySelector('`+row+` .sha').title.replace('sha256 ', '')`)
+		a.do(chromedp.Click(chromedp.CSS(row + ` button.share`)))
+		a.until(30*time.Second, `!!document.querySelector('`+row+` .share-box input')`, "the share link")
+		link := eval[string](a, `document.querySelector('`+row+` .share-box input').value`)
+		expires := eval[string](a, `document.querySelector('`+row+` .share-box .expires time').getAttribute('datetime')`)
+		if !strings.HasPrefix(link, s.url+"/share/") {
+			t.Fatalf("share link %q", link)
+		}
+		if exp, err := time.Parse(time.RFC3339, expires); err != nil || exp.Before(time.Now().Add(23*time.Hour)) {
+			t.Errorf("the link's expiry %q: want about 24 h from now", expires)
+		}
+		// A fresh browser context, with no cookie, downloads the file.
+		fresh := b.tab(t, s)
+		if st := fresh.open(strings.TrimPrefix(link, s.url)); st != 200 {
+			t.Fatalf("the share link in a fresh context: %d", st)
+		}
+		body := fresh.body(link)
+		if sum := sha256.Sum256(body); hex.EncodeToString(sum[:]) != sharedSHA {
+			t.Errorf("the shared file (%d bytes) has sha256 %x, want %s", len(body), sum, sharedSHA)
+		}
+		if !eval[bool](fresh, `document.images.length === 1 && document.images[0].naturalWidth > 0`) {
+			t.Error("the shared PNG does not show in the fresh context")
+		}
+		if r, err := chromedp.Call(fresh.ctx, network.GetCookies, network.GetCookiesParams{URLs: []string{s.url + "/"}}); err != nil || len(r.Cookies) != 0 {
+			t.Errorf("the fresh context has cookies: %v %v", r, err)
+		}
+		// Revoked, it is gone.
+		a.do(chromedp.Click(chromedp.CSS(row + ` .share-box .revoke`)))
+		a.until(30*time.Second, `!!document.querySelector('`+row+` .share-box .revoked')`, "the revocation")
+		if st := fresh.open(strings.TrimPrefix(link, s.url)); st != 404 {
+			t.Errorf("the revoked link: got %d, want 404", st)
+		}
+	})
+
+	t.Run("isolation", func(t *testing.T) {
+		a.t = t
+		if recipeRun == "" || sharedSHA == "" {
+			t.Fatal("needs the recipe run")
+		}
+		bob := b.tab(t, s)
+		bob.signIn(s.keyB)
+		for _, p := range []string{
+			"/console/runs/" + recipeRun,
+			"/console/runs/" + recipeRun + "/scratch",
+			"/console/runs/" + recipeRun + "/cel",
+			"/console/runs/" + recipeRun + "/render/artifacts/reallocation.md",
+			"/runs/" + recipeRun,
+			"/runs/" + recipeRun + "/files",
+			"/runs/" + recipeRun + "/files/artifacts/charts/reallocation.png",
+			"/runs/" + recipeRun + "/files/artifacts/channel_kpis.csv?download=1",
+			"/blobs/" + sharedSHA + "?run=" + recipeRun + "&name=x.png",
+			"/runs/" + recipeRun + "/events",
+		} {
+			if st := bob.open(p); st != 404 {
+				t.Errorf("tenant globex opening %s: got %d, want 404", p, st)
+			}
+		}
+		bob.open("/console/runs/" + recipeRun)
+		if h := eval[string](bob, `document.querySelector('main h1').textContent`); h != "Not found" {
+			t.Errorf("the run page for another tenant says %q", h)
+		}
+		bob.open("/")
+		bob.until(30*time.Second, `document.querySelector('#live').classList.contains('on')`, "the runs list")
+		if ids := eval[[]string](bob, `[...document.querySelectorAll('#runs tbody tr')].map(r => r.dataset.run)`); slices.Contains(ids, recipeRun) {
+			t.Errorf("globex's runs list shows acme's run: %v", ids)
+		}
+	})
+
+	t.Run("xss", func(t *testing.T) {
+		a.t = t
+		a.open("/")
+		a.submit("#new-scratch")
+		a.until(time.Minute, `document.body.dataset.page === 'scratch'`, "a new scratch run")
+		run := eval[string](a, `document.body.dataset.run`)
+		t.Logf("cell 1 at %s", time.Now().Format("15:04:05.000"))
+		a.cell(1, "print('<img src=x onerror=alert(1)>')")
+		t.Logf("cell 2 at %s", time.Now().Format("15:04:05.000"))
+		a.cell(2, "from IPython.display import HTML, SVG, display\n"+
+			"display(HTML('<b>bold</b><img src=x onerror=\"alert(2)\"><script>alert(3)</script><a href=\"javascript:alert(4)\">link</a>'))\n"+
+			"display(SVG('<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"20\" height=\"20\" onload=\"alert(5)\"><script>alert(6)</script><rect width=\"20\" height=\"20\" fill=\"red\"/></svg>'))")
+		t.Logf("cell 3 at %s", time.Now().Format("15:04:05.000"))
+		payload := `<script>alert(7); console.log("XSS-RAN"); try { top.__pwned = 1 } catch (e) {} </script><img src=x onerror="alert(8)"><h1>hello</h1>`
+		a.cell(3, "import os\nos.makedirs('artifacts', exist_ok=True)\n"+
+			fmt.Sprintf("open('artifacts/xss.html', 'w').write(%q)\n", payload)+
+			`open('artifacts/xss.svg', 'w').write('<svg xmlns="http://www.w3.org/2000/svg" width="40" height="40" onload="alert(9)"><script>alert(10); console.log("XSS-RAN")</script><rect width="40" height="40" fill="blue"/></svg>')`+"\n"+
+			`open('artifacts/xss.md', 'w').write('# Report\n\n<script>alert(11)</script>\n\n<img src=x onerror=alert(12)>\n\n[click](javascript:alert(13))\n')`)
+		if out := a.cellOut(1); !strings.Contains(out, "<img src=x onerror=alert(1)>") {
+			t.Errorf("cell 1 shows %q, want the markup as text", out)
+		}
+		if n := eval[int](a, `document.querySelectorAll('.cell-out img[src="x"], .cell-out script, .cell-out a, .cell-out [onerror], .cell-out [onload]').length`); n != 0 {
+			t.Errorf("%d live elements from cell output reached the page", n)
+		}
+		if eval[string](a, `document.querySelector('.cell[data-n="2"] .cell-out b')?.textContent || ''`) != "bold" {
+			t.Error("the harmless part of the HTML output is not shown")
+		}
+		// A note with markup, and the files previewed.
+		t.Logf("run page at %s", time.Now().Format("15:04:05.000"))
+		a.open("/console/runs/" + run)
+		a.until(30*time.Second, `!!document.querySelector('#tree li.file[data-path="artifacts/xss.svg"]')`, "the artifacts")
+		a.do(chromedp.SendKeys(chromedp.ID("note"), `<img src=x onerror=alert(14)> **not bold**`), chromedp.Click(chromedp.CSS(`#note-form button[type=submit]`)))
+		a.until(30*time.Second, `document.querySelector('#cel').innerText.includes('<img src=x onerror=alert(14)>')`, "the note, as text")
+		for _, p := range []string{"artifacts/xss.html", "artifacts/xss.svg", "artifacts/xss.md"} {
+			t.Logf("preview %s at %s", p, time.Now().Format("15:04:05.000"))
+			a.do(chromedp.Click(chromedp.CSS(`#tree li.file[data-path="` + p + `"] .file-name`)))
+			a.until(30*time.Second, `!!document.querySelector('#preview-body iframe, #preview-body img, #preview-body article')`, "the preview of "+p)
+			time.Sleep(1500 * time.Millisecond) // give a script that would run the time to run
+			a.do(chromedp.Click(chromedp.CSS(`#preview form[method=dialog] button`)))
+		}
+		if n := eval[int](a, `document.querySelectorAll('#cel script, #cel img[src="x"], #cel a[href^="javascript"], .markdown script').length`); n != 0 {
+			t.Errorf("%d live elements in the rendered journal", n)
+		}
+		// Opened on their own, the artifacts are sandboxed documents.
+		for _, p := range []string{"artifacts/xss.html", "artifacts/xss.svg"} {
+			if st := a.open("/runs/" + run + "/files/" + p); st != 200 {
+				t.Errorf("%s: %d", p, st)
+			}
+			time.Sleep(time.Second)
+		}
+		a.open("/console/runs/" + run)
+		a.until(30*time.Second, `!!document.querySelector('#cel h2')`, "the run page")
+		if eval[bool](a, `window.__pwned === 1`) {
+			t.Error("an artifact reached the console's window")
+		}
+		if d := a.dialogsSeen(); len(d) != 0 {
+			t.Errorf("dialogs opened: %v", d)
+		}
+		for _, m := range a.consoleSeen() {
+			if strings.Contains(m.Text, "XSS-RAN") {
+				t.Errorf("a payload ran: %s", m)
+			}
+		}
+		if ex := a.exceptions(); len(ex) != 0 {
+			t.Errorf("uncaught exceptions in the console's pages: %v", ex)
+		}
+		// Every error the console's tab logged, from signing in to here,
+		// is the browser refusing run content: a CSP or sandbox refusal,
+		// or an artifact's image blocked by Cross-Origin-Resource-Policy.
+		// Anything else (a script error, a failed API call) fails.
+		var blocked []string
+		for _, m := range a.consoleSeen() {
+			if m.Type != "error" && m.Type != "warning" {
+				continue
+			}
+			line := fmt.Sprintf("%s (%s %s:%d, at %s)", m, m.Source, m.URL, m.Line, m.Time.Format("15:04:05.000"))
+			if m.Source == "security" || (m.Source == "network" && strings.Contains(m.Text, "ERR_BLOCKED_BY_RESPONSE")) {
+				blocked = append(blocked, line)
+				continue
+			}
+			t.Errorf("a console error that is not a refusal: %s", line)
+		}
+		if len(blocked) == 0 {
+			t.Error("the browser logged no refusal: the payloads were not put to the test")
+		}
+		t.Logf("console errors (the browser refusing the payloads): %d\n%s", len(blocked), strings.Join(blocked, "\n"))
+	})
+
+	t.Run("screenshots", func(t *testing.T) {
+		a.t = t
+		if recipeRun == "" || scratchRun == "" {
+			t.Fatal("needs the recipe and scratch runs")
+		}
+		var paths []string
+		// The audit finds what it looks for: a faint line and a field
+		// with no label, added to a page for the purpose.
+		a.open("/")
+		a.until(30*time.Second, `document.querySelectorAll('#runs tbody tr').length >= 3`, "the runs list")
+		found := eval[[]string](a, `(() => { const p = document.createElement('p'); p.textContent = 'faint line'; p.style.color = '#c8c8c8';
+			document.querySelector('main').append(p, document.createElement('input')); return `+audit+` })()`)
+		if len(found) != 2 || !strings.Contains(found[0]+found[1], `"faint line"`) || !strings.Contains(found[0]+found[1], "no accessible name: <input>") {
+			t.Fatalf("the audit of a page with a faint line and an unlabelled field found %q", found)
+		}
+		// Keyboard: Tab walks the runs page in document order, from the
+		// skip link through the header to the filters and the runs, and
+		// every stop shows a focus ring.
+		a.emulate(1280, 800, false, "light")
+		a.open("/")
+		a.until(30*time.Second, `document.querySelectorAll('#runs tbody tr').length >= 3`, "the runs list")
+		var stops []string
+		for i := 0; i < 12; i++ {
+			a.do(chromedp.KeyEvent(kb.Tab))
+			stop := eval[string](a, `(() => { const e = document.activeElement; if (!e || e === document.body) return 'body';
+				const prev = window.__lastFocus; window.__lastFocus = e;
+				const after = !prev || !!(prev.compareDocumentPosition(e) & Node.DOCUMENT_POSITION_FOLLOWING);
+				const cs = getComputedStyle(e);
+				const ring = e.matches(':focus-visible') && cs.outlineStyle !== 'none' && parseFloat(cs.outlineWidth) >= 2;
+				return (e.id || e.getAttribute('href') || e.textContent.trim().slice(0, 24)) + (after ? '' : ' (out of order)') + (ring ? '' : ' (no focus ring)') })()`)
+			stops = append(stops, stop)
+			if i == 1 {
+				paths = append(paths, a.shot("focus-1280x800-light"))
+			}
+		}
+		if !strings.HasPrefix(stops[0], "#main") || !slices.Contains(stops, "f-status") || !slices.Contains(stops, "/console/runs/"+scratchRun) {
+			t.Errorf("Tab stops on the runs page: %q: want the skip link first, then the header, the filters and the runs", stops)
+		}
+		t.Logf("Tab stops on the runs page: %q", stops)
+		for _, st := range stops {
+			if strings.Contains(st, "(") || st == "body" {
+				t.Errorf("Tab stops on the runs page: %q", stops)
+				break
+			}
+		}
+		for _, vp := range []struct {
+			name   string
+			w, h   int64
+			mobile bool
+		}{{"1280x800", 1280, 800, false}, {"390x844", 390, 844, true}} {
+			for _, dark := range []bool{false, true} {
+				scheme := "light"
+				if dark {
+					scheme = "dark"
+				}
+				a.emulate(vp.w, vp.h, vp.mobile, scheme)
+				a.open("/")
+				a.until(30*time.Second, `document.querySelectorAll('#runs tbody tr').length >= 3`, "the runs list")
+				paths = append(paths, a.shot(fmt.Sprintf("runs-%s-%s", vp.name, scheme)))
+				a.audit(fmt.Sprintf("the runs list at %s, %s", vp.name, scheme))
+				a.open("/console/runs/" + recipeRun)
+				a.until(30*time.Second, `document.querySelectorAll('#timeline li').length >= 8 && !!document.querySelector('#cel h2') && !!document.querySelector('#tree li.file')`, "the run page")
+				paths = append(paths, a.shot(fmt.Sprintf("run-%s-%s", vp.name, scheme)))
+				a.audit(fmt.Sprintf("the run page at %s, %s", vp.name, scheme))
+				a.do(chromedp.Evaluate[chromedp.Void](`document.querySelector('#cel').scrollIntoView()`))
+				time.Sleep(300 * time.Millisecond)
+				paths = append(paths, a.shot(fmt.Sprintf("journal-%s-%s", vp.name, scheme)))
+				a.do(chromedp.Click(chromedp.CSS(`#tree li.file[data-path="artifacts/channel_kpis.csv"] .file-name`)))
+				a.until(30*time.Second, `document.querySelectorAll('#preview-body table.csv tbody tr').length > 0`, "the CSV preview")
+				paths = append(paths, a.shot(fmt.Sprintf("preview-%s-%s", vp.name, scheme)))
+				a.audit(fmt.Sprintf("the CSV preview at %s, %s", vp.name, scheme))
+				a.do(chromedp.Click(chromedp.CSS(`#preview form[method=dialog] button`)))
+				a.open("/console/runs/" + scratchRun + "/scratch")
+				a.until(30*time.Second, `document.querySelectorAll('.cell').length >= 7`, "the scratch cells")
+				a.do(chromedp.Evaluate[chromedp.Void](`document.querySelector('.cell[data-n="3"]').scrollIntoView()`))
+				time.Sleep(300 * time.Millisecond)
+				paths = append(paths, a.shot(fmt.Sprintf("scratch-%s-%s", vp.name, scheme)))
+				a.audit(fmt.Sprintf("the scratch page at %s, %s", vp.name, scheme))
+				a.open("/console/launch?recipe=sales-reallocation")
+				a.until(30*time.Second, `!!document.querySelector('#p-bootstrap')`, "the launch form")
+				paths = append(paths, a.shot(fmt.Sprintf("launch-%s-%s", vp.name, scheme)))
+				a.audit(fmt.Sprintf("the launch form at %s, %s", vp.name, scheme))
+				// The sign-in page, in a tab with no session.
+				signin := b.tab(t, s)
+				signin.emulate(vp.w, vp.h, vp.mobile, scheme)
+				signin.open("/")
+				signin.until(30*time.Second, `document.body.dataset.page === 'signin'`, "the sign-in page")
+				paths = append(paths, signin.shot(fmt.Sprintf("signin-%s-%s", vp.name, scheme)))
+				signin.audit(fmt.Sprintf("the sign-in page at %s, %s", vp.name, scheme))
+			}
+		}
+		for _, p := range paths {
+			if p == "" {
+				t.Error("a screenshot failed")
+			}
+			t.Logf("screenshot: %s", p)
+		}
+	})
+}

@@ -1,0 +1,284 @@
+package console_test
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"net/http/cookiejar"
+	"net/http/httptest"
+	"net/url"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/triadhq/triad/auth"
+	"github.com/triadhq/triad/auth/keys"
+	"github.com/triadhq/triad/auth/session"
+	"github.com/triadhq/triad/cel"
+	"github.com/triadhq/triad/console"
+	"github.com/triadhq/triad/internal/runid"
+	"github.com/triadhq/triad/orchestrator"
+	"github.com/triadhq/triad/tmpfs"
+	"github.com/triadhq/triad/tmpfs/local"
+	"github.com/triadhq/triad/wire"
+)
+
+// site is a console in front of a stand-in for the API, over a real
+// store, orchestrator, key store and sessions.
+type site struct {
+	url  string
+	orch *orchestrator.Orchestrator
+	keys *keys.Store
+}
+
+func newSite(t *testing.T, cfg console.Config, withKeys bool) *site {
+	t.Helper()
+	dir := t.TempDir()
+	b, err := local.NewBlobs(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	x, err := local.NewIndex(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { x.Close() })
+	store := tmpfs.New(b, x, nil)
+	orch := orchestrator.New(orchestrator.Config{Store: store, Journal: cel.New(store)})
+	cfg.Orchestrator = orch
+	if withKeys {
+		cfg.Keys = keys.New(store.Meta(), keys.Config{})
+		cfg.Sessions = session.New(store.Meta(), cfg.Keys, session.Config{})
+	}
+	con, err := console.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	api := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusTeapot)
+		io.WriteString(w, `{"api":true}`)
+	})
+	srv := httptest.NewServer(con.Handler(api))
+	t.Cleanup(srv.Close)
+	return &site{url: srv.URL, orch: orch, keys: cfg.Keys}
+}
+
+// client is an HTTP client with cookies that does not follow redirects.
+func client(t *testing.T) *http.Client {
+	jar, _ := cookiejar.New(nil)
+	return &http.Client{Jar: jar, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+}
+
+type answer struct {
+	status int
+	header http.Header
+	body   string
+}
+
+func get(t *testing.T, c *http.Client, u string) answer {
+	t.Helper()
+	resp, err := c.Get(u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return answer{resp.StatusCode, resp.Header, string(b)}
+}
+
+func post(t *testing.T, c *http.Client, u string, form url.Values) answer {
+	t.Helper()
+	resp, err := c.PostForm(u, form)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return answer{resp.StatusCode, resp.Header, string(b)}
+}
+
+var csrfRE = regexp.MustCompile(`name="csrf" value="([a-z2-7]+)"`)
+
+func csrfOf(t *testing.T, p answer) string {
+	t.Helper()
+	m := csrfRE.FindStringSubmatch(p.body)
+	if m == nil {
+		t.Fatalf("no CSRF token in the page:\n%s", p.body)
+	}
+	return m[1]
+}
+
+// Sign-in takes an API key into a server-side session: a wrong key is
+// refused with the reason, the form is CSRF-protected, the cookie is an
+// HttpOnly, SameSite=Strict session id (never the key), a redirect stays
+// on the server, and sign-out needs the session's CSRF token.
+func TestSignIn(t *testing.T) {
+	s := newSite(t, console.Config{}, true)
+	tok, _, err := s.keys.Create(context.Background(), "alice", "acme", []auth.Scope{auth.Runs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := client(t)
+	p := get(t, c, s.url+"/")
+	if p.status != 303 || p.header.Get("Location") != "/console/signin?next=%2F" {
+		t.Fatalf("GET / without a session: %d %s", p.status, p.header.Get("Location"))
+	}
+	form := get(t, c, s.url+"/console/signin?next=/console/launch")
+	if form.status != 200 || !strings.Contains(form.body, `name="key"`) || form.header.Get("Content-Security-Policy") == "" {
+		t.Fatalf("the sign-in form: %d %v", form.status, form.header)
+	}
+	tokA := csrfOf(t, form)
+	for _, bad := range []string{"", "not-a-key", "trd_aaaaaaaaaaaa_" + strings.Repeat("b", 52)} {
+		p := post(t, c, s.url+"/console/signin", url.Values{"key": {bad}, "csrf": {tokA}, "next": {"/console/launch"}})
+		if p.status != 401 || !strings.Contains(p.body, "not accepted") || p.header.Get("Set-Cookie") != "" && strings.Contains(p.header.Get("Set-Cookie"), session.CookieName) {
+			t.Errorf("key %q: %d, want 401 with the reason and no session", bad, p.status)
+		}
+		tokA = csrfOf(t, p)
+	}
+	// Without the form's token (a cross-site post), nothing happens.
+	other := client(t)
+	if p := post(t, other, s.url+"/console/signin", url.Values{"key": {tok}, "csrf": {tokA}}); p.status != 403 {
+		t.Errorf("a sign-in without the form's cookie: %d, want 403", p.status)
+	}
+	p = post(t, c, s.url+"/console/signin", url.Values{"key": {tok}, "csrf": {tokA}, "next": {"/console/launch"}})
+	if p.status != 303 || p.header.Get("Location") != "/console/launch" {
+		t.Fatalf("a good key: %d %s %s", p.status, p.header.Get("Location"), p.body)
+	}
+	var sess *http.Cookie
+	for _, ck := range (&http.Response{Header: p.header}).Cookies() {
+		if ck.Name == session.CookieName {
+			sess = ck
+		}
+	}
+	if sess == nil || !sess.HttpOnly || sess.SameSite != http.SameSiteStrictMode || sess.Path != "/" || strings.Contains(sess.Value, tok[4:16]) || sess.MaxAge <= 0 {
+		t.Fatalf("session cookie %+v", sess)
+	}
+	runs := get(t, c, s.url+"/")
+	if runs.status != 200 || !strings.Contains(runs.body, `data-page="runs"`) || !strings.Contains(runs.body, "acme") {
+		t.Fatalf("the runs page: %d", runs.status)
+	}
+	if m := regexp.MustCompile(`name="csrf-token" content="([a-z2-7]+)"`).FindStringSubmatch(runs.body); m == nil {
+		t.Error("the page carries no CSRF token for its scripts")
+	}
+	for _, next := range []string{"//evil.example/", "https://evil.example/", "/\\evil.example"} {
+		c2 := client(t)
+		f := get(t, c2, s.url+"/console/signin")
+		if p := post(t, c2, s.url+"/console/signin", url.Values{"key": {tok}, "csrf": {csrfOf(t, f)}, "next": {next}}); p.header.Get("Location") != "/" {
+			t.Errorf("next=%s: redirected to %s", next, p.header.Get("Location"))
+		}
+	}
+	// Sign-out needs the session's token; then the session is gone.
+	if p := post(t, c, s.url+"/console/signout", url.Values{"csrf": {"wrong"}}); p.status != 403 {
+		t.Errorf("sign-out without the token: %d", p.status)
+	}
+	if p := get(t, c, s.url+"/"); p.status != 200 {
+		t.Fatalf("still signed in after a refused sign-out: %d", p.status)
+	}
+	if p := post(t, c, s.url+"/console/signout", url.Values{"csrf": {csrfOf(t, runs)}}); p.status != 303 || p.header.Get("Location") != "/console/signin" {
+		t.Fatalf("sign-out: %d %s", p.status, p.header.Get("Location"))
+	}
+	if p := get(t, c, s.url+"/"); p.status != 303 {
+		t.Errorf("after sign-out, GET /: %d, want the sign-in redirect", p.status)
+	}
+	// Requests that are not the console's go to the API.
+	if p := get(t, c, s.url+"/runs"); p.status != http.StatusTeapot {
+		t.Errorf("GET /runs reached the console: %d", p.status)
+	}
+}
+
+// With authentication off, or open on loopback before the first key,
+// there is no sign-in; once a key exists, there is.
+func TestNoSignInWithoutKeys(t *testing.T) {
+	off := newSite(t, console.Config{}, false)
+	c := client(t)
+	if p := get(t, c, off.url+"/"); p.status != 200 || !strings.Contains(p.body, "operator") || strings.Contains(p.body, "Sign out") {
+		t.Errorf("--auth none: GET / %d", p.status)
+	}
+	if p := get(t, c, off.url+"/console/signin"); p.status != 303 {
+		t.Errorf("--auth none: the sign-in page %d, want a redirect", p.status)
+	}
+	open := newSite(t, console.Config{OpenWithoutKeys: true}, true)
+	if p := get(t, c, open.url+"/"); p.status != 200 {
+		t.Errorf("open, no key yet: GET / %d", p.status)
+	}
+	open.keys.Create(context.Background(), "first", "", nil)
+	if p := get(t, c, open.url+"/"); p.status != 303 {
+		t.Errorf("open, once a key exists: GET / %d, want the sign-in redirect", p.status)
+	}
+}
+
+// A run's pages are 404 for another tenant, with the console's strict
+// headers; the journal renders for its owner.
+func TestRunPages(t *testing.T) {
+	s := newSite(t, console.Config{}, true)
+	ctx := context.Background()
+	signIn := func(tenant string) (*http.Client, auth.Principal) {
+		tok, _, _ := s.keys.Create(ctx, tenant, tenant, []auth.Scope{auth.Runs})
+		p, _ := s.keys.Authenticate(ctx, tok)
+		c := client(t)
+		f := get(t, c, s.url+"/console/signin")
+		post(t, c, s.url+"/console/signin", url.Values{"key": {tok}, "csrf": {csrfOf(t, f)}})
+		return c, p
+	}
+	a, pa := signIn("acme")
+	b, _ := signIn("globex")
+	run := runid.Must("r-console-pages")
+	actx := auth.With(ctx, pa)
+	text := "hello **there** <script>alert(1)</script>"
+	if _, err := s.orch.Write(actx, run, wire.WriteRequest{Path: "artifacts/report.md", Text: &text}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.orch.Note(actx, run, "<img src=x onerror=alert(1)>", "alice"); err != nil {
+		t.Fatal(err)
+	}
+	for _, path := range []string{"/console/runs/" + run.String(), "/console/runs/" + run.String() + "/scratch"} {
+		p := get(t, a, s.url+path)
+		h := p.header
+		if p.status != 200 || !strings.Contains(h.Get("Content-Security-Policy"), "script-src 'self'") || strings.Contains(h.Get("Content-Security-Policy"), "unsafe-inline") ||
+			h.Get("X-Frame-Options") != "DENY" || h.Get("X-Content-Type-Options") != "nosniff" || h.Get("Cache-Control") != "no-store" {
+			t.Errorf("%s for its owner: %d %v", path, p.status, h)
+		}
+		if strings.Contains(p.body, "<script>") || strings.Contains(p.body, " on") && regexp.MustCompile(` on[a-z]+=`).MatchString(p.body) {
+			t.Errorf("%s has inline script", path)
+		}
+		if p := get(t, b, s.url+path); p.status != 404 || !strings.Contains(p.body, "Not found") {
+			t.Errorf("%s for another tenant: %d, want 404", path, p.status)
+		}
+	}
+	cel := get(t, a, s.url+"/console/runs/"+run.String()+"/cel")
+	if cel.status != 200 || !strings.Contains(cel.body, `class="badge badge-`) || strings.Contains(cel.body, "<img") || !strings.Contains(cel.body, "&lt;img src=x onerror=alert(1)&gt;") {
+		t.Errorf("the rendered journal: %d\n%s", cel.status, cel.body)
+	}
+	// A run of the viewer's that has made no call yet has no journal: no
+	// content, not an error; another tenant's is still 404.
+	fresh := runid.Must("r-console-fresh")
+	if err := s.orch.Claim(actx, fresh); err != nil {
+		t.Fatal(err)
+	}
+	if p := get(t, a, s.url+"/console/runs/"+fresh.String()+"/cel"); p.status != 204 || p.body != "" {
+		t.Errorf("the journal of a run with no call yet: %d %q, want 204", p.status, p.body)
+	}
+	if p := get(t, b, s.url+"/console/runs/"+fresh.String()+"/cel"); p.status != 404 {
+		t.Errorf("another tenant's run with no journal: %d, want 404", p.status)
+	}
+	md := get(t, a, s.url+"/console/runs/"+run.String()+"/render/artifacts/report.md")
+	if md.status != 200 || !strings.Contains(md.body, "<strong>there</strong>") || strings.Contains(md.body, "<script>") {
+		t.Errorf("the rendered report: %d %s", md.status, md.body)
+	}
+	for _, path := range []string{"/cel", "/render/artifacts/report.md"} {
+		if p := get(t, b, s.url+"/console/runs/"+run.String()+path); p.status != 404 {
+			t.Errorf("%s for another tenant: %d", path, p.status)
+		}
+	}
+	if p := get(t, a, s.url+"/console/runs/"+run.String()+"/render/CEL.step_1.md.txt"); p.status != 400 {
+		t.Errorf("rendering a file that is not Markdown: %d", p.status)
+	}
+	if p := get(t, a, s.url+"/console/nothing"); p.status != 404 {
+		t.Errorf("an unknown console path: %d", p.status)
+	}
+	js := get(t, a, s.url+"/console/static/lib.js")
+	if js.status != 200 || !strings.HasPrefix(js.header.Get("Content-Type"), "text/javascript") {
+		t.Errorf("lib.js: %d %s", js.status, js.header.Get("Content-Type"))
+	}
+}

@@ -1,0 +1,2 @@
+// The not-found page needs only the shared shortcuts.
+import './lib.js';

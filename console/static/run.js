@@ -1,0 +1,494 @@
+// A run's page: the live timeline of its journaled calls (Server-Sent
+// Events from GET /runs/{id}/events), its journal rendered, the note box,
+// finalize and resume, and its files with previews, downloads and share
+// links.
+import {
+  $, ApiError, CAN_WRITE, RUN, WHO, api, badge, blobURL, copyButton, el, fileURL, fmtBytes, fmtDur, fmtTime, isRecord, time, toast,
+} from './lib.js';
+
+const timeline = $('#timeline');
+const steps = new Map(); // step number -> li
+let view = null; // wire.RunView
+let recipeState = null;
+let files = [];
+
+// ---- header -------------------------------------------------------------
+
+function chips() {
+  const v = view;
+  if (!v) return;
+  const st = recipeState?.status || v.status;
+  const passed = [...steps.values()].filter((li) => li.classList.contains('v-pass')).length;
+  const failed = steps.size - passed;
+  const start = v.created ? new Date(v.created).getTime() : null;
+  const last = [...steps.values()].pop();
+  let end = v.finished ? new Date(v.finished).getTime() : last ? Number(last.dataset.end) : start;
+  if (st === 'running' || st === 'queued') end = Date.now();
+  $('#run-chips').replaceChildren(
+    badge(st),
+    el('span', {}, v.recipe ? el('b', { text: v.recipe }) : el('b', { text: 'manual run' })),
+    el('span', {}, el('b', { text: String(steps.size) }), steps.size === 1 ? ' step' : ' steps'),
+    el('span', { class: 'counts' }, el('span', { class: 'p', text: `✓ ${passed} PASS` }), ' ', el('span', { class: 'f', text: `✗ ${failed} FAIL` })),
+    v.created ? el('span', {}, 'created ', time(v.created)) : null,
+    start ? el('span', {}, 'took ', el('b', { text: fmtDur(end - start) })) : null,
+    v.started_by ? el('span', {}, 'by ', el('b', { text: v.started_by.name || v.started_by.key_id || 'operator' })) : null,
+  );
+  const title = v.objective || (v.recipe ? `${v.recipe} run` : 'Manual run');
+  $('#run-title').textContent = title;
+  document.title = `${title} · Triad`;
+  $('#scratch-link').hidden = Boolean(v.recipe);
+  const resume = $('#resume-btn');
+  if (resume) resume.hidden = !(v.recipe && st === 'failed');
+  const err = recipeState?.error || v.error;
+  $('#run-error').hidden = !(err && st === 'failed');
+  $('#run-error').textContent = err ? `The run failed: ${err}` : '';
+}
+
+async function loadView() {
+  try {
+    view = await api('GET', `/runs/${RUN}`);
+    if (view.recipe_steps?.length && !recipeState) {
+      recipeState = { status: view.status, steps: view.recipe_steps, error: view.error };
+      recipeSteps();
+    }
+    chips();
+  } catch (e) {
+    toast(e.text || String(e));
+  }
+}
+
+// ---- recipe steps -------------------------------------------------------
+
+function recipeSteps() {
+  const ol = $('#recipe-steps');
+  const list = recipeState?.steps || [];
+  ol.hidden = list.length === 0;
+  ol.replaceChildren(...list.map((s) => el('li', { dataset: { id: s.id } },
+    badge(s.status), el('span', { class: 'rs-title', title: `${s.title} (${s.id})`, text: `${s.n}. ${s.title || s.id}` }),
+    el('span', { class: 'muted small', text: s.evaluation || '' }))));
+}
+
+// ---- timeline -----------------------------------------------------------
+
+function shortValue(v) {
+  let s = typeof v === 'string' ? v : JSON.stringify(v);
+  if (s.length > 90) s = s.slice(0, 87) + '…';
+  return s;
+}
+
+function addCall(c, live) {
+  if (steps.has(c.step)) return;
+  const verdict = c.verdict === 'PASS' ? 'pass' : 'fail';
+  const inputs = Object.entries(c.inputs || {}).map(([k, v]) => `${k}=${shortValue(v)}`).join(' · ');
+  const outs = c.outputs || [];
+  const li = el('li', { id: `step-${c.step}`, class: `v-${verdict}${live ? ' new' : ''}`, dataset: { step: c.step, end: new Date(c.started).getTime() + c.duration_ms } },
+    el('div', { class: 'step-line' },
+      el('span', { class: 'step-n', text: `#${c.step}` }),
+      el('span', { class: 'step-tool', text: c.tool }),
+      el('span', { class: `badge badge-${verdict}`, title: `evaluator score ${c.score.toFixed(2)}`, text: `${c.verdict} ${c.score.toFixed(2)}` }),
+      c.label ? el('span', { class: 'step-label', text: c.label }) : null,
+      el('span', { class: 'step-dur', title: fmtTime(c.started), text: fmtDur(c.duration_ms) })),
+    inputs ? el('div', { class: 'step-inputs', text: inputs }) : null,
+    c.error ? el('div', { class: 'step-error', text: c.error }) : null,
+    c.critique ? el('div', { class: 'step-critique' }, el('span', { class: 'muted', text: 'Evaluator: ' }), c.critique) : null,
+    outs.length ? el('div', { class: 'step-outputs', text: '→ ' + outs.slice(0, 4).map((o) => o.path).join(', ') + (outs.length > 4 ? ` and ${outs.length - 4} more` : '') }) : null,
+  );
+  // Calls arrive in order, but keep the list sorted whatever happens.
+  const after = [...steps.keys()].filter((n) => n < c.step).sort((a, b) => b - a)[0];
+  if (after !== undefined) steps.get(after).after(li);
+  else timeline.prepend(li);
+  steps.set(c.step, li);
+  $('#timeline-empty').hidden = true;
+}
+
+// ---- live events --------------------------------------------------------
+
+let es = null;
+function setLive(on, text) {
+  $('#live').classList.toggle('on', on);
+  $('#live-text').textContent = text;
+}
+
+function connect() {
+  es?.close();
+  es = new EventSource(`/runs/${RUN}/events`);
+  es.onopen = () => setLive(true, 'Live');
+  es.onerror = () => {
+    if (es.readyState === EventSource.CLOSED) setLive(false, 'Disconnected');
+    else setLive(false, 'Reconnecting…');
+  };
+  es.addEventListener('state', (e) => {
+    recipeState = JSON.parse(e.data);
+    recipeSteps();
+    chips();
+  });
+  es.addEventListener('call', (e) => {
+    const c = JSON.parse(e.data);
+    // Calls the page already knew of are not news.
+    const news = !view || c.step > view.steps.length;
+    addCall(c, news);
+    chips();
+    if (news) {
+      soon(refreshFiles);
+      soon(refreshCEL);
+    }
+  });
+  es.addEventListener('journal', () => soon(refreshCEL));
+  es.addEventListener('step', (e) => {
+    const ev = JSON.parse(e.data);
+    const s = recipeState?.steps?.find((x) => x.id === ev.id || x.n === ev.step);
+    if (s) {
+      s.status = ev.status;
+      recipeSteps();
+    }
+  });
+  es.addEventListener('run', (e) => {
+    const ev = JSON.parse(e.data);
+    if (recipeState) recipeState.status = ev.status;
+    chips();
+  });
+  es.addEventListener('end', async (e) => {
+    recipeState = JSON.parse(e.data);
+    es.close();
+    setLive(false, `Run ${recipeState.status}`);
+    recipeSteps();
+    await Promise.all([loadView(), refreshFiles(), refreshCEL()]);
+  });
+}
+
+const timers = new Map();
+function soon(fn, ms = 350) {
+  clearTimeout(timers.get(fn));
+  timers.set(fn, setTimeout(fn, ms));
+}
+
+// ---- journal ------------------------------------------------------------
+
+async function refreshCEL() {
+  const box = $('#cel');
+  const atEnd = box.scrollTop + box.clientHeight >= box.scrollHeight - 20;
+  const resp = await fetch(`/console/runs/${RUN}/cel`, { credentials: 'same-origin' });
+  if (resp.status === 204) {
+    box.replaceChildren(el('p', { class: 'muted', text: 'The journal starts with the run\'s first call.' }));
+    return;
+  }
+  if (!resp.ok) return;
+  // Server-rendered Markdown: goldmark's safe renderer (no raw HTML, no
+  // dangerous URLs) over a journal that escapes caller text.
+  box.innerHTML = await resp.text();
+  if (atEnd) box.scrollTop = box.scrollHeight;
+}
+
+$('#note-form')?.addEventListener('submit', async (e) => {
+  e.preventDefault();
+  const ta = $('#note');
+  const text = ta.value.trim();
+  if (!text) return;
+  const btn = e.submitter || $('#note-form button');
+  btn.disabled = true;
+  try {
+    await api('POST', '/cel/note', { run: RUN, json: { text, author: WHO } });
+    ta.value = '';
+    toast('Note added: the next step will see it');
+    await refreshCEL();
+  } catch (err) {
+    toast(err.text || String(err));
+  } finally {
+    btn.disabled = false;
+  }
+});
+$('#note')?.addEventListener('keydown', (e) => {
+  if (e.key === 'Enter' && (e.ctrlKey || e.metaKey)) {
+    e.preventDefault();
+    $('#note-form').requestSubmit();
+  }
+});
+
+$('#finalize-btn')?.addEventListener('click', async (e) => {
+  e.target.disabled = true;
+  try {
+    await api('POST', '/cel/finalize', { run: RUN });
+    toast('Journal finalized: its summary is at the end');
+    await refreshCEL();
+    $('#cel').scrollTop = $('#cel').scrollHeight;
+  } catch (err) {
+    toast(err.text || String(err));
+  } finally {
+    e.target.disabled = false;
+  }
+});
+
+$('#resume-btn')?.addEventListener('click', async (e) => {
+  e.target.disabled = true;
+  try {
+    await api('POST', '/run', { json: { run_id: RUN } });
+    toast('Resumed: finished steps are skipped');
+    recipeState = null;
+    await loadView();
+    connect();
+  } catch (err) {
+    toast(err.text || String(err));
+  } finally {
+    e.target.disabled = false;
+  }
+});
+
+// ---- files --------------------------------------------------------------
+
+const PREVIEW = {
+  png: 'image', jpg: 'image', jpeg: 'image', gif: 'image', webp: 'image', svg: 'image',
+  csv: 'csv', tsv: 'csv', md: 'markdown', markdown: 'markdown', html: 'html', htm: 'html', pdf: 'pdf',
+  json: 'json', ipynb: 'json', jsonl: 'text', txt: 'text', log: 'text', py: 'text', r: 'text', sql: 'text', yaml: 'text', yml: 'text',
+};
+const kindOf = (p) => PREVIEW[(p.split('.').pop() || '').toLowerCase()];
+
+
+// filesSeen is the file list last drawn: a refresh that finds the same
+// list leaves the tree alone, so an open share box, a folder or the focus
+// is not lost to a redraw.
+let filesSeen = '';
+async function refreshFiles() {
+  let got;
+  try {
+    got = (await api('GET', `/runs/${RUN}/files`)).files;
+  } catch (e) {
+    if (!(e instanceof ApiError)) toast(String(e));
+    return;
+  }
+  const seen = JSON.stringify(got);
+  if (seen === filesSeen) return;
+  filesSeen = seen;
+  files = got;
+  $('#dl-ipynb').hidden = !files.some((f) => f.path === 'run.ipynb');
+  const deliverables = files.filter((f) => f.path.startsWith('artifacts/') && f.path !== 'artifacts/index.json');
+  $('#art-count').textContent = `${deliverables.length} deliverable${deliverables.length === 1 ? '' : 's'} · ${files.length} files`;
+  const tree = {};
+  const records = [];
+  for (const f of files) {
+    if (isRecord(f.path)) {
+      if (!/^CEL\.step_\d+\.md$/.test(f.path)) records.push(f);
+      continue;
+    }
+    const parts = f.path.split('/');
+    let node = tree;
+    for (const d of parts.slice(0, -1)) node = (node[d + '/'] ||= {});
+    node[parts.at(-1)] = f;
+  }
+  const render = (node, prefix) => {
+    const names = Object.keys(node).sort((a, b) => (b.endsWith('/') - a.endsWith('/')) || a.localeCompare(b));
+    return el('ul', {}, names.map((n) => {
+      if (n.endsWith('/')) {
+        const dir = prefix + n;
+        const d = folder(dir.slice(0, -1), n, render(node[n], dir));
+        return el('li', {}, d);
+      }
+      return fileRow(node[n], n);
+    }));
+  };
+  const top = Object.keys(tree).sort((a, b) => (a === 'artifacts/' ? -1 : b === 'artifacts/' ? 1 : a.localeCompare(b)));
+  const ordered = Object.fromEntries(top.map((k) => [k, tree[k]]));
+  $('#tree').replaceChildren(
+    files.length ? render(ordered, '') : el('p', { class: 'muted', text: 'No files yet.' }),
+    records.length ? folder('(records)', 'Triad\'s records', el('ul', {}, records.map((f) => fileRow(f, f.path)))) : null,
+  );
+}
+
+// Folders stay as the person left them across refreshes; the
+// deliverables start open.
+const openDirs = new Set(['artifacts', 'artifacts/charts']);
+function folder(dir, label, list) {
+  const d = el('details', { dataset: { dir }, open: openDirs.has(dir) }, el('summary', { text: label }), list);
+  d.addEventListener('toggle', () => (d.open ? openDirs.add(dir) : openDirs.delete(dir)));
+  return d;
+}
+
+function fileRow(f, name) {
+  const kind = kindOf(f.path);
+  const base = f.path.split('/').pop();
+  const sha = String(f.sha256);
+  const nameEl = kind
+    ? el('button', { type: 'button', class: 'file-name', text: name, title: `Preview ${f.path}`, onclick: () => preview(f) })
+    : el('span', { class: 'file-name plain', text: name });
+  const li = el('li', { class: 'file', dataset: { path: f.path } },
+    el('div', { class: 'file-top' }, nameEl, el('span', { class: 'file-size', text: fmtBytes(f.size) })),
+    el('div', { class: 'file-meta' },
+      el('span', {}, el('span', { class: 'sha', title: `sha256 ${sha}`, text: sha.slice(0, 12) }), ' ', copyButton(sha, 'Copy sha256')),
+      f.step ? el('a', { href: `#step-${f.step}`, text: `step ${f.step}`, title: `produced by step ${f.step} (${f.tool})` }) : el('span', { text: 'Triad' }),
+      el('a', { class: 'dl', href: blobURL(RUN, sha, base), download: base, text: 'download' }),
+      CAN_WRITE ? el('button', { type: 'button', class: 'linkbtn share', text: 'share', onclick: (e) => share(f, li, e.target) }) : null,
+    ),
+  );
+  const box = shares.get(f.path);
+  if (box) li.append(box); // a link made before this refresh stays shown
+  return li;
+}
+
+const shares = new Map(); // path -> its share box
+
+async function share(f, li, btn) {
+  btn.disabled = true;
+  try {
+    const s = await api('POST', `/runs/${RUN}/share`, { json: { path: f.path, ttl: '24h' } });
+    li.querySelector('.share-box')?.remove();
+    shares.delete(f.path);
+    const input = el('input', { type: 'text', readonly: true, value: s.url, 'aria-label': `Share link for ${f.path}` });
+    const box = el('div', { class: 'share-box', dataset: { share: s.id } },
+      input,
+      el('div', { class: 'actions' },
+        copyButton(s.url, 'Copy link'),
+        el('span', { class: 'muted expires' }, 'expires ', el('time', { datetime: s.expires, text: fmtTime(s.expires) })),
+        el('button', {
+          type: 'button', class: 'linkbtn btn-danger revoke', text: 'revoke',
+          onclick: async (e) => {
+            e.target.disabled = true;
+            try {
+              await api('DELETE', `/shares/${s.id}`);
+              box.replaceChildren(el('span', { class: 'muted revoked', text: 'Link revoked: it no longer works.' }));
+              setTimeout(() => { box.remove(); shares.delete(f.path); }, 8000);
+            } catch (err) {
+              toast(err.text || String(err));
+              e.target.disabled = false;
+            }
+          },
+        })));
+    shares.set(f.path, box);
+    li.append(box);
+    input.select();
+  } catch (e) {
+    toast(e.text || String(e));
+  } finally {
+    btn.disabled = false;
+  }
+}
+
+// ---- previews -----------------------------------------------------------
+
+const dialog = $('#preview');
+const MAX_TEXT = 2 << 20;
+
+async function preview(f) {
+  const body = $('#preview-body');
+  $('#preview-title').textContent = f.path;
+  $('#preview-dl').href = fileURL(RUN, f.path, true);
+  body.replaceChildren(el('p', { class: 'muted', text: 'Loading…' }));
+  dialog.showModal();
+  const url = fileURL(RUN, f.path);
+  try {
+    switch (kindOf(f.path)) {
+      case 'image':
+        // An SVG shown as an image runs no script.
+        body.replaceChildren(el('img', { src: url, alt: f.path, class: 'preview-img' }));
+        break;
+      case 'html':
+        // Sandboxed twice: the attribute (no allow-scripts, no
+        // allow-same-origin) and the file's own CSP sandbox.
+        body.replaceChildren(el('iframe', { src: url, sandbox: '', title: `Preview of ${f.path}`, referrerpolicy: 'no-referrer' }));
+        break;
+      case 'pdf':
+        body.replaceChildren(el('iframe', { src: url, title: `Preview of ${f.path}` }));
+        break;
+      case 'markdown': {
+        const resp = await fetch(`/console/runs/${RUN}/render/${f.path.split('/').map(encodeURIComponent).join('/')}`, { credentials: 'same-origin' });
+        if (!resp.ok) throw new Error(await resp.text());
+        const art = el('article', { class: 'markdown' });
+        art.innerHTML = await resp.text(); // server-rendered, safe (see refreshCEL)
+        body.replaceChildren(art);
+        break;
+      }
+      case 'csv':
+        body.replaceChildren(csvTable(await text(url, f), f.path.endsWith('.tsv') ? '\t' : ','));
+        break;
+      case 'json': {
+        const t = await text(url, f);
+        let pretty = t;
+        try {
+          pretty = JSON.stringify(JSON.parse(t), null, 2);
+        } catch {
+          /* not JSON after all: show it as it is */
+        }
+        body.replaceChildren(el('pre', { class: 'json', text: pretty }));
+        break;
+      }
+      default:
+        body.replaceChildren(el('pre', { text: await text(url, f) }));
+    }
+  } catch (e) {
+    body.replaceChildren(el('p', { class: 'alert', text: `No preview: ${e.text || e.message || e}` }));
+  }
+}
+
+async function text(url, f) {
+  if (f.size > MAX_TEXT) throw new Error(`the file is ${fmtBytes(f.size)}; download it instead`);
+  const resp = await fetch(url, { credentials: 'same-origin' });
+  if (!resp.ok) throw new Error(`${resp.status} ${resp.statusText}`);
+  return resp.text();
+}
+
+// parseCSV parses RFC 4180 CSV: quoted fields, doubled quotes, CRLF.
+function parseCSV(s, sep, maxRows) {
+  const rows = [];
+  let row = [];
+  let field = '';
+  let q = false;
+  for (let i = 0; i < s.length; i++) {
+    const c = s[i];
+    if (q) {
+      if (c === '"') {
+        if (s[i + 1] === '"') {
+          field += '"';
+          i++;
+        } else q = false;
+      } else field += c;
+    } else if (c === '"') q = true;
+    else if (c === sep) {
+      row.push(field);
+      field = '';
+    } else if (c === '\n' || c === '\r') {
+      if (c === '\r' && s[i + 1] === '\n') i++;
+      row.push(field);
+      rows.push(row);
+      row = [];
+      field = '';
+      if (rows.length > maxRows) return rows;
+    } else field += c;
+  }
+  if (field || row.length) {
+    row.push(field);
+    rows.push(row);
+  }
+  return rows;
+}
+
+// csvTable shows the first 200 rows, sortable by any column.
+function csvTable(s, sep) {
+  const all = parseCSV(s, sep, 201);
+  const head = all[0] || [];
+  const data = all.slice(1, 201);
+  const numeric = head.map((_, i) => data.every((r) => r[i] === undefined || r[i] === '' || !Number.isNaN(Number(r[i]))));
+  const tbody = el('tbody');
+  const fill = (rows) => tbody.replaceChildren(...rows.map((r) => el('tr', {}, head.map((_, i) => el('td', { text: r[i] ?? '' })))));
+  const ths = head.map((h, i) => el('th', { scope: 'col', 'aria-sort': 'none' }, el('button', {
+    type: 'button', text: h, title: `Sort by ${h}`,
+    onclick: () => {
+      const dir = ths[i].getAttribute('aria-sort') === 'ascending' ? -1 : 1;
+      ths.forEach((t) => t.setAttribute('aria-sort', 'none'));
+      ths[i].setAttribute('aria-sort', dir === 1 ? 'ascending' : 'descending');
+      const cmp = numeric[i] ? (a, b) => Number(a[i]) - Number(b[i]) : (a, b) => String(a[i] ?? '').localeCompare(String(b[i] ?? ''));
+      fill([...data].sort((a, b) => dir * cmp(a, b)));
+    },
+  })));
+  fill(data);
+  const note = all.length > 201 ? el('p', { class: 'muted small', text: 'The first 200 rows; download the file for the rest.' }) : null;
+  return el('div', {}, el('table', { class: 'grid csv' }, el('thead', {}, el('tr', {}, ths)), tbody), note);
+}
+
+dialog.addEventListener('close', () => $('#preview-body').replaceChildren());
+
+// ---- start --------------------------------------------------------------
+
+await loadView();
+connect();
+refreshFiles();
+refreshCEL();
+setInterval(chips, 5000);
+if (!CAN_WRITE) document.querySelectorAll('.share').forEach((b) => b.remove());

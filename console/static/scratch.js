@@ -1,0 +1,277 @@
+// Scratch cells on a manual run: a notebook-like list of cells, each run
+// through sandbox.exec with its output streamed (POST /sandbox/exec with
+// Accept: text/event-stream), a files panel, and a kernel restart.
+import {
+  $, CAN_WRITE, RUN, api, apiHeaders, el, errorOf, fileURL, fmtBytes, fmtDur, isRecord, sanitize, sse, stripAnsi, toast,
+} from './lib.js';
+
+const cellsEl = $('#cells');
+const KEY = `triad-cells-${RUN}`;
+const cells = []; // {root, ta, out, count, saved}
+let ranAt = 0; // when Shift+Enter last ran a cell
+
+// ---- output rendering ---------------------------------------------------
+
+// image returns an <img> for an image a cell displayed: base64 while it
+// streams, a stored run file in the final answer. An SVG shown as an
+// image runs no script.
+function image(mime, v) {
+  let src;
+  if (typeof v === 'string') {
+    src = mime === 'image/svg+xml'
+      ? 'data:image/svg+xml;charset=utf-8,' + encodeURIComponent(v)
+      : `data:${mime};base64,${v.replace(/\s/g, '')}`;
+  } else if (v && v.path) {
+    src = fileURL(RUN, v.path);
+  } else return null;
+  return el('img', { src, alt: `${mime} output`, class: 'out-img' });
+}
+
+// bundle renders a display or result bundle: the richest type it has.
+function bundle(data) {
+  for (const m of ['image/png', 'image/jpeg', 'image/gif', 'image/svg+xml']) {
+    if (data[m] !== undefined) {
+      const img = image(m, data[m]);
+      if (img) return img;
+    }
+  }
+  if (typeof data['text/html'] === 'string') return el('div', { class: 'html' }, sanitize(data['text/html']));
+  if (data['application/json'] !== undefined) return el('pre', { text: JSON.stringify(data['application/json'], null, 2) });
+  if (typeof data['text/markdown'] === 'string') return el('pre', { text: data['text/markdown'] });
+  if (typeof data['text/plain'] === 'string') return el('pre', { class: 'result', text: stripAnsi(data['text/plain']) });
+  return null;
+}
+
+// stream appends stdout or stderr, joining consecutive pieces.
+function stream(out, kind, text) {
+  const last = out.lastElementChild;
+  if (last && last.classList.contains(kind)) last.textContent += text;
+  else out.append(el('pre', { class: kind, text }));
+}
+
+function errorBlock(err) {
+  const lines = [];
+  if (err.ename) lines.push(`${err.ename}: ${err.evalue || ''}`);
+  else if (err.message) lines.push(err.message);
+  const tb = (err.traceback || []).map(stripAnsi).join('\n');
+  return el('div', { class: 'error', role: 'alert' },
+    el('pre', { class: 'traceback', text: tb || lines.join('\n') }),
+    !tb && err.suggestion ? el('p', { class: 'small', text: err.suggestion }) : null,
+    tb && err.ename ? null : null);
+}
+
+// final renders a finished cell from its answer (wire.ExecResponse): how
+// a cell is shown again after a reload.
+function final(out, r) {
+  out.replaceChildren();
+  if (r.stdout) stream(out, 'stdout', r.stdout);
+  if (r.stderr) stream(out, 'stderr', r.stderr);
+  for (const d of r.display || []) {
+    const b = bundle(d.data || {});
+    if (b) out.append(b);
+  }
+  if (r.result) {
+    const b = bundle(r.result.data || {});
+    if (b) out.append(b);
+  }
+  if (r.error) out.append(errorBlock(r.error));
+  meta(out, r);
+}
+
+function meta(out, r) {
+  const bits = [`${r.ok ? 'ok' : 'failed'} in ${fmtDur(r.duration_ms)}`];
+  const wrote = (r.files_out || []).map((f) => f.path).filter((p) => !p.startsWith('outputs/'));
+  if (wrote.length) bits.push(`wrote ${wrote.slice(0, 5).join(', ')}${wrote.length > 5 ? ` and ${wrote.length - 5} more` : ''}`);
+  if (r.kernel?.restarted) bits.push('the kernel restarted: variables are gone');
+  if (r.truncated) bits.push('output truncated (the full text is in the run\'s files)');
+  out.append(el('div', { class: 'meta', text: bits.join(' · ') }));
+}
+
+// ---- cells --------------------------------------------------------------
+
+function grow(ta) {
+  ta.style.height = 'auto';
+  ta.style.height = `${ta.scrollHeight + 2}px`;
+}
+
+function addCell(saved) {
+  const n = cells.length + 1;
+  const ta = el('textarea', { 'aria-label': `Cell ${n} code`, spellcheck: 'false', rows: 1, placeholder: n === 1 ? 'print("hello")  — Shift+Enter runs' : '' });
+  const count = el('div', { class: 'cell-count', 'aria-hidden': 'true', text: '[ ]' });
+  const out = el('div', { class: 'cell-out', 'aria-live': 'polite' });
+  const run = el('button', { type: 'button', class: 'btn btn-quiet small cell-run', title: 'Run (Shift+Enter)', 'aria-label': `Run cell ${n}` },
+    el('span', { 'aria-hidden': 'true', text: '▶' }), el('span', { class: 'word', text: 'Run' }));
+  const root = el('div', { class: 'cell', dataset: { n } }, el('div', { class: 'cell-in' }, count, ta, run), out);
+  const cell = { root, ta, out, count, saved: saved || null };
+  cells.push(cell);
+  cellsEl.append(root);
+  if (saved) {
+    ta.value = saved.code;
+    if (saved.answer) {
+      count.textContent = `[${saved.answer.execution_count || ' '}]`;
+      final(out, saved.answer);
+    } else if (saved.error) {
+      out.append(errorBlock(saved.error));
+    }
+  }
+  ta.addEventListener('input', () => grow(ta));
+  // The line break of a Shift+Enter must not land in the cell focus
+  // moves to (some input methods deliver it apart from the keydown).
+  ta.addEventListener('beforeinput', (e) => {
+    if (Date.now() - ranAt < 100 && (e.inputType === 'insertLineBreak' || e.inputType === 'insertParagraph' || e.data === '\n' || e.data === '\r')) e.preventDefault();
+  });
+  ta.addEventListener('keydown', (e) => {
+    if (e.key !== 'Enter') return;
+    if (e.shiftKey) {
+      e.preventDefault();
+      ranAt = Date.now();
+      runCell(cell);
+      const i = cells.indexOf(cell);
+      (cells[i + 1] || addCell()).ta.focus();
+    } else if (e.ctrlKey || e.metaKey) {
+      e.preventDefault();
+      runCell(cell);
+    }
+  });
+  run.addEventListener('click', () => runCell(cell));
+  requestAnimationFrame(() => grow(ta));
+  if (!CAN_WRITE) {
+    ta.readOnly = true;
+    run.disabled = true;
+  }
+  return cell;
+}
+
+function save() {
+  const list = cells.filter((c) => c.saved).map((c) => c.saved);
+  try {
+    sessionStorage.setItem(KEY, JSON.stringify(list));
+  } catch {
+    /* over the quota: the cells stay on the page */
+  }
+}
+
+async function runCell(cell) {
+  const code = cell.ta.value;
+  if (!code.trim() || cell.root.classList.contains('running')) return;
+  cell.root.classList.add('running');
+  cell.count.textContent = '[*]';
+  cell.out.replaceChildren();
+  cell.saved = { code };
+  try {
+    const resp = await fetch('/sandbox/exec', {
+      method: 'POST', credentials: 'same-origin',
+      headers: apiHeaders('POST', RUN, { 'Content-Type': 'application/json', Accept: 'text/event-stream' }),
+      body: JSON.stringify({ code }),
+    });
+    if (!resp.ok) throw await errorOf(resp);
+    for await (const ev of sse(resp)) {
+      const d = JSON.parse(ev.data);
+      switch (ev.event) {
+        case 'stdout':
+        case 'stderr':
+          stream(cell.out, ev.event, d.text || '');
+          break;
+        case 'display':
+        case 'result': {
+          const b = d.bundle && bundle(d.bundle.data || {});
+          if (b) cell.out.append(b);
+          break;
+        }
+        case 'clear':
+          cell.out.replaceChildren();
+          break;
+        case 'done':
+          cell.count.textContent = `[${d.execution_count || ' '}]`;
+          if (d.error) cell.out.append(errorBlock(d.error));
+          meta(cell.out, d);
+          cell.saved.answer = d;
+          break;
+        case 'error':
+          cell.count.textContent = '[!]';
+          cell.out.append(errorBlock(d.error || {}));
+          cell.saved.error = d.error;
+          break;
+      }
+    }
+  } catch (e) {
+    cell.count.textContent = '[!]';
+    const err = { message: e.message || String(e), suggestion: e.suggestion || '' };
+    cell.out.append(errorBlock(err));
+    cell.saved.error = err;
+  } finally {
+    cell.root.classList.remove('running');
+    save();
+    refreshFiles();
+  }
+}
+
+// ---- files --------------------------------------------------------------
+
+const hidden = (p) => /^CEL\.step_\d+\.md$/.test(p) || p.startsWith('outputs/');
+
+async function refreshFiles() {
+  try {
+    const { files } = await api('GET', `/runs/${RUN}/files`);
+    const shown = files.filter((f) => !hidden(f.path));
+    // The cells' files first, Triad's records after them.
+    shown.sort((x, y) => isRecord(x.path) - isRecord(y.path) || x.path.localeCompare(y.path));
+    $('#filelist').replaceChildren(...(shown.length ? shown.map((f) => el('li', { class: isRecord(f.path) ? 'record' : null },
+      el('a', { href: fileURL(RUN, f.path, true), download: f.path.split('/').pop(), text: f.path, title: `Download ${f.path}` }),
+      el('span', { class: 'muted', text: fmtBytes(f.size) }))) : [el('li', { class: 'muted', text: 'No files yet.' })]));
+  } catch (e) {
+    toast(e.text || String(e));
+  }
+}
+
+$('#files-refresh').addEventListener('click', refreshFiles);
+$('#upload')?.addEventListener('change', async (e) => {
+  const input = e.target;
+  for (const f of input.files) {
+    try {
+      await api('PUT', `/tmp/files/${encodeURIComponent(f.name)}`, { run: RUN, body: f, headers: { 'Content-Type': 'application/octet-stream' } });
+      toast(`Uploaded ${f.name}: open('${f.name}') reads it`);
+    } catch (err) {
+      toast(`${f.name}: ${err.text || err}`);
+    }
+  }
+  input.value = '';
+  refreshFiles();
+});
+
+// Restart asks twice (no window.confirm: a dialog would block the page).
+let armed = 0;
+$('#restart-btn')?.addEventListener('click', async (e) => {
+  const btn = e.target;
+  if (Date.now() - armed > 4000) {
+    armed = Date.now();
+    btn.textContent = 'Click again to restart';
+    setTimeout(() => { if (Date.now() - armed >= 4000) btn.textContent = 'Restart kernel'; }, 4100);
+    return;
+  }
+  armed = 0;
+  btn.disabled = true;
+  btn.textContent = 'Restarting…';
+  try {
+    await api('POST', '/sandbox/restart', { run: RUN });
+    toast('Kernel restarted: variables are gone, files stay');
+    cellsEl.append(el('p', { class: 'muted small center', text: '— kernel restarted —' }));
+  } catch (err) {
+    toast(err.text || String(err));
+  } finally {
+    btn.disabled = false;
+    btn.textContent = 'Restart kernel';
+  }
+});
+
+// ---- start --------------------------------------------------------------
+
+let restored = [];
+try {
+  restored = JSON.parse(sessionStorage.getItem(KEY) || '[]');
+} catch {
+  restored = [];
+}
+restored.forEach((s) => addCell(s));
+addCell().ta.focus();
+refreshFiles();

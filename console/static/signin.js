@@ -1,0 +1,2 @@
+// The sign-in page needs only the shared shortcuts.
+import './lib.js';
