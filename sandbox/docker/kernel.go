@@ -390,35 +390,6 @@ func (k *Kernel) bootError(ctx, bctx context.Context, err error) error {
 	return err
 }
 
-// died reports a dead kernel (OOM, os._exit, a crash) with the reason the
-// engine gives, and brings up a fresh kernel for the next cell.
-func (k *Kernel) died(ctx context.Context, c *cellRun) *sandbox.Result {
-	ctx = context.WithoutCancel(ctx)
-	// The sockets can report EOF before the engine has recorded the exit;
-	// give it a moment so the reason (OOMKilled, the exit code) is known.
-	select {
-	case <-k.exited:
-	case <-k.violated():
-	case <-time.After(5 * time.Second):
-	}
-	reason := k.deathReason(ctx)
-	k.b.log.WarnContext(ctx, "sandbox kernel died", "kernel", k.ID(), "owner", k.owner, "reason", reason)
-	res := c.result(jupyter.Output{})
-	res.Error = &sandbox.ExecError{
-		Kind:      sandbox.KindKernelDied,
-		Ename:     "KernelDied",
-		Evalue:    "the kernel died (" + reason + "); its state is lost and a fresh kernel was started",
-		Reason:    reason,
-		Traceback: []string{},
-	}
-	if err := k.restartLocked(ctx); err != nil {
-		res.Error.Evalue = fmt.Sprintf("the kernel died (%s) and restarting it failed (%v); the next cell will try again", reason, err)
-		return res
-	}
-	res.Restarted = true
-	return res
-}
-
 // deathReason asks the engine why the container's process ended, unless
 // the client gave up on a kernel that broke the protocol.
 func (k *Kernel) deathReason(ctx context.Context) string {

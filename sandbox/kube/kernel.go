@@ -425,37 +425,6 @@ func (k *Kernel) restartLocked(ctx context.Context) error {
 	return nil
 }
 
-// died reports a dead kernel with the reason the pod status gives
-// (OOMKilled, the exit code, an eviction) and moves to a fresh pod for
-// the next cell.
-func (k *Kernel) died(ctx context.Context, c *cellRun) *sandbox.Result {
-	ctx = context.WithoutCancel(ctx)
-	pc := k.current()
-	// The streams can end before the kubelet has reported the exit; give
-	// it a moment so that the reason is known.
-	select {
-	case <-pc.watch.gone:
-	case <-k.violated(pc):
-	case <-time.After(10 * time.Second):
-	}
-	reason := k.deathReason(ctx, pc)
-	k.b.log.WarnContext(ctx, "sandbox kernel died", "kernel", pc.name, "run", k.run, "reason", reason)
-	res := c.result(jupyter.Output{})
-	res.Error = &sandbox.ExecError{
-		Kind:      sandbox.KindKernelDied,
-		Ename:     "KernelDied",
-		Evalue:    "the kernel died (" + reason + "); its state is lost and a fresh kernel was started",
-		Reason:    reason,
-		Traceback: []string{},
-	}
-	if err := k.restartLocked(ctx); err != nil {
-		res.Error.Evalue = fmt.Sprintf("the kernel died (%s) and restarting it failed (%v); the next cell will try again", reason, err)
-		return res
-	}
-	res.Restarted = true
-	return res
-}
-
 // deathReason says why the kernel in pc ended: a protocol violation the
 // client saw, else the pod's status.
 func (k *Kernel) deathReason(ctx context.Context, pc *podConn) string {

@@ -1,4 +1,4 @@
-package docker
+package jupytercell
 
 import (
 	"context"
@@ -92,11 +92,11 @@ func parseThreads(exprs map[string]json.RawMessage) (names []string, ok bool) {
 // o: from the reply's user expressions when the kernel evaluated them, or
 // else from a silent cell that asks (after an exception, an interrupt, a
 // redial). A kernel that does not answer in time reports none.
-func (c *cellRun) threads(ctx context.Context, o jupyter.Output) []string {
+func (c *run) threads(ctx context.Context, o jupyter.Output) []string {
 	if names, ok := parseThreads(o.UserExpressions); ok {
 		return names
 	}
-	client := c.k.client
+	client := c.k.Client()
 	if client == nil {
 		return nil
 	}
@@ -108,7 +108,7 @@ func (c *cellRun) threads(ctx context.Context, o jupyter.Output) []string {
 	}
 	po, err := ex.Wait(pctx)
 	if err != nil {
-		c.k.b.log.WarnContext(ctx, "could not list the kernel's threads", "kernel", c.k.ID(), "err", err)
+		c.cfg.Log.WarnContext(ctx, "could not list the kernel's threads", "kernel", c.cfg.ID, "err", err)
 		return nil
 	}
 	names, _ := parseThreads(po.UserExpressions)
