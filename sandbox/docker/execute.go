@@ -7,7 +7,6 @@ import (
 
 	"github.com/triadhq/triad/sandbox"
 	"github.com/triadhq/triad/sandbox/docker/jupyter"
-	"github.com/triadhq/triad/sandbox/internal/emit"
 	"github.com/triadhq/triad/sandbox/internal/jupytercell"
 )
 
@@ -19,15 +18,8 @@ import (
 func (k *Kernel) Execute(ctx context.Context, cell sandbox.Cell) (*sandbox.Result, error) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	if k.isClosing() {
-		return nil, sandbox.ErrClosed
-	}
-	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("execute on kernel %s: %w", k.ID(), err)
-	}
-	timeout := cell.Timeout
-	if timeout <= 0 {
-		timeout = k.b.cfg.CellTimeout
+	if err := jupytercell.Check(ctx, cellHooks{k}, k.ID()); err != nil {
+		return nil, err
 	}
 	restarted := false
 	if k.client == nil {
@@ -37,15 +29,13 @@ func (k *Kernel) Execute(ctx context.Context, cell sandbox.Cell) (*sandbox.Resul
 		}
 		restarted = true
 	}
-	return jupytercell.Run(ctx, cellHooks{k}, jupytercell.Cell{
-		Code:      cell.Code,
-		Setup:     cell.Setup,
-		Timeout:   timeout,
-		Grace:     k.b.cfg.InterruptGrace,
-		Meter:     emit.New(k.limits.OutputBytes, cell.Output),
-		Restarted: restarted,
-		ID:        k.ID(),
-		Log:       k.b.log,
+	return jupytercell.Run(ctx, cellHooks{k}, cell, jupytercell.Settings{
+		Timeout:     k.b.cfg.CellTimeout,
+		Grace:       k.b.cfg.InterruptGrace,
+		OutputBytes: k.limits.OutputBytes,
+		Restarted:   restarted,
+		ID:          k.ID(),
+		Log:         k.b.log,
 	})
 }
 

@@ -37,17 +37,13 @@ type Kernel interface {
 	Died(ctx context.Context) string
 }
 
-// Cell is one cell to run, and the settings it runs with.
-type Cell struct {
-	Code string
-	// Setup marks a cell that does not advance the execution counter
-	// (sandbox.Cell.Setup).
-	Setup bool
-	// Timeout bounds the cell; Grace is how long it has to end once
-	// interrupted before the kernel is restarted.
+// Settings are what a backend runs a cell with.
+type Settings struct {
+	// Timeout bounds a cell that sets none; Grace is how long a cell has to
+	// end once interrupted before the kernel is restarted.
 	Timeout, Grace time.Duration
-	// Meter meters the cell's output against its limit and delivers it.
-	Meter *emit.Meter
+	// OutputBytes is a cell's output limit (sandbox.Limits.OutputBytes).
+	OutputBytes int64
 	// Restarted is set when the kernel was restarted since the last cell:
 	// the Result says so.
 	Restarted bool
@@ -56,17 +52,35 @@ type Cell struct {
 	Log *slog.Logger
 }
 
+// Check is what Execute checks before it touches the kernel: ErrClosed
+// once k is closing, else the caller's error if ctx is done.
+func Check(ctx context.Context, k Kernel, id string) error {
+	select {
+	case <-k.Closing():
+		return sandbox.ErrClosed
+	default:
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("execute on kernel %s: %w", id, err)
+	}
+	return nil
+}
+
 // Run runs cell on k and reports it as sandbox.Kernel.Execute does. Each
 // output message is handed over by the Jupyter client's iopub reader as it
 // arrives and delivered at once, so neither the client nor the backend
 // gathers a cell's output (see docs/DECISIONS.md, "Output is delivered
 // message by message"). A timed-out or abandoned cell is interrupted over
 // the control channel and the kernel is restarted if the cell does not end
-// within cell.Grace; a cell whose output passes the limit is cut
+// within s.Grace; a cell whose output passes the limit is cut
 // (Kernel.Cut). The caller holds the kernel's lock and has checked that k
 // has a client.
-func Run(ctx context.Context, k Kernel, cell Cell) (*sandbox.Result, error) {
-	c := &run{k: k, cfg: cell, timeout: cell.Timeout, setup: cell.Setup, restarted: cell.Restarted, em: cell.Meter, msgs: make(chan jupyter.Msg), quit: make(chan struct{}), start: time.Now()}
+func Run(ctx context.Context, k Kernel, cell sandbox.Cell, s Settings) (*sandbox.Result, error) {
+	timeout := cell.Timeout
+	if timeout <= 0 {
+		timeout = s.Timeout
+	}
+	c := &run{k: k, cfg: s, timeout: timeout, setup: cell.Setup, restarted: s.Restarted, em: emit.New(s.OutputBytes, cell.Output), msgs: make(chan jupyter.Msg), quit: make(chan struct{}), start: time.Now()}
 	defer c.release()
 	return c.run(ctx, cell.Code)
 }
@@ -74,7 +88,7 @@ func Run(ctx context.Context, k Kernel, cell Cell) (*sandbox.Result, error) {
 // run is one cell in progress.
 type run struct {
 	k         Kernel
-	cfg       Cell
+	cfg       Settings
 	ex        *jupyter.Execution
 	em        *emit.Meter
 	start     time.Time
