@@ -41,7 +41,7 @@ var layers = [][]string{
 	// 4: surfaces. They share only the wire contract, never each other.
 	{"api", "api/mcp", "api/e2b", "api/e2b/tmpfsrecords", "api/e2b/recordstest", "console"},
 	// 5: binaries and benchmarks: wiring only.
-	{"cmd/triad", "bench/sandbox", "bench/store", "bench/neighbour", "deploy/kubernetes"},
+	{"cmd/triad", "bench/sandbox", "bench/store", "bench/neighbour", "bench/burst", "deploy/kubernetes"},
 }
 
 // sameLayer lists the imports allowed within a layer: an implementation
@@ -74,6 +74,7 @@ var sameLayer = map[string][]string{
 	"bench/sandbox":                             nil,
 	"bench/store":                               nil,
 	"bench/neighbour":                           nil,
+	"bench/burst":                               nil,
 }
 
 type pkg struct {
