@@ -69,6 +69,7 @@ func main() {
 	starts := flag.Int("starts", 6, "kernel starts measured one at a time for the floor")
 	warm := flag.Int("warm", 2, "the server's --warm (the default pool is 2)")
 	cores := flag.Int("cores", runtime.NumCPU(), "cores the floor divides by")
+	baseline := flag.Bool("baseline", true, "also run the burst with every start admitted at once (the behaviour before start admission)")
 	extra := flag.String("serve-flags", "", "more flags for triad serve, space-separated")
 	flag.Parse()
 
@@ -114,9 +115,71 @@ func main() {
 		quiet = append(quiet, d)
 	}
 	fmt.Printf("\n2. quiet warm `1+1`: p50 %.1f ms, p99 %.1f ms (n=%d), load %s\n", ms(pct(quiet, 50)), ms(pct(quiet, 99)), len(quiet), loadavg())
-	heapBefore, rssBefore, kernelsBefore := srv.liveHeap(), srv.rss(), *warm+*starts+1
+	// The server's live heap before the burst: the next collection while
+	// nothing runs (the runtime forces one at least every 2 minutes).
+	heapBefore := srv.liveHeapAfter(time.Now())
+	rssBefore, kernelsBefore := srv.rss(), len(srv.containers())
 
 	// 3. The burst.
+	fmt.Printf("\n3. burst of %d new runs × %d cells, --kernel-starts default (twice the CPUs):\n", *runs, *cells)
+	burst(srv, *runs, *cells, floor, quiet)
+
+	// 4. Idle cost.
+	srv.waitPool(*warm)
+	time.Sleep(3 * time.Second) // let the last answers' bookkeeping settle
+	idle := srv.idleKernels()
+	heapAfter := srv.liveHeapAfter(heapBefore.at)
+	rssAfter := srv.rss()
+	added := len(idle) - kernelsBefore
+	fmt.Printf("\n4. idle kernel (%d idle containers), load %s:\n", len(idle), loadavg())
+	if len(idle) == 0 {
+		fail(errors.New("no idle kernel containers found"))
+	}
+	m := medianMem(idle)
+	fmt.Printf("   container cgroup: usage %.1f MiB = anon %.1f + page cache %.1f (shmem %.1f) + kernel %.1f\n",
+		mib(m.usage), mib(m.anon), mib(m.cache), mib(m.shmem), mib(m.kmem))
+	fmt.Printf("   containerd-shim: RSS %.1f MiB, PSS %.1f MiB\n", mib(m.shimRSS), mib(m.shimPSS))
+	var triadPer float64
+	if added > 0 && heapAfter.bytes > 0 && heapBefore.bytes > 0 {
+		triadPer = max(float64(rssAfter-rssBefore), float64(heapAfter.bytes-heapBefore.bytes)) / float64(added)
+		fmt.Printf("   triad server: live heap %.1f → %.1f MiB, RSS %.1f → %.1f MiB for %d more kernels: heap %.0f KiB, RSS %.0f KiB per kernel\n",
+			mib(heapBefore.bytes), mib(heapAfter.bytes), mib(rssBefore), mib(rssAfter), added,
+			float64(heapAfter.bytes-heapBefore.bytes)/float64(added)/1024, triadPer/1024)
+	}
+	// Page cache is shared (the image's files are charged to whichever
+	// container read them first) and reclaimable; the marginal cost of an
+	// idle kernel is what cannot be shared or dropped.
+	one := float64(m.anon+m.shmem+m.kmem+m.shimPSS) + max(triadPer, 0)
+	fmt.Printf("   per idle kernel (anon + shmem + kernel + shim PSS + the server's share, the larger of heap and RSS): %.1f MiB → %d idle kernels in 24 GiB\n",
+		one/(1<<20), int(24*float64(1<<30)/one))
+
+	if *baseline {
+		// The same burst with every start admitted at once, as before
+		// start admission, on a fresh server.
+		srv.stop()
+		b := startServer(*warm, append([]string{"--kernel-starts", strconv.Itoa(*runs + *warm)}, strings.Fields(*extra)...))
+		cleanup = b.stop
+		defer b.stop()
+		b.waitPool(*warm)
+		if _, err := b.exec("r-quiet", "1+1"); err != nil {
+			fail(err)
+		}
+		var q []time.Duration
+		for range 3 * *cells {
+			d, err := b.exec("r-quiet", "1+1")
+			if err != nil {
+				fail(err)
+			}
+			q = append(q, d)
+		}
+		fmt.Printf("\n5. baseline: the same burst with every start admitted at once (--kernel-starts %d); quiet warm p50 %.1f ms, load %s:\n", *runs+*warm, ms(pct(q, 50)), loadavg())
+		burst(b, *runs, *cells, floor, q)
+	}
+}
+
+// burst starts runs new runs at once, each running cells `1+1` cells one
+// after another, and prints what the issue's goal 7 measures.
+func burst(srv *server, runs, cells int, floor float64, quiet []time.Duration) {
 	type cell struct {
 		at    time.Duration // since the burst began, when the answer arrived
 		took  time.Duration
@@ -142,12 +205,12 @@ func main() {
 	}()
 	cpu0 := srv.snapshot()
 	t0 := time.Now()
-	for i := range *runs {
+	for i := range runs {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			run := fmt.Sprintf("r-burst-%d", i)
-			for j := range *cells {
+			for j := range cells {
 				d, err := srv.exec(run, "1+1")
 				mu.Lock()
 				if err != nil {
@@ -182,7 +245,7 @@ func main() {
 			}
 		}
 	}
-	fmt.Printf("\n3. burst of %d new runs × %d cells (%d errors), load now %s, highest 1-min load during it %.2f:\n", *runs, *cells, len(errs), loadavg(), maxLd)
+	fmt.Printf("   %d errors, load now %s, highest 1-min load during it %.2f\n", len(errs), loadavg(), maxLd)
 	for _, e := range errs[:min(len(errs), 5)] {
 		fmt.Printf("   error: %s\n", e)
 	}
@@ -201,36 +264,8 @@ func main() {
 	}
 	bc := cost(cpu0, cpu1)
 	fmt.Printf("   CPU spent during the burst: %.1f s (server %.1f, engine %.1f, shims %.1f, containers %.1f) = %.2f s per run\n",
-		bc.total(), bc.server+bc.children, bc.dockerd+bc.containerd, bc.shim, bc.container, bc.total()/float64(*runs))
+		bc.total(), bc.server+bc.children, bc.dockerd+bc.containerd, bc.shim, bc.container, bc.total()/float64(runs))
 
-	// 4. Idle cost.
-	srv.waitPool(*warm)
-	time.Sleep(3 * time.Second) // let the last answers' bookkeeping settle
-	idle := srv.idleKernels()
-	heapAfter := srv.liveHeapAfter(heapBefore.at)
-	rssAfter := srv.rss()
-	added := len(idle) - kernelsBefore
-	fmt.Printf("\n4. idle kernel (%d idle containers), load %s:\n", len(idle), loadavg())
-	if len(idle) == 0 {
-		fail(errors.New("no idle kernel containers found"))
-	}
-	m := medianMem(idle)
-	fmt.Printf("   container cgroup: usage %.1f MiB = anon %.1f + page cache %.1f (shmem %.1f) + kernel %.1f\n",
-		mib(m.usage), mib(m.anon), mib(m.cache), mib(m.shmem), mib(m.kmem))
-	fmt.Printf("   containerd-shim: RSS %.1f MiB, PSS %.1f MiB\n", mib(m.shimRSS), mib(m.shimPSS))
-	var triadPer float64
-	if added > 0 && heapAfter.bytes > 0 && heapBefore.bytes > 0 {
-		triadPer = float64(rssAfter-rssBefore) / float64(added)
-		fmt.Printf("   triad server: live heap %.1f → %.1f MiB, RSS %.1f → %.1f MiB for %d more kernels: heap %.0f KiB, RSS %.0f KiB per kernel\n",
-			mib(heapBefore.bytes), mib(heapAfter.bytes), mib(rssBefore), mib(rssAfter), added,
-			float64(heapAfter.bytes-heapBefore.bytes)/float64(added)/1024, triadPer/1024)
-	}
-	// Page cache is shared (the image's files are charged to whichever
-	// container read them first) and reclaimable; the marginal cost of an
-	// idle kernel is what cannot be shared or dropped.
-	one := float64(m.anon+m.shmem+m.kmem+m.shimPSS) + max(triadPer, 0)
-	fmt.Printf("   per idle kernel (anon + shmem + kernel + shim PSS + server RSS share): %.1f MiB → %d idle kernels in 24 GiB\n",
-		one/(1<<20), int(24*float64(1<<30)/one))
 }
 
 // server is the triad serve this program started.
