@@ -56,7 +56,7 @@ func (c *sandboxConfig) flags(f *flagSet) {
 	f.duration(&c.MaxCellTimeout, "max-cell-timeout", 10*time.Minute, "largest deadline a cell may ask for")
 	f.duration(&c.IdleTTL, "idle-ttl", 30*time.Minute, "stop a run's kernel after this long unused (its files stay)")
 	f.int(&c.Warm, "warm", 2, "ready kernels kept in the warm pool (with --sandbox kube: warm pods this replica adds to the pool all replicas share)")
-	f.int(&c.Starts, "kernel-starts", 0, "kernels starting at once; runs beyond it wait their turn in arrival order (0: twice the CPUs)")
+	f.int(&c.Starts, "kernel-starts", 0, "kernels starting at once; runs beyond it wait their turn in arrival order (0: no limit)")
 	f.str(&c.KubeNamespace, "kube-namespace", "triad-kernels", "namespace of the kernel pods, their NetworkPolicy and Leases, for --sandbox kube")
 	f.str(&c.KubeImage, "kube-image", "", "sandbox image as the cluster's nodes pull it, for --sandbox kube (default: `triad image tag`, imported into the nodes' runtime)")
 	f.str(&c.KubeRuntimeClass, "kube-runtime-class", "", "RuntimeClass of kernel pods, e.g. gvisor (default: the cluster's default runtime)")

@@ -2,6 +2,7 @@ package kernels
 
 import (
 	"context"
+	"math"
 	"slices"
 	"sync"
 
@@ -10,21 +11,27 @@ import (
 
 // admission lets a bounded number of kernel starts run at once and serves
 // the runs waiting for one in the order they came (FIFO). Starting every
-// run of a burst at once makes each start take as long as the whole burst
-// (the starts share the cores), and keeps every early run waiting for the
-// last one; in order, the first runs get their kernels after one start's
-// time, the last after the same total, and the warm cells of runs already
-// going compete with a few starts instead of all of them. The pool filler
-// takes a slot only when no run is waiting: a run's start comes before a
-// pooled kernel nobody has asked for yet. See docs/DECISIONS.md, "Kernel
-// start admission".
+// run of a burst at once shares the cores among all the starts, so each
+// run waits about as long as the whole burst. In order, the first runs get
+// their kernels after about one start's time, and the warm cells of runs
+// already going compete with a few starts instead of all of them. The pool
+// filler takes a slot only when no run is waiting: a run's start comes
+// before a pooled kernel nobody has asked for yet. Unbounded (the default)
+// it never makes anyone wait. On a shared host few starts get a small fair
+// share of the CPU. See docs/DECISIONS.md, "Kernel start admission".
 type admission struct {
 	mu    sync.Mutex
 	free  int
 	queue []chan struct{} // waiting runs, oldest first; closed when granted
 }
 
-func newAdmission(n int) *admission { return &admission{free: n} }
+// newAdmission admits n starts at once; n ≤ 0 admits every start at once.
+func newAdmission(n int) *admission {
+	if n <= 0 {
+		n = math.MaxInt
+	}
+	return &admission{free: n}
+}
 
 // acquire waits for a start slot, in arrival order, or until ctx is done
 // or take (if not nil) yields a kernel, which it returns instead: a kernel

@@ -19,7 +19,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"runtime"
 	"sync"
 	"time"
 
@@ -36,8 +35,9 @@ type Config struct {
 	// Warm is how many ready kernels the pool keeps (0 disables it).
 	Warm int
 	// Starts is how many kernels may be starting at once; runs beyond it
-	// wait their turn in arrival order (0 means twice the CPUs Go may
-	// use). See docs/DECISIONS.md, "Kernel start admission".
+	// wait their turn in arrival order. 0 means no limit: every run's
+	// start begins at once. See docs/DECISIONS.md, "Kernel start
+	// admission".
 	Starts int
 	// IdleTTL is how long a run's kernel may sit unused before it is
 	// stopped (0 never).
@@ -121,9 +121,6 @@ func New(c Config) *Manager {
 	}
 	if c.MaxContexts <= 0 {
 		c.MaxContexts = 4
-	}
-	if c.Starts <= 0 {
-		c.Starts = 2 * runtime.GOMAXPROCS(0)
 	}
 	m := &Manager{c: c, log: c.Logger, sessions: map[runid.ID]*Session{}, contexts: map[runid.ID][]*contextState{},
 		stop: make(chan struct{}), pool: make(chan sandbox.Kernel, max(c.Warm, 0)), admit: newAdmission(c.Starts)}
