@@ -30,6 +30,9 @@ type backend struct {
 	blobCount func(t *testing.T) int
 	// stop and start take the store's engine down and up (S3 only).
 	stop, start func()
+	// corrupt flips a byte of blob d's stored bytes behind the store's
+	// back, keeping their size.
+	corrupt func(t *testing.T, d tmpfs.Digest)
 }
 
 func localBackend(t *testing.T) backend {
@@ -57,6 +60,21 @@ func localBackend(t *testing.T) backend {
 				return nil
 			})
 			return n
+		},
+		corrupt: func(t *testing.T, d tmpfs.Digest) {
+			p := filepath.Join(dir, "blobs", "sha256", d.String()[:2], d.String())
+			os.Chmod(p, 0o600)
+			f, err := os.OpenFile(p, os.O_RDWR, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer f.Close()
+			b := []byte{0}
+			f.ReadAt(b, 7)
+			b[0] ^= 0x20
+			if _, err := f.WriteAt(b, 7); err != nil {
+				t.Fatal(err)
+			}
 		},
 	}
 }

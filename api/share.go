@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
-	"path"
 	"strings"
 	"time"
 
@@ -175,13 +174,16 @@ func (s *Server) shareGet(w http.ResponseWriter, r *http.Request) error {
 	if errors.Is(err, tmpfs.ErrNotFound) {
 		return shareGone
 	}
+	if errors.Is(err, tmpfs.ErrQuarantined) {
+		return blobRead{run: l.Run, path: p}.fail(err)
+	}
 	if err != nil {
 		return fault.Wrap(fault.StoreUnavailable, err, "the shared file could not be read", "retry in a few seconds")
 	}
 	defer rd.Close()
 	w.Header().Set("Cache-Control", "no-store")
 	w.Header().Set("X-Content-SHA256", f.SHA256.String())
-	return s.serveBlob(w, r, path.Base(f.Path), f.SHA256, rd, f.ModifiedAt.Unix())
+	return s.serveBlob(w, r, blobRead{run: l.Run, path: f.Path, d: f.SHA256, modUnix: f.ModifiedAt.Unix()}, rd)
 }
 
 // escapePath escapes each segment of a run path for a URL.

@@ -98,7 +98,7 @@ func (s *Server) fileGet(w http.ResponseWriter, r *http.Request) error {
 	}
 	defer rd.Close()
 	w.Header().Set("X-Content-SHA256", f.SHA256.String())
-	return s.serveBlob(w, r, path.Base(f.Path), f.SHA256, rd, f.ModifiedAt.Unix())
+	return s.serveBlob(w, r, blobRead{run: id, path: f.Path, d: f.SHA256, modUnix: f.ModifiedAt.Unix()}, rd)
 }
 
 // blobGet serves a blob by sha256 to a caller who names (X-Run-Id) a run
@@ -125,37 +125,82 @@ func (s *Server) blobGet(w http.ResponseWriter, r *http.Request) error {
 	defer rd.Close()
 	w.Header().Set("Cache-Control", "private, max-age=31536000, immutable")
 	w.Header().Set("Vary", "Authorization, X-Run-Id")
-	return s.serveBlob(w, r, "", d, rd, 0)
+	return s.serveBlob(w, r, blobRead{run: id, d: d}, rd)
 }
 
-// serveBlob writes a verified blob. Full reads are hashed as they stream and
-// aborted on a mismatch; ranged reads verify the whole blob first, because a
-// range alone cannot be checked against the digest.
-func (s *Server) serveBlob(w http.ResponseWriter, r *http.Request, name string, d tmpfs.Digest, rd *tmpfs.Reader, modUnix int64) error {
-	w.Header().Set("ETag", strconv.Quote(d.String()))
+// blobRead names what serveBlob serves: a run's file (path set) or a blob
+// by hash.
+type blobRead struct {
+	run     runid.ID
+	path    string
+	d       tmpfs.Digest
+	modUnix int64
+}
+
+// fail turns a read's error into the fault the caller sees.
+func (b blobRead) fail(err error) error {
+	what := fmt.Sprintf("blob %s", b.d)
+	if b.path != "" {
+		what = fmt.Sprintf("%q", b.path)
+	}
+	switch {
+	case errors.Is(err, tmpfs.ErrDigestMismatch):
+		return fault.Wrap(fault.Corrupt, err, "the stored bytes of "+what+" do not match their sha256, so they were not served",
+			"write the file again (tmp.write or PUT /tmp/files/{path}): the same bytes restore it")
+	case errors.Is(err, tmpfs.ErrQuarantined):
+		return fault.Wrap(fault.Corrupt, err, "the stored bytes of "+what+" failed their sha256 check and were quarantined; they are never served",
+			"write the file again (tmp.write or PUT /tmp/files/{path}): the same bytes restore it")
+	}
+	return orchestrator.StoreError(err, b.run, b.path)
+}
+
+// serveBlob writes a verified blob, with a strong ETag (its sha256), Range
+// and HEAD (http.ServeContent).
+//
+// A blob stored as a local file is served from the file itself, which the
+// kernel sends (sendfile), once it is known good: its fingerprint shows it
+// unchanged since it was verified, or it is hashed whole first. A corrupt
+// one is refused with a structured error before a byte is sent.
+//
+// Other blobs (S3) stream through a reader that hashes as it goes: full
+// reads abort the connection on a mismatch, never sending the last chunk;
+// ranged reads and HEAD verify the whole blob first, because a range alone
+// cannot be checked against the digest (Store.Verify remembers a verified
+// version, so that costs one pass).
+func (s *Server) serveBlob(w http.ResponseWriter, r *http.Request, b blobRead, rd *tmpfs.Reader) error {
+	w.Header().Set("ETag", strconv.Quote(b.d.String()))
 	w.Header().Set("Accept-Ranges", "bytes")
 	ct := ""
-	if name != "" {
-		ct = mime.TypeByExtension(path.Ext(name))
+	if b.path != "" {
+		ct = mime.TypeByExtension(path.Ext(b.path))
 	}
 	if ct == "" {
 		ct = "application/octet-stream"
 	}
+	// Always set: with no Content-Type, ServeContent would sniff the first
+	// bytes and seek back, which ends the hashing read-ahead.
 	w.Header().Set("Content-Type", ct)
-	if r.Header.Get("Range") != "" && r.Method == http.MethodGet {
-		if err := s.orch.Store().Verify(r.Context(), d); err != nil {
-			if errors.Is(err, tmpfs.ErrDigestMismatch) {
-				return fault.Wrap(fault.Internal, err, "stored bytes do not match their sha256", "the blob is corrupt and was not served; re-upload the file")
-			}
-			return err
+	f, err := rd.File(r.Context())
+	if err != nil {
+		return b.fail(err)
+	}
+	if f != nil {
+		http.ServeContent(w, r, "", modTime(b.modUnix), f)
+		return nil
+	}
+	// A range cannot be checked against the digest, and a HEAD reads
+	// nothing: both check the whole blob first (once per stored version).
+	if r.Method == http.MethodHead || r.Header.Get("Range") != "" {
+		if err := s.orch.Store().Verify(r.Context(), b.d); err != nil {
+			return b.fail(err)
 		}
 	}
 	cr := &checkedReader{r: rd}
-	http.ServeContent(w, r, "", modTime(modUnix), cr)
+	http.ServeContent(chunkWriter{w, cr}, r, "", modTime(b.modUnix), cr)
 	if cr.err != nil && errors.Is(cr.err, tmpfs.ErrDigestMismatch) {
 		// Headers and part of the body are out: the only honest answer is
 		// to cut the connection so the client sees a broken transfer.
-		s.log.ErrorContext(r.Context(), "aborted a download whose bytes do not match their sha256", "sha256", d.String())
+		s.log.ErrorContext(r.Context(), "aborted a download whose bytes do not match their sha256", "sha256", b.d.String())
 		panic(http.ErrAbortHandler)
 	}
 	return nil
@@ -163,7 +208,7 @@ func (s *Server) serveBlob(w http.ResponseWriter, r *http.Request, name string, 
 
 // checkedReader remembers the first read error, which http.ServeContent swallows.
 type checkedReader struct {
-	r   io.ReadSeeker
+	r   *tmpfs.Reader
 	err error
 }
 
@@ -176,6 +221,36 @@ func (c *checkedReader) Read(p []byte) (int, error) {
 }
 
 func (c *checkedReader) Seek(off int64, whence int) (int64, error) { return c.r.Seek(off, whence) }
+
+// chunkWriter hands a whole-body copy from a checkedReader to the
+// reader's WriteTo, so each hashed chunk goes to the connection in one
+// write instead of through io.Copy's 32 KiB buffer. http.ServeContent
+// copies the body with io.CopyN, which reaches ReadFrom here; any other
+// copy (a range, a HEAD has none) takes the ordinary path.
+type chunkWriter struct {
+	http.ResponseWriter
+	cr *checkedReader
+}
+
+func (w chunkWriter) ReadFrom(src io.Reader) (int64, error) {
+	if lr, ok := src.(*io.LimitedReader); ok && lr.R == io.Reader(w.cr) {
+		if pos, err := w.cr.r.Seek(0, io.SeekCurrent); err == nil && lr.N == w.cr.r.Size()-pos {
+			n, err := w.cr.r.WriteTo(w.ResponseWriter)
+			lr.N -= n
+			if err != nil && w.cr.err == nil {
+				w.cr.err = err
+			}
+			return n, err
+		}
+	}
+	if rf, ok := w.ResponseWriter.(io.ReaderFrom); ok {
+		return rf.ReadFrom(src)
+	}
+	return io.Copy(struct{ io.Writer }{w.ResponseWriter}, src)
+}
+
+// Unwrap lets http.ResponseController reach the connection.
+func (w chunkWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 // pathVar returns the {path} route variable, unescaped but not cleaned: the
 // orchestrator's validator decides.

@@ -1,13 +1,17 @@
 package metrics_test
 
 import (
+	"slices"
 	"testing"
 
 	"github.com/triadhq/triad/api"
+	"github.com/triadhq/triad/internal/miniotest"
+	"github.com/triadhq/triad/internal/runid"
 	"github.com/triadhq/triad/metrics"
 	"github.com/triadhq/triad/orchestrator"
 	"github.com/triadhq/triad/tmpfs"
 	"github.com/triadhq/triad/tmpfs/local"
+	"github.com/triadhq/triad/tmpfs/s3"
 	"github.com/triadhq/triad/tmpfs/tmpfstest"
 )
 
@@ -57,5 +61,46 @@ func TestCountedStoreConforms(t *testing.T) {
 		if ops[op] == 0 {
 			t.Errorf("no %s counted after the conformance suite: %v", op, ops)
 		}
+	}
+}
+
+// A counted S3 store still forgets: a replica that wraps its store for
+// metrics must see what another replica wrote once the run's lock says so,
+// which TestReplicasAlternate in deploy/kubernetes depends on.
+func TestCountedStoreForgets(t *testing.T) {
+	srv := miniotest.Shared(t)
+	ctx := t.Context()
+	cfg := s3.Config{Endpoint: srv.Endpoint, Bucket: srv.Bucket, AccessKey: srv.AccessKey, SecretKey: srv.SecretKey}
+	open := func(counted bool) *tmpfs.Store {
+		b, x, err := s3.New(ctx, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { b.Close(); x.Close() })
+		if !counted {
+			return tmpfs.New(b, x, nil)
+		}
+		cb, cx := metrics.New().Store("s3", b, x)
+		return tmpfs.New(cb, cx, nil)
+	}
+	a, other := open(true), open(false)
+	run := runid.New()
+	if _, err := a.WriteBytes(ctx, run, "one.txt", []byte("1")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := other.WriteBytes(ctx, run, "two.txt", []byte("2")); err != nil {
+		t.Fatal(err)
+	}
+	a.Forget(run)
+	fs, err := a.List(ctx, run, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, f := range fs {
+		got = append(got, f.Path)
+	}
+	if !slices.Equal(got, []string{"one.txt", "two.txt"}) {
+		t.Errorf("counted store after Forget lists %v, want [one.txt two.txt]", got)
 	}
 }

@@ -497,6 +497,11 @@ func (o *Orchestrator) OpenBlob(ctx context.Context, run runid.ID, d tmpfs.Diges
 	return r, nil
 }
 
+// StoreError turns an error from reading a run's file (or a blob it holds)
+// into the fault a caller sees: a corrupt or quarantined blob is corrupt,
+// a store that does not answer is store_unavailable, and so on.
+func StoreError(err error, run runid.ID, path string) error { return storeErr(err, run, path) }
+
 // Runs lists the caller's runs, newest first, a page at a time: limit
 // runs (1-200, default 50) after the cursor a previous page returned. An
 // admin may name another tenant.

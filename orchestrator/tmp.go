@@ -228,13 +228,25 @@ func storeErr(err error, run runid.ID, path string) error {
 		return fault.Wrap(fault.StoreUnavailable, err, "the file store does not answer",
 			"retry in a few seconds; if it persists, check the S3 endpoint (TRIAD_S3_ENDPOINT) and GET /healthz")
 	case errors.Is(err, tmpfs.ErrDigestMismatch):
-		return fault.Wrap(fault.Internal, err, fmt.Sprintf("stored bytes of %q do not match their sha256", path),
-			"the blob is corrupt and was not served; re-upload the file")
+		return fault.Wrap(fault.Corrupt, err, fmt.Sprintf("the stored bytes of %s do not match their sha256, so they were not served", fileLabel(path)),
+			"write the file again (tmp.write or PUT /tmp/files/{path}): the same bytes restore it")
+	case errors.Is(err, tmpfs.ErrQuarantined):
+		return fault.Wrap(fault.Corrupt, err, fmt.Sprintf("the stored bytes of %s failed their sha256 check and were quarantined (triad fsck or the scrub); they are never served", fileLabel(path)),
+			"write the file again (tmp.write or PUT /tmp/files/{path}): the same bytes restore it")
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		return fault.Wrap(fault.Timeout, err, "the request ended before the store answered", "retry the call")
 	default:
 		return fault.Wrap(fault.Internal, err, "file store error", "retry; if it persists, report it with the server log")
 	}
+}
+
+// fileLabel names a file in a message: its path, or "this blob" for a read by
+// hash.
+func fileLabel(path string) string {
+	if path == "" {
+		return "this blob"
+	}
+	return fmt.Sprintf("%q", path)
 }
 
 // conflictMessage keeps the part of a conflict error that names the paths.

@@ -161,7 +161,7 @@ func TestRevocationAcrossReplicas(t *testing.T) {
 	srv := miniotest.Shared(t)
 	open := func() *keys.Store {
 		b, x, err := s3.New(t.Context(), s3.Config{Endpoint: srv.Endpoint, Bucket: srv.Bucket,
-			AccessKey: miniotest.AccessKey, SecretKey: miniotest.SecretKey, SpoolDir: t.TempDir()})
+			AccessKey: miniotest.AccessKey, SecretKey: miniotest.SecretKey})
 		if err != nil {
 			t.Fatal(err)
 		}

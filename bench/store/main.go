@@ -8,14 +8,21 @@
 // payload through triad's HTTP API and through the raw baseline (plain file
 // write+fsync and read for local; minio-go PutObject/GetObject on the same
 // MinIO for s3), and their ratio as throughput: baseline time / API time.
-// Then it starts a real `triad serve`, streams 1 GiB to PUT /tmp/files and
-// reports the server's peak RSS (VmHWM).
+// Two more rows put the read in context: the same bytes read by hash
+// (GET /blobs/{sha}, which records no journal step), and the same bytes
+// served over loopback HTTP by a bare Go server with no Triad in it
+// (http.ServeContent of the plain file, which uses sendfile; for s3 a proxy
+// that copies GetObject to the response without hashing), the most any
+// HTTP server on this machine can do. Then it starts a real `triad serve`
+// per backend, streams 1 GiB to PUT /tmp/files and reports the server's
+// peak RSS.
 package main
 
 import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
@@ -59,23 +66,34 @@ func main() {
 	check(err)
 	lx, err := local.NewIndex(ld)
 	check(err)
-	report("local", *n, serve(tmpfs.New(lb, lx, nil)), payload, func() (time.Duration, time.Duration) {
-		p := filepath.Join(dir, "plain.bin")
-		t0 := time.Now()
-		f, err := os.Create(p)
+	plain := filepath.Join(dir, "plain.bin")
+	bare := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		f, err := os.Open(plain)
 		check(err)
-		_, err = f.Write(payload)
-		check(err)
-		check(f.Sync())
-		check(f.Close())
-		w := time.Since(t0)
-		t0 = time.Now()
-		f, err = os.Open(p)
-		check(err)
-		_, err = io.Copy(io.Discard, f)
-		check(err)
-		f.Close()
-		return w, time.Since(t0)
+		defer f.Close()
+		w.Header().Set("Content-Type", "application/octet-stream")
+		http.ServeContent(w, r, "", time.Time{}, f)
+	}))
+	report("local", *n, serve(tmpfs.New(lb, lx, nil)), payload, baseline{
+		raw: func(int) (time.Duration, time.Duration) {
+			t0 := time.Now()
+			f, err := os.Create(plain)
+			check(err)
+			_, err = f.Write(payload)
+			check(err)
+			check(f.Sync())
+			check(f.Close())
+			w := time.Since(t0)
+			t0 = time.Now()
+			f, err = os.Open(plain)
+			check(err)
+			_, err = io.Copy(io.Discard, f)
+			check(err)
+			f.Close()
+			return w, time.Since(t0)
+		},
+		bare: func(int) string { return bare.URL },
+		what: "a plain file read (page cache)", bareWhat: "http.ServeContent of the plain file (sendfile)",
 	})
 
 	if *minioBin == "" {
@@ -86,27 +104,42 @@ func main() {
 		mc, err := minio.New(strings.TrimPrefix(endpoint, "http://"), &minio.Options{Creds: credentials.NewStaticV4("bench", "bench-secret-key", "")})
 		check(err)
 		check(mc.MakeBucket(ctx, "raw", minio.MakeBucketOptions{}))
-		sb, sx, err := s3.New(ctx, s3.Config{Endpoint: endpoint, Bucket: "triad", AccessKey: "bench", SecretKey: "bench-secret-key", SpoolDir: filepath.Join(dir, "spool")})
+		sb, sx, err := s3.New(ctx, s3.Config{Endpoint: endpoint, Bucket: "triad", AccessKey: "bench", SecretKey: "bench-secret-key"})
 		check(err)
-		i := 0
-		report("s3", *n, serve(tmpfs.New(sb, sx, nil)), payload, func() (time.Duration, time.Duration) {
-			i++
-			key := fmt.Sprintf("raw-%d", i)
-			t0 := time.Now()
-			_, err := mc.PutObject(ctx, "raw", key, bytes.NewReader(payload), int64(len(payload)), minio.PutObjectOptions{ContentType: "application/octet-stream"})
+		proxy := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			o, err := mc.GetObject(r.Context(), "raw", strings.TrimPrefix(r.URL.Path, "/"), minio.GetObjectOptions{})
 			check(err)
-			w := time.Since(t0)
-			t0 = time.Now()
-			o, err := mc.GetObject(ctx, "raw", key, minio.GetObjectOptions{})
+			defer o.Close()
+			st, err := o.Stat()
 			check(err)
-			_, err = io.Copy(io.Discard, o)
-			check(err)
-			o.Close()
-			return w, time.Since(t0)
+			w.Header().Set("Content-Length", strconv.FormatInt(st.Size, 10))
+			io.Copy(w, o)
+		}))
+		report("s3", *n, serve(tmpfs.New(sb, sx, nil)), payload, baseline{
+			raw: func(i int) (time.Duration, time.Duration) {
+				key := fmt.Sprintf("raw-%d", i)
+				t0 := time.Now()
+				_, err := mc.PutObject(ctx, "raw", key, bytes.NewReader(payload), int64(len(payload)), minio.PutObjectOptions{ContentType: "application/octet-stream"})
+				check(err)
+				w := time.Since(t0)
+				t0 = time.Now()
+				o, err := mc.GetObject(ctx, "raw", key, minio.GetObjectOptions{})
+				check(err)
+				_, err = io.Copy(io.Discard, o)
+				check(err)
+				o.Close()
+				return w, time.Since(t0)
+			},
+			bare: func(i int) string { return fmt.Sprintf("%s/raw-%d", proxy.URL, i) },
+			what: "minio-go PutObject/GetObject", bareWhat: "a Go proxy copying GetObject to the response (no hashing)",
 		})
+		if *rss {
+			measureRSS(dir, "s3", "--store", "s3", "--s3-endpoint", endpoint, "--s3-bucket", "rss",
+				"--s3-access-key", "bench", "--s3-secret-key", "bench-secret-key")
+		}
 	}
 	if *rss {
-		measureRSS(dir)
+		measureRSS(dir, "local")
 	}
 }
 
@@ -115,10 +148,20 @@ func serve(store *tmpfs.Store) string {
 	return httptest.NewServer(api.New(api.Config{Orchestrator: orch})).URL
 }
 
+// baseline is what the API is measured against in each round.
+type baseline struct {
+	// raw writes and reads round i's payload without Triad.
+	raw func(i int) (write, read time.Duration)
+	// bare is the URL of round i's payload on a bare HTTP server.
+	bare           func(i int) string
+	what, bareWhat string
+}
+
 // report measures n rounds of a fresh payload (so dedup never short-cuts a
-// write) through the API and through the raw baseline.
-func report(name string, n int, url string, payload []byte, raw func() (time.Duration, time.Duration)) {
-	var aw, ar, rw, rr []time.Duration
+// write) through the API and through the baselines, interleaved so that
+// load on the machine falls on all of them alike.
+func report(name string, n int, url string, payload []byte, b baseline) {
+	var aw, ar, ah, rw, rr, br []time.Duration
 	for i := 0; i < n; i++ {
 		payload[0], payload[1] = byte(i), byte(i>>8) // a new blob each round
 		t0 := time.Now()
@@ -126,29 +169,46 @@ func report(name string, n int, url string, payload []byte, raw func() (time.Dur
 		req.Header.Set("X-Run-Id", "bench")
 		resp, err := http.DefaultClient.Do(req)
 		check(err)
-		io.Copy(io.Discard, resp.Body)
+		body, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
 		if resp.StatusCode != 200 {
-			panic(fmt.Sprintf("PUT: %d", resp.StatusCode))
+			panic(fmt.Sprintf("PUT: %d %s", resp.StatusCode, body))
 		}
 		aw = append(aw, time.Since(t0))
-		t0 = time.Now()
-		req, _ = http.NewRequest(http.MethodGet, fmt.Sprintf("%s/tmp/files/bench/%d.bin", url, i), nil)
-		req.Header.Set("X-Run-Id", "bench")
-		resp, err = http.DefaultClient.Do(req)
-		check(err)
-		got, _ := io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
-		if got != int64(len(payload)) {
-			panic("short read")
+		var ref struct {
+			SHA256 string `json:"sha256"`
 		}
-		ar = append(ar, time.Since(t0))
-		w, r := raw()
+		check(json.Unmarshal(body, &ref))
+		ar = append(ar, get(fmt.Sprintf("%s/tmp/files/bench/%d.bin", url, i), len(payload)))
+		ah = append(ah, get(url+"/blobs/"+ref.SHA256, len(payload)))
+		w, r := b.raw(i)
 		rw, rr = append(rw, w), append(rr, r)
+		br = append(br, get(b.bare(i), len(payload)))
 	}
 	mb := float64(len(payload)) / (1 << 20)
-	fmt.Printf("%s write: api %v (%.0f MiB/s)  raw %v (%.0f MiB/s)  ratio %.2f\n", name, med(aw), mb/med(aw).Seconds(), med(rw), mb/med(rw).Seconds(), med(rw).Seconds()/med(aw).Seconds())
-	fmt.Printf("%s read:  api %v (%.0f MiB/s)  raw %v (%.0f MiB/s)  ratio %.2f\n", name, med(ar), mb/med(ar).Seconds(), med(rr), mb/med(rr).Seconds(), med(rr).Seconds()/med(ar).Seconds())
+	rate := func(d []time.Duration) string { return fmt.Sprintf("%v (%.0f MiB/s)", med(d), mb/med(d).Seconds()) }
+	ratio := func(base, x []time.Duration) float64 { return med(base).Seconds() / med(x).Seconds() }
+	fmt.Printf("%s write: api %s  raw %s  ratio %.2f\n", name, rate(aw), rate(rw), ratio(rw, aw))
+	fmt.Printf("%s read:  api %s  raw %s  ratio %.2f\n", name, rate(ar), rate(rr), ratio(rr, ar))
+	fmt.Printf("%s read by hash (GET /blobs, no journal step): %s  ratio to raw %.2f\n", name, rate(ah), ratio(rr, ah))
+	fmt.Printf("%s read by a bare HTTP server (%s): %s  ratio to raw %.2f; the api reaches %.2f of it\n",
+		name, b.bareWhat, rate(br), ratio(rr, br), ratio(br, ar))
+	fmt.Printf("%s raw baseline: %s\n", name, b.what)
+}
+
+// get downloads url (as run "bench") and returns how long it took.
+func get(url string, size int) time.Duration {
+	t0 := time.Now()
+	req, _ := http.NewRequest(http.MethodGet, url, nil)
+	req.Header.Set("X-Run-Id", "bench")
+	resp, err := http.DefaultClient.Do(req)
+	check(err)
+	got, _ := io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if got != int64(size) || resp.StatusCode != 200 {
+		panic(fmt.Sprintf("GET %s: %d, %d of %d bytes", url, resp.StatusCode, got, size))
+	}
+	return time.Since(t0)
 }
 
 func med(d []time.Duration) time.Duration {
@@ -173,23 +233,31 @@ func startMinio(bin, dir string) (string, func()) {
 	panic("minio did not start")
 }
 
-// measureRSS streams 1 GiB into a real triad serve process and reads its
-// peak RSS from /proc.
-func measureRSS(dir string) {
+// measureRSS streams 1 GiB into a real triad serve process over the given
+// store and reads its RSS from /proc while the upload runs.
+func measureRSS(dir, name string, store ...string) {
 	bin := filepath.Join(dir, "triad")
-	build := exec.Command("go", "build", "-o", bin, "./cmd/triad")
-	build.Stderr = os.Stderr
-	check(build.Run())
+	if _, err := os.Stat(bin); err != nil {
+		build := exec.Command("go", "build", "-o", bin, "./cmd/triad")
+		build.Stderr = os.Stderr
+		check(build.Run())
+	}
 	addr := "127.0.0.1:" + strconv.Itoa(freePort())
-	srv := exec.Command(bin, "serve", "--addr", addr, "--data", filepath.Join(dir, "rss"), "--sandbox", "none", "--log-level", "warn")
+	args := append([]string{"serve", "--addr", addr, "--data", filepath.Join(dir, "rss-"+name), "--sandbox", "none", "--log-level", "warn"}, store...)
+	srv := exec.Command(bin, args...)
+	srv.Stderr = os.Stderr
 	check(srv.Start())
 	defer func() { srv.Process.Kill(); srv.Wait() }()
-	for i := 0; i < 100; i++ {
-		if r, err := http.Get("http://" + addr + "/healthz"); err == nil {
+	// Startup takes seconds on a loaded machine; wait for it, boundedly.
+	for deadline := time.Now().Add(3 * time.Minute); ; time.Sleep(100 * time.Millisecond) {
+		r, err := http.Get("http://" + addr + "/healthz")
+		if err == nil {
 			r.Body.Close()
 			break
 		}
-		time.Sleep(50 * time.Millisecond)
+		if time.Now().After(deadline) {
+			panic("triad serve did not answer: " + err.Error())
+		}
 	}
 	// The server's own footprint first (the embedded interpreters, the
 	// journal), after one small journaled call, so that the upload's share
@@ -230,8 +298,8 @@ func measureRSS(dir string) {
 	resp.Body.Close()
 	close(stop)
 	peak := <-peakc
-	fmt.Printf("1 GiB streamed upload: HTTP %d in %v; server RSS before %d MiB, peak during the upload %d MiB (+%d MiB)\n",
-		resp.StatusCode, time.Since(t0).Round(time.Millisecond), base>>10, peak>>10, (peak-base)>>10)
+	fmt.Printf("%s: 1 GiB streamed upload: HTTP %d in %v; server RSS before %d MiB, peak during the upload %d MiB (+%d MiB)\n",
+		name, resp.StatusCode, time.Since(t0).Round(time.Millisecond), base>>10, peak>>10, (peak-base)>>10)
 }
 
 // procStatus reads a kB field of /proc/PID/status.

@@ -50,6 +50,9 @@ type config struct {
 	ShareTTL    time.Duration
 	ShareMaxTTL time.Duration
 	Quotas      quotaConfig
+	ScrubRate   string
+
+	scrubRate int64
 
 	// metrics, when set, receives what the stack does (triad serve).
 	metrics *metrics.Metrics
@@ -101,6 +104,7 @@ func (c *config) serveFlags(f *flagSet) {
 	f.int(&c.Quotas.Kernels, "quota-kernels", 4, "most kernels one tenant's runs may have live at once (0: no limit)")
 	f.str(&c.Quotas.StoredBytes, "quota-stored-bytes", "10GiB", "most bytes one tenant's runs may hold (0: no limit)")
 	f.int(&c.Quotas.RunsPerHour, "quota-runs-per-hour", 200, "most runs one tenant may start in an hour (0: no limit)")
+	f.str(&c.ScrubRate, "scrub-rate", "0", "re-hash every stored blob in the background at this many bytes a second, like 20MiB, quarantining those that fail (as triad fsck); 0: off")
 }
 
 // validateServe checks serve's own flags.
@@ -126,6 +130,12 @@ func (c *config) validateServe() error {
 		var err error
 		if c.Quotas.storedBytes, err = parseBytes(c.Quotas.StoredBytes); err != nil {
 			return fmt.Errorf("--quota-stored-bytes: %w", err)
+		}
+	}
+	if strings.TrimSpace(c.ScrubRate) != "0" {
+		var err error
+		if c.scrubRate, err = parseBytes(c.ScrubRate); err != nil {
+			return fmt.Errorf("--scrub-rate (TRIAD_SCRUB_RATE): %w", err)
 		}
 	}
 	if c.PublicURL != "" && !strings.HasPrefix(c.PublicURL, "http://") && !strings.HasPrefix(c.PublicURL, "https://") {

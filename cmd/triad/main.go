@@ -43,6 +43,9 @@ Usage:
   triad keys create --name NAME [--tenant T] [--scope runs,read,admin]
   triad keys list | revoke ID
                           manage API keys (kept hashed in the store)
+  triad fsck [--dry-run] [--rate BYTES]
+                          re-hash every stored blob and quarantine those whose bytes no longer
+                          match their sha256, listing the runs and paths that held them
   triad image build       build the sandbox image (offline, from Debian packages)
   triad image tag [--image server]
                           print the sandbox (or Triad server) image tag for this build
@@ -70,6 +73,8 @@ func main() {
 		err = mcpCmd(ctx, os.Args[2:])
 	case "keys":
 		err = keysCmd(ctx, os.Args[2:])
+	case "fsck":
+		err = fsckCmd(ctx, os.Args[2:])
 	case "run":
 		err = runCmd(ctx, os.Args[2:])
 	case "replay":
@@ -206,6 +211,13 @@ func serve(ctx context.Context, args []string) error {
 		log.Info("metrics serving", "addr", mln.Addr().String())
 		go func() { errc <- msrv.Serve(mln) }()
 	}
+	if c.scrubRate > 0 {
+		log.Info("scrubbing the store in the background", "bytes_per_second", c.scrubRate)
+		sctx, stopScrub := context.WithCancel(ctx)
+		scrubbed := make(chan struct{})
+		go func() { defer close(scrubbed); st.store.Scrub(sctx, c.scrubRate) }()
+		defer func() { stopScrub(); <-scrubbed }() // before the store closes
+	}
 	log.Info("triad serving", "addr", ln.Addr().String(), "scheme", scheme, "auth", c.Auth, "store", c.Store, "version", version.String())
 	go func() { errc <- srv.Serve(ln) }()
 	select {
@@ -274,7 +286,7 @@ func openStore(ctx context.Context, c *config, log *slog.Logger) (*tmpfs.Store, 
 	case "s3":
 		b, x, err := s3.New(ctx, s3.Config{
 			Endpoint: c.S3Endpoint, Bucket: c.S3Bucket, AccessKey: c.S3AccessKey, SecretKey: c.S3SecretKey,
-			Region: c.S3Region, SpoolDir: filepath.Join(c.Data, "spool"), Logger: log,
+			Region: c.S3Region, Logger: log,
 		})
 		if err != nil {
 			return nil, nil, fmt.Errorf("open S3 store %s/%s: %w", c.S3Endpoint, c.S3Bucket, err)

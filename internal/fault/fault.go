@@ -34,11 +34,12 @@ const (
 	StoreUnavailable Kind = "store_unavailable" // 503: the file store does not answer.
 	Unavailable      Kind = "unavailable"       // 503: a backend (Docker, the sandbox) does not answer.
 	Internal         Kind = "internal"          // 500: a bug in Triad, never the caller's input.
+	Corrupt          Kind = "corrupt"           // 500: stored bytes failed their sha256 check (or were quarantined) and were not served.
 )
 
 // Kinds lists every kind, for documents that enumerate them (OpenAPI).
 var Kinds = []Kind{BadInput, MissingRun, InvalidRun, NotFound, Conflict, TooLarge, Unsupported, Reserved, Auth, Forbidden,
-	Quota, Timeout, KernelDied, UpstreamAuth, Upstream, NotConfigured, StoreUnavailable, Unavailable, Internal}
+	Quota, Timeout, KernelDied, UpstreamAuth, Upstream, NotConfigured, StoreUnavailable, Unavailable, Internal, Corrupt}
 
 // Error is a failure with everything a caller needs to correct itself.
 type Error struct {

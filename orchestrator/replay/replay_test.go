@@ -270,7 +270,7 @@ func TestReplayAfterRestart(t *testing.T) {
 		srv := miniotest.Shared(t)
 		open := func() *tmpfs.Store {
 			b, x, err := s3.New(t.Context(), s3.Config{Endpoint: srv.Endpoint, Bucket: srv.Bucket,
-				AccessKey: miniotest.AccessKey, SecretKey: miniotest.SecretKey, SpoolDir: t.TempDir()})
+				AccessKey: miniotest.AccessKey, SecretKey: miniotest.SecretKey})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -2,13 +2,18 @@
 //
 // Layout under the data directory:
 //
-//	blobs/sha256/ab/abcdef…   immutable blob files, written atomically
-//	runs/<run>/index.jsonl    the run's index: one put or del record a line
-//	meta/<key>!               Triad's records outside runs (tmpfs.Meta)
-//	tmp/                      temp files for writes in flight
+//	blobs/sha256/ab/abcdef…        immutable blob files, written atomically
+//	fingerprints/ab/abcdef…        each blob file's fingerprint at its last verification
+//	quarantine/sha256/abcdef…      blobs that failed verification, moved aside,
+//	quarantine/sha256/abcdef….json with what was found and which runs held them
+//	runs/<run>/index.jsonl         the run's index: one put or del record a line
+//	meta/<key>!                    Triad's records outside runs (tmpfs.Meta)
+//	tmp/                           temp files for writes in flight
 //
 // Every write is durable when it returns: blobs are written to a temp file,
 // fsynced and renamed into place; index records are appended and fsynced.
+// A blob is hashed as it is written; later reads hash it again only when
+// the file's fingerprint has changed since (see fingerprint.go).
 package local
 
 import (
@@ -26,9 +31,15 @@ import (
 // Blobs stores blobs as files.
 type Blobs struct {
 	dir string
+	fps *fingerprints
 }
 
-var _ tmpfs.Blobs = (*Blobs)(nil)
+var (
+	_ tmpfs.Blobs         = (*Blobs)(nil)
+	_ tmpfs.Scrubbable    = (*Blobs)(nil)
+	_ tmpfs.Fingerprinted = (*fileBlob)(nil)
+	_ tmpfs.Filer         = (*fileBlob)(nil)
+)
 
 // NewBlobs returns a blob store rooted at dataDir, creating its directories.
 func NewBlobs(dataDir string) (*Blobs, error) {
@@ -38,6 +49,11 @@ func NewBlobs(dataDir string) (*Blobs, error) {
 			return nil, fmt.Errorf("create %s: %w", d, err)
 		}
 	}
+	fps, err := newFingerprints(dataDir, b.tmpDir())
+	if err != nil {
+		return nil, err
+	}
+	b.fps = fps
 	return b, nil
 }
 
@@ -104,6 +120,13 @@ func (b *Blobs) Put(ctx context.Context, r io.Reader, limit int64) (tmpfs.Digest
 	if err := syncDir(filepath.Dir(dst)); err != nil {
 		return tmpfs.Digest{}, 0, err
 	}
+	// The bytes were hashed as they were written: the file as it now
+	// stands is verified.
+	if st, err := os.Stat(dst); err == nil {
+		if fp, ok := fingerprintOf(st); ok {
+			b.fps.put(d, fp) // on failure, the first read hashes
+		}
+	}
 	return d, n, nil
 }
 
@@ -111,7 +134,7 @@ func (b *Blobs) Put(ctx context.Context, r io.Reader, limit int64) (tmpfs.Digest
 func (b *Blobs) Open(ctx context.Context, d tmpfs.Digest) (tmpfs.Blob, error) {
 	f, err := os.Open(b.path(d))
 	if errors.Is(err, os.ErrNotExist) {
-		return nil, fmt.Errorf("%w: blob %s", tmpfs.ErrNotFound, d)
+		return nil, b.missing(d)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("open blob %s: %w", d.Short(), err)
@@ -121,18 +144,37 @@ func (b *Blobs) Open(ctx context.Context, d tmpfs.Digest) (tmpfs.Blob, error) {
 		f.Close()
 		return nil, err
 	}
+	fb := &fileBlob{f: f, b: b, d: d, size: st.Size(), version: fileVersion(st)}
+	fb.fp, fb.hasFP = fingerprintOf(st)
+	return fb, nil
+}
+
+// fileVersion names a blob file's state: its fingerprint, where there is one.
+func fileVersion(st os.FileInfo) string {
+	if fp, ok := fingerprintOf(st); ok {
+		return fp.String()
+	}
 	var ino uint64
 	if sys, ok := st.Sys().(*syscall.Stat_t); ok {
 		ino = sys.Ino
 	}
-	return &fileBlob{File: f, size: st.Size(), version: fmt.Sprintf("%d-%d-%d", ino, st.ModTime().UnixNano(), st.Size())}, nil
+	return fmt.Sprintf("%d-%d-%d", ino, st.ModTime().UnixNano(), st.Size())
+}
+
+// missing is the error for a blob with no file: ErrQuarantined if fsck
+// moved it aside, else ErrNotFound.
+func (b *Blobs) missing(d tmpfs.Digest) error {
+	if _, err := os.Stat(b.quarantinePath(d)); err == nil {
+		return fmt.Errorf("%w: blob %s", tmpfs.ErrQuarantined, d)
+	}
+	return fmt.Errorf("%w: blob %s", tmpfs.ErrNotFound, d)
 }
 
 // Stat implements tmpfs.Blobs.
 func (b *Blobs) Stat(ctx context.Context, d tmpfs.Digest) (int64, error) {
 	st, err := os.Stat(b.path(d))
 	if errors.Is(err, os.ErrNotExist) {
-		return 0, fmt.Errorf("%w: blob %s", tmpfs.ErrNotFound, d)
+		return 0, b.missing(d)
 	}
 	if err != nil {
 		return 0, err
@@ -150,14 +192,52 @@ func (b *Blobs) Ping(ctx context.Context) error {
 	return os.Remove(f.Name())
 }
 
+// fileBlob is an open blob file and the fingerprint it had when opened.
 type fileBlob struct {
-	*os.File
+	f       *os.File
+	b       *Blobs
+	d       tmpfs.Digest
 	size    int64
 	version string
+	fp      fingerprint
+	hasFP   bool
 }
 
-func (f *fileBlob) Size() int64     { return f.size }
-func (f *fileBlob) Version() string { return f.version }
+func (f *fileBlob) Read(p []byte) (int, error)                { return f.f.Read(p) }
+func (f *fileBlob) ReadAt(p []byte, off int64) (int, error)   { return f.f.ReadAt(p, off) }
+func (f *fileBlob) Seek(off int64, whence int) (int64, error) { return f.f.Seek(off, whence) }
+func (f *fileBlob) Close() error                              { return f.f.Close() }
+func (f *fileBlob) Size() int64                               { return f.size }
+func (f *fileBlob) Version() string                           { return f.version }
+
+// File implements tmpfs.Filer.
+func (f *fileBlob) File() *os.File { return f.f }
+
+// Verified implements tmpfs.Fingerprinted.
+func (f *fileBlob) Verified() bool {
+	if !f.hasFP {
+		return false
+	}
+	rec, ok := f.b.fps.get(f.d)
+	return ok && rec == f.fp
+}
+
+// MarkVerified implements tmpfs.Fingerprinted: the fingerprint taken at
+// open is recorded if the file still has it, so bytes that changed while
+// they were hashed are never vouched for.
+func (f *fileBlob) MarkVerified() error {
+	if !f.hasFP {
+		return nil
+	}
+	st, err := f.f.Stat()
+	if err != nil {
+		return err
+	}
+	if now, ok := fingerprintOf(st); !ok || now != f.fp {
+		return nil
+	}
+	return f.b.fps.put(f.d, f.fp)
+}
 
 // ctxReader stops a long copy when its context ends (a client hung up).
 type ctxReader struct {

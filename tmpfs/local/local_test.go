@@ -142,3 +142,158 @@ func TestCorruptBlobNeverDeliversWholeBody(t *testing.T) {
 		t.Fatalf("intact read: %d bytes, %v", len(got), err)
 	}
 }
+
+func blobPath(dir string, d tmpfs.Digest) string {
+	return filepath.Join(dir, "blobs", "sha256", d.String()[:2], d.String())
+}
+
+// flip changes one byte of blob d's file in place: same inode, same size.
+func flip(t *testing.T, dir string, d tmpfs.Digest) {
+	t.Helper()
+	p := blobPath(dir, d)
+	if err := os.Chmod(p, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.OpenFile(p, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	st, _ := f.Stat()
+	b := []byte{0}
+	off := st.Size() / 2
+	if _, err := f.ReadAt(b, off); err != nil {
+		t.Fatal(err)
+	}
+	b[0] ^= 0x20
+	if _, err := f.WriteAt(b, off); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestFsck(t *testing.T) {
+	dir := t.TempDir()
+	tmpfstest.RunFsck(t, func(t *testing.T) *tmpfs.Store { return open(t, dir) },
+		func(t *testing.T, d tmpfs.Digest) { flip(t, dir, d) })
+}
+
+// A blob is verified when written and not hashed again while its file's
+// fingerprint stays the one recorded, across a restart. Modified in place,
+// it is hashed again, and every read fails; written back byte for byte, it
+// hashes true and is trusted again.
+func TestVerifiedOnce(t *testing.T) {
+	dir := t.TempDir()
+	s := open(t, dir)
+	ctx := t.Context()
+	run := runid.New()
+	data := bytes.Repeat([]byte("verified once "), 100<<10) // 1.4 MiB
+	f, err := s.WriteBytes(ctx, run, "v.bin", data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	trusted := func(s *tmpfs.Store) bool {
+		t.Helper()
+		r, err := s.OpenBlob(ctx, f.SHA256)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer r.Close()
+		return r.Verified()
+	}
+	if !trusted(s) {
+		t.Fatal("right after the write: got a blob to hash, want it trusted by its fingerprint")
+	}
+	if !trusted(open(t, dir)) {
+		t.Fatal("after a restart: got a blob to hash, want its fingerprint kept")
+	}
+
+	flip(t, dir, f.SHA256)
+	if trusted(s) {
+		t.Fatal("after an in-place change: got the blob trusted, want it hashed")
+	}
+	if _, _, err := s.ReadAll(ctx, run, "v.bin"); !errors.Is(err, tmpfs.ErrDigestMismatch) {
+		t.Fatalf("streaming read: got %v, want ErrDigestMismatch", err)
+	}
+	if err := s.Verify(ctx, f.SHA256); !errors.Is(err, tmpfs.ErrDigestMismatch) {
+		t.Fatalf("Verify (ranged reads): got %v, want ErrDigestMismatch", err)
+	}
+	r, err := s.OpenBlob(ctx, f.SHA256)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fl, err := r.File(ctx); fl != nil || !errors.Is(err, tmpfs.ErrDigestMismatch) {
+		t.Fatalf("File (zero-copy serving): got %v, %v, want ErrDigestMismatch", fl, err)
+	}
+	r.Close()
+	if trusted(s) {
+		t.Fatal("after failed reads: got the blob trusted")
+	}
+
+	// The true bytes back in the same file: a new fingerprint, hashed
+	// once, then trusted.
+	flip(t, dir, f.SHA256)
+	if trusted(s) {
+		t.Fatal("after a second change: got the blob trusted before it was hashed")
+	}
+	got, _, err := s.ReadAll(ctx, run, "v.bin")
+	if err != nil || !bytes.Equal(got, data) {
+		t.Fatalf("read of the restored bytes: %d bytes, %v", len(got), err)
+	}
+	if !trusted(s) {
+		t.Fatal("after a read that hashed true: got a blob to hash, want it trusted")
+	}
+
+	// A copy under a new inode, however faithful, is hashed before it is
+	// trusted.
+	p := blobPath(dir, f.SHA256)
+	tmp := p + ".copy"
+	if err := os.WriteFile(tmp, data, 0o400); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, p); err != nil {
+		t.Fatal(err)
+	}
+	if trusted(s) {
+		t.Fatal("after the file was replaced: got the blob trusted, want it hashed")
+	}
+	r, err = s.OpenBlob(ctx, f.SHA256)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fl, err := r.File(ctx); fl == nil || err != nil {
+		t.Fatalf("File of a good replacement: got %v, %v", fl, err)
+	}
+	r.Close()
+	if !trusted(s) {
+		t.Fatal("after File hashed it true: got a blob to hash, want it trusted")
+	}
+}
+
+// A damaged blob whose size is a whole number of read-ahead chunks still
+// never yields its last chunk, read by Read or by WriteTo (where the end
+// arrives as an empty read after the last full chunk).
+func TestCorruptBlobAtChunkEdge(t *testing.T) {
+	dir := t.TempDir()
+	s := open(t, dir)
+	ctx := t.Context()
+	data := bytes.Repeat([]byte("0123456789abcdef"), 128<<10) // 2 MiB
+	f, err := s.WriteBytes(ctx, runid.New(), "edge.bin", data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	flip(t, dir, f.SHA256)
+	for name, read := range map[string]func(r io.Reader) (int64, error){
+		"Read":    func(r io.Reader) (int64, error) { b, err := io.ReadAll(r); return int64(len(b)), err },
+		"WriteTo": func(r io.Reader) (int64, error) { return io.Copy(io.Discard, r) },
+	} {
+		r, err := s.OpenBlob(ctx, f.SHA256)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n, err := read(r)
+		r.Close()
+		if !errors.Is(err, tmpfs.ErrDigestMismatch) || n >= int64(len(data)) {
+			t.Errorf("%s: got %d of %d bytes, %v, want the last chunk withheld and ErrDigestMismatch", name, n, len(data), err)
+		}
+	}
+}

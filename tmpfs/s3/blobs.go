@@ -5,10 +5,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"hash"
 	"io"
 	"net/http"
 	"os"
+	"strconv"
+	"sync"
 	"time"
 
 	"github.com/minio/minio-go/v7"
@@ -16,17 +17,22 @@ import (
 	"github.com/triadhq/triad/tmpfs"
 )
 
-// Blobs stores blobs as objects under blobs/sha256/ in the bucket.
+// Blobs stores blobs as objects under blobs/ in the bucket.
 type Blobs struct {
-	c     *conn
-	spool string
+	c *conn
 }
 
-var _ tmpfs.Blobs = (*Blobs)(nil)
+var (
+	_ tmpfs.Blobs      = (*Blobs)(nil)
+	_ tmpfs.Scrubbable = (*Blobs)(nil)
+	_ tmpfs.Sweeper    = (*Blobs)(nil)
+)
 
-// memMax is the largest body Put keeps in memory; bigger ones spool to a temp
-// file, so a 1 GiB upload costs a few MiB of memory, not a gigabyte.
-const memMax = 8 << 20
+// memMax is the largest body Put keeps in memory and sends in one PUT;
+// bigger ones go up in parts of at least this size as they arrive
+// (upload.go), so a 1 GiB upload holds a few parts in memory, never the
+// body.
+const memMax = 5 << 20
 
 func blobKey(d tmpfs.Digest) string { return "blobs/sha256/" + d.String() }
 
@@ -36,207 +42,105 @@ func blobKey(d tmpfs.Digest) string { return "blobs/sha256/" + d.String() }
 const metaSHA256 = "X-Amz-Meta-Sha256"
 
 // Put implements tmpfs.Blobs. The name of an object is the hash of its
-// bytes, which is known only at the end of the stream, so the body is
-// hashed while it is spooled (in memory up to memMax, else to an unlinked
-// temp file in SpoolDir) and uploaded afterwards, unless the bucket has it
-// already. The upload is signed with that sha256 as its payload hash, so
-// the service recomputes it and refuses bytes that changed on the way.
+// bytes, which is known only at the end of the stream. A body of at most
+// memMax bytes is read into memory, hashed, and uploaded in one PUT
+// (unless the bucket has it already) signed with that sha256 as its
+// payload hash, so the service recomputes it and refuses bytes that
+// changed on the way. A bigger body is uploaded in parts as it arrives
+// and named by a manifest once its hash is known (putLarge).
 func (b *Blobs) Put(ctx context.Context, r io.Reader, limit int64) (tmpfs.Digest, int64, error) {
-	sp, err := b.spoolBody(ctx, r, limit)
-	if err != nil {
-		return tmpfs.Digest{}, 0, err
+	src := io.Reader(ctxReader{ctx, r})
+	if limit > 0 {
+		src = io.LimitReader(src, limit+1)
 	}
-	defer sp.close()
-	key := blobKey(sp.digest)
+	head, pooled, eof, err := readHead(src)
+	if err != nil {
+		return tmpfs.Digest{}, 0, fmt.Errorf("read body: %w", err)
+	}
+	if !eof {
+		return b.putLarge(ctx, head, src, limit)
+	}
+	if pooled {
+		defer putPart(head)
+	}
+	if limit > 0 && int64(len(head)) > limit {
+		return tmpfs.Digest{}, 0, fmt.Errorf("%w: more than %d bytes", tmpfs.ErrTooLarge, limit)
+	}
+	d, size := tmpfs.DigestOf(head), int64(len(head))
+	key := blobKey(d)
 
 	sctx, cancel := b.c.withTimeout(ctx)
 	info, err := b.c.core.StatObject(sctx, b.c.bucket, key, minio.StatObjectOptions{})
 	cancel()
-	hexsum := sp.digest.String()
-	switch err := b.c.fail(ctx, "stat blob "+sp.digest.Short(), err); {
-	case err == nil && info.Size == sp.size && info.Metadata.Get(metaSHA256) == hexsum:
+	hexsum := d.String()
+	switch err := b.c.fail(ctx, "stat blob "+d.Short(), err); {
+	case err == nil && b.intact(ctx, info, d, size):
 		// Content addressing makes a second copy redundant.
-		b.c.log.DebugContext(ctx, "blob already stored", "sha256", hexsum, "size", sp.size)
-		return sp.digest, sp.size, nil
+		b.c.log.DebugContext(ctx, "blob already stored", "sha256", hexsum, "size", size)
+		return d, size, nil
 	case err == nil:
 		// The object under this name was not written by Put (it lacks the
 		// digest Put records, or has the wrong size): it was replaced or
 		// damaged behind our back. Heal it with bytes that really have
 		// this digest.
 		b.c.log.WarnContext(ctx, "replacing a stored blob that was not written by this store",
-			"sha256", hexsum, "stored_size", info.Size, "size", sp.size)
+			"sha256", hexsum, "stored_size", info.Size, "size", size)
 	case !errors.Is(err, tmpfs.ErrNotFound):
 		return tmpfs.Digest{}, 0, err
 	}
-
 	opts := minio.PutObjectOptions{
-		ContentType:  contentTypeBin,
-		UserMetadata: map[string]string{"sha256": hexsum},
+		ContentType:          contentTypeBin,
+		UserMetadata:         map[string]string{"sha256": hexsum},
+		DisableContentSha256: true, // the payload hash is given, not recomputed
 	}
-	if sp.size <= maxSinglePut {
-		opts.DisableContentSha256 = true // the payload hash is given, not recomputed
-		_, err = b.c.core.PutObject(ctx, b.c.bucket, key, sp.reader(), sp.size, "", hexsum, opts)
-	} else {
-		// Past S3's single-PUT limit. Multipart cannot carry a whole-object
-		// sha256, so this path relies on the per-part checks and on reads
-		// verifying the digest.
-		opts.NumThreads = 2
-		_, err = b.c.core.Client.PutObject(ctx, b.c.bucket, key, sp.reader(), sp.size, opts)
+	if _, err := b.c.core.PutObject(ctx, b.c.bucket, key, bytes.NewReader(head), size, "", hexsum, opts); err != nil {
+		return tmpfs.Digest{}, 0, b.c.fail(ctx, "upload blob "+d.Short(), err)
 	}
-	if err != nil {
-		return tmpfs.Digest{}, 0, b.c.fail(ctx, "upload blob "+sp.digest.Short(), err)
-	}
-	b.c.log.DebugContext(ctx, "blob uploaded", "sha256", sp.digest.String(), "size", sp.size)
-	return sp.digest, sp.size, nil
+	b.c.log.DebugContext(ctx, "blob uploaded", "sha256", hexsum, "size", size)
+	return d, size, nil
 }
 
-// spooled is a body that has been read to the end and hashed.
-type spooled struct {
-	digest tmpfs.Digest
-	size   int64
-	mem    []byte   // the body, when it fit in memory
-	file   *os.File // else the body, in an unlinked temp file
-	name   string   // file's name while it could not be unlinked (not on unix)
-}
+// smallMax is how far readHead grows a buffer of its own before it moves
+// to a pooled part buffer.
+const smallMax = 256 << 10
 
-// reader returns the body from the start. It is not an io.Closer, because
-// minio-go closes bodies that are, and it is seekable, so minio-go can
-// rewind it to retry.
-func (s *spooled) reader() io.ReadSeeker {
-	if s.file != nil {
-		return io.NewSectionReader(s.file, 0, s.size)
-	}
-	return bytes.NewReader(s.mem)
-}
+// partPool recycles memMax-sized part buffers across uploads, so a steady
+// stream of large writes allocates nothing per write.
+var partPool = sync.Pool{New: func() any { b := make([]byte, memMax); return &b }}
 
-func (s *spooled) close() {
-	if s.file != nil {
-		s.file.Close()
-		if s.name != "" {
-			os.Remove(s.name)
-		}
-	}
-}
+func getPart() []byte  { return *partPool.Get().(*[]byte) }
+func putPart(b []byte) { b = b[:cap(b)]; partPool.Put(&b) }
 
-func (b *Blobs) spoolBody(ctx context.Context, r io.Reader, limit int64) (*spooled, error) {
-	src := io.Reader(ctxReader{ctx, r})
-	if limit > 0 {
-		src = io.LimitReader(src, limit+1)
-	}
-	tooLarge := func(n int64) bool { return limit > 0 && n > limit }
-	h := tmpfs.NewHasher()
-	head, eof, err := readUpTo(src, memMax)
-	if err != nil {
-		return nil, fmt.Errorf("read body: %w", err)
-	}
-	if eof {
-		if tooLarge(int64(len(head))) {
-			return nil, fmt.Errorf("%w: more than %d bytes", tmpfs.ErrTooLarge, limit)
-		}
-		h.Write(head)
-		return &spooled{digest: tmpfs.DigestFromHash(h), size: int64(len(head)), mem: head}, nil
-	}
-
-	f, err := os.CreateTemp(b.spool, "put-*")
-	if err != nil {
-		return nil, fmt.Errorf("spool upload: %w", err)
-	}
-	sp := &spooled{file: f}
-	// Unlinked at once, the file vanishes with the process even on a crash;
-	// the open descriptor keeps its bytes until close.
-	if os.Remove(f.Name()) != nil {
-		sp.name = f.Name()
-	}
-	ok := false
-	defer func() {
-		if !ok {
-			sp.close()
-		}
-	}()
-	if _, err := f.Write(head); err != nil {
-		return nil, fmt.Errorf("spool upload: %w", err)
-	}
-	h.Write(head)
-	n := int64(len(head))
-	head = nil // let the collector have it during a long copy
-	m, err := spoolCopy(f, h, src)
-	n += m
-	if err != nil {
-		return nil, fmt.Errorf("spool upload: %w", err)
-	}
-	if tooLarge(n) {
-		return nil, fmt.Errorf("%w: more than %d bytes", tmpfs.ErrTooLarge, limit)
-	}
-	sp.digest, sp.size = tmpfs.DigestFromHash(h), n
-	ok = true
-	return sp, nil
-}
-
-// spoolCopy copies src to dst and into h, hashing on a second goroutine so
-// that sha256 (the costliest step) overlaps reading and writing. Chunks
-// circulate through a fixed set of buffers, so memory stays at 1 MiB.
-func spoolCopy(dst io.Writer, h hash.Hash, src io.Reader) (int64, error) {
-	const nbuf, size = 4, 256 << 10
-	free := make(chan []byte, nbuf)
-	for range nbuf {
-		free <- make([]byte, size)
-	}
-	full := make(chan []byte, nbuf)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for b := range full {
-			h.Write(b)
-			free <- b[:cap(b)]
-		}
-	}()
-	var n int64
-	var err error
-	for {
-		buf := <-free
-		m, rerr := io.ReadFull(src, buf)
-		if m > 0 {
-			if _, werr := dst.Write(buf[:m]); werr != nil {
-				err = werr
-				break
-			}
-			n += int64(m)
-			full <- buf[:m]
-		}
-		if rerr == io.EOF || rerr == io.ErrUnexpectedEOF {
-			break
-		}
-		if rerr != nil {
-			err = rerr
-			break
-		}
-	}
-	close(full)
-	<-done
-	return n, err
-}
-
-// readUpTo reads r until EOF or until it holds max bytes, growing its buffer
-// as data arrives so a small body costs a small buffer. eof reports whether r
-// ended.
-func readUpTo(r io.Reader, max int) (buf []byte, eof bool, err error) {
-	buf = make([]byte, 0, min(32<<10, max))
+// readHead reads r until EOF or until it holds memMax bytes. A small body
+// costs a small buffer; past smallMax the bytes move to a pooled part
+// buffer (pooled reports it: hand it back with putPart). eof reports
+// whether r ended.
+func readHead(r io.Reader) (buf []byte, pooled, eof bool, err error) {
+	buf = make([]byte, 0, 32<<10)
 	for {
 		if len(buf) == cap(buf) {
-			if len(buf) >= max {
-				return buf, false, nil
+			if len(buf) >= memMax {
+				return buf, pooled, false, nil
 			}
-			grown := make([]byte, len(buf), min(2*cap(buf), max))
+			var grown []byte
+			if 2*cap(buf) > smallMax {
+				grown, pooled = getPart()[:len(buf)], true
+			} else {
+				grown = make([]byte, len(buf), 2*cap(buf))
+			}
 			copy(grown, buf)
 			buf = grown
 		}
 		n, err := r.Read(buf[len(buf):cap(buf)])
 		buf = buf[:len(buf)+n]
 		if err == io.EOF {
-			return buf, true, nil
+			return buf, pooled, true, nil
 		}
 		if err != nil {
-			return nil, false, err
+			if pooled {
+				putPart(buf)
+			}
+			return nil, false, false, err
 		}
 	}
 }
@@ -255,15 +159,72 @@ func (c ctxReader) Read(p []byte) (int, error) {
 }
 
 // Open implements tmpfs.Blobs. It starts the GET at once, so a missing blob
-// is reported here and a full read costs one request.
+// is reported here and a full read costs one request (two for a blob
+// stored as an upload and a manifest).
 func (b *Blobs) Open(ctx context.Context, d tmpfs.Digest) (tmpfs.Blob, error) {
 	o := &object{ctx: ctx, c: b.c, key: blobKey(d), short: d.Short()}
 	info, err := o.get(minio.GetObjectOptions{})
+	if errors.Is(err, tmpfs.ErrNotFound) {
+		return nil, b.missing(ctx, d, err)
+	}
 	if err != nil {
 		return nil, err
 	}
-	o.size, o.etag = info.Size, info.ETag
+	o.size, o.etag, o.version = info.Size, info.ETag, info.ETag
+	data := info.Metadata.Get(metaData)
+	if data == "" {
+		return o, nil
+	}
+	// A manifest: the bytes are in the upload it names, pinned to the
+	// ETag the upload had when the manifest was written.
+	o.drop()
+	size, err := strconv.ParseInt(info.Metadata.Get(metaSize), 10, 64)
+	if err != nil || size < 0 {
+		return nil, fmt.Errorf("%w: blob %s: its manifest has no valid size", tmpfs.ErrDigestMismatch, d)
+	}
+	o.key, o.size, o.etag = data, size, info.Metadata.Get(metaDataETag)
+	o.version = "manifest:" + data + ":" + o.etag
+	var opts minio.GetObjectOptions
+	if o.etag != "" {
+		opts.SetMatchETag(o.etag)
+	}
+	if _, err := o.get(opts); err != nil {
+		switch {
+		case errors.Is(err, tmpfs.ErrNotFound):
+			o.lost = fmt.Errorf("%w: blob %s: the upload holding its bytes (%s) is gone", tmpfs.ErrDigestMismatch, d, data)
+		case errors.Is(err, errReplaced):
+			o.lost = fmt.Errorf("%w: blob %s: the upload holding its bytes (%s) was replaced", tmpfs.ErrDigestMismatch, d, data)
+		default:
+			return nil, err
+		}
+		// The manifest names bytes that are not the ones written: the
+		// blob is corrupt, and every read says so; fsck quarantines it by
+		// its manifest.
+	}
 	return o, nil
+}
+
+// errReplaced means a GET pinned to an ETag found another object there.
+var errReplaced = errors.New("the stored object was replaced while it was being read; open it again")
+
+// versionOf names the state of the object stored under a blob's name, as
+// Open's Blob.Version does.
+func versionOf(info minio.ObjectInfo) string {
+	if data := info.Metadata.Get(metaData); data != "" {
+		return "manifest:" + data + ":" + info.Metadata.Get(metaDataETag)
+	}
+	return info.ETag
+}
+
+// missing is the error for a blob with no object: ErrQuarantined if fsck
+// moved it aside, else notFound.
+func (b *Blobs) missing(ctx context.Context, d tmpfs.Digest, notFound error) error {
+	sctx, cancel := b.c.withTimeout(ctx)
+	defer cancel()
+	if _, err := b.c.core.StatObject(sctx, b.c.bucket, quarantineKey(d), minio.StatObjectOptions{}); err == nil {
+		return fmt.Errorf("%w: blob %s", tmpfs.ErrQuarantined, d)
+	}
+	return notFound
 }
 
 // Stat implements tmpfs.Blobs.
@@ -272,7 +233,18 @@ func (b *Blobs) Stat(ctx context.Context, d tmpfs.Digest) (int64, error) {
 	defer cancel()
 	info, err := b.c.core.StatObject(tctx, b.c.bucket, blobKey(d), minio.StatObjectOptions{})
 	if err != nil {
-		return 0, b.c.fail(ctx, "stat blob "+d.Short(), err)
+		err = b.c.fail(ctx, "stat blob "+d.Short(), err)
+		if errors.Is(err, tmpfs.ErrNotFound) {
+			return 0, b.missing(ctx, d, err)
+		}
+		return 0, err
+	}
+	if info.Metadata.Get(metaData) != "" {
+		n, err := strconv.ParseInt(info.Metadata.Get(metaSize), 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("%w: blob %s: its manifest has no valid size", tmpfs.ErrDigestMismatch, d)
+		}
+		return n, nil
 	}
 	return info.Size, nil
 }
@@ -312,7 +284,13 @@ type object struct {
 	key   string
 	short string
 	size  int64
-	etag  string
+	etag  string // pinned on every GET after the first
+	// version is Blob.Version: the ETag, or for a manifest the upload it
+	// names and that upload's ETag.
+	version string
+	// lost, when set, fails every read: the manifest names bytes that
+	// are gone.
+	lost error
 
 	body    io.ReadCloser      // nil when no stream is open
 	cancel  context.CancelFunc // ends body's request
@@ -338,7 +316,7 @@ func (o *object) get(opts minio.GetObjectOptions) (minio.ObjectInfo, error) {
 	if err != nil {
 		cancel()
 		if er := minio.ToErrorResponse(err); er.StatusCode == http.StatusPreconditionFailed {
-			return minio.ObjectInfo{}, fmt.Errorf("read blob %s: the stored object was replaced while it was being read; open it again", o.short)
+			return minio.ObjectInfo{}, fmt.Errorf("read blob %s: %w", o.short, errReplaced)
 		}
 		return minio.ObjectInfo{}, o.c.fail(o.ctx, "read blob "+o.short, err)
 	}
@@ -356,11 +334,14 @@ func (o *object) drop() {
 }
 
 func (o *object) Size() int64     { return o.size }
-func (o *object) Version() string { return o.etag }
+func (o *object) Version() string { return o.version }
 
 func (o *object) Read(p []byte) (int, error) {
 	if o.closed {
 		return 0, os.ErrClosed
+	}
+	if o.lost != nil {
+		return 0, o.lost
 	}
 	if o.off >= o.size {
 		return 0, io.EOF

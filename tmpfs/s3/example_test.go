@@ -23,7 +23,6 @@ func ExampleNew() {
 		AccessKey: os.Getenv("TRIAD_S3_ACCESS_KEY"),
 		SecretKey: os.Getenv("TRIAD_S3_SECRET_KEY"),
 		Region:    os.Getenv("TRIAD_S3_REGION"),
-		SpoolDir:  os.TempDir(),
 	})
 	if err != nil {
 		log.Fatal(err) // errors.Is(err, tmpfs.ErrUnavailable) when S3 does not answer

@@ -2,14 +2,19 @@
 //
 // Layout in the bucket:
 //
-//	blobs/sha256/<hex>              immutable blob objects, named by the sha256 of their
-//	                                bytes, which is also in their x-amz-meta-sha256
+//	blobs/sha256/<hex>              a blob, named by the sha256 of its bytes (also in its
+//	                                x-amz-meta-sha256): the bytes themselves (up to 8 MiB,
+//	                                one PUT), or an empty manifest naming the upload that
+//	                                holds them (larger bodies, uploaded in parts as they arrive)
+//	blobs/uploads/<time>-<id>       the bytes of large blobs, named before their hash was known
+//	quarantine/sha256/<hex>[.json]  blobs (or manifests) that failed verification, moved
+//	                                aside by fsck or the scrub, and what was found
 //	runs/<run>/index/<sha256(path)> one small JSON object per index entry: a tmpfs.File
 //	meta/<key>!                     Triad's records outside runs (tmpfs.Meta), read through
 //
 // The bucket is the only durable state: a process started with an empty
-// local directory sees every blob and every run's files. The local SpoolDir
-// only holds uploads in flight, as unlinked temp files.
+// local directory sees every blob and every run's files. Nothing is
+// spooled to local disk; a large upload holds a few parts in memory.
 //
 // Index entries are keyed by the sha256 of their path rather than the path
 // itself: a run path may be 1024 bytes (safepath.MaxPath) but an S3 key may
@@ -45,7 +50,6 @@ import (
 	"net"
 	"net/http"
 	"net/url"
-	"os"
 	"syscall"
 	"time"
 
@@ -72,10 +76,6 @@ type Config struct {
 	// arriving, retries included, so a store that hangs rather than
 	// refusing connections still fails in bounded time. Zero means 15s.
 	Timeout time.Duration
-	// SpoolDir holds uploads in flight, which are hashed there before they
-	// can be named. Empty means the system temp directory. It is created if
-	// missing; nothing in it outlives the write that made it.
-	SpoolDir string
 	// Logger receives debug records for uploads and index loads and error
 	// records for corrupt index entries. Nil is silent.
 	Logger *slog.Logger
@@ -118,15 +118,7 @@ func New(ctx context.Context, cfg Config) (*Blobs, *Index, error) {
 		c.tr.CloseIdleConnections()
 		return nil, nil, err
 	}
-	spool := cfg.SpoolDir
-	if spool == "" {
-		spool = os.TempDir()
-	}
-	if err := os.MkdirAll(spool, 0o700); err != nil {
-		c.tr.CloseIdleConnections()
-		return nil, nil, fmt.Errorf("create spool directory: %w", err)
-	}
-	return &Blobs{c: c, spool: spool}, newIndex(c), nil
+	return &Blobs{c: c}, newIndex(c), nil
 }
 
 // dial builds the client; it does no I/O.

@@ -37,7 +37,6 @@ func config(t testing.TB, srv *miniotest.Server) s3.Config {
 		Bucket:    srv.Bucket,
 		AccessKey: srv.AccessKey,
 		SecretKey: srv.SecretKey,
-		SpoolDir:  t.TempDir(),
 	}
 }
 
@@ -114,8 +113,9 @@ func listKeys(t *testing.T, srv *miniotest.Server, prefix string) []string {
 	return keys
 }
 
-// The same bytes written in two runs, by two processes, are one object. The
-// sizes cover both the in-memory and the spooled upload path.
+// The same bytes written in two runs, by two processes, are one blob. The
+// sizes cover both the in-memory path (one object) and the large path (an
+// upload and the manifest naming it; the duplicate's upload is removed).
 func TestDedupStoresOneObject(t *testing.T) {
 	for _, size := range []int{3 << 10, 12 << 20} {
 		t.Run(fmt.Sprint(size), func(t *testing.T) {
@@ -136,8 +136,15 @@ func TestDedupStoresOneObject(t *testing.T) {
 				t.Fatalf("got digests %s and %s, want %s twice", f1.SHA256, f2.SHA256, tmpfs.DigestOf(data))
 			}
 			want := []string{"blobs/sha256/" + f1.SHA256.String()}
-			if got := listKeys(t, srv, "blobs/"); !slicesEqual(got, want) {
+			if got := listKeys(t, srv, "blobs/sha256/"); !slicesEqual(got, want) {
 				t.Fatalf("got blob objects %v, want %v", got, want)
+			}
+			wantUploads := 0
+			if size > 5<<20 {
+				wantUploads = 1
+			}
+			if got := listKeys(t, srv, "blobs/uploads/"); len(got) != wantUploads {
+				t.Fatalf("got uploads %v, want %d", got, wantUploads)
 			}
 			if got := listKeys(t, srv, "runs/"); len(got) != 2 {
 				t.Fatalf("got index objects %v, want one per run", got)
@@ -169,14 +176,14 @@ func (r *hashingReader) Read(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// A 50 MiB body is streamed: its digest is crypto/sha256's, it reads back
-// identical, and Put allocates a fraction of it.
-func TestStreamed50MiB(t *testing.T) {
+// A 100 MiB body is streamed: its digest is crypto/sha256's, it reads back
+// identical, and Put allocates a fraction of it (a few parts).
+func TestStreamed100MiB(t *testing.T) {
 	srv := miniotest.Shared(t)
 	s, blobs := open(t, srv)
 	ctx := t.Context()
 	run := runid.New()
-	const size = 50 << 20
+	const size = 100 << 20
 	h := sha256.New()
 	body := &hashingReader{src: rand.NewChaCha8([32]byte{50}), left: size, h: h}
 
@@ -608,5 +615,100 @@ func TestForget(t *testing.T) {
 	a.Forget(run)
 	if got := paths(a); !slices.Equal(got, []string{"two.txt"}) {
 		t.Errorf("a after Forget: got %v, want [two.txt]", got)
+	}
+}
+
+// corruptObject replaces the bytes that blob d's name leads to (the blob
+// object, or the upload its manifest names) with the same bytes but one
+// flipped, keeping the object's metadata, as damage below the store would.
+func corruptObject(t *testing.T, srv *miniotest.Server, d tmpfs.Digest) {
+	t.Helper()
+	ctx := t.Context()
+	mc := srv.Client()
+	key := "blobs/sha256/" + d.String()
+	info, err := mc.StatObject(ctx, srv.Bucket, key, minio.StatObjectOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if data := info.Metadata.Get("X-Amz-Meta-Triad-Data"); data != "" {
+		key = data
+	}
+	o, err := mc.GetObject(ctx, srv.Bucket, key, minio.GetObjectOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := io.ReadAll(o)
+	o.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	b[len(b)/2] ^= 0x20
+	meta := map[string]string{}
+	for k, v := range info.UserMetadata {
+		meta[k] = v
+	}
+	if _, err := mc.PutObject(ctx, srv.Bucket, key, bytes.NewReader(b), int64(len(b)), minio.PutObjectOptions{UserMetadata: meta}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// fsck and the scrub find damaged blobs, small (one object) and large (an
+// upload and its manifest), quarantine them under quarantine/ and list the
+// runs and paths that held them.
+func TestFsck(t *testing.T) {
+	srv := miniotest.Shared(t)
+	tmpfstest.RunFsck(t, func(t *testing.T) *tmpfs.Store {
+		s, _ := open(t, srv)
+		return s
+	}, func(t *testing.T, d tmpfs.Digest) { corruptObject(t, srv, d) }, 100<<10, 12<<20)
+	if got := listKeys(t, srv, "quarantine/sha256/"); len(got) == 0 {
+		t.Fatal("nothing under quarantine/sha256/ after fsck quarantined blobs")
+	}
+}
+
+// A manifest whose upload is gone is a corrupt blob, never a short one;
+// an upload no manifest names is swept, one that is named stays.
+func TestManifestAndSweep(t *testing.T) {
+	srv := miniotest.Shared(t)
+	s, blobs := open(t, srv)
+	ctx := t.Context()
+	run := runid.New()
+	data := make([]byte, 9<<20)
+	rand.NewChaCha8([32]byte{9}).Read(data)
+	f, err := s.WriteBytes(ctx, run, "big.bin", data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	uploads := listKeys(t, srv, "blobs/uploads/")
+	if len(uploads) != 1 {
+		t.Fatalf("got uploads %v, want one", uploads)
+	}
+	mc := srv.Client()
+	orphan := "blobs/uploads/20000101T000000Z-orphan"
+	if _, err := mc.PutObject(ctx, srv.Bucket, orphan, strings.NewReader("left by a crash"), 15, minio.PutObjectOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	n, err := blobs.Sweep(ctx, 0)
+	if err != nil || n != 1 {
+		t.Fatalf("Sweep: got %d, %v, want the one orphan removed", n, err)
+	}
+	if got := listKeys(t, srv, "blobs/uploads/"); !slicesEqual(got, uploads) {
+		t.Fatalf("after Sweep: got uploads %v, want %v kept", got, uploads)
+	}
+	if err := mc.RemoveObject(ctx, srv.Bucket, uploads[0], minio.RemoveObjectOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := s.ReadAll(ctx, run, "big.bin"); !errors.Is(err, tmpfs.ErrDigestMismatch) {
+		t.Fatalf("read of a blob whose upload is gone: got %v, want ErrDigestMismatch", err)
+	}
+	if err := s.Verify(ctx, f.SHA256); !errors.Is(err, tmpfs.ErrDigestMismatch) {
+		t.Fatalf("Verify: got %v, want ErrDigestMismatch", err)
+	}
+	// Writing the bytes again heals it rather than trusting the manifest.
+	if _, err := s.WriteBytes(ctx, run, "again.bin", data); err != nil {
+		t.Fatal(err)
+	}
+	if got, _, err := s.ReadAll(ctx, run, "big.bin"); err != nil || !bytes.Equal(got, data) {
+		t.Fatalf("after rewrite: %d bytes, %v", len(got), err)
 	}
 }

@@ -1,0 +1,259 @@
+package tmpfs
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/triadhq/triad/internal/runid"
+)
+
+// Ref is a run's path that points at a blob.
+type Ref struct {
+	Run  runid.ID `json:"run"`
+	Path string   `json:"path"`
+}
+
+// Bad is a blob whose stored bytes failed their check.
+type Bad struct {
+	SHA256 Digest `json:"sha256"`
+	Size   int64  `json:"size"`
+	// Reason says what was wrong, for people.
+	Reason string `json:"reason"`
+	// Refs are the runs and paths that pointed at the blob when it was
+	// found bad.
+	Refs []Ref `json:"refs"`
+	// Quarantined reports whether the blob was moved aside (not in a dry
+	// run, and not if a good copy replaced it meanwhile).
+	Quarantined bool      `json:"quarantined"`
+	FoundAt     time.Time `json:"found_at"`
+}
+
+// FsckOptions tune a pass of Fsck.
+type FsckOptions struct {
+	// Rate bounds the bytes hashed per second; 0 means as fast as the
+	// store reads.
+	Rate int64
+	// DryRun finds bad blobs and their references but moves nothing.
+	DryRun bool
+	// OnBad, if set, is called for each bad blob as it is found.
+	OnBad func(Bad)
+}
+
+// FsckReport sums up a pass of Fsck.
+type FsckReport struct {
+	Blobs int   // blobs checked
+	Bytes int64 // bytes hashed
+	Bad   []Bad
+	// Swept counts leftovers of crashed writes that were removed
+	// (Sweeper).
+	Swept int
+	// Unreadable lists blobs that could not be read to the end (I/O
+	// errors): they were left in place, neither trusted nor quarantined.
+	Unreadable []string
+}
+
+// ErrNoScrub means the store cannot list its blobs, so it cannot be
+// checked (every store Triad ships can).
+var ErrNoScrub = errors.New("tmpfs: this store cannot list its blobs")
+
+// Fsck re-hashes every blob, whatever its fingerprint says, and
+// quarantines each one whose bytes do not match its sha256: it is moved
+// aside (Scrubbable.Quarantine), never served again, and reported with the
+// runs and paths that referenced it. A blob that passes has its
+// fingerprint recorded afresh.
+func (s *Store) Fsck(ctx context.Context, opts FsckOptions) (FsckReport, error) {
+	var rep FsckReport
+	sc, ok := unwrapBlobs[Scrubbable](s.blobs)
+	if !ok {
+		return rep, ErrNoScrub
+	}
+	p := newPacer(opts.Rate)
+	var refs map[Digest][]Ref
+	err := sc.Walk(ctx, func(d Digest, _ int64) error {
+		version, size, err := s.check(ctx, d, p)
+		switch {
+		case err == nil:
+			rep.Blobs++
+			rep.Bytes += size
+			return nil
+		case errors.Is(err, ErrNotFound), errors.Is(err, ErrQuarantined):
+			return nil // deleted or quarantined since the listing
+		case ctx.Err() != nil:
+			return ctx.Err()
+		case !errors.Is(err, ErrDigestMismatch):
+			s.log.ErrorContext(ctx, "fsck: could not read a blob", "sha256", d.String(), "err", err)
+			rep.Unreadable = append(rep.Unreadable, fmt.Sprintf("%s: %v", d, err))
+			return nil
+		}
+		rep.Blobs++
+		rep.Bytes += size
+		if refs == nil {
+			if refs, err = s.refs(ctx); err != nil {
+				s.log.ErrorContext(ctx, "fsck: could not list the runs that reference a bad blob", "err", err)
+				refs = map[Digest][]Ref{}
+			}
+		}
+		bad := Bad{SHA256: d, Size: size, Reason: "stored bytes do not match their sha256", Refs: refs[d], FoundAt: time.Now().UTC()}
+		if bad.Refs == nil {
+			bad.Refs = []Ref{}
+		}
+		if !opts.DryRun {
+			report, _ := json.MarshalIndent(bad, "", "  ")
+			switch err := sc.Quarantine(ctx, d, version, report); {
+			case err == nil:
+				bad.Quarantined = true
+				s.forget(d)
+			case errors.Is(err, ErrPrecondition):
+				bad.Reason += "; a new copy replaced it while it was checked, and was left in place"
+			default:
+				return fmt.Errorf("quarantine blob %s: %w", d, err)
+			}
+		}
+		s.log.ErrorContext(ctx, "blob failed verification", "sha256", d.String(), "size", size, "quarantined", bad.Quarantined, "refs", len(bad.Refs))
+		rep.Bad = append(rep.Bad, bad)
+		if opts.OnBad != nil {
+			opts.OnBad(bad)
+		}
+		return nil
+	})
+	if err != nil || opts.DryRun {
+		return rep, err
+	}
+	if sw, ok := unwrapBlobs[Sweeper](s.blobs); ok {
+		n, err := sw.Sweep(ctx, sweepAge)
+		rep.Swept = n
+		if err != nil {
+			return rep, fmt.Errorf("sweep: %w", err)
+		}
+	}
+	return rep, nil
+}
+
+// sweepAge is how old a leftover of a write must be before Fsck removes
+// it: far longer than any write takes.
+const sweepAge = 24 * time.Hour
+
+// check hashes blob d whole and returns the version and size it checked.
+func (s *Store) check(ctx context.Context, d Digest, p *pacer) (string, int64, error) {
+	b, err := s.blobs.Open(ctx, d)
+	if err != nil {
+		return "", 0, err
+	}
+	defer b.Close()
+	v, n := b.Version(), b.Size()
+	if err := s.hashBlobPaced(ctx, b, d, p); err != nil {
+		return v, n, err
+	}
+	s.markVerified(ctx, b, d)
+	return v, n, nil
+}
+
+// forget drops d from the verification cache.
+func (s *Store) forget(d Digest) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for k := range s.verified {
+		if k.d == d {
+			delete(s.verified, k)
+		}
+	}
+}
+
+// refs maps every blob that some run's file points at to those files.
+func (s *Store) refs(ctx context.Context) (map[Digest][]Ref, error) {
+	rl, ok := unwrapIndex[RunLister](s.index)
+	if !ok {
+		return nil, errors.New("the index cannot list its runs")
+	}
+	runs, err := rl.Runs(ctx)
+	if err != nil {
+		return nil, err
+	}
+	m := map[Digest][]Ref{}
+	for _, run := range runs {
+		files, err := s.index.List(ctx, run, "")
+		if err != nil {
+			return nil, fmt.Errorf("list run %s: %w", run, err)
+		}
+		for _, f := range files {
+			m[f.SHA256] = append(m[f.SHA256], Ref{Run: run, Path: f.Path})
+		}
+	}
+	return m, nil
+}
+
+// scrubPause separates the scrub's passes, so a small store is not listed
+// in a tight loop.
+const scrubPause = time.Minute
+
+// Scrub runs Fsck over and over in the background of a server, hashing at
+// most rate bytes per second, until ctx ends. Bad blobs are quarantined
+// and logged with the runs and paths that held them; each pass is logged
+// when it ends.
+func (s *Store) Scrub(ctx context.Context, rate int64) {
+	for {
+		start := time.Now()
+		rep, err := s.Fsck(ctx, FsckOptions{Rate: rate})
+		if ctx.Err() != nil {
+			return
+		}
+		if err != nil {
+			s.log.ErrorContext(ctx, "scrub pass failed", "err", err)
+		} else {
+			s.log.InfoContext(ctx, "scrub pass done", "blobs", rep.Blobs, "bytes", rep.Bytes, "bad", len(rep.Bad),
+				"unreadable", len(rep.Unreadable), "took", time.Since(start).Round(time.Millisecond))
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(scrubPause):
+		}
+	}
+}
+
+// pacer spreads reads over time so that they average at most rate bytes
+// per second across a whole pass.
+type pacer struct {
+	rate  int64
+	start time.Time
+	n     int64
+}
+
+func newPacer(rate int64) *pacer { return &pacer{rate: rate, start: time.Now()} }
+
+// wait accounts for n more bytes and sleeps until they are due.
+func (p *pacer) wait(ctx context.Context, n int) error {
+	if p == nil || p.rate <= 0 {
+		return nil
+	}
+	p.n += int64(n)
+	due := time.Duration(float64(p.n) / float64(p.rate) * float64(time.Second))
+	if d := due - time.Since(p.start); d > 0 {
+		t := time.NewTimer(d)
+		defer t.Stop()
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+		}
+	}
+	return nil
+}
+
+type pacedReader struct {
+	ctx context.Context
+	r   io.Reader
+	p   *pacer
+}
+
+func (r *pacedReader) Read(b []byte) (int, error) {
+	n, err := r.r.Read(b)
+	if werr := r.p.wait(r.ctx, n); werr != nil && err == nil {
+		err = werr
+	}
+	return n, err
+}
