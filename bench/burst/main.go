@@ -4,7 +4,8 @@
 // scripts/docker.sh; run from the module root, as root, so it can read
 // the engine's processes and the containers' cgroups):
 //
-//	go run ./bench/burst [-runs 50] [-cells 10] [-starts 6] [-warm 2] [-compare-starts 4]
+//	go run ./bench/burst [-runs 50] [-cells 10] [-starts 6] [-warm 2] [-idle=true]
+//	    [-compare '--kernel-start-cpu-shares 1024']
 //
 // It builds cmd/triad and starts `triad serve --sandbox docker` on a
 // loopback port with a fresh data directory and the default pool (-warm),
@@ -33,9 +34,16 @@
 //     own share (its live Go heap after a GC, from GODEBUG=gctrace=1, and
 //     its RSS, each as the growth from before the burst divided by the
 //     kernels added), and how many idle kernels fit in 24 GiB.
-//  5. The same burst on a fresh server with --kernel-starts -compare-starts
-//     (start admission: that many starts at once, the rest in arrival
-//     order).
+//  5. The same burst on a fresh server started with -compare's flags
+//     added, after its own quiet warm cells (once per ';'-separated set). By default that is
+//     --kernel-start-cpu-shares 1024: kernels start at the normal CPU
+//     weight, as they did before starts yielded to running cells, so the
+//     warm p50 during the burst is compared with and without the low start
+//     weight in one run. `-compare '--kernel-starts 4'` compares start
+//     admission instead.
+//
+// -idle=false skips phase 4 (and the wait for a quiet collection before
+// the burst that it needs).
 //
 // The load average is printed with each phase: the machine may be shared.
 package main
@@ -72,7 +80,8 @@ func main() {
 	starts := flag.Int("starts", 6, "kernel starts measured one at a time for the floor")
 	warm := flag.Int("warm", 2, "the server's --warm (the default pool is 2)")
 	cores := flag.Int("cores", runtime.NumCPU(), "cores the floor divides by")
-	compare := flag.Int("compare-starts", 4, "also run the burst on a fresh server with --kernel-starts this (0: skip)")
+	compare := flag.String("compare", "--kernel-start-cpu-shares 1024", "also run the burst on a fresh server with these serve flags added, space-separated; several sets separated by ';' run one after another (empty: skip)")
+	idlePhase := flag.Bool("idle", true, "measure an idle kernel's host cost after the burst (phase 4)")
 	extra := flag.String("serve-flags", "", "more flags for triad serve, space-separated")
 	flag.Parse()
 
@@ -120,15 +129,51 @@ func main() {
 	fmt.Printf("\n2. quiet warm `1+1`: p50 %.1f ms, p99 %.1f ms (n=%d), load %s\n", ms(pct(quiet, 50)), ms(pct(quiet, 99)), len(quiet), loadavg())
 	// The server's live heap before the burst: the next collection while
 	// nothing runs (the runtime forces one at least every 2 minutes).
-	heapBefore := srv.liveHeapAfter(time.Now())
+	var heapBefore gcLine
+	if *idlePhase {
+		heapBefore = srv.liveHeapAfter(time.Now())
+	}
 	rssBefore, kernelsBefore := srv.rss(), len(srv.containers())
 
 	// 3. The burst.
-	fmt.Printf("\n3. burst of %d new runs × %d cells, --kernel-starts 0 (the default: every start at once):\n", *runs, *cells)
+	fmt.Printf("\n3. burst of %d new runs × %d cells, serve flags %q:\n", *runs, *cells, *extra)
 	burst(srv, *runs, *cells, floor, quiet)
+	if *idlePhase {
+		idlePhase4(srv, *warm, heapBefore, rssBefore, kernelsBefore)
+	}
 
-	// 4. Idle cost.
-	srv.waitPool(*warm)
+	for _, cmp := range strings.Split(*compare, ";") {
+		if strings.TrimSpace(cmp) == "" {
+			continue
+		}
+		// The same burst on a fresh server with these flags.
+		srv.stop()
+		flags := append(strings.Fields(*extra), strings.Fields(cmp)...)
+		b := startServer(*warm, flags)
+		cleanup = b.stop
+		defer b.stop()
+		b.waitPool(*warm)
+		if _, err := b.exec("r-quiet", "1+1"); err != nil {
+			fail(err)
+		}
+		var q []time.Duration
+		for range 3 * *cells {
+			d, err := b.exec("r-quiet", "1+1")
+			if err != nil {
+				fail(err)
+			}
+			q = append(q, d)
+		}
+		fmt.Printf("\n5. the same burst on a fresh server with serve flags %q; quiet warm p50 %.1f ms, p99 %.1f ms, load %s:\n", strings.Join(flags, " "), ms(pct(q, 50)), ms(pct(q, 99)), loadavg())
+		burst(b, *runs, *cells, floor, q)
+		srv = b
+	}
+}
+
+// idlePhase4 measures what one idle kernel costs the host, with every
+// burst run's kernel idle.
+func idlePhase4(srv *server, warm int, heapBefore gcLine, rssBefore int64, kernelsBefore int) {
+	srv.waitPool(warm)
 	time.Sleep(3 * time.Second) // let the last answers' bookkeeping settle
 	idle := srv.idleKernels()
 	heapAfter := srv.liveHeapAfter(heapBefore.at)
@@ -155,29 +200,6 @@ func main() {
 	one := float64(m.anon+m.shmem+m.kmem+m.shimPSS) + max(triadPer, 0)
 	fmt.Printf("   per idle kernel (anon + shmem + kernel + shim PSS + the server's share, the larger of heap and RSS): %.1f MiB → %d idle kernels in 24 GiB\n",
 		one/(1<<20), int(24*float64(1<<30)/one))
-
-	if *compare > 0 {
-		// The same burst with starts admitted -compare-starts at a time,
-		// in arrival order, on a fresh server.
-		srv.stop()
-		b := startServer(*warm, append([]string{"--kernel-starts", strconv.Itoa(*compare)}, strings.Fields(*extra)...))
-		cleanup = b.stop
-		defer b.stop()
-		b.waitPool(*warm)
-		if _, err := b.exec("r-quiet", "1+1"); err != nil {
-			fail(err)
-		}
-		var q []time.Duration
-		for range 3 * *cells {
-			d, err := b.exec("r-quiet", "1+1")
-			if err != nil {
-				fail(err)
-			}
-			q = append(q, d)
-		}
-		fmt.Printf("\n5. the same burst with start admission (--kernel-starts %d, in arrival order); quiet warm p50 %.1f ms, load %s:\n", *compare, ms(pct(q, 50)), loadavg())
-		burst(b, *runs, *cells, floor, q)
-	}
 }
 
 // burst starts runs new runs at once, each running cells `1+1` cells one
@@ -257,8 +279,8 @@ func burst(srv *server, runs, cells int, floor float64, quiet []time.Duration) {
 		fmt.Printf("   last first exec / floor = %.2f / %.2f = %.2f (goal ≤ 1.5)\n", last.Seconds(), floor, last.Seconds()/floor)
 	}
 	if len(warmDuring) > 0 {
-		fmt.Printf("   warm cells while the burst lasted: p50 %.1f ms, p99 %.1f ms (n=%d; goal p50 ≤ 100 ms; quiet p50 %.1f ms)\n",
-			ms(pct(warmDuring, 50)), ms(pct(warmDuring, 99)), len(warmDuring), ms(pct(quiet, 50)))
+		fmt.Printf("   warm cells while the burst lasted: p50 %.1f ms, p99 %.1f ms (n=%d; goal p50 ≤ 100 ms; quiet p50 %.1f ms, ratio %.2f)\n",
+			ms(pct(warmDuring, 50)), ms(pct(warmDuring, 99)), len(warmDuring), ms(pct(quiet, 50)), float64(pct(warmDuring, 50))/float64(pct(quiet, 50)))
 	} else {
 		fmt.Printf("   no warm cell ran before the last first exec\n")
 	}
