@@ -56,7 +56,7 @@ const (
 	// DefaultStartCPUShares is a starting kernel's CPU weight: an eighth
 	// of a running kernel's, so warm cells win a contended CPU, while a
 	// start still gets a ninth of a CPU against a busy cell (the least
-	// weight, 2, starved starts behind other containers: 2.2–3.1× longer
+	// weight, 2, starved starts behind other containers: 2.3–3.9× longer
 	// bursts, measured), and all of an idle one. See docs/DECISIONS.md,
 	// "Kernel start CPU weight".
 	DefaultStartCPUShares = 128
