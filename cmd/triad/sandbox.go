@@ -32,6 +32,8 @@ type sandboxConfig struct {
 	MaxCellTimeout time.Duration
 	IdleTTL        time.Duration
 	Warm           int
+	Starts         int
+	StartShares    int64
 
 	KubeNamespace     string
 	KubeImage         string
@@ -55,6 +57,8 @@ func (c *sandboxConfig) flags(f *flagSet) {
 	f.duration(&c.MaxCellTimeout, "max-cell-timeout", 10*time.Minute, "largest deadline a cell may ask for")
 	f.duration(&c.IdleTTL, "idle-ttl", 30*time.Minute, "stop a run's kernel after this long unused (its files stay)")
 	f.int(&c.Warm, "warm", 2, "ready kernels kept in the warm pool (with --sandbox kube: warm pods this replica adds to the pool all replicas share)")
+	f.int(&c.Starts, "kernel-starts", 0, "kernels starting at once; runs beyond it wait their turn in arrival order (0: no limit)")
+	f.int64(&c.StartShares, "kernel-start-cpu-shares", docker.DefaultStartCPUShares, "CPU weight (cpu.shares, 2 to 1024) of a Docker kernel until it answers, so starts yield to running cells; 1024 (the normal weight) turns this off")
 	f.str(&c.KubeNamespace, "kube-namespace", "triad-kernels", "namespace of the kernel pods, their NetworkPolicy and Leases, for --sandbox kube")
 	f.str(&c.KubeImage, "kube-image", "", "sandbox image as the cluster's nodes pull it, for --sandbox kube (default: `triad image tag`, imported into the nodes' runtime)")
 	f.str(&c.KubeRuntimeClass, "kube-runtime-class", "", "RuntimeClass of kernel pods, e.g. gvisor (default: the cluster's default runtime)")
@@ -85,8 +89,11 @@ func (c *sandboxConfig) validate() error {
 	if c.disk, err = parseBytes(c.Disk); err != nil {
 		return fmt.Errorf("--disk: %w", err)
 	}
-	if c.CPUs <= 0 || c.Pids <= 0 || c.Warm < 0 || c.CellTimeout <= 0 || c.MaxCellTimeout < c.CellTimeout {
-		return fmt.Errorf("--cpus and --pids must be positive, --warm not negative, and --max-cell-timeout at least --cell-timeout")
+	if c.StartShares < 2 || c.StartShares > docker.NormalCPUShares {
+		return fmt.Errorf("--kernel-start-cpu-shares %d: want 2 to %d", c.StartShares, docker.NormalCPUShares)
+	}
+	if c.CPUs <= 0 || c.Pids <= 0 || c.Warm < 0 || c.Starts < 0 || c.CellTimeout <= 0 || c.MaxCellTimeout < c.CellTimeout {
+		return fmt.Errorf("--cpus and --pids must be positive, --warm and --kernel-starts not negative, and --max-cell-timeout at least --cell-timeout")
 	}
 	return nil
 }
@@ -137,11 +144,12 @@ func openDocker(ctx context.Context, c *config, log *slog.Logger, progress io.Wr
 	}
 	cli.Close()
 	return docker.New(ctx, docker.Config{
-		Image:       tag,
-		WorkRoot:    filepath.Join(c.Data, "work", "docker"),
-		Defaults:    c.Sandbox.limits(),
-		CellTimeout: c.Sandbox.CellTimeout,
-		Logger:      log,
+		Image:          tag,
+		WorkRoot:       filepath.Join(c.Data, "work", "docker"),
+		Defaults:       c.Sandbox.limits(),
+		CellTimeout:    c.Sandbox.CellTimeout,
+		StartCPUShares: c.Sandbox.StartShares,
+		Logger:         log,
 	})
 }
 

@@ -79,7 +79,7 @@ func openStack(ctx context.Context, c *config, log *slog.Logger) (*stack, error)
 		if c.metrics != nil {
 			counted = c.metrics.Backend(backend)
 		}
-		km = kernels.New(kernels.Config{Backend: counted, Store: store, Warm: warm, IdleTTL: c.Sandbox.IdleTTL,
+		km = kernels.New(kernels.Config{Backend: counted, Store: store, Warm: warm, Starts: c.Sandbox.Starts, IdleTTL: c.Sandbox.IdleTTL,
 			Limits: c.Sandbox.limits(), Protect: runfiles.IsKept, Omit: runfiles.IsCheckpoint, Logger: log})
 		if c.metrics != nil {
 			c.metrics.Kernels(backend.Name(), km.Live, km.Pooled)

@@ -34,6 +34,11 @@ type Config struct {
 	Store   *tmpfs.Store
 	// Warm is how many ready kernels the pool keeps (0 disables it).
 	Warm int
+	// Starts is how many kernels may be starting at once; runs beyond it
+	// wait their turn in arrival order. 0 means no limit: every run's
+	// start begins at once. See docs/DECISIONS.md, "Kernel start
+	// admission".
+	Starts int
 	// IdleTTL is how long a run's kernel may sit unused before it is
 	// stopped (0 never).
 	IdleTTL time.Duration
@@ -98,9 +103,10 @@ type Session struct {
 
 // Manager maps runs to kernels.
 type Manager struct {
-	c    Config
-	log  *slog.Logger
-	pool chan sandbox.Kernel
+	c     Config
+	log   *slog.Logger
+	pool  chan sandbox.Kernel
+	admit *admission
 
 	mu       sync.Mutex
 	sessions map[runid.ID]*Session
@@ -120,7 +126,7 @@ func New(c Config) *Manager {
 		c.MaxContexts = 4
 	}
 	m := &Manager{c: c, log: c.Logger, sessions: map[runid.ID]*Session{}, contexts: map[runid.ID][]*contextState{},
-		stop: make(chan struct{}), pool: make(chan sandbox.Kernel, max(c.Warm, 0))}
+		stop: make(chan struct{}), pool: make(chan sandbox.Kernel, max(c.Warm, 0)), admit: newAdmission(c.Starts)}
 	if c.Warm > 0 {
 		m.done.Add(1)
 		go m.fill()
@@ -196,7 +202,8 @@ func (m *Manager) Release(s *Session) {
 	s.lastUsed = time.Now()
 }
 
-// kernel claims a pooled kernel or starts one.
+// kernel claims a pooled kernel or starts one once its turn comes (a
+// kernel reaching the pool while the run waits serves it at once).
 func (m *Manager) kernel(ctx context.Context, run runid.ID) (sandbox.Kernel, error) {
 	select {
 	case k := <-m.pool:
@@ -204,7 +211,16 @@ func (m *Manager) kernel(ctx context.Context, run runid.ID) (sandbox.Kernel, err
 		return k, nil
 	default:
 	}
-	k, err := m.c.Backend.Start(ctx, sandbox.Spec{Owner: run.String(), Limits: m.c.Limits})
+	k, err := m.admit.acquire(ctx, m.pool)
+	if err != nil {
+		return nil, fmt.Errorf("start kernel for run %s: waiting for a start slot: %w", run, err)
+	}
+	if k != nil {
+		m.log.DebugContext(ctx, "claimed a warm kernel after waiting", "run", run, "kernel", k.ID())
+		return k, nil
+	}
+	k, err = m.c.Backend.Start(ctx, sandbox.Spec{Owner: run.String(), Limits: m.c.Limits})
+	m.admit.release()
 	if err != nil {
 		return nil, fmt.Errorf("start kernel for run %s: %w", run, err)
 	}
@@ -272,6 +288,10 @@ func (m *Manager) Runs() []runid.ID {
 	return out
 }
 
+// Waiting returns the number of runs waiting for a kernel start slot
+// (Config.Starts).
+func (m *Manager) Waiting() int { return m.admit.waiting() }
+
 // Pooled returns the number of ready kernels in the pool.
 func (m *Manager) Pooled() int { return len(m.pool) }
 
@@ -285,7 +305,9 @@ func (m *Manager) fill() {
 			return
 		default:
 		}
-		if len(m.pool) >= m.c.Warm {
+		// A run waiting for a start comes first: the filler takes a slot
+		// only when none is.
+		if len(m.pool) >= m.c.Warm || !m.admit.tryAcquire() {
 			select {
 			case <-m.stop:
 				return
@@ -297,6 +319,7 @@ func (m *Manager) fill() {
 		k, err := m.c.Backend.Start(ctx, sandbox.Spec{Limits: m.c.Limits})
 		cancel()
 		if err != nil {
+			m.admit.release()
 			m.log.Warn("warm pool: start kernel", "err", err, "retry_in", backoff)
 			select {
 			case <-m.stop:
@@ -307,9 +330,14 @@ func (m *Manager) fill() {
 			continue
 		}
 		backoff = time.Second
+		// The kernel reaches the pool before the slot is handed on, so a
+		// run waiting for a slot takes this kernel rather than starting
+		// another. The pool has room: this loop is its only sender.
 		select {
 		case m.pool <- k:
+			m.admit.release()
 		case <-m.stop:
+			m.admit.release()
 			k.Close()
 			return
 		}

@@ -48,6 +48,18 @@ const (
 	DefaultGrace       = 3 * time.Second
 	DefaultCellTimeout = 60 * time.Second
 	defaultUID         = 1000
+
+	// NormalCPUShares is a running kernel's CPU weight: Docker's default
+	// (cgroup v1 cpu.shares 1024; on cgroup v2 the engine converts it to
+	// cpu.weight).
+	NormalCPUShares = 1024
+	// DefaultStartCPUShares is a starting kernel's CPU weight: an eighth
+	// of a running kernel's, so warm cells win a contended CPU, while a
+	// start still gets a ninth of a CPU against a busy cell (the least
+	// weight, 2, starved starts behind other containers: 2.3–3.9× longer
+	// bursts, measured), and all of an idle one. See docs/DECISIONS.md,
+	// "Kernel start CPU weight".
+	DefaultStartCPUShares = 128
 )
 
 // Config configures a Backend. Image and WorkRoot are required.
@@ -80,6 +92,14 @@ type Config struct {
 	// CellTimeout bounds a cell when Execute is given no timeout. Zero
 	// means 60 s.
 	CellTimeout time.Duration
+	// StartCPUShares is the CPU weight (cpu.shares) a kernel's container
+	// starts with, raised to NormalCPUShares once the kernel answers its
+	// first kernel_info, so kernels that are starting (importing
+	// ipykernel) yield the CPU to kernels running cells. Zero means
+	// DefaultStartCPUShares; NormalCPUShares turns the lowering off.
+	// Either way the kernel's CPU limit (Limits.CPUs) holds from the
+	// start. See docs/DECISIONS.md, "Kernel start CPU weight".
+	StartCPUShares int64
 	// Instance names this Triad instance in a label, for operators.
 	Instance string
 	// Labels are extra container labels.
@@ -229,6 +249,12 @@ func (cfg Config) withDefaults() (Config, error) {
 	}
 	if cfg.Defaults.OutputBytes == 0 {
 		cfg.Defaults.OutputBytes = sandbox.DefaultOutputBytes
+	}
+	if cfg.StartCPUShares == 0 {
+		cfg.StartCPUShares = DefaultStartCPUShares
+	}
+	if cfg.StartCPUShares < 2 || cfg.StartCPUShares > NormalCPUShares {
+		return cfg, fmt.Errorf("docker backend: StartCPUShares %d: want 2 to %d", cfg.StartCPUShares, NormalCPUShares)
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)

@@ -85,6 +85,25 @@ func TestFiguresAndLibraries(t *testing.T) {
 	}
 }
 
+// TestStartDefersImports: the kernel starts without debugpy and jedi
+// (image.KernelLauncher keeps them out of a start), yet a cell can still
+// import both, and the removed block leaves nothing behind in sys.meta_path.
+func TestStartDefersImports(t *testing.T) {
+	t.Parallel()
+	b := newBackend(t, Config{})
+	k := startKernel(t, b, sandbox.Spec{Owner: "run-imports"})
+	code := "import sys\nsorted(m for m in ('debugpy', 'jedi', '_pydevd_bundle') if m in sys.modules)"
+	if got, want := value(t, run1(t, k, code, 30*time.Second)), "[]"; got != want {
+		t.Errorf("modules loaded at start: got %s, want %s", got, want)
+	}
+	if got, want := value(t, run1(t, k, "import sys\n[type(f).__name__ for f in sys.meta_path if type(f).__name__ == '_Deferred']", 30*time.Second)), "[]"; got != want {
+		t.Errorf("the start's import block after start: got %s, want %s", got, want)
+	}
+	if got, want := value(t, run1(t, k, "import jedi, debugpy\nbool(jedi.__version__ and debugpy.__version__)", 60*time.Second)), "True"; got != want {
+		t.Errorf("import jedi, debugpy in a cell: got %s, want %s", got, want)
+	}
+}
+
 func pngOf(t *testing.T, res *result) []byte {
 	t.Helper()
 	for _, d := range res.Display {

@@ -62,10 +62,12 @@ type Kernel struct {
 	mu          sync.Mutex
 	wd          workdir
 	containerID string
-	client      *jupyter.Client  // nil while the kernel is down
-	info        jupyter.ConnInfo // the current kernel's connection file
-	exited      chan struct{}    // closed when the current container process exits
-	stopWatch   context.CancelFunc
+	// sharesRaised is set once the container runs at NormalCPUShares.
+	sharesRaised bool
+	client       *jupyter.Client  // nil while the kernel is down
+	info         jupyter.ConnInfo // the current kernel's connection file
+	exited       chan struct{}    // closed when the current container process exits
+	stopWatch    context.CancelFunc
 
 	// phases records how long the last setup and boot steps took, for the
 	// start log.
@@ -218,7 +220,10 @@ func (k *Kernel) hostConfig() *container.HostConfig {
 			Memory:     k.limits.MemoryBytes,
 			MemorySwap: k.limits.MemoryBytes, // equal: no swap beyond the memory limit
 			NanoCPUs:   int64(k.limits.CPUs * 1e9),
-			PidsLimit:  &pids,
+			// Low until the kernel answers (raiseCPUShares): a start
+			// yields to the cells of running kernels.
+			CPUShares: b.cfg.StartCPUShares,
+			PidsLimit: &pids,
 			// A segfaulting cell would otherwise drop a core file into
 			// /work, eating the run's quota.
 			Ulimits: []*units.Ulimit{{Name: "core", Soft: 0, Hard: 0}},
@@ -304,7 +309,37 @@ func (k *Kernel) boot(ctx context.Context) error {
 		return k.bootError(ctx, bctx, fmt.Errorf("wait for kernel: %w", err))
 	}
 	k.phase("ready", &t)
+	if k.parent == nil && !k.sharesRaised {
+		if err := k.raiseCPUShares(ctx); err != nil {
+			c.Close()
+			return err
+		}
+		k.phase("weight", &t)
+	}
 	k.client, k.info, k.bootedAt = c, info, time.Now()
+	return nil
+}
+
+// raiseCPUShares gives a kernel that has answered its first kernel_info
+// the normal CPU weight: it is warm now, in the pool or serving a run. The
+// container keeps the weight across restarts, so only the first boot
+// raises it. Only cpu.shares changes: the engine leaves every resource
+// that is zero in the update as it was, the CPU limit included. See
+// docs/DECISIONS.md, "Kernel start CPU weight".
+func (k *Kernel) raiseCPUShares(ctx context.Context) error {
+	b := k.b
+	if b.cfg.StartCPUShares == NormalCPUShares {
+		k.sharesRaised = true
+		return nil
+	}
+	uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
+	if _, err := b.cli.ContainerUpdate(uctx, k.containerID, container.UpdateConfig{
+		Resources: container.Resources{CPUShares: NormalCPUShares},
+	}); err != nil {
+		return fmt.Errorf("raise the kernel's CPU weight: %w", err)
+	}
+	k.sharesRaised = true
 	return nil
 }
 

@@ -10,9 +10,28 @@ package image
 // server's memory). Flushing from the writer blocks it until the message
 // is sent: back-pressure on the cell. It is a courtesy, not a boundary (a
 // cell can undo it); the host's output limit and the client's own bounds
-// are what hold. Written without single quotes: it is quoted for sh.
+// are what hold.
+//
+// Two packages are kept out of the kernel's start: debugpy (ipykernel's
+// debugger, which Triad never asks for) and jedi (IPython's completer,
+// which Triad never asks for either). While the kernel initialises, an
+// import of either fails, so ipykernel starts without a debugger and
+// IPython completes without jedi; once the kernel is up the block is
+// removed, so a cell may still import them. That is 228 modules fewer:
+// about 15% of a start's CPU and 12 MiB of each idle kernel's memory
+// (docs/DECISIONS.md, "Kernel start imports").
+//
+// Written without single quotes: it is quoted for sh.
 const KernelLauncher = `import sys
 sys.path[:] = [p for p in sys.path if p not in ("", "/work")]
+class _Deferred:
+    names = ("debugpy", "jedi")
+    def find_spec(self, name, path=None, target=None):
+        if name.partition(".")[0] in self.names:
+            raise ModuleNotFoundError("not imported at kernel start: " + name, name=name)
+        return None
+_deferred = _Deferred()
+sys.meta_path.insert(0, _deferred)
 try:
     from ipykernel import iostream as _io
     def _bounded(write):
@@ -30,5 +49,11 @@ try:
 except Exception as e:
     print("triad: could not bound ipykernel output buffers:", e, file=sys.stderr)
 from ipykernel import kernelapp
-kernelapp.launch_new_instance()
+_app = kernelapp.IPKernelApp.instance()
+try:
+    _app.initialize()
+finally:
+    sys.meta_path.remove(_deferred)
+    del _Deferred, _deferred
+_app.start()
 `
