@@ -303,7 +303,6 @@ func (x *Index) FilesUnder(ctx context.Context, run runid.ID, dir string) (int, 
 	if err != nil {
 		return 0, err
 	}
-	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.dirs[dir], nil
 }
