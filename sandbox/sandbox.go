@@ -59,6 +59,27 @@ type Limits struct {
 	OutputBytes int64
 }
 
+// Or returns l with each zero field taken from d: a spec's limits over a
+// backend's defaults.
+func (l Limits) Or(d Limits) Limits {
+	if l.MemoryBytes == 0 {
+		l.MemoryBytes = d.MemoryBytes
+	}
+	if l.CPUs == 0 {
+		l.CPUs = d.CPUs
+	}
+	if l.Pids == 0 {
+		l.Pids = d.Pids
+	}
+	if l.DiskBytes == 0 {
+		l.DiskBytes = d.DiskBytes
+	}
+	if l.OutputBytes == 0 {
+		l.OutputBytes = d.OutputBytes
+	}
+	return l
+}
+
 // DefaultOutputBytes is the output limit of a cell when Limits.OutputBytes
 // is zero.
 const DefaultOutputBytes = 64 << 20

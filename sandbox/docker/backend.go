@@ -226,18 +226,8 @@ func (cfg Config) withDefaults() (Config, error) {
 	if cfg.GID == 0 {
 		cfg.GID = cfg.UID
 	}
-	if cfg.Defaults.MemoryBytes == 0 {
-		cfg.Defaults.MemoryBytes = DefaultMemory
-	}
-	if cfg.Defaults.CPUs == 0 {
-		cfg.Defaults.CPUs = DefaultCPUs
-	}
-	if cfg.Defaults.Pids == 0 {
-		cfg.Defaults.Pids = DefaultPids
-	}
-	if cfg.Defaults.DiskBytes == 0 {
-		cfg.Defaults.DiskBytes = DefaultDisk
-	}
+	cfg.Defaults = cfg.Defaults.Or(sandbox.Limits{MemoryBytes: DefaultMemory, CPUs: DefaultCPUs,
+		Pids: DefaultPids, DiskBytes: DefaultDisk, OutputBytes: sandbox.DefaultOutputBytes})
 	if cfg.TmpSize == 0 {
 		cfg.TmpSize = DefaultTmpSize
 	}
@@ -246,9 +236,6 @@ func (cfg Config) withDefaults() (Config, error) {
 	}
 	if cfg.CellTimeout == 0 {
 		cfg.CellTimeout = DefaultCellTimeout
-	}
-	if cfg.Defaults.OutputBytes == 0 {
-		cfg.Defaults.OutputBytes = sandbox.DefaultOutputBytes
 	}
 	if cfg.StartCPUShares == 0 {
 		cfg.StartCPUShares = DefaultStartCPUShares
@@ -330,25 +317,7 @@ func (b *Backend) start(ctx context.Context, spec sandbox.Spec) (*Kernel, error)
 	return k, nil
 }
 
-func (b *Backend) limits(l sandbox.Limits) sandbox.Limits {
-	d := b.cfg.Defaults
-	if l.MemoryBytes == 0 {
-		l.MemoryBytes = d.MemoryBytes
-	}
-	if l.CPUs == 0 {
-		l.CPUs = d.CPUs
-	}
-	if l.Pids == 0 {
-		l.Pids = d.Pids
-	}
-	if l.DiskBytes == 0 {
-		l.DiskBytes = d.DiskBytes
-	}
-	if l.OutputBytes == 0 {
-		l.OutputBytes = d.OutputBytes
-	}
-	return l
-}
+func (b *Backend) limits(l sandbox.Limits) sandbox.Limits { return l.Or(b.cfg.Defaults) }
 
 func (b *Backend) forget(k *Kernel) {
 	b.mu.Lock()

@@ -525,25 +525,7 @@ func (b *Backend) start(ctx context.Context, spec sandbox.Spec) (*Kernel, error)
 	return k, nil
 }
 
-func (b *Backend) limits(l sandbox.Limits) sandbox.Limits {
-	d := b.cfg.Defaults
-	if l.MemoryBytes == 0 {
-		l.MemoryBytes = d.MemoryBytes
-	}
-	if l.CPUs == 0 {
-		l.CPUs = d.CPUs
-	}
-	if l.Pids == 0 {
-		l.Pids = d.Pids
-	}
-	if l.DiskBytes == 0 {
-		l.DiskBytes = d.DiskBytes
-	}
-	if l.OutputBytes == 0 {
-		l.OutputBytes = d.OutputBytes
-	}
-	return l
-}
+func (b *Backend) limits(l sandbox.Limits) sandbox.Limits { return l.Or(b.cfg.Defaults) }
 
 // runPods lists run's pods from the API server (not the informer's
 // cache: adoption must see a pod another replica claimed a moment ago),

@@ -147,22 +147,8 @@ func (cfg Config) withDefaults() (Config, error) {
 	if cfg.InstanceTTL <= 0 {
 		cfg.InstanceTTL = DefaultInstanceTTL
 	}
-	d := &cfg.Defaults
-	if d.MemoryBytes == 0 {
-		d.MemoryBytes = DefaultMemory
-	}
-	if d.CPUs == 0 {
-		d.CPUs = DefaultCPUs
-	}
-	if d.Pids == 0 {
-		d.Pids = DefaultPids
-	}
-	if d.DiskBytes == 0 {
-		d.DiskBytes = DefaultDisk
-	}
-	if d.OutputBytes == 0 {
-		d.OutputBytes = sandbox.DefaultOutputBytes
-	}
+	cfg.Defaults = cfg.Defaults.Or(sandbox.Limits{MemoryBytes: DefaultMemory, CPUs: DefaultCPUs,
+		Pids: DefaultPids, DiskBytes: DefaultDisk, OutputBytes: sandbox.DefaultOutputBytes})
 	if cfg.TmpSize == 0 {
 		cfg.TmpSize = DefaultTmpSize
 	}
