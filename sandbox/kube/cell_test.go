@@ -56,8 +56,10 @@ func TestCellRunner(t *testing.T) {
 			"", []string{"'three'"}, []sandbox.EventKind{sandbox.EventDisplay}},
 		{"clear_output", "from IPython.display import clear_output\nprint('a', flush=True)\ndisplay('d')\nclear_output()\nprint('b')",
 			"a\nb\n", nil, []sandbox.EventKind{sandbox.EventStdout, sandbox.EventDisplay, sandbox.EventClear, sandbox.EventStdout}},
+		// Each flushed print is its own event; ipykernel's own flush timer
+		// may also split a print from its newline, so there can be more.
 		{"every print its own event", "for i in range(3):\n    print(i, flush=True)\n    time.sleep(0.2)",
-			"0\n1\n2\n", nil, []sandbox.EventKind{sandbox.EventStdout, sandbox.EventStdout, sandbox.EventStdout}},
+			"0\n1\n2\n", nil, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var events []sandbox.EventKind
@@ -75,7 +77,12 @@ func TestCellRunner(t *testing.T) {
 			if got := plain(t, col.Display); !slices.Equal(got, tc.displays) {
 				t.Errorf("displays: got %q, want %q", got, tc.displays)
 			}
-			if !slices.Equal(events, tc.events) {
+			if tc.events == nil {
+				// Streams only, at least one event per print.
+				if len(events) < 3 || slices.ContainsFunc(events, func(k sandbox.EventKind) bool { return k != sandbox.EventStdout }) {
+					t.Errorf("events: got %v, want three or more stdout events", events)
+				}
+			} else if !slices.Equal(events, tc.events) {
 				t.Errorf("events: got %v, want %v", events, tc.events)
 			}
 		})
