@@ -57,7 +57,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -71,6 +70,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/triadhq/triad/bench/internal/benchenv"
 	"github.com/triadhq/triad/wire"
 )
 
@@ -85,7 +85,7 @@ func main() {
 	extra := flag.String("serve-flags", "", "more flags for triad serve, space-separated")
 	flag.Parse()
 
-	fmt.Printf("burst: %d runs × %d cells, --warm %d, %d cores, load %s\n", *runs, *cells, *warm, *cores, loadavg())
+	fmt.Printf("burst: %d runs × %d cells, --warm %d, %d cores, load %s\n", *runs, *cells, *warm, *cores, benchenv.LoadAvg())
 	srv := startServer(*warm, strings.Fields(*extra))
 	cleanup = srv.stop
 	defer srv.stop()
@@ -106,7 +106,7 @@ func main() {
 		per = append(per, c)
 	}
 	sc := median(per)
-	fmt.Printf("\n1. one kernel start, CPU seconds (median of %d, each with its run's first exec; dockerd and containerd the least, as other clients share them), load %s:\n", len(per), loadavg())
+	fmt.Printf("\n1. one kernel start, CPU seconds (median of %d, each with its run's first exec; dockerd and containerd the least, as other clients share them), load %s:\n", len(per), benchenv.LoadAvg())
 	fmt.Printf("   server %.3f (children: mkfs, mount %.3f), dockerd %.3f, containerd %.3f, shim+runc %.3f, container %.3f\n",
 		sc.server, sc.children, sc.dockerd, sc.containerd, sc.shim, sc.container)
 	fmt.Printf("   total %.3f s; first exec with the pool refilled: p50 %.0f ms\n", sc.total(), ms(medianDur(per)))
@@ -126,7 +126,7 @@ func main() {
 		}
 		quiet = append(quiet, d)
 	}
-	fmt.Printf("\n2. quiet warm `1+1`: p50 %.1f ms, p99 %.1f ms (n=%d), load %s\n", ms(pct(quiet, 50)), ms(pct(quiet, 99)), len(quiet), loadavg())
+	fmt.Printf("\n2. quiet warm `1+1`: p50 %.1f ms, p99 %.1f ms (n=%d), load %s\n", ms(pct(quiet, 50)), ms(pct(quiet, 99)), len(quiet), benchenv.LoadAvg())
 	// The server's live heap before the burst: the next collection while
 	// nothing runs (the runtime forces one at least every 2 minutes).
 	var heapBefore gcLine
@@ -164,7 +164,7 @@ func main() {
 			}
 			q = append(q, d)
 		}
-		fmt.Printf("\n5. the same burst on a fresh server with serve flags %q; quiet warm p50 %.1f ms, p99 %.1f ms, load %s:\n", strings.Join(flags, " "), ms(pct(q, 50)), ms(pct(q, 99)), loadavg())
+		fmt.Printf("\n5. the same burst on a fresh server with serve flags %q; quiet warm p50 %.1f ms, p99 %.1f ms, load %s:\n", strings.Join(flags, " "), ms(pct(q, 50)), ms(pct(q, 99)), benchenv.LoadAvg())
 		burst(b, *runs, *cells, floor, q)
 		srv = b
 	}
@@ -179,7 +179,7 @@ func idlePhase4(srv *server, warm int, heapBefore gcLine, rssBefore int64, kerne
 	heapAfter := srv.liveHeapAfter(heapBefore.at)
 	rssAfter := srv.rss()
 	added := len(idle) - kernelsBefore
-	fmt.Printf("\n4. idle kernel (%d idle containers), load %s:\n", len(idle), loadavg())
+	fmt.Printf("\n4. idle kernel (%d idle containers), load %s:\n", len(idle), benchenv.LoadAvg())
 	if len(idle) == 0 {
 		fail(errors.New("no idle kernel containers found"))
 	}
@@ -220,7 +220,7 @@ func burst(srv *server, runs, cells int, floor float64, quiet []time.Duration) {
 	)
 	go func() {
 		for {
-			maxLd = max(maxLd, load1())
+			maxLd = max(maxLd, benchenv.Load1())
 			select {
 			case <-stopLd:
 				return
@@ -270,7 +270,7 @@ func burst(srv *server, runs, cells int, floor float64, quiet []time.Duration) {
 			}
 		}
 	}
-	fmt.Printf("   %d errors, load now %s, highest 1-min load during it %.2f\n", len(errs), loadavg(), maxLd)
+	fmt.Printf("   %d errors, load now %s, highest 1-min load during it %.2f\n", len(errs), benchenv.LoadAvg(), maxLd)
 	for _, e := range errs[:min(len(errs), 5)] {
 		fmt.Printf("   error: %s\n", e)
 	}
@@ -318,16 +318,14 @@ func startServer(warm int, extra []string) *server {
 	if err != nil {
 		fail(err)
 	}
-	bin := filepath.Join(dir, "triad")
-	if out, err := exec.Command("go", "build", "-o", bin, "./cmd/triad").CombinedOutput(); err != nil {
-		fail(fmt.Errorf("go build ./cmd/triad (run from the module root): %v\n%s", err, out))
-	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	bin, err := benchenv.BuildTriad(dir)
 	if err != nil {
 		fail(err)
 	}
-	addr := l.Addr().String()
-	l.Close()
+	addr, err := benchenv.FreeAddr()
+	if err != nil {
+		fail(err)
+	}
 	logs, err := os.Create(filepath.Join(dir, "serve.log"))
 	if err != nil {
 		fail(err)
@@ -779,25 +777,6 @@ func pct(ts []time.Duration, q int) time.Duration {
 func ms(d time.Duration) float64  { return float64(d.Microseconds()) / 1000 }
 func sec(d time.Duration) float64 { return d.Seconds() }
 func mib(b int64) float64         { return float64(b) / (1 << 20) }
-
-func loadavg() string {
-	b, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		return "?"
-	}
-	f := strings.Fields(string(b))
-	return strings.Join(f[:min(3, len(f))], " ")
-}
-
-func load1() float64 {
-	b, _ := os.ReadFile("/proc/loadavg")
-	f := strings.Fields(string(b))
-	if len(f) == 0 {
-		return 0
-	}
-	v, _ := strconv.ParseFloat(f[0], 64)
-	return v
-}
 
 // cleanup stops the server this program started, if any.
 var cleanup = func() {}

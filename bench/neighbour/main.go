@@ -30,7 +30,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -42,6 +41,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/triadhq/triad/bench/internal/benchenv"
 	"github.com/triadhq/triad/wire"
 )
 
@@ -140,7 +140,7 @@ func main() {
 		qt, lt := totals(quiet), totals(loud)
 		r := float64(p(lt, 50)) / float64(p(qt, 50))
 		fmt.Printf("%-9s %8.1f / %8.1f ms  %8.1f / %8.1f ms  %5.2fx  %5.0f / %5.0f ms %7d %7d  %s\n", kind, ms(p(qt, 50)), ms(p(qt, 90)), ms(p(lt, 50)), ms(p(lt, 90)), r,
-			ms(p(kernels(quiet), 50)), ms(p(kernels(loud), 50)), len(loud), calls, loadavg())
+			ms(p(kernels(quiet), 50)), ms(p(kernels(loud), 50)), len(loud), calls, benchenv.LoadAvg())
 		if last != "" {
 			fmt.Printf("          (last flood answer: %s)\n", last)
 		}
@@ -258,16 +258,14 @@ func startServer() (url string, stop func()) {
 	if err != nil {
 		fail(err)
 	}
-	bin := filepath.Join(dir, "triad")
-	if out, err := exec.Command("go", "build", "-o", bin, "./cmd/triad").CombinedOutput(); err != nil {
-		fail(fmt.Errorf("go build ./cmd/triad (run from the module root): %v\n%s", err, out))
-	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	bin, err := benchenv.BuildTriad(dir)
 	if err != nil {
 		fail(err)
 	}
-	addr := l.Addr().String()
-	l.Close()
+	addr, err := benchenv.FreeAddr()
+	if err != nil {
+		fail(err)
+	}
 	logs, err := os.Create(filepath.Join(dir, "serve.log"))
 	if err != nil {
 		fail(err)
@@ -333,15 +331,6 @@ func p(ts []time.Duration, q int) time.Duration {
 }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
-
-func loadavg() string {
-	b, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		return "?"
-	}
-	f := strings.Fields(string(b))
-	return strings.Join(f[:min(3, len(f))], " ")
-}
 
 // cleanup stops the server this program started, if any.
 var cleanup = func() {}

@@ -39,6 +39,7 @@ import (
 	"github.com/docker/docker/client"
 
 	"github.com/triadhq/triad/api"
+	"github.com/triadhq/triad/bench/internal/benchenv"
 	"github.com/triadhq/triad/cel"
 	"github.com/triadhq/triad/evaluator"
 	"github.com/triadhq/triad/internal/runid"
@@ -83,8 +84,8 @@ func main() {
 	newRuns := flag.Int("new", 10, "new runs per first-exec measurement")
 	flag.Parse()
 	ctx := context.Background()
-	fmt.Printf("load average at start: %s\n", loadAvg())
-	defer func() { fmt.Printf("load average at end: %s\n", loadAvg()) }()
+	fmt.Printf("load average at start: %s\n", benchenv.LoadAvg())
+	defer func() { fmt.Printf("load average at end: %s\n", benchenv.LoadAvg()) }()
 	dir, err := os.MkdirTemp("", "triad-bench-sandbox-")
 	check(err)
 	defer os.RemoveAll(dir)
@@ -344,18 +345,6 @@ func rss() int64 {
 }
 
 // loadAvg is the machine's 1, 5 and 15 minute load averages.
-func loadAvg() string {
-	b, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		return "unknown"
-	}
-	f := strings.Fields(string(b))
-	if len(f) < 3 {
-		return "unknown"
-	}
-	return strings.Join(f[:3], " ")
-}
-
 func sorted(d []time.Duration) []time.Duration {
 	s := append([]time.Duration(nil), d...)
 	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })

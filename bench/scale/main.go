@@ -21,7 +21,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -31,6 +30,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/triadhq/triad/bench/internal/benchenv"
 )
 
 func main() {
@@ -42,13 +43,10 @@ func main() {
 	check(err)
 	defer os.RemoveAll(dir)
 	if *bin == "" {
-		*bin = filepath.Join(dir, "triad")
-		out, err := exec.Command("go", "build", "-o", *bin, "./cmd/triad").CombinedOutput()
-		if err != nil {
-			panic(fmt.Sprintf("go build: %v\n%s", err, out))
-		}
+		*bin, err = benchenv.BuildTriad(dir)
+		check(err)
 	}
-	fmt.Printf("load average at start: %s\n", loadAvg())
+	fmt.Printf("load average at start: %s\n", benchenv.LoadAvg())
 	fmt.Printf("%-6s %10s %10s %12s %14s %8s\n", "runs", "p50 ms", "p99 ms", "cells/s", "CPU ms/call", "calls")
 	for _, f := range strings.Split(*levels, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(f))
@@ -56,7 +54,7 @@ func main() {
 		r := level(*bin, filepath.Join(dir, "level-"+f), n, *cells)
 		fmt.Printf("%-6d %10.1f %10.1f %12.1f %14.2f %8d\n", n, ms(r.p50), ms(r.p99), r.rate, r.cpu, r.calls)
 	}
-	fmt.Printf("load average at end: %s\n", loadAvg())
+	fmt.Printf("load average at end: %s\n", benchenv.LoadAvg())
 }
 
 type result struct {
@@ -116,7 +114,8 @@ type server struct {
 }
 
 func start(bin, data string, runs int) *server {
-	addr := freeAddr()
+	addr, err := benchenv.FreeAddr()
+	check(err)
 	cmd := exec.Command(bin, "serve", "--addr", addr, "--data", data, "--auth", "none", "--sandbox", "docker",
 		"--warm", strconv.Itoa(min(runs, 10)), "--quota-kernels", "0", "--quota-runs-per-hour", "0")
 	logs := &bytes.Buffer{}
@@ -179,21 +178,6 @@ func (s *server) exec(run string) time.Duration {
 		panic(fmt.Sprintf("exec: %d %s\n%s", resp.StatusCode, b, s.logs))
 	}
 	return d
-}
-
-func freeAddr() string {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	check(err)
-	defer l.Close()
-	return l.Addr().String()
-}
-
-func loadAvg() string {
-	b, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		return "unknown"
-	}
-	return strings.Join(strings.Fields(string(b))[:3], " ")
 }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
