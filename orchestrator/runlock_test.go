@@ -107,25 +107,8 @@ func (h *held) Unlock() {
 // interrupted before the next call's step.
 func TestSharedRunLock(t *testing.T) {
 	ctx := t.Context()
-	dir := t.TempDir()
-	b, err := local.NewBlobs(filepath.Join(dir, "store"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	x, err := local.NewIndex(filepath.Join(dir, "store"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { x.Close() })
-	store := tmpfs.New(b, x, nil)
-	l := newSharedLock()
-	procA, procB := &proc{l: l, name: "replica-a", seen: -1}, &proc{l: l, name: "replica-b", seen: -1}
-	a := orchestrator.New(orchestrator.Config{Store: store, Journal: cel.New(store), RunLock: procA})
-	bo := orchestrator.New(orchestrator.Config{Store: store, Journal: cel.New(store), RunLock: procB})
-	// Both write what their calls left pending (run index entries, blob
-	// markers) before the index closes and the directory goes: a flush
-	// after the test removed it failed the test's cleanup.
-	t.Cleanup(func() { a.Close(); bo.Close() })
+	r := newReplicas(t)
+	procA, procB, a, bo := r.procA, r.procB, r.a, r.bo
 	run := runid.New()
 
 	for i, o := range []*orchestrator.Orchestrator{a, bo, a, a, bo} {
@@ -207,21 +190,8 @@ func TestSharedRunLock(t *testing.T) {
 // replica that died, back again, adds nothing either.
 func TestCrashWithLeaseAndMarker(t *testing.T) {
 	ctx := t.Context()
-	dir := t.TempDir()
-	b, err := local.NewBlobs(filepath.Join(dir, "store"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	x, err := local.NewIndex(filepath.Join(dir, "store"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { x.Close() })
-	store := tmpfs.New(b, x, nil)
-	l := newSharedLock()
-	procA, procB := &proc{l: l, name: "replica-a", seen: -1}, &proc{l: l, name: "replica-b", seen: -1}
-	a := orchestrator.New(orchestrator.Config{Store: store, Journal: cel.New(store), RunLock: procA})
-	bo := orchestrator.New(orchestrator.Config{Store: store, Journal: cel.New(store), RunLock: procB})
+	r := newReplicas(t)
+	procA, a, bo := r.procA, r.a, r.bo
 	run := runid.New()
 	if _, err := bo.Write(ctx, run, wire.WriteRequest{Path: "f.txt", Text: text("one")}); err != nil {
 		t.Fatal(err)
@@ -239,7 +209,7 @@ func TestCrashWithLeaseAndMarker(t *testing.T) {
 	if _, err := bo.List(ctx, run, ""); err != nil {
 		t.Fatal(err)
 	}
-	a2 := orchestrator.New(orchestrator.Config{Store: store, Journal: cel.New(store), RunLock: procA})
+	a2 := r.open(procA)
 	if _, err := a2.List(ctx, run, ""); err != nil {
 		t.Fatal(err)
 	}
@@ -261,6 +231,42 @@ func TestCrashWithLeaseAndMarker(t *testing.T) {
 	if n := strings.Count(string(mustJournal(t, bo, run)), "the call was interrupted"); n != 1 {
 		t.Errorf("the journal records the interruption %d times, want once", n)
 	}
+}
+
+// replicas is two orchestrators ("replicas") over one local store, each
+// with its own handle on one shared lock.
+type replicas struct {
+	procA, procB *proc
+	a, bo        *orchestrator.Orchestrator
+	open         func(*proc) *orchestrator.Orchestrator
+}
+
+// newReplicas makes the store and both replicas. Every orchestrator open
+// makes is closed before the index and the directory go: each writes what
+// its calls left pending (run index entries, blob markers), and a flush
+// after the test removed the directory failed the test's cleanup.
+func newReplicas(t *testing.T) replicas {
+	t.Helper()
+	dir := t.TempDir()
+	b, err := local.NewBlobs(filepath.Join(dir, "store"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	x, err := local.NewIndex(filepath.Join(dir, "store"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { x.Close() })
+	store := tmpfs.New(b, x, nil)
+	l := newSharedLock()
+	r := replicas{procA: &proc{l: l, name: "replica-a", seen: -1}, procB: &proc{l: l, name: "replica-b", seen: -1}}
+	r.open = func(p *proc) *orchestrator.Orchestrator {
+		o := orchestrator.New(orchestrator.Config{Store: store, Journal: cel.New(store), RunLock: p})
+		t.Cleanup(func() { o.Close() })
+		return o
+	}
+	r.a, r.bo = r.open(r.procA), r.open(r.procB)
+	return r
 }
 
 func mustJournal(t *testing.T, o *orchestrator.Orchestrator, run runid.ID) []byte {
