@@ -5,7 +5,7 @@
 // the engine's processes and the containers' cgroups):
 //
 //	go run ./bench/burst [-runs 50] [-cells 10] [-starts 6] [-warm 2] [-idle=true]
-//	    [-compare '--kernel-start-cpu-shares 1024']
+//	    [-compare '--kernel-starts 0 --kernel-start-cpu-shares 128']
 //
 // It builds cmd/triad and starts `triad serve --sandbox docker` on a
 // loopback port with a fresh data directory and the default pool (-warm),
@@ -35,12 +35,11 @@
 //     its RSS, each as the growth from before the burst divided by the
 //     kernels added), and how many idle kernels fit in 24 GiB.
 //  5. The same burst on a fresh server started with -compare's flags
-//     added, after its own quiet warm cells (once per ';'-separated set). By default that is
-//     --kernel-start-cpu-shares 1024: kernels start at the normal CPU
-//     weight, as they did before starts yielded to running cells, so the
-//     warm p50 during the burst is compared with and without the low start
-//     weight in one run. `-compare '--kernel-starts 4'` compares start
-//     admission instead.
+//     added, after its own quiet warm cells (once per ';'-separated set).
+//     By default that is `--kernel-starts 0 --kernel-start-cpu-shares 128`:
+//     every start begins at once at an eighth of the CPU weight, the
+//     defaults before start admission was sized to the host, so the two
+//     are compared in one run.
 //
 // -idle=false skips phase 4 (and the wait for a quiet collection before
 // the burst that it needs).
@@ -80,7 +79,7 @@ func main() {
 	starts := flag.Int("starts", 6, "kernel starts measured one at a time for the floor")
 	warm := flag.Int("warm", 2, "the server's --warm (the default pool is 2)")
 	cores := flag.Int("cores", runtime.NumCPU(), "cores the floor divides by")
-	compare := flag.String("compare", "--kernel-start-cpu-shares 1024", "also run the burst on a fresh server with these serve flags added, space-separated; several sets separated by ';' run one after another (empty: skip)")
+	compare := flag.String("compare", "--kernel-starts 0 --kernel-start-cpu-shares 128", "also run the burst on a fresh server with these serve flags added, space-separated; several sets separated by ';' run one after another (empty: skip)")
 	idlePhase := flag.Bool("idle", true, "measure an idle kernel's host cost after the burst (phase 4)")
 	extra := flag.String("serve-flags", "", "more flags for triad serve, space-separated")
 	flag.Parse()
@@ -119,6 +118,7 @@ func main() {
 	}
 	srv.waitPool(*warm)
 	var quiet []time.Duration
+	q0 := srv.snapshot()
 	for range 3 * *cells {
 		d, err := srv.exec("r-quiet", "1+1")
 		if err != nil {
@@ -126,7 +126,10 @@ func main() {
 		}
 		quiet = append(quiet, d)
 	}
+	qc := cost(q0, srv.snapshot())
 	fmt.Printf("\n2. quiet warm `1+1`: p50 %.1f ms, p99 %.1f ms (n=%d), load %s\n", ms(pct(quiet, 50)), ms(pct(quiet, 99)), len(quiet), benchenv.LoadAvg())
+	fmt.Printf("   CPU per warm cell: %.1f ms (server %.1f, engine %.1f, shim %.1f, container %.1f)\n", 1000*qc.total()/float64(len(quiet)),
+		1000*(qc.server+qc.children)/float64(len(quiet)), 1000*(qc.dockerd+qc.containerd)/float64(len(quiet)), 1000*qc.shim/float64(len(quiet)), 1000*qc.container/float64(len(quiet)))
 	// The server's live heap before the burst: the next collection while
 	// nothing runs (the runtime forces one at least every 2 minutes).
 	var heapBefore gcLine

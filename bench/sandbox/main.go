@@ -31,6 +31,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime/pprof"
 	"sort"
 	"strconv"
 	"strings"
@@ -82,6 +83,7 @@ kc.stop_channels(); km.shutdown_kernel(now=True)
 func main() {
 	n := flag.Int("n", 40, "warm executes per measurement")
 	newRuns := flag.Int("new", 10, "new runs per first-exec measurement")
+	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the warm-exec rounds (this process: the servers, not the kernels) to this file")
 	flag.Parse()
 	ctx := context.Background()
 	fmt.Printf("load average at start: %s\n", benchenv.LoadAvg())
@@ -141,6 +143,11 @@ func main() {
 	}
 	jc := startJupyterClient(tag)
 	defer jc.close()
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		check(err)
+		check(pprof.StartCPUProfile(f))
+	}
 	const chunk = 5
 	var tjc, tf, tfb, tb, tbl, tw, twb []time.Duration
 	for range (*n + chunk - 1) / chunk {
@@ -163,6 +170,9 @@ func main() {
 		for range chunk {
 			tbl = append(tbl, execute(bare, rb, "1+1"))
 		}
+	}
+	if *cpuProfile != "" {
+		pprof.StopCPUProfile()
 	}
 	// The kernel alone, without HTTP or the orchestrator.
 	sess, err := pooled.Acquire(ctx, rb)

@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"time"
@@ -57,8 +58,8 @@ func (c *sandboxConfig) flags(f *flagSet) {
 	f.duration(&c.MaxCellTimeout, "max-cell-timeout", 10*time.Minute, "largest deadline a cell may ask for")
 	f.duration(&c.IdleTTL, "idle-ttl", 30*time.Minute, "stop a run's kernel after this long unused (its files stay)")
 	f.int(&c.Warm, "warm", 2, "ready kernels kept in the warm pool (with --sandbox kube: warm pods this replica adds to the pool all replicas share)")
-	f.int(&c.Starts, "kernel-starts", 0, "kernels starting at once; runs beyond it wait their turn in arrival order (0: no limit)")
-	f.int64(&c.StartShares, "kernel-start-cpu-shares", docker.DefaultStartCPUShares, "CPU weight (cpu.shares, 2 to 1024) of a Docker kernel until it answers, so starts yield to running cells; 1024 (the normal weight) turns this off")
+	f.int(&c.Starts, "kernel-starts", autoStarts, "kernels starting at once; runs beyond it wait their turn in arrival order (0: no limit; -1: one more than the host's CPUs with --sandbox docker, no limit with wasm and kube)")
+	f.int64(&c.StartShares, "kernel-start-cpu-shares", docker.NormalCPUShares, "CPU weight (cpu.shares, 2 to 1024) of a Docker kernel until it answers, so that starts yield to running cells; 1024, the normal weight, leaves starts unweighted (admission, --kernel-starts, is what spares running cells by default)")
 	f.str(&c.KubeNamespace, "kube-namespace", "triad-kernels", "namespace of the kernel pods, their NetworkPolicy and Leases, for --sandbox kube")
 	f.str(&c.KubeImage, "kube-image", "", "sandbox image as the cluster's nodes pull it, for --sandbox kube (default: `triad image tag`, imported into the nodes' runtime)")
 	f.str(&c.KubeRuntimeClass, "kube-runtime-class", "", "RuntimeClass of kernel pods, e.g. gvisor (default: the cluster's default runtime)")
@@ -92,10 +93,32 @@ func (c *sandboxConfig) validate() error {
 	if c.StartShares < 2 || c.StartShares > docker.NormalCPUShares {
 		return fmt.Errorf("--kernel-start-cpu-shares %d: want 2 to %d", c.StartShares, docker.NormalCPUShares)
 	}
-	if c.CPUs <= 0 || c.Pids <= 0 || c.Warm < 0 || c.Starts < 0 || c.CellTimeout <= 0 || c.MaxCellTimeout < c.CellTimeout {
-		return fmt.Errorf("--cpus and --pids must be positive, --warm and --kernel-starts not negative, and --max-cell-timeout at least --cell-timeout")
+	if c.CPUs <= 0 || c.Pids <= 0 || c.Warm < 0 || c.Starts < autoStarts || c.CellTimeout <= 0 || c.MaxCellTimeout < c.CellTimeout {
+		return fmt.Errorf("--cpus and --pids must be positive, --warm not negative, --kernel-starts at least -1, and --max-cell-timeout at least --cell-timeout")
 	}
 	return nil
+}
+
+// autoStarts is --kernel-starts' default: admission sized to the host
+// for Docker (startsFor).
+const autoStarts = -1
+
+// startsFor is how many kernels may start at once on the named backend.
+// With the default, a Docker host admits one more start than it has CPUs,
+// and runs beyond that wait in arrival order: a start is a Python
+// interpreter importing ipykernel, CPU-bound, so more at once only share
+// the same cores, and the extra one covers a start's waits on the engine
+// (docs/DECISIONS.md, "Kernel start admission"). wasm starts are cheap
+// and in-process, and kube starts run on the cluster's nodes, not this
+// host's CPUs: neither is limited unless asked.
+func (c *sandboxConfig) startsFor(backend string) int {
+	if c.Starts != autoStarts {
+		return c.Starts
+	}
+	if backend == "docker" {
+		return runtime.NumCPU() + 1
+	}
+	return 0
 }
 
 func (c *sandboxConfig) limits() sandbox.Limits {

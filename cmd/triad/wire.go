@@ -79,13 +79,14 @@ func openStack(ctx context.Context, c *config, log *slog.Logger) (*stack, error)
 		if c.metrics != nil {
 			counted = c.metrics.Backend(backend)
 		}
-		km = kernels.New(kernels.Config{Backend: counted, Store: store, Warm: warm, Starts: c.Sandbox.Starts, IdleTTL: c.Sandbox.IdleTTL,
+		starts := c.Sandbox.startsFor(backend.Name())
+		km = kernels.New(kernels.Config{Backend: counted, Store: store, Warm: warm, Starts: starts, IdleTTL: c.Sandbox.IdleTTL,
 			Limits: c.Sandbox.limits(), Protect: runfiles.IsKept, Omit: runfiles.IsCheckpoint, Logger: log})
 		if c.metrics != nil {
 			c.metrics.Kernels(backend.Name(), km.Live, km.Pooled)
 		}
 		s.closes = append(s.closes, func() { km.Close() })
-		log.Info("sandbox ready", "backend", backend.Name(), "warm", c.Sandbox.Warm)
+		log.Info("sandbox ready", "backend", backend.Name(), "warm", c.Sandbox.Warm, "kernel_starts", starts)
 		s.backend = backend.Name()
 	}
 	search, err := tavily.New(tavily.Config{APIKey: os.Getenv("TAVILY_API_KEY"), BaseURL: c.TavilyURL, Logger: log})
