@@ -15,13 +15,16 @@ import (
 // run waits about as long as the whole burst. In order, the first runs get
 // their kernels after about one start's time, and the warm cells of runs
 // already going compete with a few starts instead of all of them. The pool
-// filler takes a slot only when no run is waiting: a run's start comes
-// before a pooled kernel nobody has asked for yet. Unbounded (the default)
-// it never makes anyone wait. On a shared host few starts get a small fair
+// filler takes a slot only when no run is waiting and no run's start is
+// under way: a run's start comes before a pooled kernel nobody has asked
+// for yet, and a refill started beside the last runs of a burst would
+// take CPU from the starts they wait for. Unbounded it never makes a run
+// wait. On a shared host few starts get a small fair
 // share of the CPU. See docs/DECISIONS.md, "Kernel start admission".
 type admission struct {
 	mu    sync.Mutex
 	free  int
+	runs  int             // slots held by runs' starts (the rest by the filler)
 	queue []chan struct{} // waiting runs, oldest first; closed when granted
 }
 
@@ -40,6 +43,7 @@ func (a *admission) acquire(ctx context.Context, take <-chan sandbox.Kernel) (sa
 	a.mu.Lock()
 	if a.free > 0 && len(a.queue) == 0 {
 		a.free--
+		a.runs++
 		a.mu.Unlock()
 		return nil, nil
 	}
@@ -68,27 +72,42 @@ func (a *admission) leave(ch chan struct{}) {
 		return
 	}
 	a.mu.Unlock()
-	a.release()
+	a.releaseRun()
 }
 
-// tryAcquire takes a slot only if one is free and no run is waiting.
+// tryAcquire takes a slot for the pool's filler, only if one is free, no
+// run is waiting and no run's start is under way.
 func (a *admission) tryAcquire() bool {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if a.free > 0 && len(a.queue) == 0 {
+	if a.free > 0 && len(a.queue) == 0 && a.runs == 0 {
 		a.free--
 		return true
 	}
 	return false
 }
 
-// release ends a start: its slot goes to the oldest waiting run.
+// release ends the filler's start (tryAcquire).
 func (a *admission) release() {
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	a.grant()
+}
+
+// releaseRun ends a run's start (acquire).
+func (a *admission) releaseRun() {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.runs--
+	a.grant()
+}
+
+// grant gives a slot just given up to the oldest waiting run, or frees it.
+func (a *admission) grant() {
 	if len(a.queue) > 0 {
 		close(a.queue[0])
 		a.queue = a.queue[1:]
+		a.runs++
 		return
 	}
 	a.free++

@@ -220,7 +220,7 @@ func (m *Manager) kernel(ctx context.Context, run runid.ID) (sandbox.Kernel, err
 		return k, nil
 	}
 	k, err = m.c.Backend.Start(ctx, sandbox.Spec{Owner: run.String(), Limits: m.c.Limits})
-	m.admit.release()
+	m.admit.releaseRun()
 	if err != nil {
 		return nil, fmt.Errorf("start kernel for run %s: %w", run, err)
 	}
@@ -305,8 +305,8 @@ func (m *Manager) fill() {
 			return
 		default:
 		}
-		// A run waiting for a start comes first: the filler takes a slot
-		// only when none is.
+		// Runs come first: the filler takes a slot only when no run is
+		// waiting for a start or starting.
 		if len(m.pool) >= m.c.Warm || !m.admit.tryAcquire() {
 			select {
 			case <-m.stop:
