@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -217,8 +218,13 @@ func (b *Blobs) writeRef(d tmpfs.Digest, r ref) error {
 	if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
 		return err
 	}
-	os.Remove(p) // a torn ref
 	f, err := os.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o400)
+	if errors.Is(err, fs.ErrExist) {
+		// A torn ref (readRef failed on it): replace it. Removing only
+		// then spares every new ref two failing syscalls.
+		os.Remove(p)
+		f, err = os.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o400)
+	}
 	if err != nil {
 		return fmt.Errorf("write ref of %s: %w", d.Short(), err)
 	}

@@ -391,3 +391,31 @@ func TestTamperedExtentIsNotServed(t *testing.T) {
 		t.Fatalf("got %v, want ErrDigestMismatch", err)
 	}
 }
+
+// A torn ref (a crash while it was written) left where an append's ref
+// goes is replaced by that append, which then reads back right.
+func TestAppendOverTornRef(t *testing.T) {
+	dir := t.TempDir()
+	s := open(t, dir)
+	ctx := t.Context()
+	run := runid.New()
+	if _, err := s.Append(ctx, run, "trace.jsonl", []byte("one\n")); err != nil {
+		t.Fatal(err)
+	}
+	want := "one\ntwo\n"
+	h := tmpfs.DigestOf([]byte(want)).String()
+	ref := filepath.Join(dir, "extents", "refs", h[:2], h)
+	if err := os.MkdirAll(filepath.Dir(ref), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(ref, []byte(`{"extent":"tr`), 0o400); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Append(ctx, run, "trace.jsonl", []byte("two\n")); err != nil {
+		t.Fatal(err)
+	}
+	b, _, err := open(t, dir).ReadAll(ctx, run, "trace.jsonl")
+	if err != nil || string(b) != want {
+		t.Fatalf("got %q, %v, want %q", b, err, want)
+	}
+}
