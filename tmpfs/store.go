@@ -285,6 +285,7 @@ type Reader struct {
 	// The read-ahead pipeline, started by the first read at offset 0.
 	pipe    chan chunk
 	stop    chan struct{}
+	staged  chan struct{} // closed when the reader stage is done with the blob
 	stopped sync.Once
 	cur     []byte // undelivered rest of the current chunk
 	ret     func() // returns cur's buffer to the pool
@@ -405,7 +406,9 @@ func (r *Reader) start() {
 		pool <- make([]byte, chunkSize)
 	}
 	raw := make(chan chunk, 2)
+	r.staged = make(chan struct{})
 	go func() { // reader stage
+		defer close(r.staged)
 		defer close(raw)
 		for {
 			var buf []byte
@@ -519,6 +522,7 @@ func (r *Reader) Seek(off int64, whence int) (int64, error) {
 	}
 	if r.started {
 		r.halt()
+		<-r.staged // a Read it was in moves the blob's offset
 	}
 	r.direct = true
 	n, err := r.b.Seek(abs, io.SeekStart)
@@ -540,10 +544,15 @@ func (r *Reader) halt() {
 	}
 }
 
-// Close implements io.Closer.
+// Close implements io.Closer. It closes the blob before it waits for the
+// reader stage, because closing is what ends a Read that waits on the
+// network; no goroutine of the Reader outlives Close.
 func (r *Reader) Close() error {
-	if r.started {
-		r.halt()
+	if !r.started {
+		return r.b.Close()
 	}
-	return r.b.Close()
+	r.halt()
+	err := r.b.Close()
+	<-r.staged
+	return err
 }

@@ -64,7 +64,10 @@ type Blobs interface {
 	Ping(ctx context.Context) error
 }
 
-// Blob is an open blob.
+// Blob is an open blob. It is read by one goroutine at a time, but Close
+// may be called while a Read on another goroutine is in progress (a
+// Reader's read-ahead), and must end that Read soon: an S3 GET waiting on
+// the network is cancelled.
 type Blob interface {
 	io.ReadSeekCloser
 	// Size is the blob's length in bytes.

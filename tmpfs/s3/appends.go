@@ -118,11 +118,11 @@ func (b *Blobs) Append(ctx context.Context, base tmpfs.Digest, baseSize int64, t
 func (b *Blobs) compact(ctx context.Context, st *chainState) error {
 	var src io.Reader = bytes.NewReader(st.tail)
 	if !st.base.IsZero() {
-		o := &object{ctx: ctx, c: b.c, key: blobKey(st.base), short: st.base.Short()}
+		o := newObject(ctx, b.c, blobKey(st.base), st.base.Short())
+		defer o.Close()
 		if _, err := o.get(minio.GetObjectOptions{}); err != nil {
 			return err
 		}
-		defer o.Close()
 		o.size = st.baseSize
 		src = io.MultiReader(io.LimitReader(o, st.baseSize), src)
 	}
@@ -177,12 +177,12 @@ func (b *Blobs) resumeChain(ctx context.Context, base tmpfs.Digest, baseSize int
 	} else if err != nil && !errors.Is(err, tmpfs.ErrNotFound) {
 		return nil, err
 	}
-	o := &object{ctx: ctx, c: b.c, key: blobKey(base), short: base.Short()}
+	o := newObject(ctx, b.c, blobKey(base), base.Short())
+	defer o.Close()
 	info, err := o.get(minio.GetObjectOptions{})
 	if err != nil {
 		return nil, err
 	}
-	defer o.Close()
 	o.size = info.Size
 	h := tmpfs.NewHasher()
 	n, err := io.Copy(h, o)
@@ -201,12 +201,12 @@ func (b *Blobs) resumeChain(ctx context.Context, base tmpfs.Digest, baseSize int
 
 // readTail reads d's tail object whole: its bytes are bounded by maxTail.
 func (b *Blobs) readTail(ctx context.Context, d tmpfs.Digest) (*chainState, error) {
-	o := &object{ctx: ctx, c: b.c, key: appendKey(d), short: d.Short()}
+	o := newObject(ctx, b.c, appendKey(d), d.Short())
+	defer o.Close()
 	info, err := o.get(minio.GetObjectOptions{})
 	if err != nil {
 		return nil, err
 	}
-	defer o.Close()
 	o.size, o.etag = info.Size, info.ETag
 	st, err := parseTail(d, info)
 	if err != nil {
@@ -257,9 +257,10 @@ func parseTail(d tmpfs.Digest, info minio.ObjectInfo) (*chainState, error) {
 // openAppended opens an appended blob: its base (if any) and its tail
 // object, read one after the other.
 func (b *Blobs) openAppended(ctx context.Context, d tmpfs.Digest) (tmpfs.Blob, error) {
-	tailObj := &object{ctx: ctx, c: b.c, key: appendKey(d), short: d.Short()}
+	tailObj := newObject(ctx, b.c, appendKey(d), d.Short())
 	info, err := tailObj.get(minio.GetObjectOptions{})
 	if err != nil {
+		tailObj.Close()
 		return nil, err
 	}
 	tailObj.size, tailObj.etag = info.Size, info.ETag
@@ -274,10 +275,11 @@ func (b *Blobs) openAppended(ctx context.Context, d tmpfs.Digest) (tmpfs.Blob, e
 	if st.base.IsZero() {
 		return tailObj, nil
 	}
-	baseObj := &object{ctx: ctx, c: b.c, key: blobKey(st.base), short: st.base.Short()}
+	baseObj := newObject(ctx, b.c, blobKey(st.base), st.base.Short())
 	binfo, err := baseObj.get(minio.GetObjectOptions{})
 	if err != nil {
 		tailObj.Close()
+		baseObj.Close()
 		return nil, err
 	}
 	baseObj.size, baseObj.etag = binfo.Size, binfo.ETag

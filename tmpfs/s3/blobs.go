@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"os"
 	"strconv"
@@ -163,8 +164,11 @@ func (c ctxReader) Read(p []byte) (int, error) {
 // is reported here and a full read costs one request (two for a blob
 // stored as an upload and a manifest).
 func (b *Blobs) Open(ctx context.Context, d tmpfs.Digest) (tmpfs.Blob, error) {
-	o := &object{ctx: ctx, c: b.c, key: blobKey(d), short: d.Short()}
+	o := newObject(ctx, b.c, blobKey(d), d.Short())
 	info, err := o.get(minio.GetObjectOptions{})
+	if err != nil {
+		o.Close()
+	}
 	if errors.Is(err, tmpfs.ErrNotFound) {
 		blob, aerr := b.openAppended(ctx, d)
 		if errors.Is(aerr, tmpfs.ErrNotFound) {
@@ -185,6 +189,7 @@ func (b *Blobs) Open(ctx context.Context, d tmpfs.Digest) (tmpfs.Blob, error) {
 	o.drop()
 	size, err := strconv.ParseInt(info.Metadata.Get(metaSize), 10, 64)
 	if err != nil || size < 0 {
+		o.Close()
 		return nil, fmt.Errorf("%w: blob %s: its manifest has no valid size", tmpfs.ErrDigestMismatch, d)
 	}
 	o.key, o.size, o.etag = data, size, info.Metadata.Get(metaDataETag)
@@ -200,6 +205,7 @@ func (b *Blobs) Open(ctx context.Context, d tmpfs.Digest) (tmpfs.Blob, error) {
 		case errors.Is(err, errReplaced):
 			o.lost = fmt.Errorf("%w: blob %s: the upload holding its bytes (%s) was replaced", tmpfs.ErrDigestMismatch, d, data)
 		default:
+			o.Close()
 			return nil, err
 		}
 		// The manifest names bytes that are not the ones written: the
@@ -282,12 +288,23 @@ func (b *Blobs) Close() error {
 // object is an open blob: a GET streamed as it is read. A Seek only moves
 // the offset; the next Read that needs other bytes closes the stream and
 // issues a ranged GET pinned to the first response's ETag, so a blob
-// replaced mid-read fails instead of splicing two versions together.
+// replaced mid-read fails instead of splicing two versions together. A
+// large blob read from its start is fetched as ranged GETs in parallel
+// (parallel.go), pinned alike.
+//
+// Read, Seek and Close hold mu, and Close may be called while a Read on
+// another goroutine waits for bytes: it cancels ctx first, which ends
+// that Read (tmpfs.Reader closes its blob under its read-ahead so). The
+// prefetch goroutines touch only their own segments and the fields Open
+// set.
 type object struct {
-	// ctx is the Open call's. Read and Seek take no context, yet a Read
-	// after a Seek must issue a request on behalf of that same caller, who
-	// owns this reader for its lifetime.
+	// ctx is the Open call's, made cancellable by Close (abort). Read and
+	// Seek take no context, yet a Read after a Seek must issue a request
+	// on behalf of that same caller, who owns this reader for its
+	// lifetime.
 	ctx   context.Context
+	abort context.CancelFunc
+	mu    sync.Mutex
 	c     *conn
 	key   string
 	short string
@@ -303,15 +320,31 @@ type object struct {
 	body    io.ReadCloser      // nil when no stream is open
 	cancel  context.CancelFunc // ends body's request
 	bodyOff int64              // offset of body's next byte
+	bodyEnd int64              // offset past body's last byte, if below size
 	off     int64              // logical offset
 	closed  bool
+
+	pf     *prefetch // segments fetched ahead in parallel; nil when none
+	par    parState  // whether a read from the start goes parallel
+	probed time.Duration
 }
 
-// get starts a GET and makes it the open stream. The response must start
-// within the store's timeout, retries included; after that the body streams
-// for as long as the caller's context allows.
-func (o *object) get(opts minio.GetObjectOptions) (minio.ObjectInfo, error) {
-	ctx, cancel := context.WithCancel(o.ctx)
+// newObject returns an object of key read on behalf of ctx. Close it.
+func newObject(ctx context.Context, c *conn, key, short string) *object {
+	ctx, abort := context.WithCancel(ctx)
+	return &object{ctx: ctx, abort: abort, c: c, key: key, short: short}
+}
+
+// noEnd is bodyEnd for a stream that runs to the object's end.
+const noEnd = math.MaxInt64
+
+// request starts a GET under ctx, a child of o.ctx, and returns its body
+// and the function that ends it. The response must start within the
+// store's timeout, retries included; after that the body streams for as
+// long as ctx allows. It reads only what Open set, so prefetch goroutines
+// may call it.
+func (o *object) request(ctx context.Context, opts minio.GetObjectOptions) (io.ReadCloser, context.CancelFunc, minio.ObjectInfo, error) {
+	ctx, cancel := context.WithCancel(ctx)
 	timer := time.AfterFunc(o.c.timeout, cancel)
 	body, info, _, err := o.c.core.GetObject(ctx, o.c.bucket, o.key, opts)
 	if !timer.Stop() && o.ctx.Err() == nil {
@@ -319,16 +352,26 @@ func (o *object) get(opts minio.GetObjectOptions) (minio.ObjectInfo, error) {
 		if body != nil {
 			body.Close()
 		}
-		return minio.ObjectInfo{}, fmt.Errorf("%w: read blob %s: no response within %s", tmpfs.ErrUnavailable, o.short, o.c.timeout)
+		return nil, nil, minio.ObjectInfo{}, fmt.Errorf("%w: read blob %s: no response within %s", tmpfs.ErrUnavailable, o.short, o.c.timeout)
 	}
 	if err != nil {
 		cancel()
 		if er := minio.ToErrorResponse(err); er.StatusCode == http.StatusPreconditionFailed {
-			return minio.ObjectInfo{}, fmt.Errorf("read blob %s: %w", o.short, errReplaced)
+			return nil, nil, minio.ObjectInfo{}, fmt.Errorf("read blob %s: %w", o.short, errReplaced)
 		}
-		return minio.ObjectInfo{}, o.c.fail(o.ctx, "read blob "+o.short, err)
+		return nil, nil, minio.ObjectInfo{}, o.c.fail(o.ctx, "read blob "+o.short, err)
 	}
-	o.body, o.cancel, o.bodyOff = body, cancel, o.off
+	return body, cancel, info, nil
+}
+
+// get starts a GET at o.off and makes it the open stream, to the object's
+// end unless the caller sets bodyEnd.
+func (o *object) get(opts minio.GetObjectOptions) (minio.ObjectInfo, error) {
+	body, cancel, info, err := o.request(o.ctx, opts)
+	if err != nil {
+		return info, err
+	}
+	o.body, o.cancel, o.bodyOff, o.bodyEnd = body, cancel, o.off, noEnd
 	return info, nil
 }
 
@@ -345,6 +388,8 @@ func (o *object) Size() int64     { return o.size }
 func (o *object) Version() string { return o.version }
 
 func (o *object) Read(p []byte) (int, error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
 	if o.closed {
 		return 0, os.ErrClosed
 	}
@@ -354,41 +399,86 @@ func (o *object) Read(p []byte) (int, error) {
 	if o.off >= o.size {
 		return 0, io.EOF
 	}
-	if o.body != nil && o.bodyOff != o.off {
+	if o.body != nil && (o.bodyOff != o.off || o.off >= o.bodyEnd) {
 		o.drop()
 	}
+	if o.body == nil && o.pf != nil {
+		if o.off == o.pf.pos() {
+			return o.readAhead(p)
+		}
+		// A seek away: back to one stream.
+		o.stopPrefetch()
+	}
+	switch {
+	case o.par == parUnknown && o.off == 0:
+		o.par = parOff
+		if o.size >= parallelMin && o.etag != "" {
+			o.par = parProbing
+		}
+	case o.par == parProbing && o.body == nil:
+		o.par = parOff // a seek while probing
+	}
 	if o.body == nil {
-		// Reopen at o.off, pinned to the version first opened.
+		// Reopen at o.off, pinned to the version first opened, up to
+		// where a prefetch takes over if one runs.
+		end := o.size
+		if o.pf != nil && o.off < o.pf.pos() {
+			end = o.pf.pos()
+		}
 		var opts minio.GetObjectOptions
 		if o.etag != "" {
 			opts.SetMatchETag(o.etag)
 		}
-		if o.off > 0 {
-			opts.SetRange(o.off, 0)
+		if o.off > 0 || end < o.size {
+			opts.SetRange(o.off, end-1)
 		}
 		if _, err := o.get(opts); err != nil {
+			o.stopPrefetch()
 			return 0, err
 		}
+		if end < o.size {
+			o.bodyEnd = end
+		}
+	}
+	if rest := o.bodyEnd - o.off; int64(len(p)) > rest {
+		p = p[:rest]
+	}
+	var t0 time.Time
+	if o.par == parProbing {
+		t0 = time.Now()
 	}
 	n, err := o.body.Read(p)
+	if o.par == parProbing {
+		o.probed += time.Since(t0)
+	}
 	o.off += int64(n)
 	o.bodyOff = o.off
 	switch {
-	case err == io.EOF && o.off < o.size:
-		err = io.ErrUnexpectedEOF
-	case err == nil && o.off >= o.size:
+	case o.off >= o.size && (err == nil || err == io.EOF):
 		// Report the end with the last bytes, as files do, so a reader
 		// that checks at the end (tmpfs.Reader) sees it at once.
 		err = io.EOF
+	case o.off >= o.bodyEnd && (err == nil || err == io.EOF):
+		// This stream's range is done; the next Read moves on.
+		err = nil
+		o.drop()
+	case err == io.EOF:
+		err = io.ErrUnexpectedEOF
 	}
 	if err != nil && err != io.EOF {
 		o.drop()
+		o.stopPrefetch()
 		return n, o.c.fail(o.ctx, "read blob "+o.short, err)
+	}
+	if o.par == parProbing && o.off >= probeBytes {
+		o.decide()
 	}
 	return n, err
 }
 
 func (o *object) Seek(offset int64, whence int) (int64, error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
 	if o.closed {
 		return 0, os.ErrClosed
 	}
@@ -410,12 +500,17 @@ func (o *object) Seek(offset int64, whence int) (int64, error) {
 	return abs, nil
 }
 
-// Close ends the stream. It is safe to call twice.
+// Close ends the stream and any prefetch, waiting for its goroutines. It
+// is safe to call twice, and while a Read waits on another goroutine.
 func (o *object) Close() error {
+	o.abort() // first, without mu: it ends a Read in progress
+	o.mu.Lock()
+	defer o.mu.Unlock()
 	if o.closed {
 		return nil
 	}
 	o.closed = true
 	o.drop()
+	o.stopPrefetch()
 	return nil
 }
