@@ -118,12 +118,11 @@ func (b *Blobs) Append(ctx context.Context, base tmpfs.Digest, baseSize int64, t
 func (b *Blobs) compact(ctx context.Context, st *chainState) error {
 	var src io.Reader = bytes.NewReader(st.tail)
 	if !st.base.IsZero() {
-		o := newObject(ctx, b.c, blobKey(st.base), st.base.Short())
-		defer o.Close()
-		if _, err := o.get(minio.GetObjectOptions{}); err != nil {
+		o, err := b.openObject(ctx, st.base)
+		if err != nil {
 			return err
 		}
-		o.size = st.baseSize
+		defer o.Close()
 		src = io.MultiReader(io.LimitReader(o, st.baseSize), src)
 	}
 	d, n, err := b.Put(ctx, src, 0)
@@ -177,13 +176,11 @@ func (b *Blobs) resumeChain(ctx context.Context, base tmpfs.Digest, baseSize int
 	} else if err != nil && !errors.Is(err, tmpfs.ErrNotFound) {
 		return nil, err
 	}
-	o := newObject(ctx, b.c, blobKey(base), base.Short())
-	defer o.Close()
-	info, err := o.get(minio.GetObjectOptions{})
+	o, err := b.openObject(ctx, base)
 	if err != nil {
 		return nil, err
 	}
-	o.size = info.Size
+	defer o.Close()
 	h := tmpfs.NewHasher()
 	n, err := io.Copy(h, o)
 	if err != nil {
@@ -275,20 +272,17 @@ func (b *Blobs) openAppended(ctx context.Context, d tmpfs.Digest) (tmpfs.Blob, e
 	if st.base.IsZero() {
 		return tailObj, nil
 	}
-	baseObj := newObject(ctx, b.c, blobKey(st.base), st.base.Short())
-	binfo, err := baseObj.get(minio.GetObjectOptions{})
+	baseObj, err := b.openObject(ctx, st.base)
 	if err != nil {
 		tailObj.Close()
-		baseObj.Close()
 		return nil, err
 	}
-	baseObj.size, baseObj.etag = binfo.Size, binfo.ETag
-	if binfo.Size != st.baseSize {
+	if baseObj.size != st.baseSize {
 		tailObj.Close()
 		baseObj.Close()
-		return nil, fmt.Errorf("%w: appended blob %s: its base has %d bytes, want %d", tmpfs.ErrDigestMismatch, d.Short(), binfo.Size, st.baseSize)
+		return nil, fmt.Errorf("%w: appended blob %s: its base has %d bytes, want %d", tmpfs.ErrDigestMismatch, d.Short(), baseObj.size, st.baseSize)
 	}
-	return &catBlob{parts: []*object{baseObj, tailObj}, size: st.size, version: binfo.ETag + "+" + info.ETag}, nil
+	return &catBlob{parts: []*object{baseObj, tailObj}, size: st.size, version: baseObj.version + "+" + info.ETag}, nil
 }
 
 // statAppended returns an appended blob's size.

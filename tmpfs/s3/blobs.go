@@ -164,11 +164,7 @@ func (c ctxReader) Read(p []byte) (int, error) {
 // is reported here and a full read costs one request (two for a blob
 // stored as an upload and a manifest).
 func (b *Blobs) Open(ctx context.Context, d tmpfs.Digest) (tmpfs.Blob, error) {
-	o := newObject(ctx, b.c, blobKey(d), d.Short())
-	info, err := o.get(minio.GetObjectOptions{})
-	if err != nil {
-		o.Close()
-	}
+	o, err := b.openObject(ctx, d)
 	if errors.Is(err, tmpfs.ErrNotFound) {
 		blob, aerr := b.openAppended(ctx, d)
 		if errors.Is(aerr, tmpfs.ErrNotFound) {
@@ -177,6 +173,19 @@ func (b *Blobs) Open(ctx context.Context, d tmpfs.Digest) (tmpfs.Blob, error) {
 		return blob, aerr
 	}
 	if err != nil {
+		return nil, err
+	}
+	return o, nil
+}
+
+// openObject opens a blob stored whole under its name: an ordinary object,
+// or a manifest and the upload it names. It fails with ErrNotFound when
+// there is no such object (the blob may be an appended one).
+func (b *Blobs) openObject(ctx context.Context, d tmpfs.Digest) (*object, error) {
+	o := newObject(ctx, b.c, blobKey(d), d.Short())
+	info, err := o.get(minio.GetObjectOptions{})
+	if err != nil {
+		o.Close()
 		return nil, err
 	}
 	o.size, o.etag, o.version = info.Size, info.ETag, info.ETag
