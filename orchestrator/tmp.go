@@ -234,6 +234,9 @@ func storeErr(err error, run runid.ID, path string) error {
 	case errors.Is(err, tmpfs.ErrQuarantined):
 		return fault.Wrap(fault.Corrupt, err, fmt.Sprintf("the stored bytes of %s failed their sha256 check and were quarantined (triad fsck or the scrub); they are never served", fileLabel(path)),
 			"write the file again (tmp.write or PUT /tmp/files/{path}): the same bytes restore it")
+	case errors.Is(err, tmpfs.ErrReplaced):
+		return fault.Wrap(fault.Conflict, err, fmt.Sprintf("the stored bytes of %s were stored again while they were being read, so the read stopped", fileLabel(path)),
+			"retry the read: the file's content is unchanged")
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		return fault.Wrap(fault.Timeout, err, "the request ended before the store answered", "retry the call")
 	default:

@@ -46,6 +46,11 @@ var (
 	// ErrUnavailable means the backing store does not answer. Retry later;
 	// nothing was changed.
 	ErrUnavailable = errors.New("tmpfs: store unavailable")
+	// ErrReplaced means the object holding a blob was stored again while
+	// it was being read (another writer of the same bytes, a repair), so
+	// the read stopped rather than splice two objects together. Read it
+	// again.
+	ErrReplaced = errors.New("tmpfs: the stored object was replaced while it was being read")
 )
 
 // Blobs stores immutable bytes by sha256.

@@ -225,7 +225,7 @@ func (b *Blobs) openObject(ctx context.Context, d tmpfs.Digest) (*object, error)
 }
 
 // errReplaced means a GET pinned to an ETag found another object there.
-var errReplaced = errors.New("the stored object was replaced while it was being read; open it again")
+var errReplaced = fmt.Errorf("%w; open it again", tmpfs.ErrReplaced)
 
 // versionOf names the state of the object stored under a blob's name, as
 // Open's Blob.Version does.

@@ -9,9 +9,6 @@ const (
 	MaxSegments = maxSegments
 )
 
-// ErrReplaced is errReplaced: a GET pinned to an ETag found another object.
-var ErrReplaced = errReplaced
-
 // ForceParallel makes every read of a large blob from its start go
 // parallel (on) or stay one stream (off), whatever its probe measures,
 // until restore is called. Call restore only once the readers are closed.

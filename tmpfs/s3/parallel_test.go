@@ -225,7 +225,7 @@ func TestParallelReadReplaced(t *testing.T) {
 	}
 	rest, err := io.ReadAll(b)
 	got = append(got, rest...)
-	if !errors.Is(err, s3.ErrReplaced) {
+	if !errors.Is(err, tmpfs.ErrReplaced) {
 		t.Fatalf("read on after the upload was replaced: got %d bytes, %v, want ErrReplaced", len(got), err)
 	}
 	if !bytes.Equal(got, data[:len(got)]) {
