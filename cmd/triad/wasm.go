@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"path/filepath"
+	"runtime/debug"
 	"sync"
 
 	"github.com/triadhq/triad/evaluator"
@@ -77,6 +78,10 @@ func (l *lazyWasm) startProgram(ctx context.Context, script []byte, dir string) 
 			return nil, err
 		}
 		l.b = b
+		// A compile without a warm cache leaves about 100 MiB of the
+		// compiler's garbage in the heap, which the runtime would return
+		// to the system only slowly: return it now, once.
+		debug.FreeOSMemory()
 	}
 	b := l.b
 	l.mu.Unlock()
