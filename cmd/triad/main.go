@@ -85,6 +85,8 @@ func main() {
 		err = recipesCmd(ctx, os.Args[2:])
 	case "image":
 		err = imageCmd(ctx, os.Args[2:])
+	case "eval-worker":
+		err = evalWorkerCmd(ctx, os.Args[2:])
 	case "version", "--version", "-v":
 		fmt.Println(version.String())
 	case "help", "-h", "--help":

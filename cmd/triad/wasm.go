@@ -1,9 +1,15 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"flag"
+	"fmt"
+	"io"
 	"log/slog"
+	"os"
+	"os/exec"
 	"path/filepath"
 	"runtime/debug"
 	"sync"
@@ -28,22 +34,28 @@ func openWasm(ctx context.Context, c *config, log *slog.Logger) (sandbox.Backend
 	})
 }
 
-// openEvaluator starts the evaluator on an embedded WASI interpreter of its
-// own, separate from every user kernel and from the sandbox backend. The
-// interpreter is compiled (or loaded from the cache under --data) when the
-// first step that needs it is graded, not at startup: light steps are
-// graded in Go, and the compiled module is about 40 MiB of the server's
-// memory (its machine code and the embedded python.wasm it is read from)
-// that a server which never needs it should not carry.
+// openEvaluator starts the evaluator. Its rubric runs on the embedded WASI
+// interpreter in child processes of this binary (`triad eval-worker`), one
+// per interpreter the evaluator keeps, each separate from every user kernel
+// and from the sandbox backend. The rubric parses untrusted bytes (a
+// step's CSV, HTML, JSON); in a child, the compiled interpreter (about 50
+// MiB) and whatever a rubric run costs stay out of the server's memory, and
+// a fault in either cannot take the server down. A worker is started when
+// the first step that needs the rubric is graded: light steps are graded
+// in Go.
 func openEvaluator(ctx context.Context, c *config, store *tmpfs.Store, log *slog.Logger) (*evaluator.Evaluator, func(), error) {
-	lw := &lazyWasm{cfg: wasm.Config{
-		WorkRoot:         filepath.Join(c.Data, "work", "evaluator"),
-		CacheDir:         wazeroCache(c),
-		MemoryLimitBytes: 512 << 20,
-		Logger:           log,
-	}}
+	self, err := os.Executable()
+	if err != nil {
+		return nil, nil, fmt.Errorf("evaluator: find this binary to run its workers: %w", err)
+	}
+	w := &evalWorkers{self: self, work: filepath.Join(c.Data, "work", "evaluator"), cache: wazeroCache(c), log: log}
+	// Workers of an earlier process (killed with it) left their
+	// directories; none of this process's workers exists yet.
+	if err := os.RemoveAll(w.work); err != nil {
+		return nil, nil, fmt.Errorf("evaluator: clear %s: %w", w.work, err)
+	}
 	e, err := evaluator.New(evaluator.Config{
-		Interpreter: evaluator.InterpreterFunc(lw.startProgram),
+		Interpreter: evaluator.InterpreterFunc(w.start),
 		Store:       store,
 		Dir:         filepath.Join(c.Data, "eval"),
 		Logger:      log,
@@ -51,49 +63,126 @@ func openEvaluator(ctx context.Context, c *config, store *tmpfs.Store, log *slog
 	if err != nil {
 		return nil, nil, err
 	}
-	return e, func() { e.Close(); lw.close() }, nil
+	return e, func() { e.Close() }, nil
 }
 
-// lazyWasm is a wasm backend created on its first use.
-type lazyWasm struct {
-	cfg wasm.Config
-
-	mu     sync.Mutex
-	b      *wasm.Backend
-	closed bool
+// evalWorkers starts evaluator workers: `triad eval-worker` children.
+type evalWorkers struct {
+	self, work, cache string
+	log               *slog.Logger
 }
 
-// startProgram starts script on the backend, creating the backend first if
-// this is the first program. A failed creation is retried by the next call.
-func (l *lazyWasm) startProgram(ctx context.Context, script []byte, dir string) (evaluator.Process, error) {
-	l.mu.Lock()
-	if l.closed {
-		l.mu.Unlock()
-		return nil, errors.New("the evaluator's interpreter is closed")
+// start runs the rubric in a new worker that sees dir. Only the evaluator's
+// own script runs there: the worker holds its own copy.
+func (w *evalWorkers) start(ctx context.Context, script []byte, dir string) (evaluator.Process, error) {
+	if !bytes.Equal(script, evaluator.Script) {
+		return nil, errors.New("evaluator worker: it runs evaluator.Script only")
 	}
-	if l.b == nil {
-		b, err := wasm.New(context.WithoutCancel(ctx), l.cfg)
-		if err != nil {
-			l.mu.Unlock()
-			return nil, err
+	if err := os.MkdirAll(w.work, 0o700); err != nil {
+		return nil, fmt.Errorf("evaluator worker: %w", err)
+	}
+	work, err1 := filepath.Abs(w.work)
+	cache, err2 := filepath.Abs(w.cache)
+	dir, err3 := filepath.Abs(dir)
+	if err := errors.Join(err1, err2, err3); err != nil {
+		return nil, fmt.Errorf("evaluator worker: %w", err)
+	}
+	cmd := exec.Command(w.self, "eval-worker", "--work", work, "--cache", cache, "--dir", dir)
+	cmd.Env = []string{} // nothing of the server's environment (its keys) reaches the worker
+	cmd.Stderr = &logLines{log: w.log}
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		return nil, err
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("evaluator worker: %w", err)
+	}
+	return &worker{cmd: cmd, stdin: stdin, stdout: stdout}, nil
+}
+
+// worker is a running `triad eval-worker`.
+type worker struct {
+	cmd    *exec.Cmd
+	stdin  io.WriteCloser
+	stdout io.Reader
+	once   sync.Once
+}
+
+func (p *worker) Stdin() io.Writer  { return p.stdin }
+func (p *worker) Stdout() io.Reader { return p.stdout }
+
+// Close ends the worker and waits for it. It is safe to call twice.
+func (p *worker) Close() error {
+	p.once.Do(func() {
+		p.stdin.Close()
+		p.cmd.Process.Kill()
+		p.cmd.Wait()
+	})
+	return nil
+}
+
+// logLines logs what a worker writes on stderr, a line at a time.
+type logLines struct {
+	log *slog.Logger
+	buf []byte
+}
+
+func (l *logLines) Write(b []byte) (int, error) {
+	l.buf = append(l.buf, b...)
+	for {
+		i := bytes.IndexByte(l.buf, '\n')
+		if i < 0 {
+			if len(l.buf) > 64<<10 {
+				l.buf = l.buf[:0]
+			}
+			return len(b), nil
 		}
-		l.b = b
-		// A compile without a warm cache leaves about 100 MiB of the
-		// compiler's garbage in the heap, which the runtime would return
-		// to the system only slowly: return it now, once.
-		debug.FreeOSMemory()
+		l.log.Warn("evaluator worker", "stderr", string(l.buf[:i]))
+		l.buf = l.buf[i+1:]
 	}
-	b := l.b
-	l.mu.Unlock()
-	return b.StartProgram(ctx, script, dir)
 }
 
-// close closes the backend if it was created; later starts fail.
-func (l *lazyWasm) close() {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.closed = true
-	if l.b != nil {
-		l.b.Close()
+// evalWorkerCmd is `triad eval-worker`, started by the server only: it
+// runs the evaluator's rubric on the embedded WASI interpreter, with dir
+// read-only at /in, and relays its stdin and stdout until either ends.
+func evalWorkerCmd(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("eval-worker", flag.ContinueOnError)
+	work := fs.String("work", "", "directory for this worker's own work root (created inside it, removed on exit)")
+	cache := fs.String("cache", "", "wazero compilation cache")
+	dir := fs.String("dir", "", "the artifacts the rubric reads, at /in")
+	if err := fs.Parse(args); err != nil {
+		return err
 	}
+	root, err := os.MkdirTemp(*work, "worker-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(root)
+	b, err := wasm.New(ctx, wasm.Config{WorkRoot: root, CacheDir: *cache, MemoryLimitBytes: 512 << 20})
+	if err != nil {
+		return err
+	}
+	defer b.Close()
+	// A compile without a warm cache leaves the compiler's garbage in
+	// the heap, which the runtime would return to the system slowly.
+	debug.FreeOSMemory()
+	p, err := b.StartProgram(ctx, evaluator.Script, *dir)
+	if err != nil {
+		return err
+	}
+	defer p.Close()
+	go func() {
+		// The server closed the pipe, or died: end the program.
+		io.Copy(p.Stdin(), os.Stdin)
+		p.Close()
+	}()
+	_, err = io.Copy(os.Stdout, p.Stdout())
+	if errors.Is(err, io.ErrClosedPipe) {
+		err = nil
+	}
+	return err
 }

@@ -1,0 +1,112 @@
+package main_test
+
+import (
+	"io"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/triadhq/triad/internal/runid"
+)
+
+// TestEvalWorker: the rubric runs in `triad eval-worker` children of the
+// server. A step whose rubric reads its file (a CSV) is graded there; a
+// worker killed with SIGKILL costs the server nothing, and the next such
+// step is graded by a new one; and no worker outlives the server.
+func TestEvalWorker(t *testing.T) {
+	bin := buildTriad(t)
+	s := startServer(t, bin, t.TempDir(), "--sandbox", "none")
+	run := runid.New().String()
+	graded := func(path string) {
+		t.Helper()
+		req, _ := http.NewRequest("POST", s.url+"/tmp/write", strings.NewReader(`{"path":"`+path+`","text":"a,b\n1,2\n"}`))
+		req.Header.Set("X-Run-Id", run)
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := s.do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 {
+			t.Fatalf("tmp.write %s: %d %s", path, resp.StatusCode, b)
+		}
+		resp = s.get("/cel", run)
+		b, _ = io.ReadAll(resp.Body)
+		resp.Body.Close()
+		blocks := strings.Split(string(b), "\n## Step ")
+		last := blocks[len(blocks)-1]
+		if !strings.Contains(last, path) || !strings.Contains(last, "**Evaluation (by Evaluator):** PASS") || !strings.Contains(last, "1 artifact") {
+			t.Fatalf("the step writing %s has no rubric verdict:\n%s\nserver log:\n%s", path, last, s.logs)
+		}
+	}
+	graded("a.csv")
+	workers := childrenNamed(t, s.cmd.Process.Pid, "eval-worker")
+	if len(workers) == 0 {
+		t.Fatalf("no eval-worker child of the server after a CSV was graded")
+	}
+	for _, pid := range workers {
+		if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+	}
+	graded("b.csv")
+	after := childrenNamed(t, s.cmd.Process.Pid, "eval-worker")
+	if len(after) == 0 {
+		t.Fatal("no eval-worker after the first ones were killed and another CSV was graded")
+	}
+	if err := s.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	s.cmd.Wait()
+	for _, pid := range after {
+		for deadline := time.Now().Add(30 * time.Second); alive(pid); time.Sleep(50 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("eval-worker %d outlived the server", pid)
+			}
+		}
+	}
+}
+
+// childrenNamed lists the live children of pid whose command line holds
+// name.
+func childrenNamed(t *testing.T, pid int, name string) []int {
+	t.Helper()
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []int
+	for _, e := range ents {
+		child, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		stat, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		f := strings.Fields(string(stat[strings.LastIndexByte(string(stat), ')')+2:]))
+		if len(f) < 2 || f[1] != strconv.Itoa(pid) || f[0] == "Z" {
+			continue
+		}
+		if cmdline, _ := os.ReadFile("/proc/" + e.Name() + "/cmdline"); strings.Contains(string(cmdline), name) {
+			out = append(out, child)
+		}
+	}
+	return out
+}
+
+// alive reports whether pid is a live process (not a zombie).
+func alive(pid int) bool {
+	stat, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return false
+	}
+	f := strings.Fields(string(stat[strings.LastIndexByte(string(stat), ')')+2:]))
+	return len(f) > 0 && f[0] != "Z"
+}
