@@ -101,45 +101,33 @@ func BenchmarkGet64MiB(b *testing.B) {
 	}
 	buf := make([]byte, 1<<20)
 	b.Run("raw-GetObject", func(b *testing.B) {
-		b.SetBytes(benchSize)
-		for b.Loop() {
-			o, err := raw.GetObject(b.Context(), srv.Bucket, key, minio.GetObjectOptions{})
-			if err != nil {
-				b.Fatal(err)
-			}
-			if n, err := io.CopyBuffer(io.Discard, o, buf); err != nil || n != benchSize {
-				b.Fatalf("got %d, %v", n, err)
-			}
-			o.Close()
-		}
+		drain(b, buf, func() (io.ReadCloser, error) {
+			return raw.GetObject(b.Context(), srv.Bucket, key, minio.GetObjectOptions{})
+		})
 	})
 	b.Run("Blobs.Open", func(b *testing.B) {
 		// The adapter alone, without the digest check.
-		b.SetBytes(benchSize)
-		for b.Loop() {
-			r, err := blobs.Open(b.Context(), f.SHA256)
-			if err != nil {
-				b.Fatal(err)
-			}
-			if n, err := io.CopyBuffer(io.Discard, struct{ io.Reader }{r}, buf); err != nil || n != benchSize {
-				b.Fatalf("got %d, %v", n, err)
-			}
-			r.Close()
-		}
+		drain(b, buf, func() (io.ReadCloser, error) { return blobs.Open(b.Context(), f.SHA256) })
 	})
 	b.Run("Store.OpenBlob", func(b *testing.B) {
-		b.SetBytes(benchSize)
-		for b.Loop() {
-			r, err := s.OpenBlob(b.Context(), f.SHA256)
-			if err != nil {
-				b.Fatal(err)
-			}
-			if n, err := io.CopyBuffer(io.Discard, struct{ io.Reader }{r}, buf); err != nil || n != benchSize {
-				b.Fatalf("got %d, %v", n, err)
-			}
-			r.Close()
-		}
+		drain(b, buf, func() (io.ReadCloser, error) { return s.OpenBlob(b.Context(), f.SHA256) })
 	})
+}
+
+// drain times one whole read of a benchSize blob per iteration: open, read
+// through buf, check the length, close.
+func drain(b *testing.B, buf []byte, open func() (io.ReadCloser, error)) {
+	b.SetBytes(benchSize)
+	for b.Loop() {
+		r, err := open()
+		if err != nil {
+			b.Fatal(err)
+		}
+		if n, err := io.CopyBuffer(io.Discard, struct{ io.Reader }{r}, buf); err != nil || n != benchSize {
+			b.Fatalf("got %d, %v", n, err)
+		}
+		r.Close()
+	}
 }
 
 // BenchmarkGet64MiBCappedConn is BenchmarkGet64MiB through a proxy that
@@ -176,30 +164,12 @@ func BenchmarkGet64MiBCappedConn(b *testing.B) {
 	key := info.Metadata.Get("X-Amz-Meta-Triad-Data")
 	buf := make([]byte, 1<<20)
 	b.Run("raw-GetObject", func(b *testing.B) {
-		b.SetBytes(benchSize)
-		for b.Loop() {
-			o, err := raw.GetObject(b.Context(), srv.Bucket, key, minio.GetObjectOptions{})
-			if err != nil {
-				b.Fatal(err)
-			}
-			if n, err := io.CopyBuffer(io.Discard, o, buf); err != nil || n != benchSize {
-				b.Fatalf("got %d, %v", n, err)
-			}
-			o.Close()
-		}
+		drain(b, buf, func() (io.ReadCloser, error) {
+			return raw.GetObject(b.Context(), srv.Bucket, key, minio.GetObjectOptions{})
+		})
 	})
 	read := func(b *testing.B) {
-		b.SetBytes(benchSize)
-		for b.Loop() {
-			r, err := capped.OpenBlob(b.Context(), f.SHA256)
-			if err != nil {
-				b.Fatal(err)
-			}
-			if n, err := io.CopyBuffer(io.Discard, struct{ io.Reader }{r}, buf); err != nil || n != benchSize {
-				b.Fatalf("got %d, %v", n, err)
-			}
-			r.Close()
-		}
+		drain(b, buf, func() (io.ReadCloser, error) { return capped.OpenBlob(b.Context(), f.SHA256) })
 	}
 	b.Run("Store.OpenBlob", read)
 	b.Run("Store.OpenBlob-one-stream", func(b *testing.B) {
