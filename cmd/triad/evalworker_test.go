@@ -1,17 +1,73 @@
 package main_test
 
 import (
+	"fmt"
 	"io"
 	"net/http"
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/triadhq/triad/internal/runid"
 )
+
+// gradeCSV writes a CSV in run through s and fails t unless the step's
+// Step Block carries the rubric's PASS over that one file.
+func gradeCSV(t *testing.T, s *server, run, path string) {
+	t.Helper()
+	req, _ := http.NewRequest("POST", s.url+"/tmp/write", strings.NewReader(`{"path":"`+path+`","text":"a,b\n1,2\n"}`))
+	req.Header.Set("X-Run-Id", run)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := s.do(req)
+	if err != nil {
+		t.Error(err)
+		return
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Errorf("tmp.write %s: %d %s", path, resp.StatusCode, b)
+		return
+	}
+	req, _ = http.NewRequest("GET", s.url+"/cel", nil)
+	req.Header.Set("X-Run-Id", run)
+	if resp, err = s.do(req); err != nil {
+		t.Error(err)
+		return
+	}
+	b, _ = io.ReadAll(resp.Body)
+	resp.Body.Close()
+	blocks := strings.Split(string(b), "\n## Step ")
+	last := blocks[len(blocks)-1]
+	if !strings.Contains(last, path) || !strings.Contains(last, "**Evaluation (by Evaluator):** PASS") || !strings.Contains(last, "1 artifact") {
+		t.Errorf("the step writing %s has no rubric verdict over it:\n%s", path, last)
+	}
+}
+
+// TestEvalWorkersShareData: two servers on one --data grade at the same
+// time, each in directories of its own, and neither disturbs the other.
+func TestEvalWorkersShareData(t *testing.T) {
+	bin := buildTriad(t)
+	data := t.TempDir()
+	a := startServer(t, bin, data, "--sandbox", "none")
+	b := startServer(t, bin, data, "--sandbox", "none")
+	var wg sync.WaitGroup
+	for i, s := range []*server{a, b, a, b} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			run := runid.New().String()
+			for j := range 5 {
+				gradeCSV(t, s, run, fmt.Sprintf("t%d-%d.csv", i, j))
+			}
+		}()
+	}
+	wg.Wait()
+}
 
 // TestEvalWorker: the rubric runs in `triad eval-worker` children of the
 // server. A step whose rubric reads its file (a CSV) is graded there; a
@@ -23,25 +79,9 @@ func TestEvalWorker(t *testing.T) {
 	run := runid.New().String()
 	graded := func(path string) {
 		t.Helper()
-		req, _ := http.NewRequest("POST", s.url+"/tmp/write", strings.NewReader(`{"path":"`+path+`","text":"a,b\n1,2\n"}`))
-		req.Header.Set("X-Run-Id", run)
-		req.Header.Set("Content-Type", "application/json")
-		resp, err := s.do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		b, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		if resp.StatusCode != 200 {
-			t.Fatalf("tmp.write %s: %d %s", path, resp.StatusCode, b)
-		}
-		resp = s.get("/cel", run)
-		b, _ = io.ReadAll(resp.Body)
-		resp.Body.Close()
-		blocks := strings.Split(string(b), "\n## Step ")
-		last := blocks[len(blocks)-1]
-		if !strings.Contains(last, path) || !strings.Contains(last, "**Evaluation (by Evaluator):** PASS") || !strings.Contains(last, "1 artifact") {
-			t.Fatalf("the step writing %s has no rubric verdict:\n%s\nserver log:\n%s", path, last, s.logs)
+		gradeCSV(t, s, run, path)
+		if t.Failed() {
+			t.Fatalf("server log:\n%s", s.logs)
 		}
 	}
 	graded("a.csv")

@@ -48,22 +48,43 @@ func openEvaluator(ctx context.Context, c *config, store *tmpfs.Store, log *slog
 	if err != nil {
 		return nil, nil, fmt.Errorf("evaluator: find this binary to run its workers: %w", err)
 	}
-	w := &evalWorkers{self: self, work: filepath.Join(c.Data, "work", "evaluator"), cache: wazeroCache(c), log: log}
-	// Workers of an earlier process (killed with it) left their
-	// directories; none of this process's workers exists yet.
-	if err := os.RemoveAll(w.work); err != nil {
-		return nil, nil, fmt.Errorf("evaluator: clear %s: %w", w.work, err)
+	// Each process stages artifacts and runs workers in directories of
+	// its own: several triad processes may share --data (a server, and
+	// `triad run` or `triad replay` beside it).
+	var dirs []string
+	mkdir := func(parent string) (string, error) {
+		if err := os.MkdirAll(parent, 0o755); err != nil {
+			return "", err
+		}
+		d, err := os.MkdirTemp(parent, "proc-")
+		if err == nil {
+			dirs = append(dirs, d)
+		}
+		return d, err
 	}
+	removeDirs := func() {
+		for _, d := range dirs {
+			os.RemoveAll(d)
+		}
+	}
+	staging, err1 := mkdir(filepath.Join(c.Data, "eval"))
+	work, err2 := mkdir(filepath.Join(c.Data, "work", "evaluator"))
+	if err := errors.Join(err1, err2); err != nil {
+		removeDirs()
+		return nil, nil, fmt.Errorf("evaluator: %w", err)
+	}
+	w := &evalWorkers{self: self, work: work, cache: wazeroCache(c), log: log}
 	e, err := evaluator.New(evaluator.Config{
 		Interpreter: evaluator.InterpreterFunc(w.start),
 		Store:       store,
-		Dir:         filepath.Join(c.Data, "eval"),
+		Dir:         staging,
 		Logger:      log,
 	})
 	if err != nil {
+		removeDirs()
 		return nil, nil, err
 	}
-	return e, func() { e.Close() }, nil
+	return e, func() { e.Close(); removeDirs() }, nil
 }
 
 // evalWorkers starts evaluator workers: `triad eval-worker` children.
