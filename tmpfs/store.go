@@ -498,19 +498,9 @@ func (r *Reader) start() {
 // Seek implements io.Seeker. A seek away from the position the pipeline
 // has delivered stops it, and later reads go straight to the blob.
 func (r *Reader) Seek(off int64, whence int) (int64, error) {
-	var abs int64
-	switch whence {
-	case io.SeekStart:
-		abs = off
-	case io.SeekCurrent:
-		abs = r.off + off
-	case io.SeekEnd:
-		abs = r.b.Size() + off
-	default:
-		return 0, fmt.Errorf("tmpfs: bad whence %d", whence)
-	}
-	if abs < 0 {
-		return 0, fmt.Errorf("tmpfs: negative offset")
+	abs, err := SeekPosition(r.off, r.b.Size(), off, whence)
+	if err != nil {
+		return 0, err
 	}
 	if !r.started && !r.direct {
 		// Nothing read yet: remember where the first read starts.

@@ -12,6 +12,7 @@ package tmpfs
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"time"
 
@@ -131,4 +132,24 @@ func (c DirCounts) Add(path string, delta int) {
 // calls it for each run gone idle, to bound what the index keeps.
 type Forgetter interface {
 	Forget(run runid.ID)
+}
+
+// SeekPosition is where a Seek of a blob of size bytes, now at cur, lands:
+// io.Seeker's arithmetic for a Blob that only records its offset.
+func SeekPosition(cur, size, offset int64, whence int) (int64, error) {
+	var abs int64
+	switch whence {
+	case io.SeekStart:
+		abs = offset
+	case io.SeekCurrent:
+		abs = cur + offset
+	case io.SeekEnd:
+		abs = size + offset
+	default:
+		return 0, fmt.Errorf("tmpfs: seek: invalid whence %d", whence)
+	}
+	if abs < 0 {
+		return 0, fmt.Errorf("tmpfs: seek: negative position %d", abs)
+	}
+	return abs, nil
 }

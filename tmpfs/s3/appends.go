@@ -340,19 +340,9 @@ func (c *catBlob) Read(p []byte) (int, error) {
 }
 
 func (c *catBlob) Seek(offset int64, whence int) (int64, error) {
-	var abs int64
-	switch whence {
-	case io.SeekStart:
-		abs = offset
-	case io.SeekCurrent:
-		abs = c.off + offset
-	case io.SeekEnd:
-		abs = c.size + offset
-	default:
-		return 0, fmt.Errorf("seek: invalid whence %d", whence)
-	}
-	if abs < 0 {
-		return 0, fmt.Errorf("seek: negative position %d", abs)
+	abs, err := tmpfs.SeekPosition(c.off, c.size, offset, whence)
+	if err != nil {
+		return 0, err
 	}
 	c.off = abs
 	return abs, nil

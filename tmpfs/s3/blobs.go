@@ -491,19 +491,9 @@ func (o *object) Seek(offset int64, whence int) (int64, error) {
 	if o.closed {
 		return 0, os.ErrClosed
 	}
-	var abs int64
-	switch whence {
-	case io.SeekStart:
-		abs = offset
-	case io.SeekCurrent:
-		abs = o.off + offset
-	case io.SeekEnd:
-		abs = o.size + offset
-	default:
-		return 0, fmt.Errorf("seek blob %s: invalid whence %d", o.short, whence)
-	}
-	if abs < 0 {
-		return 0, fmt.Errorf("seek blob %s: negative position %d", o.short, abs)
+	abs, err := tmpfs.SeekPosition(o.off, o.size, offset, whence)
+	if err != nil {
+		return 0, fmt.Errorf("blob %s: %w", o.short, err)
 	}
 	o.off = abs
 	return abs, nil
