@@ -57,10 +57,12 @@ func openEvaluator(ctx context.Context, c *config, store *tmpfs.Store, log *slog
 			return "", err
 		}
 		d, err := os.MkdirTemp(parent, "proc-")
-		if err == nil {
-			dirs = append(dirs, d)
+		if err != nil {
+			return "", err
 		}
-		return d, err
+		dirs = append(dirs, d)
+		// Absolute: the workers are handed these paths.
+		return filepath.Abs(d)
 	}
 	removeDirs := func() {
 		for _, d := range dirs {
@@ -69,11 +71,12 @@ func openEvaluator(ctx context.Context, c *config, store *tmpfs.Store, log *slog
 	}
 	staging, err1 := mkdir(filepath.Join(c.Data, "eval"))
 	work, err2 := mkdir(filepath.Join(c.Data, "work", "evaluator"))
-	if err := errors.Join(err1, err2); err != nil {
+	cache, err3 := filepath.Abs(wazeroCache(c))
+	if err := errors.Join(err1, err2, err3); err != nil {
 		removeDirs()
 		return nil, nil, fmt.Errorf("evaluator: %w", err)
 	}
-	w := &evalWorkers{self: self, work: work, cache: wazeroCache(c), log: log}
+	w := &evalWorkers{self: self, work: work, cache: cache, log: log}
 	e, err := evaluator.New(evaluator.Config{
 		Interpreter: evaluator.InterpreterFunc(w.start),
 		Store:       store,
@@ -87,7 +90,8 @@ func openEvaluator(ctx context.Context, c *config, store *tmpfs.Store, log *slog
 	return e, func() { e.Close(); removeDirs() }, nil
 }
 
-// evalWorkers starts evaluator workers: `triad eval-worker` children.
+// evalWorkers starts evaluator workers: `triad eval-worker` children. Its
+// paths, and the staging directory workers are started with, are absolute.
 type evalWorkers struct {
 	self, work, cache string
 	log               *slog.Logger
@@ -99,16 +103,7 @@ func (w *evalWorkers) start(ctx context.Context, script []byte, dir string) (eva
 	if !bytes.Equal(script, evaluator.Script) {
 		return nil, errors.New("evaluator worker: it runs evaluator.Script only")
 	}
-	if err := os.MkdirAll(w.work, 0o700); err != nil {
-		return nil, fmt.Errorf("evaluator worker: %w", err)
-	}
-	work, err1 := filepath.Abs(w.work)
-	cache, err2 := filepath.Abs(w.cache)
-	dir, err3 := filepath.Abs(dir)
-	if err := errors.Join(err1, err2, err3); err != nil {
-		return nil, fmt.Errorf("evaluator worker: %w", err)
-	}
-	cmd := exec.Command(w.self, "eval-worker", "--work", work, "--cache", cache, "--dir", dir)
+	cmd := exec.Command(w.self, "eval-worker", "--work", w.work, "--cache", w.cache, "--dir", dir)
 	cmd.Env = []string{} // nothing of the server's environment (its keys) reaches the worker
 	cmd.Stderr = &logLines{log: w.log}
 	stdin, err := cmd.StdinPipe()
@@ -183,7 +178,9 @@ func evalWorkerCmd(ctx context.Context, args []string) error {
 		return err
 	}
 	defer os.RemoveAll(root)
-	b, err := wasm.New(ctx, wasm.Config{WorkRoot: root, CacheDir: *cache, MemoryLimitBytes: 512 << 20})
+	// Warnings go to stderr, which the server logs (logLines).
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	b, err := wasm.New(ctx, wasm.Config{WorkRoot: root, CacheDir: *cache, MemoryLimitBytes: 512 << 20, Logger: log})
 	if err != nil {
 		return err
 	}
