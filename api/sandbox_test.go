@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 
@@ -17,7 +18,9 @@ import (
 )
 
 func sandboxServer(t *testing.T, backend string) *client {
-	s := orchestratortest.New(t, orchestratortest.Options{Sandbox: backend, Warm: 1})
+	// The tests expect an interruptible cell to keep its kernel, so the
+	// grace is long enough for a loaded host to deliver the interrupt.
+	s := orchestratortest.New(t, orchestratortest.Options{Sandbox: backend, Warm: 1, InterruptGrace: 30 * time.Second})
 	return apiServer(t, api.Config{Orchestrator: s.Orch})
 }
 

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/triadhq/triad/internal/fault"
 	"github.com/triadhq/triad/internal/runid"
@@ -272,7 +273,7 @@ func TestContexts(t *testing.T) {
 // A caller who hangs up mid-cell gets the cell interrupted and the kernel
 // kept, with its variables.
 func TestExecHangUpKeepsKernel(t *testing.T) {
-	s := orchestratortest.New(t, orchestratortest.Options{Sandbox: "docker", Warm: 1})
+	s := orchestratortest.New(t, orchestratortest.Options{Sandbox: "docker", Warm: 1, InterruptGrace: 30 * time.Second})
 	run := runid.New()
 	if _, err := s.Orch.Exec(t.Context(), run, wire.ExecRequest{Code: "kept = 1"}); err != nil {
 		t.Fatal(err)

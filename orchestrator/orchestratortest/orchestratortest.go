@@ -53,6 +53,11 @@ type Options struct {
 	// RunIdle is orchestrator.Config.RunIdle: how long an unused run
 	// keeps its in-memory state (0 the default).
 	RunIdle time.Duration
+	// InterruptGrace is the Docker backend's Config.InterruptGrace (0
+	// its default). Tests that need an interrupted cell to keep its
+	// kernel set it high, so a loaded CI host's slow interrupt does not
+	// turn into a restart.
+	InterruptGrace time.Duration
 }
 
 // Stack is an assembled orchestrator and its parts.
@@ -140,7 +145,7 @@ func New(t testing.TB, o Options) *Stack {
 	var backend sandbox.Backend
 	switch o.Sandbox {
 	case "docker":
-		db := newDocker(t, filepath.Join(s.Dir, "work", "docker"))
+		db := newDocker(t, filepath.Join(s.Dir, "work", "docker"), o.InterruptGrace)
 		s.onClose(func() { db.Close() })
 		backend = db
 	case "wasm":
@@ -249,16 +254,16 @@ func Image(t testing.TB) string {
 // is closed when the test ends.
 func Docker(t testing.TB, workRoot string) *docker.Backend {
 	t.Helper()
-	b := newDocker(t, workRoot)
+	b := newDocker(t, workRoot, 0)
 	t.Cleanup(func() { b.Close() })
 	return b
 }
 
 // newDocker is Docker without the cleanup, for the stack, which closes its
 // kernel manager before the backend it starts kernels from.
-func newDocker(t testing.TB, workRoot string) *docker.Backend {
+func newDocker(t testing.TB, workRoot string, grace time.Duration) *docker.Backend {
 	t.Helper()
-	b, err := docker.New(context.Background(), docker.Config{Image: Image(t), WorkRoot: workRoot})
+	b, err := docker.New(context.Background(), docker.Config{Image: Image(t), WorkRoot: workRoot, InterruptGrace: grace})
 	if err != nil {
 		t.Fatal(err)
 	}
