@@ -43,7 +43,9 @@ func waitFile(t *testing.T, k sandbox.Kernel, path string) {
 // what it displays goes with the cell running at the time.
 func TestBackgroundThreads(t *testing.T) {
 	t.Parallel()
-	b := newBackend(t, Config{})
+	// The timed-out cell must keep its kernel, so the grace is long
+	// enough for a loaded host to deliver the interrupt.
+	b := newBackend(t, Config{InterruptGrace: 30 * time.Second})
 	k := startKernel(t, b, sandbox.Spec{Owner: "run-threads"})
 	put := func(path string) {
 		t.Helper()
