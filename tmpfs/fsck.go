@@ -2,7 +2,6 @@ package tmpfs
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -64,17 +63,18 @@ var ErrNoScrub = errors.New("tmpfs: this store cannot list its blobs")
 // quarantines each one whose bytes do not match its sha256: it is moved
 // aside (Scrubbable.Quarantine), never served again, and reported with the
 // runs and paths that referenced it. A blob that passes has its
-// fingerprint recorded afresh.
+// fingerprint recorded afresh. Appended blobs (every version of a journal)
+// are checked too, when the store can list them (AppendScrubbable), each
+// group of versions in one read of its bytes.
 func (s *Store) Fsck(ctx context.Context, opts FsckOptions) (FsckReport, error) {
 	var rep FsckReport
 	sc, ok := unwrapBlobs[Scrubbable](s.blobs)
 	if !ok {
 		return rep, ErrNoScrub
 	}
-	p := newPacer(opts.Rate)
-	var refs map[Digest][]Ref
+	f := &fsck{s: s, opts: opts, rep: &rep, p: newPacer(opts.Rate)}
 	err := sc.Walk(ctx, func(d Digest, _ int64) error {
-		version, size, err := s.check(ctx, d, p)
+		version, size, err := s.check(ctx, d, f.p)
 		switch {
 		case err == nil:
 			rep.Blobs++
@@ -85,41 +85,18 @@ func (s *Store) Fsck(ctx context.Context, opts FsckOptions) (FsckReport, error) 
 		case ctx.Err() != nil:
 			return ctx.Err()
 		case !errors.Is(err, ErrDigestMismatch):
-			s.log.ErrorContext(ctx, "fsck: could not read a blob", "sha256", d.String(), "err", err)
-			rep.Unreadable = append(rep.Unreadable, fmt.Sprintf("%s: %v", d, err))
+			f.unreadable(ctx, d, err)
 			return nil
 		}
 		rep.Blobs++
 		rep.Bytes += size
-		if refs == nil {
-			if refs, err = s.refs(ctx); err != nil {
-				s.log.ErrorContext(ctx, "fsck: could not list the runs that reference a bad blob", "err", err)
-				refs = map[Digest][]Ref{}
-			}
-		}
-		bad := Bad{SHA256: d, Size: size, Reason: "stored bytes do not match their sha256", Refs: refs[d], FoundAt: time.Now().UTC()}
-		if bad.Refs == nil {
-			bad.Refs = []Ref{}
-		}
-		if !opts.DryRun {
-			report, _ := json.MarshalIndent(bad, "", "  ")
-			switch err := sc.Quarantine(ctx, d, version, report); {
-			case err == nil:
-				bad.Quarantined = true
-				s.forget(d)
-			case errors.Is(err, ErrPrecondition):
-				bad.Reason += "; a new copy replaced it while it was checked, and was left in place"
-			default:
-				return fmt.Errorf("quarantine blob %s: %w", d, err)
-			}
-		}
-		s.log.ErrorContext(ctx, "blob failed verification", "sha256", d.String(), "size", size, "quarantined", bad.Quarantined, "refs", len(bad.Refs))
-		rep.Bad = append(rep.Bad, bad)
-		if opts.OnBad != nil {
-			opts.OnBad(bad)
-		}
-		return nil
+		return f.bad(ctx, d, size, "stored bytes do not match their sha256", func(report []byte) error {
+			return sc.Quarantine(ctx, d, version, report)
+		})
 	})
+	if as, ok := unwrapBlobs[AppendScrubbable](s.blobs); ok && err == nil {
+		err = as.WalkAppended(ctx, func(g AppendedGroup) error { return f.group(ctx, as, g) })
+	}
 	if err != nil || opts.DryRun {
 		return rep, err
 	}

@@ -13,8 +13,9 @@ const fsckUsage = `Usage:
   triad fsck [--dry-run] [--rate BYTES] [--json] [store flags]
 
 Re-hashes every blob in the store (--store and its flags, or their TRIAD_*
-twins), whatever its fingerprint says, and quarantines each one whose bytes
-no longer match their sha256: it is moved aside (quarantine/ beside blobs/,
+twins), whatever its fingerprint says, every version of an appended file
+(CEL.md, trace.jsonl) included, and quarantines each one whose bytes no
+longer match their sha256: it is moved aside (quarantine/ beside blobs/,
 on disk or in the bucket), never served again, and listed with the runs and
 paths that referenced it. Writing a file's true bytes again restores it.
 Leftovers of crashed writes older than a day are removed. The exit status is

@@ -2,10 +2,14 @@ package local_test
 
 import (
 	"bytes"
+	"encoding/base64"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/triadhq/triad/internal/runid"
@@ -417,5 +421,98 @@ func TestAppendOverTornRef(t *testing.T) {
 	b, _, err := open(t, dir).ReadAll(ctx, run, "trace.jsonl")
 	if err != nil || string(b) != want {
 		t.Fatalf("got %q, %v, want %q", b, err, want)
+	}
+}
+
+// refFile returns the path of appended blob d's ref and what it says.
+func refFile(t *testing.T, dir string, d tmpfs.Digest) (string, map[string]any) {
+	t.Helper()
+	p := filepath.Join(dir, "extents", "refs", d.String()[:2], d.String())
+	data, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var r map[string]any
+	if err := json.Unmarshal(data, &r); err != nil {
+		t.Fatal(err)
+	}
+	return p, r
+}
+
+// fsck checks every version of an appended file in one read of its
+// extent, and a byte damaged in the extent makes bad exactly the versions
+// that hold it.
+func TestFsckAppended(t *testing.T) {
+	dir := t.TempDir()
+	tmpfstest.RunFsckAppended(t, open(t, dir), func(t *testing.T, d tmpfs.Digest, off int64) {
+		_, r := refFile(t, dir, d)
+		f, err := os.OpenFile(filepath.Join(dir, "extents", r["extent"].(string)), os.O_RDWR, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		b := []byte{0}
+		if _, err := f.ReadAt(b, off); err != nil {
+			t.Fatal(err)
+		}
+		b[0] ^= 0x20
+		if _, err := f.WriteAt(b, off); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
+// A ref whose sha256 midstate was damaged (the next append would continue
+// from it and name its bytes wrongly), and a ref that does not parse, are
+// found by fsck and quarantined, while the bytes and the other versions
+// are left alone.
+func TestFsckAppendedRefs(t *testing.T) {
+	dir := t.TempDir()
+	s := open(t, dir)
+	ctx := t.Context()
+	run := runid.New()
+	var vs []tmpfs.File
+	for i := range 4 {
+		f, err := s.Append(ctx, run, "log.txt", fmt.Appendf(nil, "line %d\n", i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		vs = append(vs, f)
+	}
+	p, r := refFile(t, dir, vs[1].SHA256)
+	state, _ := base64.StdEncoding.DecodeString(r["state"].(string))
+	state[len(state)-9] ^= 1 // in the midstate's words, not its length
+	r["state"] = state
+	rewrite := func(p string, data []byte) {
+		t.Helper()
+		os.Chmod(p, 0o600)
+		if err := os.WriteFile(p, data, 0o400); err != nil {
+			t.Fatal(err)
+		}
+	}
+	data, _ := json.Marshal(r)
+	rewrite(p, data)
+	torn, _ := refFile(t, dir, vs[2].SHA256)
+	rewrite(torn, []byte(`{"extent":`))
+
+	rep, err := s.Fsck(ctx, tmpfs.FsckOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reasons := map[tmpfs.Digest]string{}
+	for _, b := range rep.Bad {
+		if !b.Quarantined {
+			t.Errorf("%s not quarantined", b.SHA256.Short())
+		}
+		reasons[b.SHA256] = b.Reason
+	}
+	if len(reasons) != 2 || !strings.Contains(reasons[vs[1].SHA256], "midstate") || !strings.Contains(reasons[vs[2].SHA256], "ref") {
+		t.Fatalf("fsck found %q, want the damaged midstate of %s and the torn ref of %s", reasons, vs[1].SHA256.Short(), vs[2].SHA256.Short())
+	}
+	for i, v := range vs {
+		err := s.Verify(ctx, v.SHA256)
+		if bad := i == 1 || i == 2; bad && !errors.Is(err, tmpfs.ErrQuarantined) || !bad && err != nil {
+			t.Errorf("version %d after fsck: %v", i, err)
+		}
 	}
 }

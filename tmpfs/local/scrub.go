@@ -1,12 +1,16 @@
 package local
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"time"
 
 	"github.com/triadhq/triad/internal/runid"
@@ -77,6 +81,12 @@ func (b *Blobs) Quarantine(ctx context.Context, d tmpfs.Digest, ver string, repo
 	if fileVersion(st) != ver {
 		return fmt.Errorf("%w: blob %s was replaced while it was checked", tmpfs.ErrPrecondition, d)
 	}
+	return b.quarantine(d, p, report)
+}
+
+// quarantine moves file p, which holds or locates blob d, to
+// quarantine/sha256/<hex>, after writing report beside it.
+func (b *Blobs) quarantine(d tmpfs.Digest, p string, report []byte) error {
 	q := b.quarantinePath(d)
 	if err := os.MkdirAll(filepath.Dir(q), 0o700); err != nil {
 		return err
@@ -102,6 +112,9 @@ func (b *Blobs) Quarantine(ctx context.Context, d tmpfs.Digest, ver string, repo
 	// The report goes first: a crash between the two leaves the blob in
 	// place, and the next fsck finds it again.
 	if err := os.Rename(p, q); err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return b.missing(d)
+		}
 		return fmt.Errorf("move blob %s to quarantine: %w", d.Short(), err)
 	}
 	b.fps.drop(d)
@@ -148,4 +161,104 @@ func (x *Index) Runs(ctx context.Context) ([]runid.ID, error) {
 		}
 	}
 	return out, nil
+}
+
+var _ tmpfs.AppendScrubbable = (*Blobs)(nil)
+
+// WalkAppended implements tmpfs.AppendScrubbable: it reads every ref under
+// extents/refs/, groups them by extent, and hands each extent over as one
+// nested group (each ref names a prefix of it), so the extent is read
+// once. A ref that does not parse is a damaged member of a group of its
+// own. A digest also stored as a blob file is left to Walk: reads serve
+// that copy.
+func (b *Blobs) WalkAppended(ctx context.Context, fn func(g tmpfs.AppendedGroup) error) error {
+	root := filepath.Join(b.extentDir(), "refs")
+	dirs, err := os.ReadDir(root)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("list refs: %w", err)
+	}
+	extents := map[string][]tmpfs.AppendedBlob{}
+	for _, dir := range dirs {
+		if !dir.IsDir() || len(dir.Name()) != 2 {
+			continue
+		}
+		files, err := os.ReadDir(filepath.Join(root, dir.Name()))
+		if err != nil {
+			return fmt.Errorf("list refs: %w", err)
+		}
+		for _, f := range files {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			d, err := tmpfs.ParseDigest(f.Name())
+			if err != nil || f.IsDir() || d.String() != f.Name() || f.Name()[:2] != dir.Name() {
+				continue // not a ref
+			}
+			if _, err := os.Stat(b.path(d)); err == nil {
+				continue
+			}
+			r, err := b.readRef(d)
+			switch {
+			case errors.Is(err, tmpfs.ErrNotFound):
+				continue // quarantined since the listing
+			case errors.Is(err, tmpfs.ErrDigestMismatch):
+				m := tmpfs.AppendedBlob{Digest: d, Damaged: "its ref, which says where its bytes are, does not parse"}
+				if err := fn(tmpfs.AppendedGroup{Members: []tmpfs.AppendedBlob{m}}); err != nil {
+					return err
+				}
+				continue
+			case err != nil:
+				return err
+			}
+			extents[r.Extent] = append(extents[r.Extent], tmpfs.AppendedBlob{Digest: d, Size: r.Size, State: r.State})
+		}
+	}
+	for _, id := range slices.Sorted(maps.Keys(extents)) {
+		members := extents[id]
+		slices.SortFunc(members, func(x, y tmpfs.AppendedBlob) int { return cmp.Compare(x.Size, y.Size) })
+		g := tmpfs.AppendedGroup{Members: members, Nested: true, Open: func(ctx context.Context, m tmpfs.AppendedBlob) (io.ReadCloser, error) {
+			f, err := os.Open(b.extentPath(id))
+			if errors.Is(err, fs.ErrNotExist) {
+				return nil, fmt.Errorf("%w: blob %s: its extent %s is gone", tmpfs.ErrDigestMismatch, m.Digest, id)
+			}
+			if err != nil {
+				return nil, fmt.Errorf("open extent %s: %w", id, err)
+			}
+			return struct {
+				io.Reader
+				io.Closer
+			}{io.NewSectionReader(f, 0, m.Size), f}, nil
+		}}
+		if err := fn(g); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// QuarantineAppended implements tmpfs.AppendScrubbable: the blob's ref is
+// moved to quarantine/sha256/<hex>, beside its report. The extent stays:
+// the shorter blobs it holds may be good, and a quarantined ref keeps the
+// damaged bytes' location for the operator. This process's appends forget
+// where their chains on that extent ended, so none builds on the damaged
+// bytes: the next append to such a chain resumes from its base, which
+// fails if the base is the quarantined blob.
+func (b *Blobs) QuarantineAppended(ctx context.Context, d tmpfs.Digest, report []byte) error {
+	r, rerr := b.readRef(d)
+	if err := b.quarantine(d, b.refPath(d), report); err != nil {
+		return err
+	}
+	if rerr == nil {
+		b.ext.mu.Lock()
+		for key, st := range b.ext.chains {
+			if st.extent == r.Extent {
+				delete(b.ext.chains, key)
+			}
+		}
+		b.ext.mu.Unlock()
+	}
+	return nil
 }

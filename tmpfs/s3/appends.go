@@ -38,7 +38,9 @@ const (
 	maxTail      = 1 << 20
 )
 
-func appendKey(d tmpfs.Digest) string { return "appends/" + d.String() }
+const appendsPrefix = "appends/"
+
+func appendKey(d tmpfs.Digest) string { return appendsPrefix + d.String() }
 
 // Metadata of a tail object.
 const (

@@ -11,6 +11,7 @@ import (
 	"os"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -681,17 +682,28 @@ func TestForget(t *testing.T) {
 // flipped, keeping the object's metadata, as damage below the store would.
 func corruptObject(t *testing.T, srv *miniotest.Server, d tmpfs.Digest) {
 	t.Helper()
-	ctx := t.Context()
-	mc := srv.Client()
 	key := "blobs/sha256/" + d.String()
-	info, err := mc.StatObject(ctx, srv.Bucket, key, minio.StatObjectOptions{})
+	info, err := srv.Client().StatObject(t.Context(), srv.Bucket, key, minio.StatObjectOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if data := info.Metadata.Get("X-Amz-Meta-Triad-Data"); data != "" {
 		key = data
 	}
+	flipObject(t, srv, key, -1)
+}
+
+// flipObject rewrites object key with its byte at off (-1: the middle one)
+// flipped, keeping its metadata.
+func flipObject(t *testing.T, srv *miniotest.Server, key string, off int64) {
+	t.Helper()
+	ctx := t.Context()
+	mc := srv.Client()
 	o, err := mc.GetObject(ctx, srv.Bucket, key, minio.GetObjectOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := o.Stat()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -700,7 +712,10 @@ func corruptObject(t *testing.T, srv *miniotest.Server, d tmpfs.Digest) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b[len(b)/2] ^= 0x20
+	if off < 0 {
+		off = int64(len(b) / 2)
+	}
+	b[off] ^= 0x20
 	meta := map[string]string{}
 	for k, v := range info.UserMetadata {
 		meta[k] = v
@@ -708,6 +723,27 @@ func corruptObject(t *testing.T, srv *miniotest.Server, d tmpfs.Digest) {
 	if _, err := mc.PutObject(ctx, srv.Bucket, key, bytes.NewReader(b), int64(len(b)), minio.PutObjectOptions{UserMetadata: meta}); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// fsck checks every appended blob: each tail object after its base, which
+// is hashed once however many tails share it. A byte damaged in a tail
+// makes bad that version only, since each tail holds its own copy of the
+// bytes since its base.
+func TestFsckAppended(t *testing.T) {
+	srv := miniotest.Shared(t)
+	s, _ := open(t, srv)
+	tmpfstest.RunFsckAppended(t, s, func(t *testing.T, d tmpfs.Digest, off int64) {
+		key := "appends/" + d.String()
+		info, err := srv.Client().StatObject(t.Context(), srv.Bucket, key, minio.StatObjectOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		base, err := strconv.ParseInt(info.Metadata.Get("X-Amz-Meta-Base-Size"), 10, 64)
+		if err != nil || off < base {
+			t.Fatalf("the damage at %d is not in the tail object (base of %s bytes, %v)", off, info.Metadata.Get("X-Amz-Meta-Base-Size"), err)
+		}
+		flipObject(t, srv, key, off-base)
+	})
 }
 
 // fsck and the scrub find damaged blobs, small (one object) and large (an

@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"strings"
 	"time"
 
@@ -68,16 +69,26 @@ func (b *Blobs) Quarantine(ctx context.Context, d tmpfs.Digest, ver string, repo
 	if versionOf(info) != ver {
 		return fmt.Errorf("%w: blob %s was replaced while it was checked", tmpfs.ErrPrecondition, d)
 	}
+	return b.quarantine(ctx, d, key, info.ETag, report)
+}
+
+// quarantine moves the object under key, which holds or names blob d, to
+// quarantine/sha256/<hex>, after writing report beside it. The copy is
+// pinned to etag, the version that was checked.
+func (b *Blobs) quarantine(ctx context.Context, d tmpfs.Digest, key, etag string, report []byte) error {
+	tctx, cancel := b.c.withTimeout(ctx)
+	defer cancel()
 	sum := sha256.Sum256(report)
-	_, err = b.c.core.PutObject(tctx, b.c.bucket, quarantineKey(d)+".json", bytes.NewReader(report), int64(len(report)), "",
+	_, err := b.c.core.PutObject(tctx, b.c.bucket, quarantineKey(d)+".json", bytes.NewReader(report), int64(len(report)), "",
 		hex.EncodeToString(sum[:]), minio.PutObjectOptions{ContentType: "application/json", DisableContentSha256: true})
 	if err != nil {
 		return b.c.fail(ctx, "write quarantine report of "+d.Short(), err)
 	}
-	// The object is copied whole: a manifest is empty, and only blobs
-	// written before manifests existed carry their bytes (the copy of a
-	// large one takes as long as it takes; quarantine is rare).
-	src := minio.CopySrcOptions{Bucket: b.c.bucket, Object: key, MatchETag: info.ETag}
+	// The object is copied whole: a manifest is empty, a tail object is
+	// at most maxTail bytes, and only blobs written before manifests
+	// existed carry their bytes (the copy of a large one takes as long as
+	// it takes; quarantine is rare).
+	src := minio.CopySrcOptions{Bucket: b.c.bucket, Object: key, MatchETag: etag}
 	dst := minio.CopyDestOptions{Bucket: b.c.bucket, Object: quarantineKey(d)}
 	if _, err := b.c.core.Client.CopyObject(ctx, dst, src); err != nil {
 		if er := minio.ToErrorResponse(err); er.Code == "PreconditionFailed" {
@@ -89,6 +100,71 @@ func (b *Blobs) Quarantine(ctx context.Context, d tmpfs.Digest, ver string, repo
 		return b.c.fail(ctx, "remove quarantined blob "+d.Short(), err)
 	}
 	return nil
+}
+
+var _ tmpfs.AppendScrubbable = (*Blobs)(nil)
+
+// WalkAppended implements tmpfs.AppendScrubbable with one listing of
+// appends/. Each tail object is a group of its own: its base (an ordinary
+// blob, which Walk lists and fsck hashes once a pass however many tails
+// share it) followed by the tail's bytes, read whole here since a tail
+// holds at most maxTail. A tail that marks a compaction is left to Walk,
+// and one whose metadata does not parse is a damaged member.
+func (b *Blobs) WalkAppended(ctx context.Context, fn func(g tmpfs.AppendedGroup) error) error {
+	lctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	for obj := range b.c.core.ListObjectsIter(lctx, b.c.bucket, minio.ListObjectsOptions{Prefix: appendsPrefix, Recursive: true}) {
+		if obj.Err != nil {
+			return b.c.fail(ctx, "list appended blobs", obj.Err)
+		}
+		name := strings.TrimPrefix(obj.Key, appendsPrefix)
+		d, err := tmpfs.ParseDigest(name)
+		if err != nil || d.String() != name {
+			continue
+		}
+		st, err := b.readTail(ctx, d)
+		var g tmpfs.AppendedGroup
+		switch {
+		case errors.Is(err, tmpfs.ErrNotFound):
+			continue // quarantined since the listing
+		case errors.Is(err, tmpfs.ErrDigestMismatch):
+			g.Members = []tmpfs.AppendedBlob{{Digest: d, Damaged: err.Error()}}
+		case err != nil:
+			return err
+		case st.base == d:
+			continue // a compaction: the ordinary blob is Walk's
+		default:
+			tail := st.tail
+			g = tmpfs.AppendedGroup{
+				Base: st.base, BaseSize: st.baseSize,
+				Members: []tmpfs.AppendedBlob{{Digest: d, Size: st.size, State: st.state}},
+				Open: func(context.Context, tmpfs.AppendedBlob) (io.ReadCloser, error) {
+					return io.NopCloser(bytes.NewReader(tail)), nil
+				},
+			}
+		}
+		if err := fn(g); err != nil {
+			return err
+		}
+	}
+	return ctx.Err()
+}
+
+// QuarantineAppended implements tmpfs.AppendScrubbable: the tail object
+// is copied to quarantine/sha256/<hex>, beside its report, and deleted.
+// Its base is an ordinary blob, checked and quarantined on its own.
+func (b *Blobs) QuarantineAppended(ctx context.Context, d tmpfs.Digest, report []byte) error {
+	tctx, cancel := b.c.withTimeout(ctx)
+	defer cancel()
+	info, err := b.c.core.StatObject(tctx, b.c.bucket, appendKey(d), minio.StatObjectOptions{})
+	if err != nil {
+		err = b.c.fail(ctx, "stat appended blob "+d.Short(), err)
+		if errors.Is(err, tmpfs.ErrNotFound) {
+			return b.missing(ctx, d, err)
+		}
+		return err
+	}
+	return b.quarantine(ctx, d, appendKey(d), info.ETag, report)
 }
 
 // Sweep implements tmpfs.Sweeper. It aborts multipart uploads under

@@ -175,3 +175,92 @@ func randomBytes(n int) []byte {
 	rand.Read(b)
 	return b
 }
+
+// CorruptAppended damages the stored byte at offset off of appended blob d
+// behind the store's back. The damage may reach other versions of d's file
+// that share the stored byte (they do in a local extent) or not (an S3
+// tail object holds its own copy).
+type CorruptAppended func(t *testing.T, d tmpfs.Digest, off int64)
+
+// RunFsckAppended checks fsck against a backend's appended blobs
+// (tmpfs.AppendScrubbable), the versions of a file grown by Append: after
+// a byte of the file's last version is damaged, fsck checks every version,
+// reports as bad exactly the versions whose reads fail, quarantines them
+// and leaves the others readable; a second pass finds nothing; the true
+// bytes written again restore the last version.
+func RunFsckAppended(t *testing.T, s *tmpfs.Store, corrupt CorruptAppended) {
+	ctx := t.Context()
+	run := runid.New()
+	const appends = 40 // past a compaction, on a store that compacts
+	var (
+		versions []tmpfs.File
+		content  []byte
+	)
+	for i := range appends {
+		line := fmt.Appendf(nil, "step %02d %x\n", i, randomBytes(1000))
+		f, err := s.Append(ctx, run, "log.txt", line)
+		if err != nil {
+			t.Fatal(err)
+		}
+		content = append(content, line...)
+		versions = append(versions, f)
+	}
+	last := versions[appends-1]
+	off := versions[appends-6].Size - 10 // in the bytes of the sixth append from the end
+	corrupt(t, last.SHA256, off)
+
+	failing := map[tmpfs.Digest]bool{}
+	for _, v := range versions {
+		switch err := s.Verify(ctx, v.SHA256); {
+		case errors.Is(err, tmpfs.ErrDigestMismatch):
+			failing[v.SHA256] = true
+		case err != nil:
+			t.Fatalf("verify version of %d bytes: %v", v.Size, err)
+		}
+	}
+	if !failing[last.SHA256] {
+		t.Fatal("the damaged last version still verifies: the corrupter did not damage it")
+	}
+
+	rep, err := s.Fsck(ctx, tmpfs.FsckOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Blobs < appends || len(rep.Unreadable) != 0 {
+		t.Fatalf("fsck checked %d blobs (unreadable %q), want all %d versions", rep.Blobs, rep.Unreadable, appends)
+	}
+	for _, v := range versions {
+		bad := find(rep, v.SHA256)
+		if (bad != nil) != failing[v.SHA256] {
+			t.Errorf("version of %d bytes (damage at %d): fsck says bad=%v (%+v), a read says bad=%v", v.Size, off, bad != nil, bad, failing[v.SHA256])
+			continue
+		}
+		if bad != nil && (!bad.Quarantined || bad.Size != v.Size) {
+			t.Errorf("version of %d bytes: got %+v, want it quarantined with its size", v.Size, bad)
+		}
+		if v.Size <= off && bad != nil {
+			t.Errorf("version of %d bytes ends before the damage at %d, yet fsck says %q", v.Size, off, bad.Reason)
+		}
+	}
+	if bad := find(rep, last.SHA256); bad == nil || len(bad.Refs) != 1 || bad.Refs[0] != (tmpfs.Ref{Run: run, Path: "log.txt"}) {
+		t.Errorf("the last version's refs: got %+v, want %s log.txt", bad, run)
+	}
+	for _, v := range versions {
+		err := s.Verify(ctx, v.SHA256)
+		if failing[v.SHA256] && !errors.Is(err, tmpfs.ErrQuarantined) || !failing[v.SHA256] && err != nil {
+			t.Errorf("after fsck, version of %d bytes: verify got %v, want quarantined=%v", v.Size, err, failing[v.SHA256])
+		}
+	}
+	if _, _, err := s.ReadAll(ctx, run, "log.txt"); !errors.Is(err, tmpfs.ErrQuarantined) {
+		t.Fatalf("read of log.txt: got %v, want ErrQuarantined", err)
+	}
+	if rep, err := s.Fsck(ctx, tmpfs.FsckOptions{}); err != nil || len(rep.Bad) != 0 {
+		t.Fatalf("second fsck: got %+v, %v, want nothing bad", rep.Bad, err)
+	}
+	if _, err := s.WriteBytes(ctx, run, "restored.txt", content); err != nil {
+		t.Fatal(err)
+	}
+	if got, _, err := s.ReadAll(ctx, run, "log.txt"); err != nil || !bytes.Equal(got, content) {
+		t.Fatalf("log.txt after its true bytes were written again: %d bytes, %v", len(got), err)
+	}
+}

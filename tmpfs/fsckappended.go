@@ -1,0 +1,290 @@
+package tmpfs
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash"
+	"io"
+	"time"
+)
+
+// AppendScrubbable is the optional ability of a Blobs that stores appended
+// blobs (Appender) apart from the ones Walk lists: Fsck checks them through
+// it. Versions of an appended file share their leading bytes, so the store
+// hands them over in groups, and Fsck reads a group's bytes once rather
+// than once per version: checking every version of a journal costs its
+// size, not its size times its steps.
+type AppendScrubbable interface {
+	// WalkAppended calls fn for each group of appended blobs, in no set
+	// order, until fn returns an error (which WalkAppended returns) or
+	// the groups run out.
+	WalkAppended(ctx context.Context, fn func(g AppendedGroup) error) error
+	// QuarantineAppended moves appended blob d aside, with report (JSON)
+	// kept beside it, so that later opens of d fail with ErrQuarantined
+	// until its true bytes are written again. An appended blob's bytes
+	// never change once written, so there is no version to match.
+	QuarantineAppended(ctx context.Context, d Digest, report []byte) error
+}
+
+// AppendedGroup is a set of appended blobs that begin with the same bytes.
+type AppendedGroup struct {
+	// Base, unless zero, is a blob of BaseSize bytes that every member's
+	// bytes begin with. Walk lists it, and Fsck checks it there too; here
+	// it is hashed (once per pass) as the members' start.
+	Base     Digest
+	BaseSize int64
+	// Members are the group's blobs, in ascending Size.
+	Members []AppendedBlob
+	// Nested reports that each member's bytes are a prefix of the next
+	// one's, so one read of the last member checks them all.
+	Nested bool
+	// Open opens the bytes of member m that follow the base. A reader of
+	// a nested group's last member serves every member.
+	Open func(ctx context.Context, m AppendedBlob) (io.ReadCloser, error)
+}
+
+// AppendedBlob is one member of an AppendedGroup.
+type AppendedBlob struct {
+	Digest Digest
+	// Size is the whole blob's, base included.
+	Size int64
+	// State, if set, is the sha256 midstate the store keeps after the
+	// blob's bytes, from which later appends continue: a damaged one
+	// would give every later version a wrong digest, so it is checked
+	// too.
+	State []byte
+	// Damaged, if set, says why the store cannot even locate the blob's
+	// bytes (its record does not parse): the blob is bad without a read.
+	Damaged string
+}
+
+// fsck is one pass of Store.Fsck.
+type fsck struct {
+	s    *Store
+	opts FsckOptions
+	rep  *FsckReport
+	p    *pacer
+	refs map[Digest][]Ref
+	// bases holds what this pass found of each group base, so a base
+	// shared by many groups is read once.
+	bases map[Digest]baseCheck
+}
+
+// unreadable records a blob that could not be read to its end.
+func (f *fsck) unreadable(ctx context.Context, d Digest, err error) {
+	f.s.log.ErrorContext(ctx, "fsck: could not read a blob", "sha256", d.String(), "err", err)
+	f.rep.Unreadable = append(f.rep.Unreadable, fmt.Sprintf("%s: %v", d, err))
+}
+
+// bad records a blob whose bytes failed their check, with the runs and
+// paths that point at it, and moves it aside with quarantine (not in a dry
+// run).
+func (f *fsck) bad(ctx context.Context, d Digest, size int64, reason string, quarantine func(report []byte) error) error {
+	if f.refs == nil {
+		var err error
+		if f.refs, err = f.s.refs(ctx); err != nil {
+			f.s.log.ErrorContext(ctx, "fsck: could not list the runs that reference a bad blob", "err", err)
+			f.refs = map[Digest][]Ref{}
+		}
+	}
+	bad := Bad{SHA256: d, Size: size, Reason: reason, Refs: f.refs[d], FoundAt: time.Now().UTC()}
+	if bad.Refs == nil {
+		bad.Refs = []Ref{}
+	}
+	if !f.opts.DryRun {
+		report, _ := json.MarshalIndent(bad, "", "  ")
+		switch err := quarantine(report); {
+		case err == nil:
+			bad.Quarantined = true
+			f.s.forget(d)
+		case errors.Is(err, ErrPrecondition):
+			bad.Reason += "; a new copy replaced it while it was checked, and was left in place"
+		default:
+			return fmt.Errorf("quarantine blob %s: %w", d, err)
+		}
+	}
+	f.s.log.ErrorContext(ctx, "blob failed verification", "sha256", d.String(), "size", size, "quarantined", bad.Quarantined, "refs", len(bad.Refs))
+	f.rep.Bad = append(f.rep.Bad, bad)
+	if f.opts.OnBad != nil {
+		f.opts.OnBad(bad)
+	}
+	return nil
+}
+
+// group checks an AppendedGroup's members: the base's midstate, then
+// each member's bytes after it, compared with the member's digest and
+// stored midstate at the member's end.
+func (f *fsck) group(ctx context.Context, as AppendScrubbable, g AppendedGroup) error {
+	quarantine := func(d Digest) func([]byte) error {
+		return func(report []byte) error { return as.QuarantineAppended(ctx, d, report) }
+	}
+	base, err := f.base(ctx, g)
+	if err != nil {
+		return err
+	}
+	var (
+		h   hash.Hash
+		r   io.ReadCloser
+		pos int64 // bytes of the group hashed into h
+	)
+	defer func() {
+		if r != nil {
+			r.Close()
+		}
+	}()
+	for _, m := range g.Members {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		switch {
+		case m.Damaged != "":
+			if err := f.bad(ctx, m.Digest, m.Size, m.Damaged, quarantine(m.Digest)); err != nil {
+				return err
+			}
+			continue
+		case base.bad != "":
+			f.rep.Blobs++
+			if err := f.bad(ctx, m.Digest, m.Size, base.bad, quarantine(m.Digest)); err != nil {
+				return err
+			}
+			continue
+		case base.skip:
+			continue // the base is gone or unreadable: reported once
+		}
+		if r == nil || !g.Nested || pos > m.Size {
+			if r != nil {
+				r.Close()
+				r = nil
+			}
+			open := m
+			if g.Nested {
+				open = g.Members[len(g.Members)-1]
+			}
+			rc, err := g.Open(ctx, open)
+			switch {
+			case errors.Is(err, ErrNotFound), errors.Is(err, ErrQuarantined):
+				continue // deleted or quarantined since the listing
+			case err != nil && errors.Is(err, ErrDigestMismatch):
+				f.rep.Blobs++
+				if err := f.bad(ctx, m.Digest, m.Size, err.Error(), quarantine(m.Digest)); err != nil {
+					return err
+				}
+				continue
+			case err != nil:
+				if ctx.Err() != nil {
+					return ctx.Err()
+				}
+				f.unreadable(ctx, m.Digest, err)
+				continue
+			}
+			r = rc
+			if h, err = ResumeHash(base.state); err != nil {
+				return err
+			}
+			pos = g.BaseSize
+		}
+		n, err := io.CopyBuffer(h, io.LimitReader(f.paced(ctx, r), m.Size-pos), make([]byte, chunkSize))
+		pos += n
+		f.rep.Bytes += n
+		if err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			f.unreadable(ctx, m.Digest, err)
+			r.Close()
+			r = nil
+			continue
+		}
+		f.rep.Blobs++
+		reason := ""
+		if pos != m.Size {
+			reason = fmt.Sprintf("stored bytes end after %d of its %d bytes", pos, m.Size)
+		} else if DigestFromHash(h) != m.Digest {
+			reason = "stored bytes do not match their sha256"
+		} else if m.State != nil {
+			if st, err := HashState(h); err != nil || !bytes.Equal(st, m.State) {
+				reason = "the stored sha256 midstate, from which appends continue, does not match its bytes"
+			}
+		}
+		if reason != "" {
+			if err := f.bad(ctx, m.Digest, m.Size, reason, quarantine(m.Digest)); err != nil {
+				return err
+			}
+		}
+		if pos != m.Size {
+			r.Close()
+			r = nil
+		}
+	}
+	return nil
+}
+
+// baseCheck is what a pass found of a group's base.
+type baseCheck struct {
+	state []byte // the sha256 midstate after the base (nil: no base)
+	bad   string // why every member is bad: the base does not match its digest
+	skip  bool   // the base is gone or unreadable (reported once): skip the members
+}
+
+// base checks g's base, once per pass however many groups share it.
+func (f *fsck) base(ctx context.Context, g AppendedGroup) (baseCheck, error) {
+	if g.Base.IsZero() {
+		return baseCheck{}, nil
+	}
+	if c, ok := f.bases[g.Base]; ok {
+		return c, nil
+	}
+	c, err := f.hashBase(ctx, g)
+	if err != nil {
+		return c, err
+	}
+	if f.bases == nil {
+		f.bases = map[Digest]baseCheck{}
+	}
+	f.bases[g.Base] = c
+	return c, nil
+}
+
+// hashBase reads and hashes g's base.
+func (f *fsck) hashBase(ctx context.Context, g AppendedGroup) (baseCheck, error) {
+	bad := baseCheck{bad: fmt.Sprintf("its first %d bytes, blob %s, do not match their sha256", g.BaseSize, g.Base.Short())}
+	b, err := f.s.blobs.Open(ctx, g.Base)
+	if err != nil {
+		switch {
+		case ctx.Err() != nil:
+			return baseCheck{}, ctx.Err()
+		case errors.Is(err, ErrDigestMismatch):
+			return bad, nil
+		}
+		f.unreadable(ctx, g.Base, fmt.Errorf("the base of appended blobs: %w", err))
+		return baseCheck{skip: true}, nil
+	}
+	defer b.Close()
+	h := NewHasher()
+	n, err := io.CopyBuffer(h, f.paced(ctx, b), make([]byte, chunkSize))
+	f.rep.Bytes += n
+	if err != nil {
+		if ctx.Err() != nil {
+			return baseCheck{}, ctx.Err()
+		}
+		f.unreadable(ctx, g.Base, fmt.Errorf("the base of appended blobs: %w", err))
+		return baseCheck{skip: true}, nil
+	}
+	if n != g.BaseSize || DigestFromHash(h) != g.Base {
+		return bad, nil
+	}
+	st, err := HashState(h)
+	return baseCheck{state: st}, err
+}
+
+// paced reads r no faster than the pass's rate allows.
+func (f *fsck) paced(ctx context.Context, r io.Reader) io.Reader {
+	src := io.Reader(ctxReader{ctx, r})
+	if f.p != nil && f.p.rate > 0 {
+		src = &pacedReader{ctx: ctx, r: src, p: f.p}
+	}
+	return src
+}
