@@ -102,6 +102,8 @@ func (f *fsck) bad(ctx context.Context, d Digest, size int64, reason string, qua
 			f.s.forget(d)
 		case errors.Is(err, ErrPrecondition):
 			bad.Reason += "; a new copy replaced it while it was checked, and was left in place"
+		case errors.Is(err, ErrNotFound), errors.Is(err, ErrQuarantined):
+			bad.Reason += "; it was deleted or moved aside while it was checked"
 		default:
 			return fmt.Errorf("quarantine blob %s: %w", d, err)
 		}
@@ -141,6 +143,7 @@ func (f *fsck) group(ctx context.Context, as AppendScrubbable, g AppendedGroup) 
 		}
 		switch {
 		case m.Damaged != "":
+			f.rep.Blobs++
 			if err := f.bad(ctx, m.Digest, m.Size, m.Damaged, quarantine(m.Digest)); err != nil {
 				return err
 			}
