@@ -1,9 +1,7 @@
 package api_test
 
 import (
-	"bytes"
 	"context"
-	"io"
 	"net/http"
 	"strings"
 	"testing"
@@ -46,35 +44,9 @@ func s3Backend(t *testing.T, srv *miniotest.Server) backend {
 			}
 			return n
 		},
-		stop:  srv.Stop,
-		start: srv.Start,
-		corrupt: func(t *testing.T, d tmpfs.Digest) {
-			// Replace the bytes the blob's name leads to (its object, or
-			// the upload its manifest names) with one byte flipped,
-			// keeping the object's metadata.
-			ctx, mc := t.Context(), srv.Client()
-			key := "blobs/sha256/" + d.String()
-			info, err := mc.StatObject(ctx, srv.Bucket, key, minio.StatObjectOptions{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if data := info.Metadata.Get("X-Amz-Meta-Triad-Data"); data != "" {
-				key = data
-			}
-			o, err := mc.GetObject(ctx, srv.Bucket, key, minio.GetObjectOptions{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			b, err := io.ReadAll(o)
-			o.Close()
-			if err != nil {
-				t.Fatal(err)
-			}
-			b[7] ^= 0x20
-			if _, err := mc.PutObject(ctx, srv.Bucket, key, bytes.NewReader(b), int64(len(b)), minio.PutObjectOptions{UserMetadata: info.UserMetadata}); err != nil {
-				t.Fatal(err)
-			}
-		},
+		stop:    srv.Stop,
+		start:   srv.Start,
+		corrupt: func(t *testing.T, d tmpfs.Digest) { srv.CorruptBlob(t, d.String()) },
 	}
 }
 

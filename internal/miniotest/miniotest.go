@@ -12,11 +12,13 @@
 package miniotest
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -479,4 +481,48 @@ func tail(path string) string {
 		return "(empty log)"
 	}
 	return "log tail:\n" + s
+}
+
+// CorruptBlob damages the stored bytes of the tmpfs/s3 blob whose sha256
+// is hexDigest, as damage below the store would: the bytes its name leads
+// to (its object, or the upload its manifest names) are rewritten with the
+// middle one flipped and the object's metadata kept.
+func (s *Server) CorruptBlob(t testing.TB, hexDigest string) {
+	t.Helper()
+	key := "blobs/sha256/" + hexDigest
+	info, err := s.Client().StatObject(t.Context(), s.Bucket, key, minio.StatObjectOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if data := info.Metadata.Get("X-Amz-Meta-Triad-Data"); data != "" {
+		key = data
+	}
+	s.FlipByte(t, key, -1)
+}
+
+// FlipByte rewrites object key with its byte at off (-1: the middle one)
+// flipped, keeping the object's metadata.
+func (s *Server) FlipByte(t testing.TB, key string, off int64) {
+	t.Helper()
+	ctx, mc := t.Context(), s.Client()
+	o, err := mc.GetObject(ctx, s.Bucket, key, minio.GetObjectOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := o.Stat()
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := io.ReadAll(o)
+	o.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if off < 0 {
+		off = int64(len(b) / 2)
+	}
+	b[off] ^= 0x20
+	if _, err := mc.PutObject(ctx, s.Bucket, key, bytes.NewReader(b), int64(len(b)), minio.PutObjectOptions{UserMetadata: info.UserMetadata}); err != nil {
+		t.Fatal(err)
+	}
 }

@@ -677,54 +677,6 @@ func TestForget(t *testing.T) {
 	}
 }
 
-// corruptObject replaces the bytes that blob d's name leads to (the blob
-// object, or the upload its manifest names) with the same bytes but one
-// flipped, keeping the object's metadata, as damage below the store would.
-func corruptObject(t *testing.T, srv *miniotest.Server, d tmpfs.Digest) {
-	t.Helper()
-	key := "blobs/sha256/" + d.String()
-	info, err := srv.Client().StatObject(t.Context(), srv.Bucket, key, minio.StatObjectOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if data := info.Metadata.Get("X-Amz-Meta-Triad-Data"); data != "" {
-		key = data
-	}
-	flipObject(t, srv, key, -1)
-}
-
-// flipObject rewrites object key with its byte at off (-1: the middle one)
-// flipped, keeping its metadata.
-func flipObject(t *testing.T, srv *miniotest.Server, key string, off int64) {
-	t.Helper()
-	ctx := t.Context()
-	mc := srv.Client()
-	o, err := mc.GetObject(ctx, srv.Bucket, key, minio.GetObjectOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	info, err := o.Stat()
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := io.ReadAll(o)
-	o.Close()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if off < 0 {
-		off = int64(len(b) / 2)
-	}
-	b[off] ^= 0x20
-	meta := map[string]string{}
-	for k, v := range info.UserMetadata {
-		meta[k] = v
-	}
-	if _, err := mc.PutObject(ctx, srv.Bucket, key, bytes.NewReader(b), int64(len(b)), minio.PutObjectOptions{UserMetadata: meta}); err != nil {
-		t.Fatal(err)
-	}
-}
-
 // fsck checks every appended blob: each tail object after its base, which
 // is hashed once however many tails share it. A byte damaged in a tail
 // makes bad that version only, since each tail holds its own copy of the
@@ -742,7 +694,7 @@ func TestFsckAppended(t *testing.T) {
 		if err != nil || off < base {
 			t.Fatalf("the damage at %d is not in the tail object (base of %s bytes, %v)", off, info.Metadata.Get("X-Amz-Meta-Base-Size"), err)
 		}
-		flipObject(t, srv, key, off-base)
+		srv.FlipByte(t, key, off-base)
 	})
 }
 
@@ -754,7 +706,7 @@ func TestFsck(t *testing.T) {
 	tmpfstest.RunFsck(t, func(t *testing.T) *tmpfs.Store {
 		s, _ := open(t, srv)
 		return s
-	}, func(t *testing.T, d tmpfs.Digest) { corruptObject(t, srv, d) }, 100<<10, 12<<20)
+	}, func(t *testing.T, d tmpfs.Digest) { srv.CorruptBlob(t, d.String()) }, 100<<10, 12<<20)
 	if got := listKeys(t, srv, "quarantine/sha256/"); len(got) == 0 {
 		t.Fatal("nothing under quarantine/sha256/ after fsck quarantined blobs")
 	}
