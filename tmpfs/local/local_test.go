@@ -53,13 +53,7 @@ func TestCorruptBlobIsNotServed(t *testing.T) {
 	if err := os.WriteFile(p, []byte("tampered bytes"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	_, r, err := s.Open(ctx, run, "x.txt")
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, err = io.ReadAll(r)
-	r.Close()
-	if !errors.Is(err, tmpfs.ErrDigestMismatch) {
+	if _, _, err := s.ReadAll(ctx, run, "x.txt"); !errors.Is(err, tmpfs.ErrDigestMismatch) {
 		t.Fatalf("got %v, want ErrDigestMismatch", err)
 	}
 	if err := s.Verify(ctx, f.SHA256); !errors.Is(err, tmpfs.ErrDigestMismatch) {
@@ -385,13 +379,7 @@ func TestTamperedExtentIsNotServed(t *testing.T) {
 	if err := os.WriteFile(ext, b, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	_, r, err := s.Open(ctx, run, "CEL.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, err = io.ReadAll(r)
-	r.Close()
-	if !errors.Is(err, tmpfs.ErrDigestMismatch) {
+	if _, _, err := s.ReadAll(ctx, run, "CEL.md"); !errors.Is(err, tmpfs.ErrDigestMismatch) {
 		t.Fatalf("got %v, want ErrDigestMismatch", err)
 	}
 }
