@@ -62,12 +62,18 @@ go vet ./...
 step "go test"
 go test -count=1 -timeout 60m "$@" ./...
 
-# Fuzz targets, each for a bounded time: the kernel's frame reader (nothing
-# a cell writes to a kernel socket may crash or balloon the server), the
-# journal's escaping (no caller text may imitate a Step Block) and the fast
-# stream decoder (always what encoding/json decodes).
+# Fuzz targets, each for a bounded number of inputs (about 25 s each on a
+# quiet machine): the kernel's frame reader (nothing a cell writes to a
+# kernel socket may crash or balloon the server), the journal's escaping (no
+# caller text may imitate a Step Block) and the fast stream decoder (always
+# what encoding/json decodes). Budgets are counts, not durations: with a
+# duration, Go 1.26's fuzz coordinator can report "context deadline
+# exceeded" as a failure when a loaded machine's worker is mid-input at the
+# deadline (go.dev/issue/75804, fixed in Go 1.27). Minimizing a new input
+# is bounded by count too; its 60 s default stalled FuzzFormat.
 step "fuzz"
-go test -run '^$' -fuzz '^FuzzReadFrame$' -fuzztime 30s ./sandbox/docker/jupyter/zmtp
-go test -run '^$' -fuzz '^FuzzFormat$' -fuzztime 30s ./cel
-go test -run '^$' -fuzz '^FuzzDecodeStream$' -fuzztime 30s ./sandbox/docker/jupyter
+fuzz() { go test -run '^$' -fuzz "^$1\$" -fuzztime "$2" -fuzzminimizetime 2000x "$3"; }
+fuzz FuzzReadFrame 250000x ./sandbox/docker/jupyter/zmtp
+fuzz FuzzFormat 80000x ./cel
+fuzz FuzzDecodeStream 1000000x ./sandbox/docker/jupyter
 step "done; screenshots and other artifacts in $TRIAD_ARTIFACTS"
