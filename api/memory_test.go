@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/triadhq/triad/api"
+	"github.com/triadhq/triad/internal/procmem"
 	"github.com/triadhq/triad/orchestrator/orchestratortest"
 	"github.com/triadhq/triad/wire"
 )
@@ -150,27 +151,16 @@ func shortRun(c *client, i int) string {
 	return ""
 }
 
-// rss is the process's resident set after a full collection that returns
-// freed memory to the OS.
+// rss returns this process's resident memory after a collection.
 func rss(t *testing.T) int64 {
 	t.Helper()
 	runtime.GC()
 	debug.FreeOSMemory()
-	b, err := os.ReadFile("/proc/self/status")
+	v, _, err := procmem.RSS(0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, l := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(l, "VmRSS:"); ok {
-			kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
-			if err != nil {
-				t.Fatal(err)
-			}
-			return kb << 10
-		}
-	}
-	t.Fatal("no VmRSS in /proc/self/status")
-	return 0
+	return v
 }
 
 // fds is the number of files the process has open.

@@ -70,6 +70,7 @@ import (
 	"time"
 
 	"github.com/triadhq/triad/bench/internal/benchenv"
+	"github.com/triadhq/triad/internal/procmem"
 	"github.com/triadhq/triad/wire"
 )
 
@@ -422,17 +423,8 @@ func (s *server) liveHeapAfter(since time.Time) gcLine {
 }
 
 func (s *server) rss() int64 {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", s.cmd.Process.Pid))
-	if err != nil {
-		return 0
-	}
-	for _, l := range strings.Split(string(b), "\n") {
-		if f := strings.Fields(l); len(f) >= 2 && f[0] == "VmRSS:" {
-			v, _ := strconv.ParseInt(f[1], 10, 64)
-			return v << 10
-		}
-	}
-	return 0
+	v, _, _ := procmem.RSS(s.cmd.Process.Pid)
+	return v
 }
 
 // exec runs one cell of run through POST /sandbox/exec.
@@ -698,24 +690,8 @@ func (s *server) idleKernels() []mem {
 
 // smaps is a process's RSS and PSS in bytes.
 func smaps(pid int) (rss, pss int64) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/smaps_rollup", pid))
-	if err != nil {
-		return 0, 0
-	}
-	for _, l := range strings.Split(string(b), "\n") {
-		f := strings.Fields(l)
-		if len(f) < 2 {
-			continue
-		}
-		v, _ := strconv.ParseInt(f[1], 10, 64)
-		switch f[0] {
-		case "Rss:":
-			rss = v << 10
-		case "Pss:":
-			pss = v << 10
-		}
-	}
-	return rss, pss
+	f, _ := procmem.Rollup(pid)
+	return f["Rss"], f["Pss"]
 }
 
 func medianMem(ms []mem) mem {

@@ -41,6 +41,7 @@ import (
 	"github.com/minio/minio-go/v7/pkg/credentials"
 
 	"github.com/triadhq/triad/api"
+	"github.com/triadhq/triad/internal/procmem"
 	"github.com/triadhq/triad/orchestrator"
 	"github.com/triadhq/triad/tmpfs"
 	"github.com/triadhq/triad/tmpfs/local"
@@ -278,7 +279,7 @@ func measureRSS(dir, name string, store ...string) {
 		io.Copy(io.Discard, r.Body)
 		r.Body.Close()
 	}
-	base := procStatus(srv.Process.Pid, "VmRSS:")
+	base := procStatus(srv.Process.Pid, "VmRSS")
 	const gib = 1 << 30
 	req, _ := http.NewRequest(http.MethodPut, "http://"+addr+"/tmp/files/one-gib.bin", io.LimitReader(rand.Reader, gib))
 	req.ContentLength = gib
@@ -290,7 +291,7 @@ func measureRSS(dir, name string, store ...string) {
 	go func() {
 		peak := base
 		for {
-			if v := procStatus(srv.Process.Pid, "VmRSS:"); v > peak {
+			if v := procStatus(srv.Process.Pid, "VmRSS"); v > peak {
 				peak = v
 			}
 			select {
@@ -312,17 +313,11 @@ func measureRSS(dir, name string, store ...string) {
 		name, resp.StatusCode, time.Since(t0).Round(time.Millisecond), base>>10, peak>>10, (peak-base)>>10)
 }
 
-// procStatus reads a kB field of /proc/PID/status.
+// procStatus returns a field of a process's /proc status, in KiB.
 func procStatus(pid int, field string) int64 {
-	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	f, err := procmem.Status(pid)
 	check(err)
-	for _, l := range strings.Split(string(status), "\n") {
-		if strings.HasPrefix(l, field) {
-			kb, _ := strconv.ParseInt(strings.Fields(strings.TrimPrefix(l, field))[0], 10, 64)
-			return kb
-		}
-	}
-	return 0
+	return f[field] >> 10
 }
 
 func freePort() int {

@@ -6,34 +6,20 @@ import (
 	"net/http"
 	"os"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
+	"github.com/triadhq/triad/internal/procmem"
 	"github.com/triadhq/triad/sandbox"
 	"github.com/triadhq/triad/wire"
 )
 
-// procMem reads a process's resident and peak resident memory, in bytes,
-// from /proc/<pid>/status.
+// procMem returns a process's resident and peak resident memory, in bytes.
 func procMem(t *testing.T, pid int) (rss, hwm int64) {
 	t.Helper()
-	data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
+	rss, hwm, err := procmem.RSS(pid)
 	if err != nil {
 		t.Fatalf("read the server's memory: %v", err)
-	}
-	for _, line := range strings.Split(string(data), "\n") {
-		f := strings.Fields(line)
-		if len(f) < 2 {
-			continue
-		}
-		v, _ := strconv.ParseInt(f[1], 10, 64)
-		switch f[0] {
-		case "VmRSS:":
-			rss = v << 10
-		case "VmHWM:":
-			hwm = v << 10
-		}
 	}
 	return rss, hwm
 }

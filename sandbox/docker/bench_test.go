@@ -10,7 +10,6 @@ import (
 	"os"
 	"runtime"
 	"slices"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -19,6 +18,7 @@ import (
 	"github.com/docker/docker/api/types/mount"
 	"github.com/docker/docker/pkg/stdcopy"
 
+	"github.com/triadhq/triad/internal/procmem"
 	"github.com/triadhq/triad/internal/testenv"
 	"github.com/triadhq/triad/sandbox"
 )
@@ -329,22 +329,9 @@ func BenchmarkFloodMemory(b *testing.B) {
 
 // procRSS returns the process's resident and peak resident memory.
 func procRSS(b *testing.B) (cur, peak int64) {
-	data, err := os.ReadFile("/proc/self/status")
+	cur, peak, err := procmem.RSS(0)
 	if err != nil {
-		b.Skipf("no /proc: %v", err)
-	}
-	for _, line := range strings.Split(string(data), "\n") {
-		f := strings.Fields(line)
-		if len(f) < 2 {
-			continue
-		}
-		v, _ := strconv.ParseInt(f[1], 10, 64)
-		switch f[0] {
-		case "VmRSS:":
-			cur = v << 10
-		case "VmHWM:":
-			peak = v << 10
-		}
+		b.Fatal(err)
 	}
 	return cur, peak
 }

@@ -1,16 +1,14 @@
 package docker
 
 import (
-	"bufio"
-	"bytes"
 	"os"
 	"runtime"
 	"runtime/debug"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/triadhq/triad/internal/procmem"
 	"github.com/triadhq/triad/sandbox"
 	"github.com/triadhq/triad/sandbox/docker/jupyter/jupytertest"
 )
@@ -130,25 +128,16 @@ func resetPeakRSS(t *testing.T) {
 	}
 }
 
-// procStatus returns a size field of /proc/self/status in bytes.
+// procStatus returns a memory field of /proc/self/status, in bytes.
 func procStatus(t *testing.T, field string) int64 {
 	t.Helper()
-	data, err := os.ReadFile("/proc/self/status")
+	f, err := procmem.Status(0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	sc := bufio.NewScanner(bytes.NewReader(data))
-	for sc.Scan() {
-		name, rest, ok := strings.Cut(sc.Text(), ":")
-		if !ok || name != field {
-			continue
-		}
-		kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
-		if err != nil {
-			t.Fatalf("%s: %v", field, err)
-		}
-		return kb << 10
+	v, ok := f[field]
+	if !ok {
+		t.Fatalf("no %s in /proc/self/status", field)
 	}
-	t.Fatalf("no %s in /proc/self/status", field)
-	return 0
+	return v
 }

@@ -5,15 +5,14 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"os"
 	"os/exec"
 	"runtime"
 	"slices"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/triadhq/triad/internal/procmem"
 	"github.com/triadhq/triad/sandbox"
 )
 
@@ -224,19 +223,10 @@ func BenchmarkPurePython(b *testing.B) {
 	}
 }
 
-// procRSS returns the VmRSS of a process in bytes ("self" for this one).
-func procRSS(pid string) (int64, bool) {
-	data, err := os.ReadFile("/proc/" + pid + "/status")
-	if err != nil {
-		return 0, false
-	}
-	for _, line := range strings.Split(string(data), "\n") {
-		if f := strings.Fields(line); len(f) >= 2 && f[0] == "VmRSS:" {
-			v, _ := strconv.ParseInt(f[1], 10, 64)
-			return v << 10, true
-		}
-	}
-	return 0, false
+// procRSS returns the VmRSS of a process in bytes (pid 0 for this one).
+func procRSS(pid int) (int64, bool) {
+	rss, _, err := procmem.RSS(pid)
+	return rss, err == nil
 }
 
 // BenchmarkIdleMemory reports what an idle interpreter costs: it starts
@@ -251,7 +241,7 @@ func BenchmarkIdleMemory(b *testing.B) {
 	warm := startKernel(b, be, sandbox.Spec{Owner: "bench-mem-warmup"})
 	mustOK(b, warm, "1+1")
 	runtime.GC()
-	before, haveRSS := procRSS("self")
+	before, haveRSS := procRSS(0)
 
 	ks := make([]*Kernel, idleKernels)
 	var linear uint64
@@ -261,7 +251,7 @@ func BenchmarkIdleMemory(b *testing.B) {
 		linear += ks[i].MemoryBytes()
 	}
 	runtime.GC()
-	after, _ := procRSS("self")
+	after, _ := procRSS(0)
 
 	i := 0
 	for b.Loop() {
@@ -278,7 +268,7 @@ func BenchmarkIdleMemory(b *testing.B) {
 		if py := nativePython(); py != "" {
 			r := startNativeREPL(b, py)
 			r.eval(b, "1+1")
-			if native, ok := procRSS(strconv.Itoa(r.cmd.Process.Pid)); ok {
+			if native, ok := procRSS(r.cmd.Process.Pid); ok {
 				b.ReportMetric(float64(native)/(1<<20), "rss-MiB/native")
 				b.ReportMetric(perKernel/float64(native), "x-native")
 			}

@@ -1,7 +1,6 @@
 package wasm
 
 import (
-	"bufio"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -19,6 +18,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/triadhq/triad/internal/procmem"
 	"github.com/triadhq/triad/sandbox"
 	"github.com/triadhq/triad/sandbox/sandboxtest"
 )
@@ -497,26 +497,8 @@ func TestRestart(t *testing.T) {
 // bytes, from /proc; ok is false where /proc is not there.
 func rss(t testing.TB) (cur, peak int64, ok bool) {
 	t.Helper()
-	f, err := os.Open("/proc/self/status")
-	if err != nil {
-		return 0, 0, false
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		fields := strings.Fields(sc.Text())
-		if len(fields) < 2 {
-			continue
-		}
-		v, _ := strconv.ParseInt(fields[1], 10, 64)
-		switch fields[0] {
-		case "VmRSS:":
-			cur = v << 10
-		case "VmHWM:":
-			peak = v << 10
-		}
-	}
-	return cur, peak, cur > 0
+	cur, peak, err := procmem.RSS(0)
+	return cur, peak, err == nil
 }
 
 // resetPeakRSS makes VmHWM start again from the current RSS (Linux >= 4.0),
