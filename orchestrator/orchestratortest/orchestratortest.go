@@ -9,22 +9,19 @@ import (
 	"testing"
 	"time"
 
-	"github.com/docker/docker/client"
-
 	"github.com/triadhq/triad/auth"
 	"github.com/triadhq/triad/auth/keys"
 	"github.com/triadhq/triad/browser/tavily"
 	"github.com/triadhq/triad/browser/tavilytest"
 	"github.com/triadhq/triad/cel"
 	"github.com/triadhq/triad/evaluator"
-	"github.com/triadhq/triad/internal/testenv"
 	"github.com/triadhq/triad/metrics"
 	"github.com/triadhq/triad/orchestrator"
 	"github.com/triadhq/triad/orchestrator/kernels"
 	"github.com/triadhq/triad/runfiles"
 	"github.com/triadhq/triad/sandbox"
 	"github.com/triadhq/triad/sandbox/docker"
-	"github.com/triadhq/triad/sandbox/docker/image"
+	"github.com/triadhq/triad/sandbox/docker/image/imagetest"
 	"github.com/triadhq/triad/sandbox/wasm"
 	"github.com/triadhq/triad/tmpfs"
 	"github.com/triadhq/triad/tmpfs/local"
@@ -212,43 +209,9 @@ func New(t testing.TB, o Options) *Stack {
 	return s
 }
 
-var (
-	imageOnce sync.Once
-	imageTag  string
-	imageErr  error
-	engineErr error
-)
-
 // Image returns the sandbox image's tag, importing or building it on first
 // use as CI does; a missing engine skips locally and fails under CI.
-func Image(t testing.TB) string {
-	t.Helper()
-	imageOnce.Do(func() {
-		cli, err := client.NewClientWithOpts(client.FromEnv, client.WithAPIVersionNegotiation())
-		if err != nil {
-			engineErr = err
-			return
-		}
-		defer cli.Close()
-		pctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		_, err = cli.Ping(pctx)
-		cancel()
-		if err != nil {
-			engineErr = err
-			return
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
-		defer cancel()
-		imageTag, imageErr = image.Ensure(ctx, cli, image.Options{Progress: os.Stderr})
-	})
-	if engineErr != nil {
-		testenv.Missing(t, "a Docker engine (dockerd): "+engineErr.Error())
-	}
-	if imageErr != nil {
-		testenv.Missing(t, "the sandbox image (root + debootstrap to build it): "+imageErr.Error())
-	}
-	return imageTag
-}
+func Image(t testing.TB) string { return imagetest.Tag(t) }
 
 // Docker returns a Docker backend over workRoot with the sandbox image; it
 // is closed when the test ends.

@@ -4,54 +4,16 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"os"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
-	"github.com/docker/docker/client"
-
-	"github.com/triadhq/triad/internal/testenv"
 	"github.com/triadhq/triad/sandbox"
-	"github.com/triadhq/triad/sandbox/docker/image"
+	"github.com/triadhq/triad/sandbox/docker/image/imagetest"
 )
 
-var (
-	imageOnce sync.Once
-	imageTag  string
-	imageErr  error
-	engineErr error
-)
-
-// sandboxImage returns the real sandbox image, building or importing it on
-// first use (as CI does); it stops the test when no engine answers or the
-// image cannot be built.
-func sandboxImage(t testing.TB) string {
-	t.Helper()
-	imageOnce.Do(func() {
-		cli, err := client.NewClientWithOpts(client.FromEnv, client.WithAPIVersionNegotiation())
-		if err != nil {
-			engineErr = err
-			return
-		}
-		defer cli.Close()
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
-		defer cancel()
-		if _, err := cli.Ping(ctx); err != nil {
-			engineErr = err
-			return
-		}
-		imageTag, imageErr = image.Ensure(ctx, cli, image.Options{Progress: os.Stderr})
-	})
-	if engineErr != nil {
-		testenv.Missing(t, "a Docker engine (dockerd): "+engineErr.Error())
-	}
-	if imageErr != nil {
-		testenv.Missing(t, "the sandbox image (root + debootstrap to build it): "+imageErr.Error())
-	}
-	return imageTag
-}
+// sandboxImage returns the real sandbox image (imagetest.Tag).
+func sandboxImage(t testing.TB) string { return imagetest.Tag(t) }
 
 // newBackend starts a Backend on a fresh WorkRoot and closes it when the
 // test ends.
