@@ -18,6 +18,7 @@ import (
 	"github.com/triadhq/triad/orchestrator"
 	"github.com/triadhq/triad/tmpfs"
 	"github.com/triadhq/triad/tmpfs/local"
+	"github.com/triadhq/triad/tmpfs/tmpfstest"
 	"github.com/triadhq/triad/wire"
 )
 
@@ -62,19 +63,7 @@ func localBackend(t *testing.T) backend {
 			return n
 		},
 		corrupt: func(t *testing.T, d tmpfs.Digest) {
-			p := filepath.Join(dir, "blobs", "sha256", d.String()[:2], d.String())
-			os.Chmod(p, 0o600)
-			f, err := os.OpenFile(p, os.O_RDWR, 0)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer f.Close()
-			b := []byte{0}
-			f.ReadAt(b, 7)
-			b[0] ^= 0x20
-			if _, err := f.WriteAt(b, 7); err != nil {
-				t.Fatal(err)
-			}
+			tmpfstest.FlipFileByte(t, filepath.Join(dir, "blobs", "sha256", d.String()[:2], d.String()), 7)
 		},
 	}
 }

@@ -13,6 +13,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/triadhq/triad/tmpfs/tmpfstest"
 )
 
 // putFile streams body to path in run and returns the blob's sha256.
@@ -38,19 +40,7 @@ func (s *server) putFile(run, path, body string) string {
 // flipBlob changes one byte of a local blob file in place.
 func flipBlob(t *testing.T, data, sha string) {
 	t.Helper()
-	p := filepath.Join(data, "store", "blobs", "sha256", sha[:2], sha)
-	os.Chmod(p, 0o600)
-	f, err := os.OpenFile(p, os.O_RDWR, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	b := []byte{0}
-	f.ReadAt(b, 3)
-	b[0] ^= 0x01
-	if _, err := f.WriteAt(b, 3); err != nil {
-		t.Fatal(err)
-	}
+	tmpfstest.FlipFileByte(t, filepath.Join(data, "store", "blobs", "sha256", sha[:2], sha), 3)
 }
 
 // corruptAnswer checks that a GET answers 500 corrupt, with a suggestion.

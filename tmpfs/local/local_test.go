@@ -148,25 +148,7 @@ func blobPath(dir string, d tmpfs.Digest) string {
 // flip changes one byte of blob d's file in place: same inode, same size.
 func flip(t *testing.T, dir string, d tmpfs.Digest) {
 	t.Helper()
-	p := blobPath(dir, d)
-	if err := os.Chmod(p, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	f, err := os.OpenFile(p, os.O_RDWR, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	st, _ := f.Stat()
-	b := []byte{0}
-	off := st.Size() / 2
-	if _, err := f.ReadAt(b, off); err != nil {
-		t.Fatal(err)
-	}
-	b[0] ^= 0x20
-	if _, err := f.WriteAt(b, off); err != nil {
-		t.Fatal(err)
-	}
+	tmpfstest.FlipFileByte(t, blobPath(dir, d), -1)
 }
 
 func TestFsck(t *testing.T) {
@@ -434,19 +416,7 @@ func TestFsckAppended(t *testing.T) {
 	dir := t.TempDir()
 	tmpfstest.RunFsckAppended(t, open(t, dir), func(t *testing.T, d tmpfs.Digest, off int64) {
 		_, r := refFile(t, dir, d)
-		f, err := os.OpenFile(filepath.Join(dir, "extents", r["extent"].(string)), os.O_RDWR, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer f.Close()
-		b := []byte{0}
-		if _, err := f.ReadAt(b, off); err != nil {
-			t.Fatal(err)
-		}
-		b[0] ^= 0x20
-		if _, err := f.WriteAt(b, off); err != nil {
-			t.Fatal(err)
-		}
+		tmpfstest.FlipFileByte(t, filepath.Join(dir, "extents", r["extent"].(string)), off)
 	})
 }
 

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"testing"
 	"time"
 
@@ -262,5 +263,33 @@ func RunFsckAppended(t *testing.T, s *tmpfs.Store, corrupt CorruptAppended) {
 	}
 	if got, _, err := s.ReadAll(ctx, run, "log.txt"); err != nil || !bytes.Equal(got, content) {
 		t.Fatalf("log.txt after its true bytes were written again: %d bytes, %v", len(got), err)
+	}
+}
+
+// FlipFileByte flips the byte at off (-1: the middle one) of the file at
+// p in place, as damage below a local store would; the file's mode is
+// made writable first.
+func FlipFileByte(t testing.TB, p string, off int64) {
+	t.Helper()
+	os.Chmod(p, 0o600)
+	f, err := os.OpenFile(p, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if off < 0 {
+		st, err := f.Stat()
+		if err != nil {
+			t.Fatal(err)
+		}
+		off = st.Size() / 2
+	}
+	b := []byte{0}
+	if _, err := f.ReadAt(b, off); err != nil {
+		t.Fatal(err)
+	}
+	b[0] ^= 0x20
+	if _, err := f.WriteAt(b, off); err != nil {
+		t.Fatal(err)
 	}
 }
