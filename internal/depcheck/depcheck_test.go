@@ -20,7 +20,7 @@ const module = "github.com/triadhq/triad/"
 var layers = [][]string{
 	// 0: leaf helpers.
 	{"auth", "bench/internal/benchenv", "internal/crashpoint", "internal/fault", "internal/runid", "internal/keyedmutex", "internal/dockerarchive", "internal/safepath", "internal/version", "internal/testenv",
-		"internal/miniotest", "internal/depcheck", "recipes/sampledata/internal/gen", "recipes/sampledata/internal/regen"},
+		"internal/miniotest", "internal/procmem", "internal/depcheck", "recipes/sampledata/internal/gen", "recipes/sampledata/internal/regen"},
 	// 1: the contract and the seams: wire types, the records' names, and
 	// the interfaces the tools implement.
 	{"wire", "runfiles", "tmpfs", "sandbox", "sandbox/internal/emit",
@@ -31,7 +31,7 @@ var layers = [][]string{
 	{"auth/keys", "auth/share", "auth/session", "metrics",
 		"browser", "browser/replay", "browser/tavily", "browser/tavilytest",
 		"tmpfs/local", "tmpfs/s3", "tmpfs/tmpfstest",
-		"sandbox/docker", "sandbox/docker/image", "sandbox/docker/jupyter", "sandbox/docker/jupyter/zmtp",
+		"sandbox/docker", "sandbox/docker/image", "sandbox/docker/image/imagetest", "sandbox/docker/jupyter", "sandbox/docker/jupyter/zmtp",
 		"sandbox/docker/jupyter/jupytertest", "sandbox/wasm",
 		"sandbox/hostdir", "sandbox/sandboxtest", "sandbox/kube", "sandbox/internal/jupytercell",
 		"cel", "evaluator",
@@ -60,6 +60,7 @@ var sameLayer = map[string][]string{
 	"browser/tavily":                            {"browser"},
 	"sandbox/docker":                            {"sandbox/docker/image", "sandbox/docker/jupyter", "sandbox/docker/jupyter/zmtp", "sandbox/hostdir", "sandbox/internal/jupytercell"},
 	"sandbox/internal/jupytercell":              {"sandbox/docker/jupyter"},
+	"sandbox/docker/image/imagetest":            {"sandbox/docker/image"},
 	"sandbox/wasm":                              {"sandbox/hostdir"},
 	"sandbox/docker/jupyter":                    {"sandbox/docker/jupyter/zmtp"},
 	"sandbox/kube":                              {"sandbox/docker/image", "sandbox/docker/jupyter", "sandbox/docker/jupyter/zmtp", "sandbox/hostdir", "sandbox/internal/jupytercell"},
