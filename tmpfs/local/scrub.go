@@ -29,10 +29,28 @@ func (b *Blobs) quarantinePath(d tmpfs.Digest) string {
 // Walk implements tmpfs.Scrubbable: it lists blobs/sha256/*/*, one
 // directory at a time.
 func (b *Blobs) Walk(ctx context.Context, fn func(d tmpfs.Digest, size int64) error) error {
-	root := filepath.Join(b.dir, "blobs", "sha256")
+	return eachDigest(ctx, filepath.Join(b.dir, "blobs", "sha256"), func(d tmpfs.Digest, f fs.DirEntry) error {
+		info, err := f.Info()
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		return fn(d, info.Size())
+	})
+}
+
+// eachDigest calls fn for each file root/<ab>/<abcdef…> named by a
+// sha256, one directory at a time; other files (strays) are skipped. A
+// missing root has none. fn's errors are returned as they are.
+func eachDigest(ctx context.Context, root string, fn func(d tmpfs.Digest, f fs.DirEntry) error) error {
 	dirs, err := os.ReadDir(root)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
 	if err != nil {
-		return fmt.Errorf("list blobs: %w", err)
+		return fmt.Errorf("list %s: %w", root, err)
 	}
 	for _, dir := range dirs {
 		if !dir.IsDir() || len(dir.Name()) != 2 {
@@ -40,7 +58,7 @@ func (b *Blobs) Walk(ctx context.Context, fn func(d tmpfs.Digest, size int64) er
 		}
 		files, err := os.ReadDir(filepath.Join(root, dir.Name()))
 		if err != nil {
-			return fmt.Errorf("list blobs: %w", err)
+			return fmt.Errorf("list %s: %w", root, err)
 		}
 		for _, f := range files {
 			if err := ctx.Err(); err != nil {
@@ -48,16 +66,9 @@ func (b *Blobs) Walk(ctx context.Context, fn func(d tmpfs.Digest, size int64) er
 			}
 			d, err := tmpfs.ParseDigest(f.Name())
 			if err != nil || f.IsDir() || d.String() != f.Name() || f.Name()[:2] != dir.Name() {
-				continue // not a blob: a stray file is no concern of fsck's
-			}
-			info, err := f.Info()
-			if errors.Is(err, fs.ErrNotExist) {
 				continue
 			}
-			if err != nil {
-				return err
-			}
-			if err := fn(d, info.Size()); err != nil {
+			if err := fn(d, f); err != nil {
 				return err
 			}
 		}
@@ -172,51 +183,28 @@ var _ tmpfs.AppendScrubbable = (*Blobs)(nil)
 // own. A digest also stored as a blob file is left to Walk: reads serve
 // that copy.
 func (b *Blobs) WalkAppended(ctx context.Context, fn func(g tmpfs.AppendedGroup) error) error {
-	root := filepath.Join(b.extentDir(), "refs")
-	dirs, err := os.ReadDir(root)
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("list refs: %w", err)
-	}
 	extents := map[string][]tmpfs.AppendedBlob{}
-	for _, dir := range dirs {
-		if !dir.IsDir() || len(dir.Name()) != 2 {
-			continue
+	err := eachDigest(ctx, filepath.Join(b.extentDir(), "refs"), func(d tmpfs.Digest, _ fs.DirEntry) error {
+		if _, err := os.Stat(b.path(d)); err == nil {
+			return nil
 		}
-		files, err := os.ReadDir(filepath.Join(root, dir.Name()))
-		if err != nil {
-			return fmt.Errorf("list refs: %w", err)
+		r, err := b.readRef(d)
+		switch {
+		case errors.Is(err, tmpfs.ErrNotFound):
+			return nil // quarantined since the listing
+		case errors.Is(err, tmpfs.ErrDigestMismatch):
+			m := tmpfs.AppendedBlob{Digest: d, Damaged: "its ref, which says where its bytes are, does not parse"}
+			return fn(tmpfs.AppendedGroup{Members: []tmpfs.AppendedBlob{m}})
+		case err != nil:
+			return err
 		}
-		for _, f := range files {
-			if err := ctx.Err(); err != nil {
-				return err
-			}
-			d, err := tmpfs.ParseDigest(f.Name())
-			if err != nil || f.IsDir() || d.String() != f.Name() || f.Name()[:2] != dir.Name() {
-				continue // not a ref
-			}
-			if _, err := os.Stat(b.path(d)); err == nil {
-				continue
-			}
-			r, err := b.readRef(d)
-			switch {
-			case errors.Is(err, tmpfs.ErrNotFound):
-				continue // quarantined since the listing
-			case errors.Is(err, tmpfs.ErrDigestMismatch):
-				m := tmpfs.AppendedBlob{Digest: d, Damaged: "its ref, which says where its bytes are, does not parse"}
-				if err := fn(tmpfs.AppendedGroup{Members: []tmpfs.AppendedBlob{m}}); err != nil {
-					return err
-				}
-				continue
-			case err != nil:
-				return err
-			}
-			// The midstate is read again when the group is handed over,
-			// so the listing holds ~48 bytes a version, not ~160.
-			extents[r.Extent] = append(extents[r.Extent], tmpfs.AppendedBlob{Digest: d, Size: r.Size})
-		}
+		// The midstate is read again when the group is handed over, so
+		// the listing holds ~48 bytes a version, not ~160.
+		extents[r.Extent] = append(extents[r.Extent], tmpfs.AppendedBlob{Digest: d, Size: r.Size})
+		return nil
+	})
+	if err != nil {
+		return err
 	}
 	for _, id := range slices.Sorted(maps.Keys(extents)) {
 		members := extents[id]

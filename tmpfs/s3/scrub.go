@@ -30,18 +30,24 @@ func quarantineKey(d tmpfs.Digest) string { return quarantinePrefix + d.String()
 // size it reports is the object's, which for a manifest is 0; Open tells
 // the blob's.
 func (b *Blobs) Walk(ctx context.Context, fn func(d tmpfs.Digest, size int64) error) error {
+	return b.eachDigest(ctx, blobsPrefix, func(d tmpfs.Digest, obj minio.ObjectInfo) error { return fn(d, obj.Size) })
+}
+
+// eachDigest calls fn for each object prefix<hex> named by a sha256, in one
+// listing; other keys are skipped. fn's errors are returned as they are.
+func (b *Blobs) eachDigest(ctx context.Context, prefix string, fn func(d tmpfs.Digest, obj minio.ObjectInfo) error) error {
 	lctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	for obj := range b.c.core.ListObjectsIter(lctx, b.c.bucket, minio.ListObjectsOptions{Prefix: blobsPrefix, Recursive: true}) {
+	for obj := range b.c.core.ListObjectsIter(lctx, b.c.bucket, minio.ListObjectsOptions{Prefix: prefix, Recursive: true}) {
 		if obj.Err != nil {
-			return b.c.fail(ctx, "list blobs", obj.Err)
+			return b.c.fail(ctx, "list "+prefix, obj.Err)
 		}
-		name := strings.TrimPrefix(obj.Key, blobsPrefix)
+		name := strings.TrimPrefix(obj.Key, prefix)
 		d, err := tmpfs.ParseDigest(name)
 		if err != nil || d.String() != name {
 			continue
 		}
-		if err := fn(d, obj.Size); err != nil {
+		if err := fn(d, obj); err != nil {
 			return err
 		}
 	}
@@ -111,28 +117,18 @@ var _ tmpfs.AppendScrubbable = (*Blobs)(nil)
 // holds at most maxTail. A tail that marks a compaction is left to Walk,
 // and one whose metadata does not parse is a damaged member.
 func (b *Blobs) WalkAppended(ctx context.Context, fn func(g tmpfs.AppendedGroup) error) error {
-	lctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	for obj := range b.c.core.ListObjectsIter(lctx, b.c.bucket, minio.ListObjectsOptions{Prefix: appendsPrefix, Recursive: true}) {
-		if obj.Err != nil {
-			return b.c.fail(ctx, "list appended blobs", obj.Err)
-		}
-		name := strings.TrimPrefix(obj.Key, appendsPrefix)
-		d, err := tmpfs.ParseDigest(name)
-		if err != nil || d.String() != name {
-			continue
-		}
+	return b.eachDigest(ctx, appendsPrefix, func(d tmpfs.Digest, _ minio.ObjectInfo) error {
 		st, err := b.readTail(ctx, d)
 		var g tmpfs.AppendedGroup
 		switch {
 		case errors.Is(err, tmpfs.ErrNotFound):
-			continue // quarantined since the listing
+			return nil // quarantined since the listing
 		case errors.Is(err, tmpfs.ErrDigestMismatch):
 			g.Members = []tmpfs.AppendedBlob{{Digest: d, Damaged: err.Error()}}
 		case err != nil:
 			return err
 		case st.base == d:
-			continue // a compaction: the ordinary blob is Walk's
+			return nil // a compaction: the ordinary blob is Walk's
 		default:
 			tail := st.tail
 			g = tmpfs.AppendedGroup{
@@ -143,11 +139,8 @@ func (b *Blobs) WalkAppended(ctx context.Context, fn func(g tmpfs.AppendedGroup)
 				},
 			}
 		}
-		if err := fn(g); err != nil {
-			return err
-		}
-	}
-	return ctx.Err()
+		return fn(g)
+	})
 }
 
 // QuarantineAppended implements tmpfs.AppendScrubbable: the tail object
