@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -106,6 +107,59 @@ func TestFsckCommand(t *testing.T) {
 
 	out, err = exec.Command(bin, "fsck", "--data", data).Output()
 	if err != nil || !strings.Contains(string(out), "0 bad") {
+		t.Fatalf("second triad fsck: %v\n%s", err, out)
+	}
+}
+
+// triad fsck checks the journal too: CEL.md grows by appends, stored as
+// versions that share one extent, and a byte damaged in it makes every
+// version that holds the byte bad. fsck lists the current one with its run
+// and path, quarantines it, and the server answers corrupt for CEL.md from
+// then on. (The server is stopped for the damage: a running one would go on
+// appending to the damaged extent from its own state, and the next fsck
+// would find those versions bad too.)
+func TestFsckJournal(t *testing.T) {
+	bin := buildTriad(t)
+	data := t.TempDir()
+	s := launch(t, bin, data, "--sandbox", "none", "--auth", "none")
+	const run = "r-fsck-journal"
+	for i := range 3 {
+		s.putFile(run, fmt.Sprintf("notes/%d.md", i), fmt.Sprintf("# note %d\n", i))
+	}
+	resp := s.get("/tmp/read?path=CEL.md", run)
+	var cel struct {
+		SHA256 string `json:"sha256"`
+		Size   int64  `json:"size"`
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || json.Unmarshal(b, &cel) != nil || cel.Size < 100 {
+		t.Fatalf("tmp.read CEL.md: %d %s", resp.StatusCode, b)
+	}
+	ref, err := os.ReadFile(filepath.Join(data, "store", "extents", "refs", cel.SHA256[:2], cel.SHA256))
+	var where struct {
+		Extent string `json:"extent"`
+	}
+	if err != nil || json.Unmarshal(ref, &where) != nil {
+		t.Fatalf("CEL.md's ref: %s, %v, want CEL.md stored as an appended blob", ref, err)
+	}
+	s.cmd.Process.Signal(syscall.SIGTERM)
+	s.cmd.Wait()
+	tmpfstest.FlipFileByte(t, filepath.Join(data, "store", "extents", where.Extent), cel.Size-5)
+
+	out, err := exec.Command(bin, "fsck", "--data", data).Output()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 1 {
+		t.Fatalf("triad fsck: got %v, want exit status 1\n%s", err, out)
+	}
+	if want := "BAD " + cel.SHA256; !strings.Contains(string(out), want) || !strings.Contains(string(out), "run "+run+" path CEL.md") {
+		t.Fatalf("triad fsck printed:\n%s\nwant %q with run %s path CEL.md", out, want, run)
+	}
+	s = launch(t, bin, data, "--sandbox", "none", "--auth", "none")
+	if msg := s.corruptAnswer("/tmp/files/CEL.md", run); !strings.Contains(msg, "quarantined") {
+		t.Fatalf("message %q, want it to say quarantined", msg)
+	}
+	if out, err := exec.Command(bin, "fsck", "--data", data).Output(); err != nil || !strings.Contains(string(out), "0 bad") {
 		t.Fatalf("second triad fsck: %v\n%s", err, out)
 	}
 }
