@@ -115,9 +115,9 @@ func TestFsckCommand(t *testing.T) {
 // versions that share one extent, and a byte damaged in it makes every
 // version that holds the byte bad. fsck lists the current one with its run
 // and path, quarantines it, and the server answers corrupt for CEL.md from
-// then on. (The server is stopped for the damage: a running one would go on
-// appending to the damaged extent from its own state, and the next fsck
-// would find those versions bad too.)
+// then on. (The server is stopped for the damage, so that no append is in
+// flight while the byte is flipped; fsck beside a running server is
+// TestAppendAfterOtherProcessQuarantined in tmpfs/local.)
 func TestFsckJournal(t *testing.T) {
 	bin := buildTriad(t)
 	data := t.TempDir()

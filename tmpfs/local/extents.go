@@ -87,6 +87,12 @@ func (b *Blobs) Append(ctx context.Context, base tmpfs.Digest, baseSize int64, t
 	}
 	st := b.ext.chains[key]
 	b.ext.mu.Unlock()
+	// A base that fsck quarantined (another process, say `triad fsck`
+	// beside a server) is not built upon from this process's memory of
+	// the chain: resume finds out whether a true copy came back.
+	if st != nil && !base.IsZero() && b.quarantined(base) {
+		st = nil
+	}
 	if st == nil || st.digest != base || st.size != baseSize {
 		var err error
 		if st, err = b.resume(ctx, key, base, baseSize); err != nil {

@@ -167,10 +167,17 @@ func fileVersion(st os.FileInfo) string {
 	return fmt.Sprintf("%d-%d-%d", ino, st.ModTime().UnixNano(), st.Size())
 }
 
+// quarantined reports whether fsck moved a copy of blob d aside (a true
+// copy may have been written since).
+func (b *Blobs) quarantined(d tmpfs.Digest) bool {
+	_, err := os.Stat(b.quarantinePath(d))
+	return err == nil
+}
+
 // missing is the error for a blob with no file: ErrQuarantined if fsck
 // moved it aside, else ErrNotFound.
 func (b *Blobs) missing(d tmpfs.Digest) error {
-	if _, err := os.Stat(b.quarantinePath(d)); err == nil {
+	if b.quarantined(d) {
 		return fmt.Errorf("%w: blob %s", tmpfs.ErrQuarantined, d)
 	}
 	return fmt.Errorf("%w: blob %s", tmpfs.ErrNotFound, d)

@@ -474,3 +474,33 @@ func TestFsckAppendedRefs(t *testing.T) {
 		}
 	}
 }
+
+// fsck in another process (triad fsck beside a server) quarantines a
+// damaged journal version; the server's next append to that file does not
+// build on the damaged bytes from its memory of the chain: it fails with
+// ErrQuarantined, and fsck finds no new bad version.
+func TestAppendAfterOtherProcessQuarantined(t *testing.T) {
+	dir := t.TempDir()
+	server, fsck := open(t, dir), open(t, dir)
+	ctx := t.Context()
+	run := runid.New()
+	var last tmpfs.File
+	for i := range 3 {
+		f, err := server.Append(ctx, run, "CEL.md", fmt.Appendf(nil, "## Step %d\n", i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		last = f
+	}
+	_, r := refFile(t, dir, last.SHA256)
+	tmpfstest.FlipFileByte(t, filepath.Join(dir, "extents", r["extent"].(string)), 3)
+	if rep, err := fsck.Fsck(ctx, tmpfs.FsckOptions{}); err != nil || len(rep.Bad) != 3 {
+		t.Fatalf("fsck: got %+v, %v, want the three versions bad", rep.Bad, err)
+	}
+	if _, err := server.Append(ctx, run, "CEL.md", []byte("## Step 3\n")); !errors.Is(err, tmpfs.ErrQuarantined) {
+		t.Fatalf("append after the quarantine: got %v, want ErrQuarantined", err)
+	}
+	if rep, err := fsck.Fsck(ctx, tmpfs.FsckOptions{}); err != nil || len(rep.Bad) != 0 {
+		t.Fatalf("second fsck: got %+v, %v, want nothing new", rep.Bad, err)
+	}
+}
