@@ -259,7 +259,7 @@ func (f *fsck) hashBase(ctx context.Context, g AppendedGroup) (baseCheck, error)
 		switch {
 		case ctx.Err() != nil:
 			return baseCheck{}, ctx.Err()
-		case errors.Is(err, ErrDigestMismatch):
+		case errors.Is(err, ErrDigestMismatch), errors.Is(err, ErrQuarantined):
 			return bad, nil
 		}
 		f.unreadable(ctx, g.Base, fmt.Errorf("the base of appended blobs: %w", err))

@@ -275,6 +275,11 @@ func (b *Blobs) openAppended(ctx context.Context, d tmpfs.Digest) (tmpfs.Blob, e
 		return tailObj, nil
 	}
 	baseObj, err := b.openObject(ctx, st.base)
+	if errors.Is(err, tmpfs.ErrNotFound) {
+		// Blobs are never deleted, so a base that is gone was quarantined
+		// (or lost): the appended blob is corrupt, not missing.
+		err = fmt.Errorf("%w: appended blob %s: its base %s is gone", tmpfs.ErrDigestMismatch, d.Short(), st.base.Short())
+	}
 	if err != nil {
 		tailObj.Close()
 		return nil, err

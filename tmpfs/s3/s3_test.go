@@ -797,3 +797,51 @@ func TestAppendToLargeFile(t *testing.T) {
 	s2, _ := open(t, srv)
 	appendLines(s2, 40, 45) // the chain resumed from the bucket alone
 }
+
+// A damaged base (the compacted file that tail objects continue) makes
+// every version built on it bad: fsck quarantines the base as a blob and
+// each of those versions as an appended one, and none is reported
+// unreadable or left to read as missing.
+func TestFsckAppendedBase(t *testing.T) {
+	srv := miniotest.Shared(t)
+	s, _ := open(t, srv)
+	ctx := t.Context()
+	run := runid.New()
+	var vs []tmpfs.File
+	for i := range 40 { // a compaction after 32
+		f, err := s.Append(ctx, run, "CEL.md", fmt.Appendf(nil, "## Step %d\n", i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		vs = append(vs, f)
+	}
+	last := vs[len(vs)-1]
+	info, err := srv.Client().StatObject(ctx, srv.Bucket, "appends/"+last.SHA256.String(), minio.StatObjectOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := info.Metadata.Get("X-Amz-Meta-Base")
+	baseSize, err := strconv.ParseInt(info.Metadata.Get("X-Amz-Meta-Base-Size"), 10, 64)
+	if base == "" || err != nil {
+		t.Fatalf("the last version has no base (%q, %v): no compaction happened", base, err)
+	}
+	srv.CorruptBlob(t, base)
+	rep, err := s.Fsck(ctx, tmpfs.FsckOptions{})
+	if err != nil || len(rep.Unreadable) != 0 {
+		t.Fatalf("fsck: %v, unreadable %q", err, rep.Unreadable)
+	}
+	bad := map[string]bool{}
+	for _, b := range rep.Bad {
+		bad[b.SHA256.String()] = b.Quarantined
+	}
+	if !bad[base] {
+		t.Fatalf("fsck bad %v: want the base %s quarantined", bad, base[:12])
+	}
+	for _, v := range vs {
+		onBase := v.Size >= baseSize // the base itself, or built on it
+		err := s.Verify(ctx, v.SHA256)
+		if onBase && (!bad[v.SHA256.String()] || !errors.Is(err, tmpfs.ErrQuarantined)) || !onBase && err != nil {
+			t.Errorf("version of %d bytes (on the base: %v): fsck bad=%v, verify %v", v.Size, onBase, bad[v.SHA256.String()], err)
+		}
+	}
+}
