@@ -95,6 +95,7 @@ func (s *Store) Fsck(ctx context.Context, opts FsckOptions) (FsckReport, error) 
 		})
 	})
 	if as, ok := unwrapBlobs[AppendScrubbable](s.blobs); ok && err == nil {
+		f.buf = make([]byte, chunkSize)
 		err = as.WalkAppended(ctx, func(g AppendedGroup) error { return f.group(ctx, as, g) })
 	}
 	if err != nil || opts.DryRun {

@@ -71,6 +71,7 @@ type fsck struct {
 	// bases holds what this pass found of each group base, so a base
 	// shared by many groups is read once.
 	bases map[Digest]baseCheck
+	buf   []byte // for hashing appended blobs
 }
 
 // unreadable records a blob that could not be read to its end.
@@ -128,10 +129,12 @@ func (f *fsck) group(ctx context.Context, as AppendScrubbable, g AppendedGroup) 
 		return err
 	}
 	var (
-		h   hash.Hash
-		r   io.ReadCloser
-		pos int64 // bytes of the group hashed into h
+		h     hash.Hash
+		r     io.ReadCloser
+		pos   int64      // bytes of the group hashed into h
+		ended int64 = -1 // where a nested group's bytes ended early
 	)
+
 	defer func() {
 		if r != nil {
 			r.Close()
@@ -156,6 +159,12 @@ func (f *fsck) group(ctx context.Context, as AppendScrubbable, g AppendedGroup) 
 			continue
 		case base.skip:
 			continue // the base is gone or unreadable: reported once
+		case ended >= 0 && m.Size > ended:
+			f.rep.Blobs++
+			if err := f.bad(ctx, m.Digest, m.Size, fmt.Sprintf("stored bytes end after %d of its %d bytes", ended, m.Size), quarantine(m.Digest)); err != nil {
+				return err
+			}
+			continue
 		}
 		if r == nil || !g.Nested || pos > m.Size {
 			if r != nil {
@@ -189,7 +198,7 @@ func (f *fsck) group(ctx context.Context, as AppendScrubbable, g AppendedGroup) 
 			}
 			pos = g.BaseSize
 		}
-		n, err := io.CopyBuffer(h, io.LimitReader(f.paced(ctx, r), m.Size-pos), make([]byte, chunkSize))
+		n, err := io.CopyBuffer(h, io.LimitReader(f.paced(ctx, r), m.Size-pos), f.buf)
 		pos += n
 		f.rep.Bytes += n
 		if err != nil {
@@ -220,6 +229,9 @@ func (f *fsck) group(ctx context.Context, as AppendScrubbable, g AppendedGroup) 
 		if pos != m.Size {
 			r.Close()
 			r = nil
+			if g.Nested {
+				ended = pos
+			}
 		}
 	}
 	return nil
@@ -267,7 +279,8 @@ func (f *fsck) hashBase(ctx context.Context, g AppendedGroup) (baseCheck, error)
 	}
 	defer b.Close()
 	h := NewHasher()
-	n, err := io.CopyBuffer(h, f.paced(ctx, b), make([]byte, chunkSize))
+
+	n, err := io.CopyBuffer(h, f.paced(ctx, b), f.buf)
 	f.rep.Bytes += n
 	if err != nil {
 		if ctx.Err() != nil {

@@ -504,3 +504,38 @@ func TestAppendAfterOtherProcessQuarantined(t *testing.T) {
 		t.Fatalf("second fsck: got %+v, %v, want nothing new", rep.Bad, err)
 	}
 }
+
+// An extent cut short (a lost tail of the file) makes bad every version
+// that reaches past the cut, in one read of the extent, and no other.
+func TestFsckAppendedShortExtent(t *testing.T) {
+	dir := t.TempDir()
+	s := open(t, dir)
+	ctx := t.Context()
+	run := runid.New()
+	var vs []tmpfs.File
+	for i := range 5 {
+		f, err := s.Append(ctx, run, "trace.jsonl", fmt.Appendf(nil, "{\"step\":%d}\n", i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		vs = append(vs, f)
+	}
+	cut := vs[1].Size + 3
+	if err := os.Truncate(extentOf(t, dir), cut); err != nil {
+		t.Fatal(err)
+	}
+	rep, err := s.Fsck(ctx, tmpfs.FsckOptions{})
+	if err != nil || rep.Blobs != 5 || len(rep.Unreadable) != 0 {
+		t.Fatalf("fsck: %+v, %v, want 5 versions checked", rep, err)
+	}
+	bad := map[tmpfs.Digest]string{}
+	for _, b := range rep.Bad {
+		bad[b.SHA256] = b.Reason
+	}
+	for i, v := range vs {
+		reason, isBad := bad[v.SHA256]
+		if want := v.Size > cut; isBad != want || isBad && !strings.Contains(reason, fmt.Sprintf("end after %d", cut)) {
+			t.Errorf("version %d (%d bytes, cut at %d): bad=%v %q", i, v.Size, cut, isBad, reason)
+		}
+	}
+}
