@@ -18,7 +18,7 @@ import (
 	"github.com/triadhq/triad/tmpfs/tmpfstest"
 )
 
-func open(t *testing.T, dir string) *tmpfs.Store {
+func open(t testing.TB, dir string) *tmpfs.Store {
 	t.Helper()
 	b, err := local.NewBlobs(dir)
 	if err != nil {
