@@ -40,7 +40,10 @@ func TestE2BSDK(t *testing.T) {
 
 	const key = "e2b_7269616420652b62207465737420" // the Python SDK demands e2b_<hex>
 	bin := buildTriad(t)
-	srv := startServer(t, bin, t.TempDir(), "--sandbox", "docker", "--warm", "2", "--e2b-api-key", key)
+	// The suite's timeout test expects an interrupted cell to keep its
+	// kernel: the grace is long enough for a loaded host to deliver the
+	// interrupt.
+	srv := startServer(t, bin, t.TempDir(), "--sandbox", "docker", "--warm", "2", "--e2b-api-key", key, "--interrupt-grace", "30s")
 
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()

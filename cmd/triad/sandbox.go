@@ -31,6 +31,7 @@ type sandboxConfig struct {
 	Disk           string
 	CellTimeout    time.Duration
 	MaxCellTimeout time.Duration
+	InterruptGrace time.Duration
 	IdleTTL        time.Duration
 	Warm           int
 	Starts         int
@@ -56,6 +57,7 @@ func (c *sandboxConfig) flags(f *flagSet) {
 	f.str(&c.Disk, "disk", "2GiB", "disk quota of each kernel's working directory")
 	f.duration(&c.CellTimeout, "cell-timeout", 60*time.Second, "default cell deadline (timeout_s overrides it)")
 	f.duration(&c.MaxCellTimeout, "max-cell-timeout", 10*time.Minute, "largest deadline a cell may ask for")
+	f.duration(&c.InterruptGrace, "interrupt-grace", docker.DefaultGrace, "how long a stopped cell (past its deadline, abandoned by its caller, or over its output limit) has to end after an interrupt before its kernel is restarted and its state lost")
 	f.duration(&c.IdleTTL, "idle-ttl", 30*time.Minute, "stop a run's kernel after this long unused (its files stay)")
 	f.int(&c.Warm, "warm", 2, "ready kernels kept in the warm pool (with --sandbox kube: warm pods this replica adds to the pool all replicas share)")
 	f.int(&c.Starts, "kernel-starts", autoStarts, "kernels starting at once; runs beyond it wait their turn in arrival order (0: no limit; -1: one more than the host's CPUs with --sandbox docker, no limit with wasm and kube)")
@@ -95,6 +97,9 @@ func (c *sandboxConfig) validate() error {
 	}
 	if c.CPUs <= 0 || c.Pids <= 0 || c.Warm < 0 || c.Starts < autoStarts || c.CellTimeout <= 0 || c.MaxCellTimeout < c.CellTimeout {
 		return fmt.Errorf("--cpus and --pids must be positive, --warm not negative, --kernel-starts at least -1, and --max-cell-timeout at least --cell-timeout")
+	}
+	if c.InterruptGrace <= 0 {
+		return fmt.Errorf("--interrupt-grace %s: want a positive duration, like 3s", c.InterruptGrace)
 	}
 	return nil
 }
@@ -171,6 +176,7 @@ func openDocker(ctx context.Context, c *config, log *slog.Logger, progress io.Wr
 		WorkRoot:       filepath.Join(c.Data, "work", "docker"),
 		Defaults:       c.Sandbox.limits(),
 		CellTimeout:    c.Sandbox.CellTimeout,
+		InterruptGrace: c.Sandbox.InterruptGrace,
 		StartCPUShares: c.Sandbox.StartShares,
 		Logger:         log,
 	})
@@ -189,16 +195,17 @@ func openKube(ctx context.Context, c *config, log *slog.Logger) (sandbox.Backend
 		img = image.Tag()
 	}
 	return kube.New(ctx, kube.Config{
-		Rest:         rc,
-		Namespace:    sc.KubeNamespace,
-		Image:        img,
-		RuntimeClass: sc.KubeRuntimeClass,
-		Owner:        sc.KubeOwner,
-		Warm:         sc.Warm,
-		IdleTTL:      sc.IdleTTL,
-		Defaults:     sc.limits(),
-		CellTimeout:  sc.CellTimeout,
-		Logger:       log,
+		Rest:           rc,
+		Namespace:      sc.KubeNamespace,
+		Image:          img,
+		RuntimeClass:   sc.KubeRuntimeClass,
+		Owner:          sc.KubeOwner,
+		Warm:           sc.Warm,
+		IdleTTL:        sc.IdleTTL,
+		Defaults:       sc.limits(),
+		CellTimeout:    sc.CellTimeout,
+		InterruptGrace: sc.InterruptGrace,
+		Logger:         log,
 	})
 }
 

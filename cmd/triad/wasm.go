@@ -30,6 +30,7 @@ func openWasm(ctx context.Context, c *config, log *slog.Logger) (sandbox.Backend
 		WorkRoot:         filepath.Join(c.Data, "work", "wasm"),
 		CacheDir:         wazeroCache(c),
 		MemoryLimitBytes: min(c.Sandbox.memory, 4<<30),
+		InterruptGrace:   c.Sandbox.InterruptGrace,
 		Logger:           log,
 	})
 }
