@@ -401,9 +401,19 @@ func (r *Reader) start() {
 	r.started = true
 	r.pipe = make(chan chunk, 2)
 	r.stop = make(chan struct{})
-	pool := make(chan []byte, 6)
-	for range cap(pool) {
-		pool <- make([]byte, chunkSize)
+	// A large blob's read-ahead holds six chunks. A smaller one gets only
+	// what it needs: below a chunk, one buffer a byte longer than the
+	// blob reads the bytes and their end at once (a journal line, a small
+	// CSV cost 6 MiB of zeroed memory each before).
+	size, n := chunkSize, 6
+	if s := r.b.Size(); s >= 0 && s < chunkSize {
+		size, n = int(s)+1, 2
+	} else if s >= 0 {
+		n = min(n, int(s/chunkSize)+2)
+	}
+	pool := make(chan []byte, n)
+	for range n {
+		pool <- make([]byte, size)
 	}
 	raw := make(chan chunk, 2)
 	r.staged = make(chan struct{})

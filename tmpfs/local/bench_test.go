@@ -57,3 +57,30 @@ func BenchmarkFsckJournal(b *testing.B) {
 	b.ReportMetric(float64(fsck)/float64(one), "fsck/one-hash")
 	b.Logf("journal of %d versions, %d KiB", steps, vs[steps-1].Size>>10)
 }
+
+// BenchmarkReadSmall reads a 1 KiB journal (an appended file, which is
+// hashed on every read) whole through the store's verifying reader, as GET
+// /cel and a kernel's first copy of the journal do.
+func BenchmarkReadSmall(b *testing.B) {
+	dir := b.TempDir()
+	s := open(b, dir)
+	ctx := b.Context()
+	run := runid.New()
+	data := bytes.Repeat([]byte("a,b\n"), 256)
+	f, err := s.Append(ctx, run, "CEL.md", data)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		r, err := s.OpenBlob(ctx, f.SHA256)
+		if err != nil {
+			b.Fatal(err)
+		}
+		var sink bytes.Buffer
+		if _, err := sink.ReadFrom(r); err != nil || sink.Len() != len(data) {
+			b.Fatalf("read %d bytes, %v", sink.Len(), err)
+		}
+		r.Close()
+	}
+}
