@@ -116,8 +116,12 @@ const asyncChunk = 256 << 10
 // end it.
 func NewAsyncHasher() *AsyncHasher {
 	a := &AsyncHasher{ch: make(chan []byte, 8), pool: make(chan []byte, 10), done: make(chan Digest, 1)}
+	// The buffers are made on first use, and grown, as large as the
+	// writes that need them (at most asyncChunk): a small file costs one
+	// small buffer, not 2.5 MiB of zeroed memory, and a write is still one
+	// hand-off at most per asyncChunk.
 	for range cap(a.pool) {
-		a.pool <- make([]byte, 0, asyncChunk)
+		a.pool <- nil
 	}
 	go func() {
 		h := NewHasher()
@@ -135,6 +139,9 @@ func (a *AsyncHasher) Write(p []byte) (int, error) {
 	n := len(p)
 	for len(p) > 0 {
 		b := <-a.pool
+		if want := min(len(p), asyncChunk); cap(b) < want {
+			b = make([]byte, 0, want) // first use, or a larger write than before
+		}
 		k := min(len(p), cap(b))
 		b = append(b, p[:k]...)
 		a.ch <- b

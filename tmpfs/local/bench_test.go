@@ -84,3 +84,21 @@ func BenchmarkReadSmall(b *testing.B) {
 		r.Close()
 	}
 }
+
+// BenchmarkWriteSmall writes a 1 KiB file, as tmp.write does.
+func BenchmarkWriteSmall(b *testing.B) {
+	s := open(b, b.TempDir())
+	ctx := b.Context()
+	run := runid.New()
+	data := bytes.Repeat([]byte("a,b\n"), 256)
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		i++
+		data[0] = byte(i) // a new blob each time, as distinct writes are
+		data[1] = byte(i >> 8)
+		if _, err := s.WriteBytes(ctx, run, "small.csv", data); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

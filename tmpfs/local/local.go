@@ -24,6 +24,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"sync"
 	"syscall"
 
 	"github.com/triadhq/triad/tmpfs"
@@ -42,6 +43,10 @@ var (
 	_ tmpfs.Fingerprinted = (*fileBlob)(nil)
 	_ tmpfs.Filer         = (*fileBlob)(nil)
 )
+
+// copyBufs holds Put's copy buffers: a small file's Put no longer zeroes
+// a fresh MiB.
+var copyBufs = sync.Pool{New: func() any { b := make([]byte, 1<<20); return &b }}
 
 // NewBlobs returns a blob store rooted at dataDir, creating its directories.
 func NewBlobs(dataDir string) (*Blobs, error) {
@@ -90,7 +95,9 @@ func (b *Blobs) Put(ctx context.Context, r io.Reader, limit int64) (tmpfs.Digest
 	if limit > 0 {
 		src = io.LimitReader(r, limit+1)
 	}
-	n, err := io.CopyBuffer(io.MultiWriter(tmp, h), ctxReader{ctx, src}, make([]byte, 1<<20))
+	buf := copyBufs.Get().(*[]byte)
+	defer copyBufs.Put(buf)
+	n, err := io.CopyBuffer(io.MultiWriter(tmp, h), ctxReader{ctx, src}, *buf)
 	if err != nil {
 		return tmpfs.Digest{}, 0, fmt.Errorf("write blob: %w", err)
 	}
