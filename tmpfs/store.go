@@ -303,6 +303,12 @@ type chunk struct {
 
 const chunkSize = 1 << 20
 
+// bufFor sizes a copy buffer for n bytes still to read: one byte more, so
+// one read also finds the end, and at most limit (and at least 512 bytes).
+func bufFor(n int64, limit int) int {
+	return int(max(min(n+1, int64(limit)), 512))
+}
+
 // Size is the blob's length.
 func (r *Reader) Size() int64 { return r.b.Size() }
 
@@ -354,7 +360,7 @@ func (r *Reader) Read(p []byte) (int, error) {
 // instead of writing a corrupt blob's last chunk.
 func (r *Reader) WriteTo(w io.Writer) (int64, error) {
 	if r.direct || !r.started && r.off != 0 {
-		buf := make([]byte, 256<<10)
+		buf := make([]byte, bufFor(r.b.Size()-r.off, 256<<10))
 		return io.CopyBuffer(w, struct{ io.Reader }{r}, buf)
 	}
 	if !r.started {

@@ -135,7 +135,7 @@ func (s *Store) hashBlobPaced(ctx context.Context, b Blob, d Digest, p *pacer) e
 	if p != nil && p.rate > 0 {
 		src = &pacedReader{ctx: ctx, r: src, p: p}
 	}
-	n, err := io.CopyBuffer(h, struct{ io.Reader }{src}, make([]byte, chunkSize))
+	n, err := io.CopyBuffer(h, struct{ io.Reader }{src}, make([]byte, bufFor(b.Size(), chunkSize)))
 	if err != nil {
 		return fmt.Errorf("verify %s: %w", d.Short(), err)
 	}
