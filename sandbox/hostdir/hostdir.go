@@ -9,6 +9,7 @@
 package hostdir
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -129,7 +130,7 @@ func (d *Dir) put(ctx context.Context, p string, r io.Reader) (sandbox.Entry, er
 			d.root.Remove(tmp)
 		}
 	}()
-	if _, err := io.Copy(w, ctxReader{ctx, r}); err != nil {
+	if _, err := copyIn(ctx, w, r); err != nil {
 		return sandbox.Entry{}, fmt.Errorf("put %s: %w", p, err)
 	}
 	if d.uid >= 0 {
@@ -305,7 +306,7 @@ func (d *Dir) append(ctx context.Context, p string, want sandbox.Stamp, r io.Rea
 	if !st.Mode().IsRegular() || !os.SameFile(before, st) || entry(e.Path, st).Stamp != want {
 		return sandbox.Entry{}, fmt.Errorf("append %s: replaced while opening: %w", e.Path, sandbox.ErrStale)
 	}
-	if _, err := io.Copy(w, ctxReader{ctx, r}); err != nil {
+	if _, err := copyIn(ctx, w, r); err != nil {
 		return sandbox.Entry{}, fmt.Errorf("append %s: %w", e.Path, err)
 	}
 	if st, err = w.Stat(); err != nil {
@@ -391,6 +392,19 @@ func entry(p string, st fs.FileInfo) sandbox.Entry {
 }
 
 // ctxReader stops a copy when ctx ends.
+// copyIn copies r into w, stopping between reads when ctx ends. Bytes
+// already in memory (a journal's appended lines) are written at once,
+// without the 32 KiB buffer io.Copy would make for each call.
+func copyIn(ctx context.Context, w io.Writer, r io.Reader) (int64, error) {
+	if br, ok := r.(*bytes.Reader); ok {
+		if err := ctx.Err(); err != nil {
+			return 0, err
+		}
+		return br.WriteTo(w)
+	}
+	return io.Copy(w, ctxReader{ctx, r})
+}
+
 type ctxReader struct {
 	ctx context.Context
 	r   io.Reader
