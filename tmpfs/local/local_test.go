@@ -429,14 +429,7 @@ func TestFsckAppendedRefs(t *testing.T) {
 	s := open(t, dir)
 	ctx := t.Context()
 	run := runid.New()
-	var vs []tmpfs.File
-	for i := range 4 {
-		f, err := s.Append(ctx, run, "log.txt", fmt.Appendf(nil, "line %d\n", i))
-		if err != nil {
-			t.Fatal(err)
-		}
-		vs = append(vs, f)
-	}
+	vs := appendLines(t, s, run, "log.txt", 4, "line %d\n")
 	p, r := refFile(t, dir, vs[1].SHA256)
 	state, _ := base64.StdEncoding.DecodeString(r["state"].(string))
 	state[len(state)-9] ^= 1 // in the midstate's words, not its length
@@ -512,14 +505,7 @@ func TestFsckAppendedShortExtent(t *testing.T) {
 	s := open(t, dir)
 	ctx := t.Context()
 	run := runid.New()
-	var vs []tmpfs.File
-	for i := range 5 {
-		f, err := s.Append(ctx, run, "trace.jsonl", fmt.Appendf(nil, "{\"step\":%d}\n", i))
-		if err != nil {
-			t.Fatal(err)
-		}
-		vs = append(vs, f)
-	}
+	vs := appendLines(t, s, run, "trace.jsonl", 5, "{\"step\":%d}\n")
 	cut := vs[1].Size + 3
 	if err := os.Truncate(extentOf(t, dir), cut); err != nil {
 		t.Fatal(err)
@@ -538,4 +524,19 @@ func TestFsckAppendedShortExtent(t *testing.T) {
 			t.Errorf("version %d (%d bytes, cut at %d): bad=%v %q", i, v.Size, cut, isBad, reason)
 		}
 	}
+}
+
+// appendLines appends n lines, made by format from 0 to n-1, to path and
+// returns each version.
+func appendLines(t *testing.T, s *tmpfs.Store, run runid.ID, path string, n int, format string) []tmpfs.File {
+	t.Helper()
+	var vs []tmpfs.File
+	for i := range n {
+		f, err := s.Append(t.Context(), run, path, fmt.Appendf(nil, format, i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		vs = append(vs, f)
+	}
+	return vs
 }
