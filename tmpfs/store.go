@@ -411,12 +411,8 @@ func (r *Reader) start() {
 	// what it needs: below a chunk, one buffer a byte longer than the
 	// blob reads the bytes and their end at once (a journal line, a small
 	// CSV cost 6 MiB of zeroed memory each before).
-	size, n := chunkSize, 6
-	if s := r.b.Size(); s >= 0 && s < chunkSize {
-		size, n = int(s)+1, 2
-	} else if s >= 0 {
-		n = min(n, int(s/chunkSize)+2)
-	}
+	s := r.b.Size()
+	size, n := bufFor(s, chunkSize), min(6, int(s/chunkSize)+2)
 	pool := make(chan []byte, n)
 	for range n {
 		pool <- make([]byte, size)
