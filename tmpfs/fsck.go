@@ -222,6 +222,16 @@ func (p *pacer) wait(ctx context.Context, n int) error {
 	return nil
 }
 
+// reader reads r, stopping when ctx ends, no faster than p allows (a nil
+// p, or a rate of 0: as fast as r answers).
+func (p *pacer) reader(ctx context.Context, r io.Reader) io.Reader {
+	src := io.Reader(ctxReader{ctx, r})
+	if p != nil && p.rate > 0 {
+		src = &pacedReader{ctx: ctx, r: src, p: p}
+	}
+	return src
+}
+
 type pacedReader struct {
 	ctx context.Context
 	r   io.Reader

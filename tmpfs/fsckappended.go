@@ -121,120 +121,122 @@ func (f *fsck) bad(ctx context.Context, d Digest, size int64, reason string, qua
 // each member's bytes after it, compared with the member's digest and
 // stored midstate at the member's end.
 func (f *fsck) group(ctx context.Context, as AppendScrubbable, g AppendedGroup) error {
-	quarantine := func(d Digest) func([]byte) error {
-		return func(report []byte) error { return as.QuarantineAppended(ctx, d, report) }
-	}
 	base, err := f.base(ctx, g)
 	if err != nil {
 		return err
 	}
-	var (
-		h     hash.Hash
-		r     io.ReadCloser
-		pos   int64      // bytes of the group hashed into h
-		ended int64 = -1 // where a nested group's bytes ended early
-	)
-
-	defer func() {
-		if r != nil {
-			r.Close()
-		}
-	}()
+	st := stream{ended: -1}
+	defer st.close()
 	for _, m := range g.Members {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
+		var why string
 		switch {
 		case m.Damaged != "":
-			f.rep.Blobs++
-			if err := f.bad(ctx, m.Digest, m.Size, m.Damaged, quarantine(m.Digest)); err != nil {
-				return err
-			}
-			continue
+			why = m.Damaged
 		case base.bad != "":
-			f.rep.Blobs++
-			if err := f.bad(ctx, m.Digest, m.Size, base.bad, quarantine(m.Digest)); err != nil {
-				return err
-			}
-			continue
+			why = base.bad
 		case base.skip:
 			continue // the base is gone or unreadable: reported once
-		case ended >= 0 && m.Size > ended:
-			f.rep.Blobs++
-			if err := f.bad(ctx, m.Digest, m.Size, fmt.Sprintf("stored bytes end after %d of its %d bytes", ended, m.Size), quarantine(m.Digest)); err != nil {
+		case st.ended >= 0 && m.Size > st.ended:
+			why = fmt.Sprintf(endedEarly, st.ended, m.Size)
+		default:
+			var checked bool
+			if why, checked, err = f.read(ctx, g, base.state, &st, m); err != nil {
 				return err
-			}
-			continue
-		}
-		if r == nil || !g.Nested || pos > m.Size {
-			if r != nil {
-				r.Close()
-				r = nil
-			}
-			open := m
-			if g.Nested {
-				open = g.Members[len(g.Members)-1]
-			}
-			rc, err := g.Open(ctx, open)
-			switch {
-			case errors.Is(err, ErrNotFound), errors.Is(err, ErrQuarantined):
-				continue // deleted or quarantined since the listing
-			case err != nil && errors.Is(err, ErrDigestMismatch):
-				f.rep.Blobs++
-				if err := f.bad(ctx, m.Digest, m.Size, err.Error(), quarantine(m.Digest)); err != nil {
-					return err
-				}
-				continue
-			case err != nil:
-				if ctx.Err() != nil {
-					return ctx.Err()
-				}
-				f.unreadable(ctx, m.Digest, err)
+			} else if !checked {
 				continue
 			}
-			r = rc
-			if h, err = ResumeHash(base.state); err != nil {
-				return err
-			}
-			pos = g.BaseSize
-		}
-		n, err := io.CopyBuffer(h, io.LimitReader(f.paced(ctx, r), m.Size-pos), f.buf)
-		pos += n
-		f.rep.Bytes += n
-		if err != nil {
-			if ctx.Err() != nil {
-				return ctx.Err()
-			}
-			f.unreadable(ctx, m.Digest, err)
-			r.Close()
-			r = nil
-			continue
 		}
 		f.rep.Blobs++
-		reason := ""
-		if pos != m.Size {
-			reason = fmt.Sprintf("stored bytes end after %d of its %d bytes", pos, m.Size)
-		} else if DigestFromHash(h) != m.Digest {
-			reason = "stored bytes do not match their sha256"
-		} else if m.State != nil {
-			if st, err := HashState(h); err != nil || !bytes.Equal(st, m.State) {
-				reason = "the stored sha256 midstate, from which appends continue, does not match its bytes"
-			}
+		if why == "" {
+			continue
 		}
-		if reason != "" {
-			if err := f.bad(ctx, m.Digest, m.Size, reason, quarantine(m.Digest)); err != nil {
-				return err
-			}
-		}
-		if pos != m.Size {
-			r.Close()
-			r = nil
-			if g.Nested {
-				ended = pos
-			}
+		err := f.bad(ctx, m.Digest, m.Size, why, func(report []byte) error { return as.QuarantineAppended(ctx, m.Digest, report) })
+		if err != nil {
+			return err
 		}
 	}
 	return nil
+}
+
+const endedEarly = "stored bytes end after %d of its %d bytes"
+
+// stream is where a group's read stands: the open bytes, the hash of the
+// first pos of them, and where a nested group's bytes ended early (-1:
+// they did not).
+type stream struct {
+	r     io.ReadCloser
+	h     hash.Hash
+	pos   int64
+	ended int64
+}
+
+func (s *stream) close() {
+	if s.r != nil {
+		s.r.Close()
+		s.r = nil
+	}
+}
+
+// read hashes member m's bytes into st and says why m is bad ("" when it
+// is good). It opens the group's bytes when it must: for each member of a
+// flat group, once (the last member's) for a nested one. checked is false
+// when m is gone or could not be read (which is reported).
+func (f *fsck) read(ctx context.Context, g AppendedGroup, state []byte, st *stream, m AppendedBlob) (why string, checked bool, err error) {
+	if st.r == nil || !g.Nested {
+		st.close()
+		open := m
+		if g.Nested {
+			open = g.Members[len(g.Members)-1]
+		}
+		rc, err := g.Open(ctx, open)
+		switch {
+		case errors.Is(err, ErrNotFound), errors.Is(err, ErrQuarantined):
+			return "", false, nil // deleted or quarantined since the listing
+		case errors.Is(err, ErrDigestMismatch):
+			return err.Error(), true, nil
+		case err != nil:
+			if ctx.Err() != nil {
+				return "", false, ctx.Err()
+			}
+			f.unreadable(ctx, m.Digest, err)
+			return "", false, nil
+		}
+		if st.h, err = ResumeHash(state); err != nil {
+			rc.Close()
+			return "", false, err
+		}
+		st.r, st.pos = rc, g.BaseSize
+	}
+	n, err := io.CopyBuffer(st.h, io.LimitReader(f.p.reader(ctx, st.r), m.Size-st.pos), f.buf)
+	st.pos += n
+	f.rep.Bytes += n
+	if err != nil {
+		st.close()
+		if ctx.Err() != nil {
+			return "", false, ctx.Err()
+		}
+		f.unreadable(ctx, m.Digest, err)
+		return "", false, nil
+	}
+	if st.pos != m.Size {
+		st.close()
+		if g.Nested {
+			st.ended = st.pos
+		}
+		return fmt.Sprintf(endedEarly, st.pos, m.Size), true, nil
+	}
+	if DigestFromHash(st.h) != m.Digest {
+		return "stored bytes do not match their sha256", true, nil
+	}
+	if m.State != nil {
+		if s, err := HashState(st.h); err != nil || !bytes.Equal(s, m.State) {
+			return "the stored sha256 midstate, from which appends continue, does not match its bytes", true, nil
+		}
+	}
+	return "", true, nil
 }
 
 // baseCheck is what a pass found of a group's base.
@@ -279,8 +281,7 @@ func (f *fsck) hashBase(ctx context.Context, g AppendedGroup) (baseCheck, error)
 	}
 	defer b.Close()
 	h := NewHasher()
-
-	n, err := io.CopyBuffer(h, f.paced(ctx, b), f.buf)
+	n, err := io.CopyBuffer(h, f.p.reader(ctx, b), f.buf)
 	f.rep.Bytes += n
 	if err != nil {
 		if ctx.Err() != nil {
@@ -294,13 +295,4 @@ func (f *fsck) hashBase(ctx context.Context, g AppendedGroup) (baseCheck, error)
 	}
 	st, err := HashState(h)
 	return baseCheck{state: st}, err
-}
-
-// paced reads r no faster than the pass's rate allows.
-func (f *fsck) paced(ctx context.Context, r io.Reader) io.Reader {
-	src := io.Reader(ctxReader{ctx, r})
-	if f.p != nil && f.p.rate > 0 {
-		src = &pacedReader{ctx: ctx, r: src, p: f.p}
-	}
-	return src
 }

@@ -131,11 +131,7 @@ func (s *Store) hashBlobPaced(ctx context.Context, b Blob, d Digest, p *pacer) e
 		return err
 	}
 	h := NewHasher()
-	var src io.Reader = ctxReader{ctx, b}
-	if p != nil && p.rate > 0 {
-		src = &pacedReader{ctx: ctx, r: src, p: p}
-	}
-	n, err := io.CopyBuffer(h, struct{ io.Reader }{src}, make([]byte, bufFor(b.Size(), chunkSize)))
+	n, err := io.CopyBuffer(h, struct{ io.Reader }{p.reader(ctx, b)}, make([]byte, bufFor(b.Size(), chunkSize)))
 	if err != nil {
 		return fmt.Errorf("verify %s: %w", d.Short(), err)
 	}
