@@ -31,6 +31,17 @@ func bigData(seed byte) []byte {
 	return b
 }
 
+// writeBig stores bigData(seed) in s as big.bin of a new run.
+func writeBig(t *testing.T, s *tmpfs.Store, seed byte) (tmpfs.File, []byte) {
+	t.Helper()
+	data := bigData(seed)
+	f, err := s.WriteBytes(t.Context(), runid.New(), "big.bin", data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f, data
+}
+
 // putPlain stores data as one plain object under its blob name, with its
 // digest in the metadata, as a store writing whole objects would: a large
 // blob that is not a manifest, whose first GET runs to the end.
@@ -199,11 +210,7 @@ func TestParallelReadReplaced(t *testing.T) {
 	srv := miniotest.Shared(t)
 	s, blobs := open(t, srv)
 	ctx := t.Context()
-	data := bigData(3)
-	f, err := s.WriteBytes(ctx, runid.New(), "big.bin", data)
-	if err != nil {
-		t.Fatal(err)
-	}
+	f, data := writeBig(t, s, 3)
 	key, _ := uploadKey(t, srv, f.SHA256)
 	restore := s3.ForceParallel(true)
 	defer restore()
@@ -247,11 +254,7 @@ func TestParallelReadDigestMismatch(t *testing.T) {
 
 	// A manifest naming an upload whose bytes were damaged under an ETag
 	// the manifest still matches (damage the service did not see).
-	data := bigData(5)
-	f, err := s.WriteBytes(ctx, runid.New(), "big.bin", data)
-	if err != nil {
-		t.Fatal(err)
-	}
+	f, data := writeBig(t, s, 5)
 	key, minfo := uploadKey(t, srv, f.SHA256)
 	bad := bytes.Clone(data)
 	bad[len(bad)-3*s3.SegmentSize/2] ^= 0x20 // in a segment fetched ahead
@@ -313,11 +316,7 @@ func TestParallelReadStops(t *testing.T) {
 	srv := miniotest.Shared(t)
 	ctx := t.Context()
 	fast, _ := open(t, srv)
-	data := bigData(7)
-	f, err := fast.WriteBytes(ctx, runid.New(), "big.bin", data)
-	if err != nil {
-		t.Fatal(err)
-	}
+	f, data := writeBig(t, fast, 7)
 	cfg := config(t, srv)
 	cfg.Endpoint = throttle(t, srv.Endpoint, 16<<20)
 	b, x, err := s3.New(ctx, cfg)
@@ -377,11 +376,7 @@ func TestParallelReadSeek(t *testing.T) {
 	srv := miniotest.Shared(t)
 	s, blobs := open(t, srv)
 	ctx := t.Context()
-	data := bigData(8)
-	f, err := s.WriteBytes(ctx, runid.New(), "big.bin", data)
-	if err != nil {
-		t.Fatal(err)
-	}
+	f, data := writeBig(t, s, 8)
 	restore := s3.ForceParallel(true)
 	defer restore()
 	open := map[string]func() (io.ReadSeekCloser, error){
