@@ -104,12 +104,18 @@ func main() {
 	}
 }
 
-func serve(ctx context.Context, args []string) error {
-	var c config
+// serveFlagSet registers every flag of `triad serve` on c.
+func (c *config) serveFlagSet() *flagSet {
 	fs := newFlagSet("serve")
 	c.serveFlags(fs)
 	c.E2B.flags(fs)
 	c.common(fs)
+	return fs
+}
+
+func serve(ctx context.Context, args []string) error {
+	var c config
+	fs := c.serveFlagSet()
 	if err := c.parse(fs, args); err != nil {
 		return err
 	}

@@ -8,8 +8,8 @@ import (
 )
 
 // TestREADMEListsEveryFlag keeps the README's configuration table true:
-// every flag of triad serve (which registers the common, E2B and sandbox
-// flags too) has a row naming the flag and its TRIAD_* twin, and every
+// every flag of triad serve (serveFlagSet, which registers the common,
+// E2B and sandbox flags too) has a row naming the flag and its TRIAD_* twin, and every
 // flag a row names exists (serve's, or the client's --api-key of triad run
 // and triad replay). A row may name several flags: "| `--a`, `--b` |".
 func TestREADMEListsEveryFlag(t *testing.T) {
@@ -28,10 +28,7 @@ func TestREADMEListsEveryFlag(t *testing.T) {
 		}
 	}
 	var c config
-	fs := newFlagSet("serve")
-	c.serveFlags(fs)
-	c.E2B.flags(fs)
-	c.common(fs)
+	fs := c.serveFlagSet()
 	fs.VisitAll(func(f *flag.Flag) {
 		row, ok := rows[f.Name]
 		if !ok {
