@@ -9,7 +9,6 @@
 package hostdir
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -21,6 +20,7 @@ import (
 	"path"
 	"sort"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 
@@ -392,17 +392,17 @@ func entry(p string, st fs.FileInfo) sandbox.Entry {
 }
 
 // ctxReader stops a copy when ctx ends.
-// copyIn copies r into w, stopping between reads when ctx ends. Bytes
-// already in memory (a journal's appended lines) are written at once,
-// without the 32 KiB buffer io.Copy would make for each call.
+// copyBufs holds copyIn's buffers.
+var copyBufs = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
+
+// copyIn copies r into w, stopping between reads when ctx ends, through a
+// pooled buffer: io.Copy into a file would make a fresh 32 KiB one each
+// time (os.File.ReadFrom's fallback), and the journal's lines are
+// appended to the kernel's copies three times a step.
 func copyIn(ctx context.Context, w io.Writer, r io.Reader) (int64, error) {
-	if br, ok := r.(*bytes.Reader); ok {
-		if err := ctx.Err(); err != nil {
-			return 0, err
-		}
-		return br.WriteTo(w)
-	}
-	return io.Copy(w, ctxReader{ctx, r})
+	buf := copyBufs.Get().(*[]byte)
+	defer copyBufs.Put(buf)
+	return io.CopyBuffer(struct{ io.Writer }{w}, ctxReader{ctx, r}, *buf)
 }
 
 type ctxReader struct {
