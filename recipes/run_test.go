@@ -25,7 +25,7 @@ import (
 	"github.com/triadhq/triad/internal/testenv"
 	"github.com/triadhq/triad/orchestrator/orchestratortest"
 	"github.com/triadhq/triad/recipes/notebook"
-	"github.com/triadhq/triad/sandbox/docker/image"
+	"github.com/triadhq/triad/sandbox/image"
 	"github.com/triadhq/triad/wire"
 )
 

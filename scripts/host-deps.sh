@@ -3,7 +3,7 @@
 #   docker.io, debootstrap, e2fsprogs
 #                            the Docker sandbox, its offline image build, the mkfs.ext4 of disk quotas
 #   python3-ipykernel, python3-matplotlib
-#                            a real ipykernel for sandbox/docker/jupyter's tests
+#                            a real ipykernel for sandbox/jupyter's tests
 #   python3-nbformat         validates run.ipynb with the reference validator
 #   poppler-utils            pdfinfo/pdftoppm render the brief's PDF
 #   chromium                 the web console's browser tests (console/), driven by chromedp

@@ -73,7 +73,7 @@ go test -count=1 -timeout 60m "$@" ./...
 # is bounded by count too; its 60 s default stalled FuzzFormat.
 step "fuzz"
 fuzz() { go test -run '^$' -fuzz "^$1\$" -fuzztime "$2" -fuzzminimizetime 2000x "$3"; }
-fuzz FuzzReadFrame 250000x ./sandbox/docker/jupyter/zmtp
+fuzz FuzzReadFrame 250000x ./sandbox/jupyter/zmtp
 fuzz FuzzFormat 80000x ./cel
-fuzz FuzzDecodeStream 1000000x ./sandbox/docker/jupyter
+fuzz FuzzDecodeStream 1000000x ./sandbox/jupyter
 step "done; screenshots and other artifacts in $TRIAD_ARTIFACTS"

@@ -52,7 +52,7 @@ import (
 	"github.com/triadhq/triad/runfiles"
 	"github.com/triadhq/triad/sandbox"
 	"github.com/triadhq/triad/sandbox/docker"
-	"github.com/triadhq/triad/sandbox/docker/image"
+	"github.com/triadhq/triad/sandbox/image"
 	"github.com/triadhq/triad/sandbox/wasm"
 	"github.com/triadhq/triad/tmpfs"
 	"github.com/triadhq/triad/tmpfs/local"

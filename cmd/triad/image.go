@@ -8,7 +8,7 @@ import (
 
 	"github.com/docker/docker/client"
 
-	"github.com/triadhq/triad/sandbox/docker/image"
+	"github.com/triadhq/triad/sandbox/image"
 )
 
 const imageUsage = "usage: triad image build [--force] | triad image tag [--image server] | triad image export [--image sandbox|server] --format docker-archive [-o FILE]"

@@ -17,7 +17,7 @@ import (
 	"github.com/triadhq/triad/orchestrator/kubelease"
 	"github.com/triadhq/triad/sandbox"
 	"github.com/triadhq/triad/sandbox/docker"
-	"github.com/triadhq/triad/sandbox/docker/image"
+	"github.com/triadhq/triad/sandbox/image"
 	"github.com/triadhq/triad/sandbox/kube"
 )
 

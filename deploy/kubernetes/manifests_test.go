@@ -22,7 +22,7 @@ import (
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/kubernetes/scheme"
 
-	"github.com/triadhq/triad/sandbox/docker/image"
+	"github.com/triadhq/triad/sandbox/image"
 	"github.com/triadhq/triad/sandbox/kube"
 )
 

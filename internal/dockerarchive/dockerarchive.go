@@ -3,7 +3,7 @@
 // The layer is streamed once: its digest is computed on the way and the
 // config that names it is written after it, so a layer of a gigabyte costs
 // no memory and no second pass. Both of Triad's images are written this
-// way: the sandbox image (sandbox/docker/image, from the cached root
+// way: the sandbox image (sandbox/image, from the cached root
 // filesystem) and Triad's own server image (cmd/triad, from the running
 // binary), so that a cluster without a registry, or an operator pushing to
 // one, needs no image builder.

@@ -21,7 +21,7 @@ import (
 	"github.com/triadhq/triad/runfiles"
 	"github.com/triadhq/triad/sandbox"
 	"github.com/triadhq/triad/sandbox/docker"
-	"github.com/triadhq/triad/sandbox/docker/image/imagetest"
+	"github.com/triadhq/triad/sandbox/image/imagetest"
 	"github.com/triadhq/triad/sandbox/wasm"
 	"github.com/triadhq/triad/tmpfs"
 	"github.com/triadhq/triad/tmpfs/local"

@@ -13,7 +13,7 @@ import (
 
 	"github.com/triadhq/triad/internal/safepath"
 	"github.com/triadhq/triad/sandbox"
-	"github.com/triadhq/triad/sandbox/docker/image"
+	"github.com/triadhq/triad/sandbox/image"
 )
 
 var _ sandbox.Contexts = (*Kernel)(nil)

@@ -11,7 +11,7 @@ import (
 
 	"github.com/triadhq/triad/sandbox"
 	"github.com/triadhq/triad/sandbox/docker"
-	"github.com/triadhq/triad/sandbox/docker/image"
+	"github.com/triadhq/triad/sandbox/image"
 )
 
 // Example starts a jailed kernel and runs two cells that share state. It

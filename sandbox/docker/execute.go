@@ -6,8 +6,8 @@ import (
 	"time"
 
 	"github.com/triadhq/triad/sandbox"
-	"github.com/triadhq/triad/sandbox/docker/jupyter"
 	"github.com/triadhq/triad/sandbox/internal/jupytercell"
+	"github.com/triadhq/triad/sandbox/jupyter"
 )
 
 // Execute implements sandbox.Kernel: the cell runs through

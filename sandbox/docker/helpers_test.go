@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/triadhq/triad/sandbox"
-	"github.com/triadhq/triad/sandbox/docker/image/imagetest"
+	"github.com/triadhq/triad/sandbox/image/imagetest"
 )
 
 // sandboxImage returns the real sandbox image (imagetest.Tag).

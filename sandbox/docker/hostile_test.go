@@ -10,7 +10,7 @@ import (
 
 	"github.com/triadhq/triad/internal/procmem"
 	"github.com/triadhq/triad/sandbox"
-	"github.com/triadhq/triad/sandbox/docker/jupyter/jupytertest"
+	"github.com/triadhq/triad/sandbox/jupyter/jupytertest"
 )
 
 // kernelSockets are the sockets a cell can reach the host's connections

@@ -20,9 +20,9 @@ import (
 	"github.com/docker/go-units"
 
 	"github.com/triadhq/triad/sandbox"
-	"github.com/triadhq/triad/sandbox/docker/image"
-	"github.com/triadhq/triad/sandbox/docker/jupyter"
 	"github.com/triadhq/triad/sandbox/hostdir"
+	"github.com/triadhq/triad/sandbox/image"
+	"github.com/triadhq/triad/sandbox/jupyter"
 )
 
 // Paths inside the container.

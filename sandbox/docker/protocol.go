@@ -3,7 +3,7 @@ package docker
 import (
 	"errors"
 
-	"github.com/triadhq/triad/sandbox/docker/jupyter/zmtp"
+	"github.com/triadhq/triad/sandbox/jupyter/zmtp"
 )
 
 // messageHeadroom is what one kernel message may carry beyond a cell's

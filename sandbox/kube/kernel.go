@@ -14,8 +14,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/triadhq/triad/sandbox"
-	"github.com/triadhq/triad/sandbox/docker/jupyter"
-	"github.com/triadhq/triad/sandbox/docker/jupyter/zmtp"
+	"github.com/triadhq/triad/sandbox/jupyter"
+	"github.com/triadhq/triad/sandbox/jupyter/zmtp"
 )
 
 // bootTimeout bounds a kernel's boot in a running pod: the connection

@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"github.com/triadhq/triad/sandbox"
-	"github.com/triadhq/triad/sandbox/docker/jupyter"
 	"github.com/triadhq/triad/sandbox/internal/emit"
+	"github.com/triadhq/triad/sandbox/jupyter"
 )
 
 // Kernel is a backend's side of a running kernel: how to reach it, restart

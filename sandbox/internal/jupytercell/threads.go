@@ -8,7 +8,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/triadhq/triad/sandbox/docker/jupyter"
+	"github.com/triadhq/triad/sandbox/jupyter"
 )
 
 // Background threads (see docs/DECISIONS.md, "Background threads"): a cell

@@ -12,8 +12,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/triadhq/triad/sandbox/docker/jupyter/jupytertest"
-	"github.com/triadhq/triad/sandbox/docker/jupyter/zmtp"
+	"github.com/triadhq/triad/sandbox/jupyter/jupytertest"
+	"github.com/triadhq/triad/sandbox/jupyter/zmtp"
 )
 
 // TestHostileCell has a cell write each attack to the kernel's end of each

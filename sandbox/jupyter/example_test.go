@@ -8,7 +8,7 @@ import (
 	"os"
 	"time"
 
-	"github.com/triadhq/triad/sandbox/docker/jupyter"
+	"github.com/triadhq/triad/sandbox/jupyter"
 )
 
 // Example shows the sandbox/docker flow: the kernel sees its socket

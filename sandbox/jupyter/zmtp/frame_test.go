@@ -141,7 +141,7 @@ func TestManyLargeFramesRefusedEarly(t *testing.T) {
 // bufio buffer), never return a message over its limits, and every message
 // it returns must come back unchanged from an encode and a second read.
 //
-//	go test -run '^$' -fuzz '^FuzzReadFrame$' -fuzztime 30s ./sandbox/docker/jupyter/zmtp
+//	go test -run '^$' -fuzz '^FuzzReadFrame$' -fuzztime 30s ./sandbox/jupyter/zmtp
 func FuzzReadFrame(f *testing.F) {
 	f.Add([]byte{0, 3, 'a', 'b', 'c'})
 	f.Add([]byte{flagMore, 1, 'a', flagMore, 0, 0, 1, 'c'})

@@ -16,7 +16,7 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/triadhq/triad/sandbox/docker/jupyter/zmtp"
+	"github.com/triadhq/triad/sandbox/jupyter/zmtp"
 )
 
 // Errors returned by Client and Execution.

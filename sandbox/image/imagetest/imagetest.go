@@ -12,7 +12,7 @@ import (
 	"github.com/docker/docker/client"
 
 	"github.com/triadhq/triad/internal/testenv"
-	"github.com/triadhq/triad/sandbox/docker/image"
+	"github.com/triadhq/triad/sandbox/image"
 )
 
 var (

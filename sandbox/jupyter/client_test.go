@@ -314,7 +314,7 @@ func clientGoroutines() map[string]string {
 	buf := make([]byte, 1<<22)
 	buf = buf[:runtime.Stack(buf, true)]
 	head := regexp.MustCompile(`^goroutine (\d+) `)
-	ownCode := regexp.MustCompile(`sandbox/docker/jupyter/((client|execute|wire|conninfo)|zmtp/[a-z]+)\.go`)
+	ownCode := regexp.MustCompile(`sandbox/jupyter/((client|execute|wire|conninfo)|zmtp/[a-z]+)\.go`)
 	got := map[string]string{}
 	for _, g := range strings.Split(string(buf), "\n\n") {
 		m := head.FindStringSubmatch(g)
