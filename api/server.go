@@ -281,7 +281,7 @@ func (s *Server) newRun(w http.ResponseWriter, r *http.Request) error {
 		}
 	}
 	id := runid.New()
-	if err := s.orch.Claim(r.Context(), id); err != nil {
+	if err := s.orch.Create(r.Context(), id); err != nil {
 		return err
 	}
 	out := wire.NewRunResponse{RunID: id.String()}

@@ -6,9 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"sort"
 	"strings"
 	"time"
 
+	"github.com/triadhq/triad/auth"
 	"github.com/triadhq/triad/evaluator"
 	"github.com/triadhq/triad/internal/fault"
 	"github.com/triadhq/triad/internal/runid"
@@ -44,10 +46,14 @@ const (
 // before the run's first tool call. The backend, image and version are
 // filled in here. Calling it again with the same seed and as_of keeps the
 // record (a resumed recipe run); a run that has made calls cannot change
-// them, since its kernel was already seeded.
+// them, since its kernel was already seeded. The run must be the caller's:
+// Create or OpenRun it first.
 func (o *Orchestrator) SetRunSetup(ctx context.Context, run runid.ID, s wire.RunSetup) (wire.RunSetup, error) {
 	s, err := o.completeSetup(run, s)
 	if err != nil {
+		return s, err
+	}
+	if _, err := o.access(ctx, run, auth.Runs, false); err != nil {
 		return s, err
 	}
 	held, err := o.lockRun(ctx, run)
@@ -81,6 +87,9 @@ func (o *Orchestrator) SetRunSetup(ctx context.Context, run runid.ID, s wire.Run
 // RunSetup returns the run's setup as recorded, and false when the run has
 // no record (it has made no call, or predates run.setup.json).
 func (o *Orchestrator) RunSetup(ctx context.Context, run runid.ID) (wire.RunSetup, bool, error) {
+	if _, err := o.access(ctx, run, auth.Read, false); err != nil {
+		return wire.RunSetup{}, false, err
+	}
 	if err := o.settle(ctx, run); err != nil {
 		return wire.RunSetup{}, false, err
 	}
@@ -243,6 +252,56 @@ TRIAD_SEED, TRIAD_AS_OF = $SEED, $ASOF
 _triad_setup(TRIAD_SEED, TRIAD_AS_OF, $EPOCH)
 del _triad_setup
 `)
+}
+
+// setCode is the setup cell that sets a cell's environment: Kernel once
+// per interpreter (a marker in its namespace says it was), Call always.
+func (e CellEnv) setCode() string {
+	return "# Triad: the cell's environment variables (their values are not kept)\n" +
+		"exec(" + pyStr(fmt.Sprintf(`import json as __triad_json, os as __triad_os
+if not globals().get("__triad_env_set"):
+    __triad_os.environ.update(__triad_json.loads(%s))
+    __triad_env_set = True
+__triad_os.environ.update(__triad_json.loads(%s))
+del __triad_json, __triad_os`, pyJSON(e.Kernel), pyJSON(e.Call))) + ")\n"
+}
+
+// resetCode is the setup cell that undoes a cell's Call variables: each
+// back to its Kernel value, or unset.
+func (e CellEnv) resetCode() string {
+	restore := map[string]string{}
+	var unset []string
+	for k := range e.Call {
+		if v, ok := e.Kernel[k]; ok {
+			restore[k] = v
+		} else {
+			unset = append(unset, k)
+		}
+	}
+	sort.Strings(unset)
+	u, _ := json.Marshal(unset)
+	return "# Triad: restore the environment after the cell\n" +
+		"exec(" + pyStr(fmt.Sprintf(`import json as __triad_json, os as __triad_os
+__triad_os.environ.update(__triad_json.loads(%s))
+[__triad_os.environ.pop(k, None) for k in __triad_json.loads(%s)]
+del __triad_json, __triad_os`, pyJSON(restore), pyStr(string(u)))) + ")\n"
+}
+
+// pyJSON returns m as JSON inside a Python string literal.
+func pyJSON(m map[string]string) string {
+	if m == nil {
+		m = map[string]string{}
+	}
+	b, _ := json.Marshal(m) // a map of strings always marshals
+	return pyStr(string(b))
+}
+
+// pyStr quotes s as a Python string literal: a JSON string is one (Go
+// escapes every control character, and <, > and & as \u escapes, all of
+// which Python reads the same way).
+func pyStr(s string) string {
+	b, _ := json.Marshal(s)
+	return string(b)
 }
 
 // setUpKernel runs the setup cell in a kernel that just started or

@@ -42,6 +42,11 @@ type sandboxJSON struct {
 	ClientID        string `json:"clientID"`
 	EnvdVersion     string `json:"envdVersion"`
 	EnvdAccessToken string `json:"envdAccessToken"`
+	// TrafficAccessToken is the same token, which the code interpreter
+	// SDKs send on their context calls (E2B-Traffic-Access-Token) where
+	// they send no X-Access-Token: with it, every data-plane call carries
+	// the sandbox's credential.
+	TrafficAccessToken string `json:"trafficAccessToken"`
 }
 
 // sandboxDetailJSON is E2B's SandboxDetail and ListedSandbox.
@@ -161,11 +166,16 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	now := time.Now().UTC()
-	owner := auth.From(r.Context())
 	sb := Sandbox{ID: runid.New(), Template: in.TemplateID, Metadata: in.Metadata, Envs: in.EnvVars,
-		TimeoutS: int64(life / time.Second), StartedAt: now, EndAt: now.Add(life), State: StateRunning, Owner: &owner}
+		TimeoutS: int64(life / time.Second), StartedAt: now, EndAt: now.Add(life), State: StateRunning}
 	tok, err := sb.newToken()
 	if err != nil {
+		return err
+	}
+	// The run is the caller's tenant's from here on, before its id is
+	// handed out: no later call decides it (docs/DECISIONS.md, "One owner
+	// per run").
+	if err := s.c.Core.Create(r.Context(), sb.ID); err != nil {
 		return err
 	}
 	if err := s.reg.create(r.Context(), sb); err != nil {
@@ -173,7 +183,7 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) error {
 	}
 	s.log.InfoContext(r.Context(), "E2B sandbox created", "sandbox", sb.ID, "template", sb.Template, "timeout", life)
 	return writeJSON(w, http.StatusCreated, sandboxJSON{TemplateID: sb.Template, SandboxID: sb.ID.String(), ClientID: clientID,
-		EnvdVersion: EnvdVersion, EnvdAccessToken: tok})
+		EnvdVersion: EnvdVersion, EnvdAccessToken: tok, TrafficAccessToken: tok})
 }
 
 // validEnvs refuses environment variable names a process could not have.
@@ -209,7 +219,7 @@ func (s *Server) lookup(r *http.Request) (Sandbox, error) {
 		return Sandbox{}, err
 	}
 	sb, err := s.reg.get(r.Context(), id)
-	if errors.Is(err, ErrNoRecord) || err == nil && !visible(r.Context(), sb) {
+	if errors.Is(err, ErrNoRecord) || err == nil && !s.visible(r.Context(), sb) {
 		// Another tenant's sandbox is not found, as its run is.
 		return Sandbox{}, notFound(id.String())
 	}
@@ -345,7 +355,7 @@ func (s *Server) connect(w http.ResponseWriter, r *http.Request) error {
 		s.log.InfoContext(r.Context(), "E2B sandbox resumed: its next call starts a fresh kernel over its files", "sandbox", id)
 	}
 	return writeJSON(w, status, sandboxJSON{TemplateID: sb.Template, SandboxID: sb.ID.String(), ClientID: clientID,
-		EnvdVersion: EnvdVersion, EnvdAccessToken: tok})
+		EnvdVersion: EnvdVersion, EnvdAccessToken: tok, TrafficAccessToken: tok})
 }
 
 // pauseNow is POST /sandboxes/{id}/pause: what a timeout does, now.
@@ -386,7 +396,7 @@ func (s *Server) list(w http.ResponseWriter, r *http.Request) error {
 	}
 	var out []sandboxDetailJSON
 	for _, sb := range all {
-		if visible(r.Context(), sb) && f.match(sb) {
+		if f.match(sb) && s.visible(r.Context(), sb) {
 			out = append(out, detail(sb))
 		}
 	}

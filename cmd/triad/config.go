@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/triadhq/triad/auth/seal"
 	"github.com/triadhq/triad/metrics"
 )
 
@@ -47,6 +48,7 @@ type config struct {
 	MetricsAuth bool
 	PublicURL   string
 	ShareSecret string
+	SealSecret  string
 	ShareTTL    time.Duration
 	ShareMaxTTL time.Duration
 	Quotas      quotaConfig
@@ -101,6 +103,7 @@ func (c *config) serveFlags(f *flagSet) {
 	f.boolean(&c.MetricsAuth, "metrics-auth", false, "make /metrics on --addr need an admin key (it needs none by default)")
 	f.str(&c.PublicURL, "public-url", "", "the server's URL as callers reach it, for share links (default: the request's scheme and host)")
 	f.str(&c.ShareSecret, "share-secret", "", "secret that signs share links, at least 16 bytes (default: drawn once and kept in the store, so replicas agree); changing it voids every link")
+	f.str(&c.SealSecret, "seal-secret", "", "secret that seals what callers give as secrets (an E2B sandbox's envs) in the store, at least 16 bytes (default: drawn once and kept in the store, which keeps them out of plain text but not from whoever copies the whole store); changing it makes sealed values unreadable")
 	f.duration(&c.ShareTTL, "share-ttl", 24*time.Hour, "a share link's lifetime when the request names none")
 	f.duration(&c.ShareMaxTTL, "share-max-ttl", 30*24*time.Hour, "the longest lifetime a share link may ask for")
 	f.boolean(&c.Console, "console", true, "serve the web console at / (sign in with an API key)")
@@ -123,6 +126,9 @@ func (c *config) validateServe() error {
 	}
 	if c.ShareSecret != "" && len(c.ShareSecret) < 16 {
 		return fmt.Errorf("--share-secret (TRIAD_SHARE_SECRET) must be at least 16 bytes")
+	}
+	if c.SealSecret != "" && len(c.SealSecret) < seal.MinSecret {
+		return fmt.Errorf("--seal-secret (TRIAD_SEAL_SECRET) must be at least %d bytes", seal.MinSecret)
 	}
 	if c.SessionTTL <= 0 {
 		return fmt.Errorf("--session-ttl must be positive")

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/triadhq/triad/api"
+	"github.com/triadhq/triad/api/e2b"
 	"github.com/triadhq/triad/api/mcp"
 	"github.com/triadhq/triad/auth/keys"
 	"github.com/triadhq/triad/auth/session"
@@ -199,6 +200,15 @@ func serve(ctx context.Context, args []string) error {
 		}
 		defer e.Close()
 		handler = e.Handler(handler)
+	} else {
+		// The surface is off, but its old records still leave the runs.
+		ec, err := e2bRecords(ctx, &c, st, log)
+		if err == nil {
+			err = e2b.Migrate(ctx, ec)
+		}
+		if err != nil {
+			return err
+		}
 	}
 	srv := &http.Server{
 		Handler:           handler,

@@ -28,7 +28,7 @@ var layers = [][]string{
 		"api/e2b/envd", "api/e2b/envd/filesystem", "api/e2b/envd/filesystem/filesystemconnect",
 		"api/e2b/envd/process", "api/e2b/envd/process/processconnect"},
 	// 2: tools and records.
-	{"auth/keys", "auth/share", "auth/session", "metrics",
+	{"auth/keys", "auth/share", "auth/session", "auth/seal", "metrics",
 		"browser", "browser/replay", "browser/tavily", "browser/tavilytest",
 		"tmpfs/local", "tmpfs/s3", "tmpfs/tmpfstest",
 		"sandbox/docker", "sandbox/image", "sandbox/image/imagetest", "sandbox/jupyter", "sandbox/jupyter/zmtp",
@@ -39,7 +39,7 @@ var layers = [][]string{
 	// 3: the orchestration core.
 	{"orchestrator", "orchestrator/kernels", "orchestrator/workspace", "orchestrator/orchestratortest", "orchestrator/replay", "orchestrator/kubelease", "recipes/runner"},
 	// 4: surfaces. They share only the wire contract, never each other.
-	{"api", "api/mcp", "api/e2b", "api/e2b/tmpfsrecords", "api/e2b/recordstest", "console"},
+	{"api", "api/mcp", "api/e2b", "api/e2b/tmpfsrecords", "api/e2b/metarecords", "api/e2b/recordstest", "console"},
 	// 5: binaries and benchmarks: wiring only.
 	{"cmd/triad", "bench/sandbox", "bench/store", "bench/neighbour", "bench/scale", "bench/burst", "deploy/kubernetes"},
 }
@@ -50,6 +50,7 @@ var sameLayer = map[string][]string{
 	"api/e2b/envd/filesystem/filesystemconnect": {"api/e2b/envd/filesystem"},
 	"api/e2b/envd/process/processconnect":       {"api/e2b/envd/process"},
 	"api/e2b/tmpfsrecords":                      {"api/e2b"},
+	"api/e2b/metarecords":                       {"api/e2b"},
 	"api/e2b/recordstest":                       {"api/e2b"},
 	"internal/runid":                            {"internal/fault"},
 	"internal/safepath":                         {"internal/fault"},

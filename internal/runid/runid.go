@@ -2,6 +2,8 @@
 package runid
 
 import (
+	"strings"
+
 	"github.com/google/uuid"
 
 	"github.com/triadhq/triad/internal/fault"
@@ -20,6 +22,19 @@ type ID struct{ s string }
 
 // New mints a fresh run id.
 func New() ID { return ID{"r-" + uuid.NewString()} }
+
+// ReservedPrefix starts the ids of Triad's own runs. No caller may bring a
+// run with such an id into being by naming it (an implicit run): only
+// Triad names them, so no caller can take one first. The check is the
+// core's, where every run is resolved; Parse accepts the ids, so that
+// Triad can name its own. See docs/DECISIONS.md, "One owner per run".
+const ReservedPrefix = "triad-"
+
+// Reserved reports whether id starts with ReservedPrefix, in any case (a
+// store on a case-insensitive file system would take TRIAD-x for triad-x).
+func (id ID) Reserved() bool {
+	return len(id.s) >= len(ReservedPrefix) && strings.EqualFold(id.s[:len(ReservedPrefix)], ReservedPrefix)
+}
 
 // Must parses s and panics if it is not a valid run id: for ids built from
 // constants and other validated ids (prefix + uuid), never for input.

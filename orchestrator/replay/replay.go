@@ -82,6 +82,11 @@ func Run(ctx context.Context, o *orchestrator.Orchestrator, orig runid.ID, opt O
 	if run.IsZero() {
 		run = runid.New()
 	}
+	// The replay is a new run of the caller's, made before anything can
+	// name it.
+	if err := o.Create(ctx, run); err != nil {
+		return nil, err
+	}
 	from := "the original's: replay of " + orig.String()
 	want := wire.RunSetup{Seed: setup0.Seed, SeedFrom: from, AsOf: setup0.AsOf, AsOfFrom: from, Recipe: setup0.Recipe, ReplayOf: orig.String()}
 	if opt.Seed != nil && *opt.Seed != setup0.Seed {

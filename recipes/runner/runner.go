@@ -163,17 +163,23 @@ func (r *Runner) prepare(ctx context.Context, req Request, inputs map[string][]b
 		return nil, fault.New(fault.NotConfigured, "no sandbox backend is configured, and recipes need one",
 			"start triad with --sandbox docker, wasm or auto")
 	}
+	// A new run is created for the caller's tenant before anything can
+	// name it; a run_id names the caller's own run to resume, or a fresh
+	// id for a new run (another tenant's is not found).
 	run := runid.New()
-	if req.RunID != "" {
+	if req.RunID == "" {
+		if err := r.o.Create(ctx, run); err != nil {
+			return nil, err
+		}
+	} else {
 		id, err := runid.Parse(req.RunID)
 		if err != nil {
 			return nil, err
 		}
 		run = id
-	}
-	// The run becomes the caller's, or is another tenant's and not found.
-	if err := r.o.Claim(ctx, run); err != nil {
-		return nil, err
+		if err := r.o.OpenRun(ctx, run); err != nil {
+			return nil, err
+		}
 	}
 	prev, hasPrev, err := r.load(ctx, run)
 	if err != nil {
