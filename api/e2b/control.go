@@ -272,10 +272,12 @@ func (s *Server) kill(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (s *Server) setTimeout(w http.ResponseWriter, r *http.Request) error {
-	id, err := sandboxID(r)
+	// Another tenant's sandbox is not found, as for every control call.
+	sb, err := s.lookup(r)
 	if err != nil {
 		return err
 	}
+	id := sb.ID
 	var in timeoutBody
 	if err := s.decodeLoose(w, r, &in, false); err != nil {
 		return err
@@ -313,10 +315,13 @@ func (s *Server) updateErr(id runid.ID, err error) error {
 // over the same files) or extends a running one, and hands out a new
 // access token.
 func (s *Server) connect(w http.ResponseWriter, r *http.Request) error {
-	id, err := sandboxID(r)
+	// Another tenant's sandbox is not found: connect hands out an access
+	// token, the data plane's one credential.
+	cur, err := s.lookup(r)
 	if err != nil {
 		return err
 	}
+	id := cur.ID
 	var in timeoutBody
 	if err := s.decodeLoose(w, r, &in, true); err != nil {
 		return err

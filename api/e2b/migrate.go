@@ -51,7 +51,7 @@ func Migrate(ctx context.Context, c Config) error {
 // New runs it when Config.Legacy is set; a server with the surface off
 // calls Migrate, so the records leave the runs all the same.
 func migrate(ctx context.Context, c Config) error {
-	g := &registry{recs: c.Records, seal: c.Sealer, log: c.Logger}
+	g := &registry{recs: c.Records, seal: c.Sealer, log: c.Logger, m: map[runid.ID]Sandbox{}}
 	all, err := c.Legacy.All(ctx)
 	if err != nil {
 		return fmt.Errorf("read the sandbox records to migrate: %w", err)
