@@ -91,7 +91,7 @@ func (s *Server) Document() (*openapi3.T, error) {
 	digest := openapi3.NewStringSchema()
 	digest.Pattern, digest.Description = "^[0-9a-f]{64}$", "a sha256, as 64 lower-case hex digits"
 	g := &schemaGen{schemas: openapi3.Schemas{"Digest": digest.NewRef()}, types: map[string]reflect.Type{},
-		requests: map[reflect.Type]bool{}, vars: map[string]string{"$max-share-ttl": s.c.MaxShareTTL.String()}}
+		requests: map[reflect.Type]bool{}, vars: map[string]string{"$max-share-ttl": shortDuration(s.c.MaxShareTTL)}}
 	g.gen = openapi3gen.NewGenerator(
 		openapi3gen.SchemaCustomizer(g.customize),
 		openapi3gen.CreateComponentSchemas(openapi3gen.ExportComponentSchemasOptions{ExportComponentSchemas: true, ExportTopLevelSchema: true}),
@@ -139,12 +139,24 @@ func (s *Server) Document() (*openapi3.T, error) {
 	if err := g.apply(); err != nil {
 		return nil, err
 	}
+	if !s.orch.RunsCommands() {
+		// This server's sandbox runs Python cells only.
+		if l := g.schemas["ExecRequest"].Value.Properties["language"]; l != nil {
+			l.Value.Enum = []any{wire.LanguagePython}
+			l.Value.Description += " This server's sandbox runs Python only."
+		}
+	}
 	if s.runner != nil {
 		var infos []wire.RecipeInfo
+		var elsewhere []string
 		for _, rc := range s.runner.List() {
-			infos = append(infos, rc.Info(true))
+			if s.runner.Supports(rc) {
+				infos = append(infos, rc.Info(true))
+			} else {
+				elsewhere = append(elsewhere, rc.Name)
+			}
 		}
-		if err := recipeSchemas(g.schemas["RecipeRunRequest"].Value, infos); err != nil {
+		if err := recipeSchemas(g.schemas["RecipeRunRequest"].Value, infos, elsewhere); err != nil {
 			return nil, err
 		}
 	}
@@ -528,4 +540,17 @@ func (g *schemaGen) parameter(in string, p param) *openapi3.Parameter {
 		sch.Format = ""
 	}
 	return &openapi3.Parameter{Name: p.Name, In: in, Required: p.Required, Description: fd.Description, Schema: sch.NewRef()}
+}
+
+// shortDuration writes d as Go does, without zero minutes and seconds:
+// 720h, not 720h0m0s.
+func shortDuration(d time.Duration) string {
+	out := d.String()
+	if strings.HasSuffix(out, "m0s") {
+		out = strings.TrimSuffix(out, "0s")
+	}
+	if strings.HasSuffix(out, "h0m") {
+		out = strings.TrimSuffix(out, "0m")
+	}
+	return out
 }

@@ -169,6 +169,9 @@ var (
 var (
 	runIDParam = param{Name: "id", Tag: `format:"run-id" doc:"The run."`}
 	pathParam  = param{Name: "path", Tag: `format:"run-path" doc:"The run path (slashes included: the rest of the URL path, each segment percent-encoded)."`}
+	// sharedPathParam is not checked for shape: every link that does not
+	// work, for any path, gets the one not_found (shareGone).
+	sharedPathParam = param{Name: "path", Tag: `doc:"A file's run path under the link's prefix (slashes included); any other path is not found."`}
 )
 
 // table lists every endpoint of the API.
@@ -209,7 +212,7 @@ func (s *Server) table() []*route {
 		{Methods: del, Path: "/shares/{id}", Scope: auth.Runs, Summary: "Revoke a share link", Answer: wire.OK{}, h: s.shareRevoke},
 		{Methods: getHd, Path: "/share/{token}", Scope: Public, Summary: "A share link: the shared file, or a prefix link's list of files", AnswerType: "application/octet-stream",
 			Alt: wire.SharedFiles{}, AltType: SharedFilesType, h: s.shareGet},
-		{Methods: getHd, Path: "/share/{token}/{path:.+}", Scope: Public, PathParams: []param{pathParam}, Summary: "One file of a prefix share link", AnswerType: "application/octet-stream", h: s.shareGet},
+		{Methods: getHd, Path: "/share/{token}/{path:.+}", Scope: Public, PathParams: []param{sharedPathParam}, Summary: "One file of a prefix share link", AnswerType: "application/octet-stream", h: s.shareGet},
 
 		{Methods: post, Path: "/run", Scope: auth.Runs, Summary: "Start a recipe run, or resume one by run_id", Body: wire.RecipeRunRequest{}, OK: http.StatusAccepted, Answer: wire.RecipeRunStarted{}, h: s.postRun,
 			Links: map[string]link{

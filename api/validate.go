@@ -538,16 +538,21 @@ func conditionText(s *openapi3.Schema) string {
 }
 
 // recipeSchemas states each recipe's params in the schema of a recipe
-// run's request: the recipe is one of the catalog's, and when the request
-// names it, its params are that recipe's, of their types, the required
-// ones present and no others.
-func recipeSchemas(s *openapi3.Schema, recipes []wire.RecipeInfo) error {
+// run's request: the recipe is one of those this server can run (the
+// others, elsewhere, need another sandbox), and when the request names
+// it, its params are that recipe's, of their types, the required ones
+// present and no others.
+func recipeSchemas(s *openapi3.Schema, recipes []wire.RecipeInfo, elsewhere []string) error {
 	if s == nil {
 		return errors.New("no RecipeRunRequest schema")
 	}
 	p := s.Properties["recipe"]
 	if p == nil || p.Value == nil {
 		return errors.New("RecipeRunRequest has no recipe")
+	}
+	if len(elsewhere) > 0 {
+		p.Value.Description += " This server's sandbox runs the recipes listed; " + strings.Join(elsewhere, ", ") +
+			" need the Docker sandbox (start triad with --sandbox docker)."
 	}
 	for _, rc := range recipes {
 		p.Value.Enum = append(p.Value.Enum, rc.Name)
@@ -595,6 +600,27 @@ func recipeParamSchema(p wire.RecipeParam) *openapi3.Schema {
 		s = &openapi3.Schema{Type: &openapi3.Types{"array"}, Items: &openapi3.SchemaRef{Value: scalar}, MaxItems: &hi}
 	default:
 		s = &openapi3.Schema{}
+	}
+	if p.Minimum != nil {
+		s.Min = p.Minimum
+	}
+	if p.Maximum != nil {
+		s.Max = p.Maximum
+	}
+	if n := uint64(p.MaxLength); n > 0 {
+		if s.Items != nil {
+			s.Items = &openapi3.SchemaRef{Value: &openapi3.Schema{AnyOf: openapi3.SchemaRefs{
+				{Value: &openapi3.Schema{Type: &openapi3.Types{"string"}, MaxLength: &n}},
+				{Value: &openapi3.Schema{Type: &openapi3.Types{"boolean"}}},
+				{Value: &openapi3.Schema{Type: &openapi3.Types{"number"}}},
+			}}}
+		} else {
+			s.MaxLength = &n
+		}
+	}
+	if p.Name == "as_of" && p.Type == "string" {
+		// recipes.checkRunParam: a date, or empty for none.
+		s.AnyOf = openapi3.SchemaRefs{{Value: &openapi3.Schema{Enum: []any{""}}}, {Value: &openapi3.Schema{Format: "date"}}}
 	}
 	s.Description = p.Description
 	return s

@@ -176,6 +176,12 @@ type backend struct {
 	m *Metrics
 }
 
+// RunsCommands passes the wrapped backend's answer on.
+func (b *backend) RunsCommands() bool {
+	rc, ok := b.Backend.(interface{ RunsCommands() bool })
+	return !ok || rc.RunsCommands()
+}
+
 func (b *backend) Start(ctx context.Context, spec sandbox.Spec) (sandbox.Kernel, error) {
 	t0 := time.Now()
 	k, err := b.Backend.Start(ctx, spec)

@@ -163,6 +163,11 @@ type RecipeParam struct {
 	Default     any    `json:"default,omitempty"`
 	Required    bool   `json:"required"`
 	Description string `json:"description,omitempty"`
+	// Minimum and Maximum bound an int or float param; MaxLength a
+	// string's length, or a list's items', in characters.
+	Minimum   *float64 `json:"minimum,omitempty"`
+	Maximum   *float64 `json:"maximum,omitempty"`
+	MaxLength int      `json:"max_length,omitempty"`
 }
 
 // RecipeInput describes a recipe input file.

@@ -3,6 +3,7 @@ package main
 import (
 	"flag"
 	"fmt"
+	"github.com/triadhq/triad/wire"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -127,8 +128,8 @@ func (c *config) validateServe() error {
 	if c.SessionTTL <= 0 {
 		return fmt.Errorf("--session-ttl must be positive")
 	}
-	if c.ShareTTL <= 0 || c.ShareMaxTTL < c.ShareTTL {
-		return fmt.Errorf("--share-ttl must be positive and at most --share-max-ttl")
+	if c.ShareTTL < wire.MinShareTTL || c.ShareMaxTTL < c.ShareTTL {
+		return fmt.Errorf("--share-ttl must be at least %s and at most --share-max-ttl", wire.MinShareTTL)
 	}
 	if c.Quotas.Kernels < 0 || c.Quotas.RunsPerHour < 0 {
 		return fmt.Errorf("--quota-kernels and --quota-runs-per-hour must be 0 (no limit) or positive")

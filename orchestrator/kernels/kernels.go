@@ -141,6 +141,17 @@ func New(c Config) *Manager {
 // Backend returns the backend's name ("docker" or "wasm").
 func (m *Manager) Backend() string { return m.c.Backend.Name() }
 
+// RunsCommands reports whether the backend's kernels run commands
+// (sandbox.Commander), for documents that say what this server takes. A
+// backend says so by a RunsCommands method; one that does not is assumed
+// to (Docker, Kubernetes).
+func (m *Manager) RunsCommands() bool {
+	if rc, ok := m.c.Backend.(interface{ RunsCommands() bool }); ok {
+		return rc.RunsCommands()
+	}
+	return true
+}
+
 // Image returns what the backend names its kernels' image (a Docker image
 // tag, the python.wasm build), or "" when it names none.
 func (m *Manager) Image() string {
