@@ -19,6 +19,7 @@ import (
 	"github.com/triadhq/triad/auth"
 	"github.com/triadhq/triad/internal/fault"
 	"github.com/triadhq/triad/internal/runid"
+	"github.com/triadhq/triad/sandbox"
 	"github.com/triadhq/triad/wire"
 )
 
@@ -64,6 +65,9 @@ type Config struct {
 	MaxTimeout time.Duration
 	// ExpiryInterval is how often sandboxes past their end are paused (1 s).
 	ExpiryInterval time.Duration
+	// Limits are the kernels' limits (--memory, --cpus, --disk), which
+	// getInfo and list report as cpuCount, memoryMB and diskSizeMB.
+	Limits sandbox.Limits
 	Logger         *slog.Logger
 }
 
