@@ -68,7 +68,7 @@ type Config struct {
 	// Limits are the kernels' limits (--memory, --cpus, --disk), which
 	// getInfo and list report as cpuCount, memoryMB and diskSizeMB.
 	Limits sandbox.Limits
-	Logger         *slog.Logger
+	Logger *slog.Logger
 }
 
 // Server is the E2B surface.

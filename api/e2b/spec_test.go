@@ -399,7 +399,7 @@ func TestAnswersMatchE2BSpec(t *testing.T) {
 		doc := docs[x.op.file]
 		item := doc.Paths.Value(x.op.path)
 		in := &openapi3filter.RequestValidationInput{Request: x.req, PathParams: x.params,
-			Route: &routers.Route{Spec: doc, Path: x.op.path, PathItem: item, Method: x.op.method, Operation: item.GetOperation(x.op.method)},
+			Route:   &routers.Route{Spec: doc, Path: x.op.path, PathItem: item, Method: x.op.method, Operation: item.GetOperation(x.op.method)},
 			Options: &openapi3filter.Options{AuthenticationFunc: openapi3filter.NoopAuthenticationFunc}}
 		// The request as E2B's spec sees it: one it refuses must be
 		// refused here too (a 4xx), and one it allows must not be a 400.
