@@ -176,11 +176,9 @@ type backend struct {
 	m *Metrics
 }
 
-// RunsCommands passes the wrapped backend's answer on.
-func (b *backend) RunsCommands() bool {
-	rc, ok := b.Backend.(interface{ RunsCommands() bool })
-	return !ok || rc.RunsCommands()
-}
+// Unwrap implements sandbox.Wrapper: the backend's optional abilities (its
+// own warm pool, its image and runtime) stay visible through the wrapper.
+func (b *backend) Unwrap() sandbox.Backend { return b.Backend }
 
 func (b *backend) Start(ctx context.Context, spec sandbox.Spec) (sandbox.Kernel, error) {
 	t0 := time.Now()
