@@ -17,6 +17,7 @@ import (
 	"github.com/triadhq/triad/auth/keys"
 	"github.com/triadhq/triad/auth/session"
 	"github.com/triadhq/triad/auth/share"
+	"github.com/triadhq/triad/internal/bodyread"
 	"github.com/triadhq/triad/internal/fault"
 	"github.com/triadhq/triad/internal/runid"
 	"github.com/triadhq/triad/internal/version"
@@ -77,6 +78,9 @@ type Config struct {
 	// key; by default it needs none.
 	MetricsHandler http.Handler
 	MetricsNeedKey bool
+	// Body sets the deadlines a request body is read under (its progress
+	// and its whole; see internal/bodyread); the zero value has none.
+	Body bodyread.Config
 	// Sessions resolves the web console's session cookies: a signed-in
 	// browser calls the API as its key's principal, with a CSRF token on
 	// every state-changing request. Nil accepts no cookie.

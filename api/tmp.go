@@ -15,6 +15,7 @@ import (
 
 	"github.com/gorilla/mux"
 
+	"github.com/triadhq/triad/internal/bodyread"
 	"github.com/triadhq/triad/internal/fault"
 	"github.com/triadhq/triad/internal/runid"
 	"github.com/triadhq/triad/orchestrator"
@@ -78,23 +79,16 @@ func (s *Server) filePut(w http.ResponseWriter, r *http.Request) error {
 	if err := noEncoding(r); err != nil {
 		return err
 	}
-	out, err := s.orch.WriteStream(r.Context(), id, p, bodyReader{r.Body})
+	// The body is read whole, under the body deadlines, before the run's
+	// lock is taken (WriteStream stores it, then links it): a client that
+	// stalls holds no run.
+	body := bodyread.New(w, r, s.c.Body)
+	defer body.Close()
+	out, err := s.orch.WriteStream(r.Context(), id, p, body)
 	if err != nil {
 		return err
 	}
 	return writeJSON(w, http.StatusOK, out)
-}
-
-// bodyReader reads a request body, and says a body cut short is the
-// caller's (incomplete_body), not the store's.
-type bodyReader struct{ r io.Reader }
-
-func (b bodyReader) Read(p []byte) (int, error) {
-	n, err := b.r.Read(p)
-	if err != nil && err != io.EOF {
-		err = bodyErr(err)
-	}
-	return n, err
 }
 
 // fileGet serves a run file's raw bytes with Content-Type, a strong ETag (its

@@ -18,6 +18,7 @@ import (
 	"github.com/gorilla/mux"
 
 	"github.com/triadhq/triad/browser"
+	"github.com/triadhq/triad/internal/bodyread"
 	"github.com/triadhq/triad/internal/fault"
 	"github.com/triadhq/triad/internal/runid"
 	"github.com/triadhq/triad/internal/safepath"
@@ -254,29 +255,14 @@ func noEncoding(r *http.Request) error {
 	return nil
 }
 
-// readBody reads a whole request body of at most limit bytes. A body cut
-// short (the connection closed before its Content-Length, or a chunked
-// body without its end) is incomplete_body; one over the limit is
-// too_large.
+// readBody reads a whole request body of at most limit bytes, under the
+// body deadlines (bodyread): a body cut short is incomplete_body, one that
+// stops arriving body_timeout, one over the limit too_large.
 func (s *Server) readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, error) {
-	b, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
-	if err != nil {
-		return nil, bodyErr(err)
-	}
-	return b, nil
-}
-
-// bodyErr says what went wrong reading a request body.
-func bodyErr(err error) error {
-	var mbe *http.MaxBytesError
-	switch {
-	case errors.As(err, &mbe), fault.As(err) != nil:
-		return err
-	case errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, io.EOF):
-		return fault.Wrap(fault.IncompleteBody, err, "the request body ended before it was complete (fewer bytes than its Content-Length, or a chunked body cut off)",
-			"send the whole body again")
-	}
-	return fault.Wrap(fault.IncompleteBody, err, "the request body could not be read to its end", "send the whole body again")
+	r.Body = http.MaxBytesReader(w, r.Body, limit)
+	body := bodyread.New(w, r, s.c.Body)
+	defer body.Close()
+	return io.ReadAll(body)
 }
 
 // invalidUTF8 returns the offset of b's first invalid UTF-8 byte, or -1.

@@ -17,6 +17,7 @@ import (
 	"github.com/triadhq/triad/api/e2b/envd/filesystem/filesystemconnect"
 	"github.com/triadhq/triad/api/e2b/envd/process/processconnect"
 	"github.com/triadhq/triad/auth"
+	"github.com/triadhq/triad/internal/bodyread"
 	"github.com/triadhq/triad/internal/fault"
 	"github.com/triadhq/triad/internal/runid"
 	"github.com/triadhq/triad/sandbox"
@@ -68,6 +69,9 @@ type Config struct {
 	// Limits are the kernels' limits (--memory, --cpus, --disk), which
 	// getInfo and list report as cpuCount, memoryMB and diskSizeMB.
 	Limits sandbox.Limits
+	// Body sets the deadlines an upload's body is read under (its
+	// progress and its whole; see internal/bodyread).
+	Body   bodyread.Config
 	Logger *slog.Logger
 }
 
@@ -286,6 +290,10 @@ func classify(err error) (*fault.Error, int) {
 		fe = fault.Wrap(fault.Timeout, err, "the request was cancelled", "retry the call")
 	default:
 		fe = fault.Wrap(fault.Internal, err, "internal error", "retry; if it persists, report it with the server log")
+	}
+	if fe.Kind == fault.BodyTimeout {
+		// E2B's spec documents 400, not 408, for an upload it refuses.
+		return fe, http.StatusBadRequest
 	}
 	return fe, fault.Status(fe.Kind)
 }

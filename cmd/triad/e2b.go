@@ -44,6 +44,6 @@ func openE2B(ctx context.Context, c *config, st *stack, ks *keys.Store, open boo
 	return e2b.New(ctx, e2b.Config{
 		Core: st.orch, Records: tmpfsrecords.New(st.store),
 		Authorize: authorize, DefaultTimeout: c.E2B.DefaultTimeout, MaxTimeout: c.E2B.MaxTimeout, Limits: c.Sandbox.limits(),
-		Logger: log.With("surface", "e2b"),
+		Body: c.body(), Logger: log.With("surface", "e2b"),
 	})
 }
