@@ -18,6 +18,11 @@ import (
 // commands.run, so the image's profile applies.
 func bashArgs(script string) []string { return []string{"/bin/bash", "-l", "-c", script} }
 
+// RunsCommands reports whether sandbox.exec takes language bash on this
+// server (true when no sandbox is configured: exec is then refused as a
+// whole).
+func (o *Orchestrator) RunsCommands() bool { return o.kernels == nil || o.kernels.RunsCommands() }
+
 // commander returns the session's kernel as a sandbox.Commander, or the
 // fault a backend without commands answers with.
 func (o *Orchestrator) commander(sess *kernels.Session) (sandbox.Commander, error) {

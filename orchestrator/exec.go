@@ -228,8 +228,13 @@ func (o *Orchestrator) validateExec(run runid.ID, in *wire.ExecRequest) error {
 			return fault.Badf("name is where the file appears in the working directory: a relative path", "files_in[%d].name: %v", i, fe.Message)
 		}
 		in.FilesIn[i].Name = n
-		if f.Path == "" {
-			return fault.Badf("set path to a run file or to sha256:<hex>", "files_in[%d].path is empty", i)
+		if _, ok := fileInDigest(f.Path); !ok {
+			p, err := safepath.Clean(f.Path)
+			if err != nil {
+				fe := fault.As(err)
+				return fault.Badf("path is a run file's path, or sha256:<64 lower-case hex digits>: "+fe.Suggestion, "files_in[%d].path: %s", i, fe.Message)
+			}
+			in.FilesIn[i].Path = p
 		}
 	}
 	return nil
@@ -387,7 +392,8 @@ func (o *Orchestrator) filesIn(ctx context.Context, run runid.ID, ow owner, sess
 	for i, f := range files {
 		src, err := o.resolveFileIn(ctx, run, ow, f.Path)
 		if err != nil {
-			return fault.Wrap(fault.NotFound, err, fmt.Sprintf("files_in[%d]: %s", i, fault.As(err).Message), fault.As(err).Suggestion)
+			fe := fault.From(err)
+			return fault.Wrap(fe.Kind, err, fmt.Sprintf("files_in[%d]: %s", i, fe.Message), fe.Suggestion)
 		}
 		linked, err := o.store.Link(ctx, run, f.Name, src.SHA256, src.Size)
 		if err != nil {
@@ -452,16 +458,24 @@ func contextErr(err error, run runid.ID, id string) error {
 	return sandboxErr(err)
 }
 
+// fileInDigest reports whether a files_in path names a blob: sha256: and
+// 64 lower-case hex digits. Anything else is a run path (which may start
+// with "sha256:"), as the contract's pattern for it says.
+func fileInDigest(p string) (tmpfs.Digest, bool) {
+	hex, ok := strings.CutPrefix(p, "sha256:")
+	if !ok || len(hex) != 64 || strings.Trim(hex, "0123456789abcdef") != "" {
+		return tmpfs.Digest{}, false
+	}
+	d, err := tmpfs.ParseDigest(hex)
+	return d, err == nil
+}
+
 // resolveFileIn finds a files_in source: a run path or sha256:<hex>. A
 // blob by hash must be one some run of the run's tenant has held; any
 // other hash is not found, exists or not, so files_in is no oracle for
 // other tenants' bytes.
 func (o *Orchestrator) resolveFileIn(ctx context.Context, run runid.ID, ow owner, p string) (tmpfs.File, error) {
-	if strings.HasPrefix(p, "sha256:") {
-		d, err := tmpfs.ParseDigest(p)
-		if err != nil {
-			return tmpfs.File{}, fault.Wrap(fault.BadInput, err, fmt.Sprintf("%q is not a sha256 reference", p), "use sha256:<64 hex digits>")
-		}
+	if d, ok := fileInDigest(p); ok {
 		if !o.tenantHolds(ctx, ow.Tenant, d) {
 			return tmpfs.File{}, blobNotFound(d)
 		}

@@ -45,6 +45,9 @@ type Quotas struct {
 	StoredBytes int64
 	// RunsPerHour is the most runs a tenant may start in any hour.
 	RunsPerHour int
+	// Uploads is the most streamed uploads a tenant may have in flight at
+	// once (each holds a connection and a blob being written).
+	Uploads int
 }
 
 // owner is a run's owner record.
@@ -82,6 +85,7 @@ type tenancy struct {
 	usage   map[string]usageAt
 	marked  map[string]struct{}         // tenant + "/" + digest, marker written
 	pending map[string]map[runid.ID]int // kernels being started, per tenant
+	uploads map[string]int              // streamed uploads in flight, per tenant
 
 	// Run summaries and usage changes not yet written (see summaries.go).
 	smu      sync.Mutex
@@ -102,7 +106,7 @@ const maxCached = 100000
 
 func newTenancy(q Quotas) *tenancy {
 	return &tenancy{q: q, owners: map[runid.ID]owner{}, usage: map[string]usageAt{}, marked: map[string]struct{}{},
-		pending: map[string]map[runid.ID]int{}, sums: map[runid.ID]*runSum{}, listed: map[runid.ID]bool{}, delta: map[string]int64{}}
+		pending: map[string]map[runid.ID]int{}, uploads: map[string]int{}, sums: map[runid.ID]*runSum{}, listed: map[runid.ID]bool{}, delta: map[string]int64{}}
 }
 
 func ownerKey(run runid.ID) string { return "owners/" + run.String() }
@@ -838,6 +842,25 @@ func (o *Orchestrator) reserveKernel(ctx context.Context, run runid.ID, ow owner
 		}
 		if len(o.t.pending[ow.Tenant]) == 0 {
 			delete(o.t.pending, ow.Tenant)
+		}
+	}, nil
+}
+
+// startUpload counts one more streamed upload in flight for tenant, within
+// its quota; release ends it.
+func (t *tenancy) startUpload(tenant string) (release func(), err error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.q.Uploads > 0 && t.uploads[tenant] >= t.q.Uploads {
+		return nil, fault.New(fault.Quota, fmt.Sprintf("tenant %s has %d uploads in flight, its limit", tenant, t.q.Uploads),
+			"wait for one to finish, then send this one again")
+	}
+	t.uploads[tenant]++
+	return func() {
+		t.mu.Lock()
+		defer t.mu.Unlock()
+		if t.uploads[tenant]--; t.uploads[tenant] <= 0 {
+			delete(t.uploads, tenant)
 		}
 	}, nil
 }

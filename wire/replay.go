@@ -38,8 +38,8 @@ type RunSetup struct {
 // with the original's seed and as_of unless one is given here: a replay
 // with another seed shows which files depend on it.
 type ReplayRequest struct {
-	Seed *int64  `json:"seed,omitempty"`
-	AsOf *string `json:"as_of,omitempty"`
+	Seed *int64  `json:"seed,omitempty" minimum:"0" maximum:"4294967295" doc:"The replay's seed, 0 to 2^32-1; absent keeps the original's."`
+	AsOf *string `json:"as_of,omitempty" format:"date" doc:"The replay's as-of date, YYYY-MM-DD; absent keeps the original's."`
 }
 
 // ReplayReport is a replay's answer and artifacts/reproducibility.json: per

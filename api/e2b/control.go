@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"net/url"
 	"slices"
@@ -15,6 +16,7 @@ import (
 	"github.com/triadhq/triad/auth"
 	"github.com/triadhq/triad/internal/fault"
 	"github.com/triadhq/triad/internal/runid"
+	"github.com/triadhq/triad/sandbox"
 )
 
 // The control plane's wire types (docs/e2b-protocol.md §5). Fields the SDKs
@@ -154,8 +156,10 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) error {
 	// false, so the caller can see it.
 	for name, raw := range map[string]json.RawMessage{"mcp": in.MCP, "network": in.Network, "iam": in.IAM, "volumeMounts": in.VolumeMounts} {
 		if len(raw) > 0 && string(raw) != "null" {
-			return fault.New(fault.Unsupported, fmt.Sprintf("Triad does not support the sandbox option %q", name),
-				"omit it; Triad's sandboxes have no network, MCP gateway or volumes")
+			// 400, a status E2B's spec documents for create (422 is
+			// not), with the kind that says why.
+			return statusError{http.StatusBadRequest, fault.New(fault.Unsupported, fmt.Sprintf("Triad does not support the sandbox option %q", name),
+				"omit it; Triad's sandboxes have no network, MCP gateway or volumes")}
 		}
 	}
 	life, err := s.lifetime(in.Timeout)
@@ -229,14 +233,23 @@ func (s *Server) lookup(r *http.Request) (Sandbox, error) {
 	return sb, nil
 }
 
-func detail(sb Sandbox) sandboxDetailJSON {
+func detail(sb Sandbox, l sizes) sandboxDetailJSON {
 	md := sb.Metadata
 	if md == nil {
 		md = map[string]string{}
 	}
 	return sandboxDetailJSON{TemplateID: sb.Template, SandboxID: sb.ID.String(), ClientID: clientID,
-		StartedAt: sb.StartedAt, EndAt: sb.EndAt, CPUCount: 1, MemoryMB: 0, DiskSizeMB: 0,
+		StartedAt: sb.StartedAt, EndAt: sb.EndAt, CPUCount: l.cpus, MemoryMB: l.memoryMB, DiskSizeMB: l.diskMB,
 		State: sb.State, EnvdVersion: EnvdVersion, Metadata: md}
+}
+
+// sizes are a sandbox's resources as E2B reports them: whole CPUs (at
+// least 1), MiB of memory (at least 128, E2B's smallest sandbox: Triad's
+// kernels are never smaller than the limits allow) and MiB of disk.
+type sizes struct{ cpus, memoryMB, diskMB int }
+
+func sizesOf(l sandbox.Limits) sizes {
+	return sizes{cpus: max(1, int(math.Ceil(l.CPUs))), memoryMB: max(128, int(l.MemoryBytes>>20)), diskMB: max(0, int(l.DiskBytes>>20))}
 }
 
 func (s *Server) info(w http.ResponseWriter, r *http.Request) error {
@@ -244,7 +257,7 @@ func (s *Server) info(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	return writeJSON(w, http.StatusOK, detail(sb))
+	return writeJSON(w, http.StatusOK, detail(sb, sizesOf(s.c.Limits)))
 }
 
 func (s *Server) kill(w http.ResponseWriter, r *http.Request) error {
@@ -402,7 +415,7 @@ func (s *Server) list(w http.ResponseWriter, r *http.Request) error {
 	var out []sandboxDetailJSON
 	for _, sb := range all {
 		if f.match(sb) && s.visible(r.Context(), sb) {
-			out = append(out, detail(sb))
+			out = append(out, detail(sb, sizesOf(s.c.Limits)))
 		}
 	}
 	if f.asc {
@@ -425,6 +438,9 @@ func (s *Server) list(w http.ResponseWriter, r *http.Request) error {
 	}
 	return writeJSON(w, http.StatusOK, out)
 }
+
+// maxListLimit is the largest page E2B's spec allows.
+const maxListLimit = 100
 
 type listFilter struct {
 	metadata url.Values
@@ -480,10 +496,11 @@ func parseListFilter(q url.Values, v1 bool) (listFilter, error) {
 	default:
 		return f, fault.New(fault.BadInput, "order is neither asc nor desc", "send order=asc or order=desc")
 	}
-	if l := q.Get("limit"); l != "" {
-		n, err := strconv.Atoi(l)
-		if err != nil || n < 0 {
-			return f, fault.Badf("send limit as a positive integer", "limit %q is not a positive integer", l)
+	if l, ok := q["limit"]; ok {
+		// E2B's spec: 1 to 100 (its default is 100, Triad's all).
+		n, err := strconv.Atoi(l[0])
+		if err != nil || n < 1 || n > maxListLimit {
+			return f, fault.Badf(fmt.Sprintf("send limit from 1 to %d, or omit it", maxListLimit), "limit %q is not from 1 to %d", l[0], maxListLimit)
 		}
 		f.limit = n
 	}

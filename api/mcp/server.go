@@ -121,13 +121,15 @@ func (s *Server) Handler() http.Handler {
 		return &mcpauth.TokenInfo{UserID: p.KeyID, Scopes: scopeNames(p), Extra: map[string]any{principalKey: p}}, nil
 	}, &mcpauth.RequireBearerTokenOptions{AllowMissingExpiration: true})(s.http)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ew := &errorBodies{ResponseWriter: w}
+		defer ew.finish()
 		if r.Header.Get("Authorization") == "" {
 			// No key: the API let the request through as the operator (a
 			// server with authentication off, or open on loopback).
-			s.http.ServeHTTP(w, r)
+			s.http.ServeHTTP(ew, r)
 			return
 		}
-		bearer.ServeHTTP(w, r)
+		bearer.ServeHTTP(ew, r)
 	})
 }
 

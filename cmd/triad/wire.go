@@ -113,8 +113,9 @@ func openStack(ctx context.Context, c *config, log *slog.Logger) (*stack, error)
 		Evaluator: eval,
 		Search:    search,
 		Replay:    c.ReplaySearches,
-		Quotas:    orchestrator.Quotas{Kernels: c.Quotas.Kernels, StoredBytes: c.Quotas.storedBytes, RunsPerHour: c.Quotas.RunsPerHour},
-		Metrics:   orchMetrics(c),
+		Quotas: orchestrator.Quotas{Kernels: c.Quotas.Kernels, StoredBytes: c.Quotas.storedBytes, RunsPerHour: c.Quotas.RunsPerHour,
+			Uploads: c.Quotas.Uploads},
+		Metrics: orchMetrics(c),
 	})
 	// The run index's last changes are written before the store closes.
 	s.closes = append(s.closes, func() { s.orch.Close() })

@@ -20,7 +20,7 @@ const module = "github.com/triadhq/triad/"
 var layers = [][]string{
 	// 0: leaf helpers.
 	{"auth", "bench/internal/benchenv", "internal/crashpoint", "internal/fault", "internal/runid", "internal/keyedmutex", "internal/dockerarchive", "internal/safepath", "internal/version", "internal/testenv",
-		"internal/miniotest", "internal/procmem", "internal/depcheck", "recipes/sampledata/internal/gen", "recipes/sampledata/internal/regen"},
+		"internal/miniotest", "internal/procmem", "internal/apifuzz", "internal/bodyread", "internal/depcheck", "recipes/sampledata/internal/gen", "recipes/sampledata/internal/regen"},
 	// 1: the contract and the seams: wire types, the records' names, and
 	// the interfaces the tools implement.
 	{"wire", "runfiles", "tmpfs", "sandbox", "sandbox/internal/emit",
@@ -54,6 +54,7 @@ var sameLayer = map[string][]string{
 	"api/e2b/recordstest":                       {"api/e2b"},
 	"internal/runid":                            {"internal/fault"},
 	"internal/safepath":                         {"internal/fault"},
+	"internal/bodyread":                         {"internal/fault"},
 	"internal/miniotest":                        {"internal/testenv"},
 	"wire":                                      {"tmpfs"},
 	"sandbox/internal/emit":                     {"sandbox"},

@@ -150,6 +150,23 @@ func New(c Config) *Manager {
 // Backend returns the backend's name ("docker" or "wasm").
 func (m *Manager) Backend() string { return m.c.Backend.Name() }
 
+// RunsCommands reports whether the backend's kernels run commands
+// (sandbox.Commander), for documents that say what this server takes. A
+// backend says so by a RunsCommands method (found through wrappers); one
+// that does not is assumed to (Docker, Kubernetes).
+func (m *Manager) RunsCommands() bool {
+	if rc, ok := sandbox.Ability[commandRunner](m.c.Backend); ok {
+		return rc.RunsCommands()
+	}
+	return true
+}
+
+// commandRunner is a backend that says whether its kernels run commands.
+type commandRunner interface {
+	sandbox.Backend
+	RunsCommands() bool
+}
+
 // Image returns what the backend names its kernels' image (a Docker image
 // tag, the python.wasm build), or "" when it names none.
 func (m *Manager) Image() string {

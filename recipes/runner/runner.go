@@ -99,6 +99,12 @@ func New(c Config) *Runner {
 	return &Runner{c: c, o: c.Orchestrator, log: c.Logger, ctx: ctx, cancel: cancel, active: map[runid.ID]*active{}}
 }
 
+// Supports reports whether this server's sandbox can run rec: a recipe
+// that needs the Docker sandbox image runs only on it.
+func (r *Runner) Supports(rec *recipes.Recipe) bool {
+	return rec.Backend != recipes.BackendDocker || r.c.Backend == "docker"
+}
+
 // Catalog returns the recipes the runner knows.
 func (r *Runner) Catalog() *recipes.Catalog { return r.c.Catalog }
 
@@ -188,6 +194,10 @@ func (r *Runner) prepare(ctx context.Context, req Request, inputs map[string][]b
 	if req.Recipe == "" && hasPrev {
 		req.Recipe = prev.Recipe
 	}
+	if req.Recipe == "" && req.RunID != "" {
+		return nil, fault.New(fault.NotFound, fmt.Sprintf("run %s is no recipe run to resume", run),
+			"name a recipe to start one in it (GET /recipes lists them), or name a failed or interrupted recipe run")
+	}
 	if req.Recipe == "" {
 		return nil, fault.New(fault.BadInput, "recipe is empty", "name a recipe; GET /recipes lists them")
 	}
@@ -238,7 +248,7 @@ func (r *Runner) prepare(ctx context.Context, req Request, inputs map[string][]b
 	if err != nil {
 		return nil, err
 	}
-	if rec.Backend == recipes.BackendDocker && r.c.Backend != "docker" {
+	if !r.Supports(rec) {
 		return nil, fault.New(fault.Unsupported,
 			fmt.Sprintf("recipe %s needs the Docker sandbox (numpy, pandas and more), and this server runs the %s sandbox", rec.Name, r.c.Backend),
 			"start triad with --sandbox docker (or auto, with a Docker engine running), or run a recipe whose backend is any")
