@@ -35,7 +35,8 @@ var layers = [][]string{
 		"sandbox/jupyter/jupytertest", "sandbox/wasm",
 		"sandbox/hostdir", "sandbox/sandboxtest", "sandbox/kube", "sandbox/internal/jupytercell",
 		"cel", "evaluator",
-		"recipes", "recipes/notebook", "recipes/sampledata"},
+		"recipes", "recipes/notebook", "recipes/sampledata",
+		"egress", "egress/egresstest"},
 	// 3: the orchestration core.
 	{"orchestrator", "orchestrator/kernels", "orchestrator/workspace", "orchestrator/orchestratortest", "orchestrator/replay", "orchestrator/kubelease", "recipes/runner"},
 	// 4: surfaces. They share only the wire contract, never each other.
