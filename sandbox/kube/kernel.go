@@ -14,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/triadhq/triad/sandbox"
+	"github.com/triadhq/triad/sandbox/internal/relay"
 	"github.com/triadhq/triad/sandbox/jupyter"
 	"github.com/triadhq/triad/sandbox/jupyter/zmtp"
 )
@@ -237,6 +238,10 @@ type Kernel struct {
 
 	lastTouch time.Time // under mu
 
+	// egress relays the sandbox's connections to the host, over the
+	// current pod's port-forward.
+	egress *relay.Link
+
 	// umu guards the uses in progress (a cell, a working-directory
 	// operation: see use), and the heartbeat that marks the pod used
 	// while there are any.
@@ -253,12 +258,37 @@ type Kernel struct {
 var (
 	_ sandbox.Kernel   = (*Kernel)(nil)
 	_ sandbox.Detacher = (*Kernel)(nil)
+	_ sandbox.Egress   = (*Kernel)(nil)
 )
 
 func newKernel(b *Backend, run string, l sandbox.Limits) *Kernel {
 	k := &Kernel{b: b, run: run, limits: l, closing: make(chan struct{})}
 	k.files = &workDir{k: k, aliases: map[sandbox.Stamp]sandbox.Stamp{}}
+	k.egress = relay.NewLink(k.dialEgress, b.log.With("run", run))
 	return k
+}
+
+// EgressReady implements sandbox.Egress: the forwarder in the current pod
+// answers on its port.
+func (k *Kernel) EgressReady(ctx context.Context) error {
+	if k.isClosing() {
+		return sandbox.ErrClosed
+	}
+	return k.egress.Ready(ctx)
+}
+
+// AcceptEgress implements sandbox.Egress.
+func (k *Kernel) AcceptEgress(ctx context.Context) (net.Conn, error) {
+	return k.egress.Accept(ctx)
+}
+
+// dialEgress connects to the forwarder of the kernel's current pod.
+func (k *Kernel) dialEgress(ctx context.Context) (net.Conn, error) {
+	pc := k.current()
+	if pc == nil {
+		return nil, errors.New("the kernel has no pod")
+	}
+	return pc.fwd.Dial(ctx, egressPort)
 }
 
 // ID implements sandbox.Kernel: the name of the kernel's current pod.
@@ -540,6 +570,7 @@ func (k *Kernel) Detach() error { return k.release(false) }
 func (k *Kernel) release(deletePod bool) error {
 	k.closeOnce.Do(func() {
 		close(k.closing)
+		_ = k.egress.Close()
 		k.mu.Lock()
 		defer k.mu.Unlock()
 		k.pmu.Lock()
