@@ -103,6 +103,10 @@ type Spec struct {
 	Owner string
 	// Limits bound the kernel; zero fields take the backend's defaults.
 	Limits Limits
+	// Image is the image the kernel runs (a sandbox template's), for a
+	// backend of images (Imager); empty means the backend's own. A
+	// backend's warm pool holds kernels of its own image only.
+	Image string
 }
 
 // Limits are the resource bounds of one kernel. Zero means "backend default".

@@ -99,3 +99,14 @@ const (
 	VerdictDenied  = "denied"
 	VerdictFailed  = "failed"
 )
+
+// Template describes a sandbox template as callers see it: what its image
+// adds to Triad's, and its egress policy (secrets by name only).
+type Template struct {
+	Name        string       `json:"name"`
+	Description string       `json:"description,omitempty"`
+	Debian      []string     `json:"debian,omitempty"`
+	Wheels      []string     `json:"wheels,omitempty"`
+	Files       []string     `json:"files,omitempty"`
+	Egress      EgressPolicy `json:"egress"`
+}

@@ -36,7 +36,7 @@ var layers = [][]string{
 		"sandbox/hostdir", "sandbox/sandboxtest", "sandbox/kube", "sandbox/internal/jupytercell", "sandbox/internal/relay",
 		"cel", "evaluator",
 		"recipes", "recipes/notebook", "recipes/sampledata",
-		"egress", "egress/egresstest"},
+		"egress", "egress/egresstest", "sandbox/template"},
 	// 3: the orchestration core.
 	{"orchestrator", "orchestrator/kernels", "orchestrator/workspace", "orchestrator/orchestratortest", "orchestrator/replay", "orchestrator/kubelease", "recipes/runner"},
 	// 4: surfaces. They share only the wire contract, never each other.
@@ -62,6 +62,7 @@ var sameLayer = map[string][]string{
 	"sandbox/docker":                            {"sandbox/image", "sandbox/jupyter", "sandbox/jupyter/zmtp", "sandbox/hostdir", "sandbox/internal/jupytercell", "sandbox/internal/relay"},
 	"sandbox/internal/jupytercell":              {"sandbox/jupyter"},
 	"sandbox/image/imagetest":                   {"sandbox/image"},
+	"sandbox/template":                          {"sandbox/image", "egress"},
 	"sandbox/wasm":                              {"sandbox/hostdir"},
 	"sandbox/jupyter":                           {"sandbox/jupyter/zmtp"},
 	"sandbox/kube":                              {"sandbox/image", "sandbox/jupyter", "sandbox/jupyter/zmtp", "sandbox/hostdir", "sandbox/internal/jupytercell", "sandbox/internal/relay"},

@@ -299,6 +299,7 @@ func (b *Backend) start(ctx context.Context, spec sandbox.Spec) (*Kernel, error)
 		b:       b,
 		id:      id,
 		owner:   spec.Owner,
+		image:   spec.Image,
 		limits:  lim,
 		sockDir: filepath.Join(b.cfg.SocketRoot, id),
 		closing: make(chan struct{}),

@@ -64,6 +64,7 @@ type Kernel struct {
 	b       *Backend
 	id      string // also the name of its work and socket directories
 	owner   string
+	image   string // a template's image, or "" for Config.Image
 	limits  sandbox.Limits
 	sockDir string
 
@@ -197,8 +198,12 @@ func (k *Kernel) setup(ctx context.Context) error {
 
 func (k *Kernel) containerConfig() *container.Config {
 	b := k.b
+	img := b.cfg.Image
+	if k.image != "" {
+		img = k.image
+	}
 	return &container.Config{
-		Image:           b.cfg.Image,
+		Image:           img,
 		User:            fmt.Sprintf("%d:%d", b.cfg.UID, b.cfg.GID),
 		WorkingDir:      ctrWork,
 		Cmd:             kernelCmd,

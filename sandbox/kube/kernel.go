@@ -224,6 +224,7 @@ type Kernel struct {
 	b      *Backend
 	run    string
 	limits sandbox.Limits
+	image  string // the pods' image: Config.Image or a template's
 	files  *workDir
 	how    string // how the first pod was found, for the start log
 
@@ -261,8 +262,11 @@ var (
 	_ sandbox.Egress   = (*Kernel)(nil)
 )
 
-func newKernel(b *Backend, run string, l sandbox.Limits) *Kernel {
-	k := &Kernel{b: b, run: run, limits: l, closing: make(chan struct{})}
+func newKernel(b *Backend, run string, l sandbox.Limits, image string) *Kernel {
+	if image == "" {
+		image = b.cfg.Image
+	}
+	k := &Kernel{b: b, run: run, limits: l, image: image, closing: make(chan struct{})}
 	k.files = &workDir{k: k, aliases: map[sandbox.Stamp]sandbox.Stamp{}}
 	k.egress = relay.NewLink(k.dialEgress, b.log.With("run", run))
 	return k
@@ -368,7 +372,7 @@ func (k *Kernel) place(ctx context.Context, adopt bool) error {
 			return err
 		}
 	}
-	pc, err := b.freshPod(ctx, k.limits, k.run)
+	pc, err := b.freshPod(ctx, k.limits, k.image, k.run)
 	if err != nil {
 		return err
 	}
@@ -398,7 +402,7 @@ func (k *Kernel) replace(ctx context.Context, old *podConn) error {
 			cancel()
 		}
 	}
-	pc, err := b.freshPod(ctx, k.limits, k.run)
+	pc, err := b.freshPod(ctx, k.limits, k.image, k.run)
 	if err != nil {
 		return err
 	}

@@ -141,7 +141,7 @@ var agentLimits = corev1.ResourceList{
 
 // podSpec is a kernel pod: see docs/DECISIONS.md, "Kubernetes", for each
 // choice. It passes the restricted Pod Security Standard.
-func (b *Backend) podSpec(l sandbox.Limits, state string, labels, annotations map[string]string) *corev1.Pod {
+func (b *Backend) podSpec(l sandbox.Limits, img string, labels, annotations map[string]string) *corev1.Pod {
 	no, yes := false, true
 	zero := int64(0)
 	uid := podUID()
@@ -206,7 +206,7 @@ func (b *Backend) podSpec(l sandbox.Limits, state string, labels, annotations ma
 			},
 			Containers: []corev1.Container{{
 				Name:            kernelContainer,
-				Image:           b.cfg.Image,
+				Image:           img,
 				ImagePullPolicy: b.cfg.PullPolicy,
 				Command:         []string{"/bin/sh", "-c", kernelScript(l.Pids)},
 				WorkingDir:      podWork,
@@ -220,7 +220,7 @@ func (b *Backend) podSpec(l sandbox.Limits, state string, labels, annotations ma
 				},
 			}, {
 				Name:            agentContainer,
-				Image:           b.cfg.Image,
+				Image:           img,
 				ImagePullPolicy: b.cfg.PullPolicy,
 				Command:         []string{"sleep", "infinity"},
 				WorkingDir:      podWork,
