@@ -36,7 +36,7 @@ var layers = [][]string{
 		"sandbox/hostdir", "sandbox/sandboxtest", "sandbox/kube", "sandbox/internal/jupytercell", "sandbox/internal/relay",
 		"cel", "evaluator",
 		"recipes", "recipes/notebook", "recipes/sampledata",
-		"egress", "egress/egresstest", "sandbox/template"},
+		"egress", "egress/egresstest", "sandbox/template", "sandbox/template/templatetest"},
 	// 3: the orchestration core.
 	{"orchestrator", "orchestrator/kernels", "orchestrator/workspace", "orchestrator/orchestratortest", "orchestrator/replay", "orchestrator/kubelease", "recipes/runner"},
 	// 4: surfaces. They share only the wire contract, never each other.
@@ -63,6 +63,7 @@ var sameLayer = map[string][]string{
 	"sandbox/internal/jupytercell":              {"sandbox/jupyter"},
 	"sandbox/image/imagetest":                   {"sandbox/image"},
 	"sandbox/template":                          {"sandbox/image", "egress"},
+	"sandbox/template/templatetest":             {"sandbox/template", "sandbox/image", "sandbox/image/imagetest", "egress/egresstest"},
 	"sandbox/wasm":                              {"sandbox/hostdir"},
 	"sandbox/jupyter":                           {"sandbox/jupyter/zmtp"},
 	"sandbox/kube":                              {"sandbox/image", "sandbox/jupyter", "sandbox/jupyter/zmtp", "sandbox/hostdir", "sandbox/internal/jupytercell", "sandbox/internal/relay"},
