@@ -285,19 +285,22 @@ func (s *Server) newRun(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	out := wire.NewRunResponse{RunID: id.String()}
-	if in.Seed != nil || in.AsOf != nil {
-		setup := wire.RunSetup{}
+	if in.Seed != nil || in.AsOf != nil || in.Template != nil || in.Egress != nil {
+		setup := wire.RunSetup{Egress: in.Egress}
 		if in.Seed != nil {
 			setup.Seed = *in.Seed
 		}
 		if in.AsOf != nil {
 			setup.AsOf = *in.AsOf
 		}
+		if in.Template != nil {
+			setup.Template = *in.Template
+		}
 		st, err := s.orch.SetRunSetup(r.Context(), id, setup)
 		if err != nil {
 			return err
 		}
-		out.Seed, out.AsOf = st.Seed, st.AsOf
+		out.Seed, out.AsOf, out.Template, out.Egress = st.Seed, st.AsOf, st.Template, st.Egress
 	}
 	replay := in.Replay != nil && *in.Replay
 	if in.ReplayFrom != "" {
@@ -314,4 +317,9 @@ func (s *Server) newRun(w http.ResponseWriter, r *http.Request) error {
 	}
 	out.Replay = replay
 	return writeJSON(w, http.StatusCreated, out)
+}
+
+// templatesList is GET /templates.
+func (s *Server) templatesList(w http.ResponseWriter, r *http.Request) error {
+	return writeJSON(w, http.StatusOK, wire.TemplateList{Templates: s.orch.Templates()})
 }

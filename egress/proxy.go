@@ -174,6 +174,16 @@ func (p *Proxy) Session(run string, pol *Policy) (*Session, error) {
 	return s, nil
 }
 
+// Charge counts earlier use of the run (what its journal records from
+// before this session) against its limits: bytes moved and connections
+// opened. Records this session makes are numbered after conns.
+func (s *Session) Charge(bytes int64, conns int) {
+	s.bytes.Add(bytes)
+	s.mu.Lock()
+	s.seq += conns
+	s.mu.Unlock()
+}
+
 // Policy returns the session's policy.
 func (s *Session) Policy() *Policy { return s.pol }
 

@@ -110,3 +110,8 @@ type Template struct {
 	Files       []string     `json:"files,omitempty"`
 	Egress      EgressPolicy `json:"egress"`
 }
+
+// TemplateList is GET /templates's answer.
+type TemplateList struct {
+	Templates []Template `json:"templates"`
+}

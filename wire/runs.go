@@ -14,6 +14,13 @@ type NewRunRequest struct {
 	// AsOf is the run's as-of date, YYYY-MM-DD: TRIAD_AS_OF and
 	// SOURCE_DATE_EPOCH in its kernel. Absent means none (epoch 0).
 	AsOf *string `json:"as_of,omitempty"`
+	// Template names the sandbox template the run's kernels start from
+	// (GET /templates lists them); absent means "default".
+	Template *string `json:"template,omitempty"`
+	// Egress narrows the template's egress policy for this run: only
+	// rules within the template's (an admin key may go beyond it).
+	// Absent means the template's policy as it is.
+	Egress *EgressPolicy `json:"egress,omitempty"`
 }
 
 // NewRunResponse is POST /runs's answer.
@@ -22,6 +29,10 @@ type NewRunResponse struct {
 	Replay bool   `json:"replay"`
 	Seed   int64  `json:"seed"`
 	AsOf   string `json:"as_of,omitempty"`
+	// Template is the run's sandbox template, Egress its egress policy
+	// (absent: it reaches nothing).
+	Template string        `json:"template,omitempty"`
+	Egress   *EgressPolicy `json:"egress,omitempty"`
 }
 
 // NoteRequest is cel.note's input: an operator note the next step sees.
@@ -49,6 +60,12 @@ type RunView struct {
 	Finished    *time.Time     `json:"finished,omitempty"`
 	// StartedBy is who started the run: its key and tenant.
 	StartedBy *Caller `json:"started_by,omitempty"`
+	// Template, ImageDigest and Egress are the run's sandbox: its
+	// template, the digest of the image its kernels run, and its egress
+	// policy (absent: it reaches nothing).
+	Template    string        `json:"template,omitempty"`
+	ImageDigest string        `json:"image_digest,omitempty"`
+	Egress      *EgressPolicy `json:"egress,omitempty"`
 }
 
 // StepStatus is one journaled call of a run.

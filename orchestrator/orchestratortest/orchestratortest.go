@@ -9,11 +9,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/docker/docker/client"
+
 	"github.com/triadhq/triad/auth"
 	"github.com/triadhq/triad/auth/keys"
 	"github.com/triadhq/triad/browser/tavily"
 	"github.com/triadhq/triad/browser/tavilytest"
 	"github.com/triadhq/triad/cel"
+	"github.com/triadhq/triad/egress"
 	"github.com/triadhq/triad/evaluator"
 	"github.com/triadhq/triad/metrics"
 	"github.com/triadhq/triad/orchestrator"
@@ -21,7 +24,9 @@ import (
 	"github.com/triadhq/triad/runfiles"
 	"github.com/triadhq/triad/sandbox"
 	"github.com/triadhq/triad/sandbox/docker"
+	"github.com/triadhq/triad/sandbox/image"
 	"github.com/triadhq/triad/sandbox/image/imagetest"
+	"github.com/triadhq/triad/sandbox/template"
 	"github.com/triadhq/triad/sandbox/wasm"
 	"github.com/triadhq/triad/tmpfs"
 	"github.com/triadhq/triad/tmpfs/local"
@@ -55,6 +60,12 @@ type Options struct {
 	// kernel set it high, so a loaded CI host's slow interrupt does not
 	// turn into a restart.
 	InterruptGrace time.Duration
+	// Templates, Egress and EgressTrust are orchestrator.Config's: the
+	// sandbox templates runs choose from, the egress proxy (with a test
+	// resolver, egresstest.Resolver) and the extra CAs kernels trust.
+	Templates   *template.Set
+	Egress      *egress.Proxy
+	EgressTrust []byte
 }
 
 // Stack is an assembled orchestrator and its parts.
@@ -183,7 +194,18 @@ func New(t testing.TB, o Options) *Stack {
 	}
 	s.onClose(func() { ev.Close() })
 
-	cfg := orchestrator.Config{Store: s.Store, Kernels: s.Kernels, Journal: cel.New(s.Store), Evaluator: ev, RunIdle: o.RunIdle}
+	cfg := orchestrator.Config{Store: s.Store, Kernels: s.Kernels, Journal: cel.New(s.Store), Evaluator: ev, RunIdle: o.RunIdle,
+		Templates: o.Templates, Egress: o.Egress, EgressTrust: o.EgressTrust}
+	if o.Sandbox == "docker" {
+		cfg.ImageDigest = func(ctx context.Context, ref string) (string, error) {
+			cli, err := client.NewClientWithOpts(client.FromEnv, client.WithAPIVersionNegotiation())
+			if err != nil {
+				return "", err
+			}
+			defer cli.Close()
+			return image.Digest(ctx, cli, ref)
+		}
+	}
 	if o.Search {
 		s.Tavily = tavilytest.NewServer(t)
 		tc, err := tavily.New(tavily.Config{APIKey: s.Tavily.Key, BaseURL: s.Tavily.URL, Timeout: 10 * time.Second})
