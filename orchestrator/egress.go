@@ -356,7 +356,7 @@ func egressEnv(ca bool) map[string]string {
 func egressCell(env map[string]string, extraCA string) string {
 	e, _ := json.Marshal(env)
 	ca, _ := json.Marshal(extraCA)
-	return strings.NewReplacer("$ENV", pyStr(string(e)), "$CA", string(ca), "$CAFILE", pyStr(egressCAFile)).Replace(`# Triad's kernel setup: the run's egress goes through Triad's proxy.
+	return strings.NewReplacer("$ENV", pyStr(string(e)), "$CAFILE", pyStr(egressCAFile), "$CA", string(ca)).Replace(`# Triad's kernel setup: the run's egress goes through Triad's proxy.
 def _triad_egress(env, extra_ca, ca_file):
     import json, os, site
     if extra_ca:

@@ -70,9 +70,9 @@ func (w Wheel) WriteTo(t testing.TB, dir string) string {
 	return p
 }
 
-// Index serves wheels as a package index in PEP 503's simple form:
-// /simple/NAME/ lists a distribution's files, /files/FILE serves one.
-func Index(wheels ...Wheel) http.Handler {
+// PackageIndex serves wheels as a package index in PEP 503's simple
+// form: /simple/NAME/ lists a distribution's files, /files/FILE serves one.
+func PackageIndex(wheels ...Wheel) http.Handler {
 	norm := func(s string) string { return strings.ToLower(regexp.MustCompile(`[-_.]+`).ReplaceAllString(s, "-")) }
 	mux := http.NewServeMux()
 	mux.HandleFunc("/simple/{name}/", func(w http.ResponseWriter, r *http.Request) {
