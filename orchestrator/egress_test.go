@@ -31,7 +31,7 @@ type egressStack struct {
 // netTemplate is the template the egress tests run under.
 const netTemplate = "net"
 
-func newEgressStack(t *testing.T) *egressStack {
+func newEgressStack(t *testing.T, backend string) *egressStack {
 	t.Helper()
 	w := egresstest.NewWorld(t)
 	var b [12]byte
@@ -47,7 +47,7 @@ func newEgressStack(t *testing.T) *egressStack {
 		t.Fatal(err)
 	}
 	set := template.NewSet(&template.Template{Name: netTemplate, Description: "the egress tests' hosts", Egress: pol})
-	s := orchestratortest.New(t, orchestratortest.Options{Sandbox: "docker", Templates: set,
+	s := orchestratortest.New(t, orchestratortest.Options{Sandbox: backend, Templates: set,
 		Egress:      egress.New(egress.Config{Resolver: w.Resolver, RootCAs: w.CA.Pool}),
 		EgressTrust: w.CA.PEM})
 	return &egressStack{Stack: s, w: w, secret: secret}
@@ -93,14 +93,20 @@ except Exception as e:
 `, url)
 }
 
-// TestEgressRun is the issue's must-show list on Docker, through the one
-// orchestration path: an allowed name from requests and from pip; a
-// denied name, an IP literal, a private and a metadata address, a
-// rebinding name and a redirect to a denied host each refused with a
-// clear error in the cell and a denied record in the journal; a secret
-// that reaches its host and nothing else.
+// TestEgressRun is the issue's must-show list on Docker and on
+// Kubernetes, through the one orchestration path: an allowed name from
+// requests and from pip; a denied name, an IP literal, a private and a
+// metadata address, a rebinding name and a redirect to a denied host each
+// refused with a clear error in the cell and a denied record in the
+// journal; a secret that reaches its host and nothing else.
 func TestEgressRun(t *testing.T) {
-	s := newEgressStack(t)
+	for _, backend := range []string{"docker", "kube"} {
+		t.Run(backend, func(t *testing.T) { testEgressRun(t, backend) })
+	}
+}
+
+func testEgressRun(t *testing.T, backend string) {
+	s := newEgressStack(t, backend)
 	run := s.newRun(t, netTemplate, nil)
 
 	t.Run("requests", func(t *testing.T) {
@@ -254,7 +260,13 @@ print("FOUND", found)`, needle))
 // exactly as without the proxy: no proxy in its environment, names do not
 // resolve, no connection is recorded.
 func TestEgressNoPolicy(t *testing.T) {
-	s := newEgressStack(t)
+	for _, backend := range []string{"docker", "kube"} {
+		t.Run(backend, func(t *testing.T) { testEgressNoPolicy(t, backend) })
+	}
+}
+
+func testEgressNoPolicy(t *testing.T, backend string) {
+	s := newEgressStack(t, backend)
 	run := s.newRun(t, "", nil)
 	got, conns := s.cell(t, run, `import os, socket
 print("PROXY", os.environ.get("HTTPS_PROXY"))
@@ -276,7 +288,7 @@ except OSError as e:
 // there are; a request beyond the template's policy is forbidden; one
 // within narrows it, and the narrowed run is refused what it left out.
 func TestEgressChoice(t *testing.T) {
-	s := newEgressStack(t)
+	s := newEgressStack(t, "docker")
 	_, err := s.Orch.SetRunSetup(s.Ctx(t), runid.New(), wire.RunSetup{Template: "nope"})
 	if fe := fault.As(err); fe == nil || fe.Kind != fault.BadInput || !strings.Contains(fe.Suggestion, "default, net") {
 		t.Errorf("unknown template: %v, want bad input naming default and net", err)

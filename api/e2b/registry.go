@@ -51,6 +51,9 @@ type Sandbox struct {
 	// owns the sandbox, and its data plane acts as it. Nil in records made
 	// before owners, which are the operator's.
 	Owner *auth.Principal `json:"owner,omitempty"`
+	// Internet is true when the sandbox's run has an egress policy that
+	// allows something: getInfo's allowInternetAccess.
+	Internet bool `json:"internet,omitempty"`
 }
 
 // owner returns who the sandbox acts as.
