@@ -8,8 +8,8 @@ import (
 	"testing"
 
 	"github.com/triadhq/triad/api/e2b"
-	"github.com/triadhq/triad/auth"
 	"github.com/triadhq/triad/api/e2b/tmpfsrecords"
+	"github.com/triadhq/triad/auth"
 	"github.com/triadhq/triad/egress"
 	"github.com/triadhq/triad/orchestrator/orchestratortest"
 	"github.com/triadhq/triad/sandbox/template"
