@@ -415,3 +415,42 @@ func pemDecode(b []byte) ([]byte, error) {
 // it does on its own goroutine: the test waits for that event, not for a
 // time.
 func waitABit() { time.Sleep(10 * time.Millisecond) }
+
+// noDeadlines is a connection that cannot take deadlines, as a
+// Kubernetes port-forward stream cannot.
+type noDeadlines struct{ net.Conn }
+
+func (noDeadlines) SetDeadline(time.Time) error      { return errors.ErrUnsupported }
+func (noDeadlines) SetReadDeadline(time.Time) error  { return errors.ErrUnsupported }
+func (noDeadlines) SetWriteDeadline(time.Time) error { return errors.ErrUnsupported }
+
+// TestConnWithoutDeadlines: a CONNECT over a relay that cannot take
+// deadlines is answered (net/http's server interrupts its own read with
+// one when the proxy takes the connection over).
+func TestConnWithoutDeadlines(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t)
+	p, err := egress.Compile(allow("allowed.test"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := w.proxy.Session("nodeadlines", p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	tr := &http.Transport{
+		Proxy:           http.ProxyURL(&url.URL{Scheme: "http", Host: "relay"}),
+		TLSClientConfig: &tls.Config{RootCAs: w.CA.Pool},
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			client, server := net.Pipe()
+			go s.ServeConn(noDeadlines{server})
+			return client, nil
+		},
+	}
+	defer tr.CloseIdleConnections()
+	status, body, err := get(t, &http.Client{Transport: tr}, "https://allowed.test/hello")
+	if err != nil || status != 200 || !strings.Contains(body, "hello from allowed.test") {
+		t.Errorf("through a relay without deadlines: %d %q %v", status, body, err)
+	}
+}

@@ -30,6 +30,7 @@ const (
 // CONNECT tunnels and absolute-form plain HTTP requests, until the
 // sandbox hangs up or the session closes.
 func (s *Session) ServeConn(c net.Conn) {
+	c = withDeadlines(c)
 	defer c.Close()
 	if !s.track(c) {
 		writeRaw(c, http.StatusServiceUnavailable, "Triad egress: too many connections from this sandbox are open; close some", "")
