@@ -4,7 +4,9 @@ package templatetest
 import (
 	"context"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -100,5 +102,55 @@ func Image(t testing.TB, set *template.Set, name string) string {
 		t.Fatalf("build template %s: %v", name, err)
 	}
 	built[tag] = tag
+	return tag
+}
+
+// KubeImage imports the image of the set's template name into the test
+// cluster's containerd (TRIAD_KUBE_CONTAINERD, from scripts/kube.sh env),
+// as an operator does with `triad image export --template`, and returns
+// its tag. A missing cluster skips locally and fails under CI.
+func KubeImage(t testing.TB, set *template.Set, name string) string {
+	t.Helper()
+	sock := os.Getenv("TRIAD_KUBE_CONTAINERD")
+	if sock == "" {
+		testenv.Missing(t, `TRIAD_KUBE_CONTAINERD (eval "$(scripts/kube.sh up)")`)
+	}
+	tm, err := set.Get(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tag, err := tm.Variant.Tag()
+	if err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if _, ok := built["kube:"+tag]; ok {
+		return tag
+	}
+	ref := "docker.io/library/" + tag
+	ctr := func(args ...string) *exec.Cmd {
+		return exec.Command("ctr", append([]string{"--address", sock, "--namespace", "k8s.io"}, args...)...)
+	}
+	if out, err := ctr("images", "ls", "-q", "name=="+ref).Output(); err != nil || !strings.Contains(string(out), ref) {
+		cmd := ctr("images", "import", "-")
+		w, err := cmd.StdinPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var stderr strings.Builder
+		cmd.Stderr = &stderr
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
+		defer cancel()
+		_, xerr := image.ExportVariantDockerArchive(ctx, w, image.Options{Progress: os.Stderr}, *tm.Variant)
+		w.Close()
+		if err := cmd.Wait(); err != nil || xerr != nil {
+			t.Fatalf("import %s into the cluster: %v %v: %s", tag, xerr, err, stderr.String())
+		}
+	}
+	built["kube:"+tag] = tag
 	return tag
 }
