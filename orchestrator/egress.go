@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"sort"
 	"strings"
 	"sync"
 	"time"
@@ -250,6 +251,32 @@ func (o *Orchestrator) recordedEgress(ctx context.Context, run runid.ID) (int64,
 		bytes += c.Sent + c.Received
 	}
 	return bytes, maxID
+}
+
+// fetchedURLs are the URLs the run's sandbox fetched through the proxy
+// (allowed connections, as the journal and this step record them), which a
+// report may cite as its sources.
+func (o *Orchestrator) fetchedURLs(ctx context.Context, s *Step) []string {
+	seen := map[string]bool{}
+	var out []string
+	add := func(cs []wire.Connection) {
+		for _, c := range cs {
+			if c.Verdict == wire.VerdictAllowed && c.URL != "" && !seen[c.URL] {
+				seen[c.URL] = true
+				out = append(out, c.URL)
+			}
+		}
+	}
+	if tr, err := o.trace(ctx, s.Run); err == nil {
+		for _, t := range tr {
+			add(t.Egress)
+		}
+	}
+	if e, ok := s.Outcome.(*ExecOutcome); ok {
+		add(e.Egress)
+	}
+	sort.Strings(out)
+	return out
 }
 
 // takeEgress returns the run's connection records since the last step.
