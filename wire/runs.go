@@ -96,6 +96,9 @@ type RecipeRunRequest struct {
 	// RunID names the run: a fresh id, or a failed or interrupted run to
 	// resume. Empty mints one.
 	RunID string `json:"run_id,omitempty"`
+	// Template is the sandbox template the run starts from; empty means
+	// the recipe's (its front matter's template), else the default.
+	Template string `json:"template,omitempty"`
 }
 
 // RecipeRunStarted is POST /run's answer.

@@ -29,6 +29,7 @@ const (
 	ToolRecipe      = "recipe_run"
 	ToolRecipes     = "recipe_list"
 	ToolRunStatus   = "run_status"
+	ToolRunSetup    = "run_setup"
 	metaRunID       = "triad/run_id"
 	runIDDesc       = "Optional: the run to work in, 1-64 characters from [A-Za-z0-9._-]. Omit it to use this MCP session's run; name another run to read or continue it (its kernel, files and journal)."
 	wildcardExplain = "(abridged; … stands for any value)"
@@ -65,6 +66,13 @@ type (
 	noteArgs struct {
 		Text   string `json:"text"`
 		Author string `json:"author,omitempty"`
+		runArg
+	}
+	setupArgs struct {
+		Template *string            `json:"template,omitempty"`
+		Egress   *wire.EgressPolicy `json:"egress,omitempty"`
+		Seed     *int64             `json:"seed,omitempty"`
+		AsOf     *string            `json:"as_of,omitempty"`
 		runArg
 	}
 )
@@ -114,6 +122,10 @@ var examples = map[string]example{
 	ToolRecipes: {
 		Args:   `{}`,
 		Answer: `{"recipes": [{"name": "…", "title": "…", "description": "…", "backend": "…", "origin": "standard"}]}`,
+	},
+	ToolRunSetup: {
+		Args:   `{"template": "default", "seed": 7}`,
+		Answer: `{"run_id": "…", "seed": 7, "seed_from": "param", "as_of": "", "as_of_from": "none given", "source_date_epoch": 0, "python_hash_seed": 0, "triad": "…", "template": "default"}`,
 	},
 	ToolRunStatus: {
 		Args:   `{}`,
@@ -318,6 +330,7 @@ func (s *Server) addTools() {
 			"objective": "Optional: the question the run answers; it heads the recipe's report.",
 			"params":    "Optional: the recipe's params by name (recipe_list shows them); omitted params take their defaults.",
 			"run_id":    "Optional: a fresh run id, or a failed or interrupted recipe run to resume. Omitted, a fresh run is made; the recipe never runs in this session's run.",
+			"template":  "Optional: the sandbox template the run starts from; omitted means the recipe's, else the default.",
 		}),
 		OutputSchema: schemaFor[wire.RecipeRunStarted](map[string]string{
 			"run_id":     "The recipe's run: pass it as run_id to run_status, journal_read and the tmp tools.",
@@ -339,6 +352,23 @@ func (s *Server) addTools() {
 		}),
 		Annotations: &sdk.ToolAnnotations{ReadOnlyHint: true, OpenWorldHint: ptr(false)},
 	}, s.recipeList)
+
+	addTool(s, &sdk.Tool{
+		Name:  ToolRunSetup,
+		Title: "Set up the run's sandbox",
+		Description: describe(ToolRunSetup, "Choose, before the run's first call, what its kernel starts from: a sandbox template (an image with extra packages, limits and an egress policy; "+
+			"an unknown name is refused with the names there are), a narrower egress policy than the template's (hosts by name; never wider), the seed and the as_of date. "+
+			"Without it a run gets the default template, seed 0 and no as_of. Same as POST /runs's body."),
+		InputSchema: schemaFor[setupArgs](map[string]string{
+			"template": "Optional: the sandbox template, e.g. default.",
+			"egress":   "Optional: narrows the template's egress policy: {allow: [{host, ports, methods}], deny: [CIDR], max_bytes, max_connections}. Omitted means the template's.",
+			"seed":     "Optional: seeds random and NumPy's global generator in the run's kernel (TRIAD_SEED).",
+			"as_of":    "Optional: the run's as-of date, YYYY-MM-DD (TRIAD_AS_OF, SOURCE_DATE_EPOCH).",
+			"run_id":   runIDDesc,
+		}),
+		OutputSchema: schemaFor[wire.RunSetup](nil),
+		Annotations:  &sdk.ToolAnnotations{IdempotentHint: true, OpenWorldHint: ptr(false)},
+	}, s.runSetup)
 
 	addTool(s, &sdk.Tool{
 		Name:  ToolRunStatus,
@@ -545,4 +575,26 @@ func (s *Server) runStatus(ctx context.Context, req *sdk.CallToolRequest, in str
 		return nil, view, err
 	}
 	return result(run), view, nil
+}
+
+func (s *Server) runSetup(ctx context.Context, req *sdk.CallToolRequest, in setupArgs) (*sdk.CallToolResult, wire.RunSetup, error) {
+	run, err := s.run(req, in.RunID)
+	if err != nil {
+		return nil, wire.RunSetup{}, err
+	}
+	setup := wire.RunSetup{Egress: in.Egress}
+	if in.Template != nil {
+		setup.Template = *in.Template
+	}
+	if in.Seed != nil {
+		setup.Seed = *in.Seed
+	}
+	if in.AsOf != nil {
+		setup.AsOf = *in.AsOf
+	}
+	st, err := s.orch.SetRunSetup(ctx, run, setup)
+	if err != nil {
+		return nil, st, err
+	}
+	return result(run), st, nil
 }
