@@ -31,7 +31,7 @@ type egressStack struct {
 // netTemplate is the template the egress tests run under.
 const netTemplate = "net"
 
-func newEgressStack(t *testing.T, backend string) *egressStack {
+func newEgressStack(t testing.TB, backend string) *egressStack {
 	t.Helper()
 	w := egresstest.NewWorld(t)
 	var b [12]byte
@@ -54,7 +54,7 @@ func newEgressStack(t *testing.T, backend string) *egressStack {
 }
 
 // newRun sets up a run with the given template and egress request.
-func (s *egressStack) newRun(t *testing.T, tmpl string, eg *wire.EgressPolicy) runid.ID {
+func (s *egressStack) newRun(t testing.TB, tmpl string, eg *wire.EgressPolicy) runid.ID {
 	t.Helper()
 	run := runid.New()
 	if _, err := s.Orch.SetRunSetup(s.Ctx(t), run, wire.RunSetup{Template: tmpl, Egress: eg}); err != nil {
@@ -65,7 +65,7 @@ func (s *egressStack) newRun(t *testing.T, tmpl string, eg *wire.EgressPolicy) r
 
 // cell runs code, which must succeed, and returns its stdout and the
 // connections its step recorded.
-func (s *egressStack) cell(t *testing.T, run runid.ID, code string) (string, []wire.Connection) {
+func (s *egressStack) cell(t testing.TB, run runid.ID, code string) (string, []wire.Connection) {
 	t.Helper()
 	out, err := s.Orch.Exec(s.Ctx(t), run, wire.ExecRequest{Code: code, TimeoutS: ptr(300.0)})
 	if err != nil {

@@ -59,6 +59,13 @@ waiting = collections.deque()
 state = {"paired": 0}
 
 
+def nodelay(s):
+    # Relayed bytes go on at once: with Nagle, a TLS handshake relayed in
+    # small writes waits on delayed acknowledgements (40 ms each).
+    if s.family == socket.AF_INET:
+        s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+
 def set_mask(e, mask):
     if mask == e.mask:
         return
@@ -146,6 +153,7 @@ def accept_hosts(hl):
         except OSError:
             return
         h.setblocking(False)
+        nodelay(h)
         try:
             h.send(b"R")
         except OSError:
@@ -168,6 +176,7 @@ def accept_clients(cl, hl):
         except OSError:
             return
         c.setblocking(False)
+        nodelay(c)
         accept_hosts(hl)
         while idle:
             h = idle.popleft()
