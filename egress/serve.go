@@ -262,8 +262,8 @@ func (r *rec) discard() {
 }
 
 // forward sends one HTTP request upstream and its response back: plain
-// HTTP, or a request inside an intercepted tunnel (tls).
-func (s *Session) forward(w http.ResponseWriter, r *http.Request, rec *rec, host string, port int, tls bool) {
+// HTTP, or a request inside an intercepted tunnel (secure).
+func (s *Session) forward(w http.ResponseWriter, r *http.Request, rec *rec, host string, port int, secure bool) {
 	d := s.pol.check(host, port, r.Method)
 	if !d.ok {
 		f := &refusal{code: d.code, reason: d.reason}
@@ -277,7 +277,7 @@ func (s *Session) forward(w http.ResponseWriter, r *http.Request, rec *rec, host
 		return
 	}
 	var secrets []Secret
-	if tls {
+	if secure {
 		// Secrets go only over TLS to the named host; a plain HTTP
 		// request to it goes without them.
 		secrets = s.pol.secretsFor(host)
@@ -288,7 +288,7 @@ func (s *Session) forward(w http.ResponseWriter, r *http.Request, rec *rec, host
 	}
 	hostport := net.JoinHostPort(host, strconv.Itoa(port))
 	scheme := "http"
-	if tls {
+	if secure {
 		scheme = "https"
 	}
 	tr := &http.Transport{
@@ -308,7 +308,7 @@ func (s *Session) forward(w http.ResponseWriter, r *http.Request, rec *rec, host
 			if f != nil {
 				return nil, f
 			}
-			tc := tlsClient(c, s.upstreamTLS(host))
+			tc := tls.Client(c, s.upstreamTLS(host))
 			if err := tc.HandshakeContext(ctx); err != nil {
 				c.Close()
 				return nil, &refusal{code: CodeUpstream, reason: fmt.Sprintf("TLS with %s failed: %v", hostport, err)}
@@ -322,7 +322,7 @@ func (s *Session) forward(w http.ResponseWriter, r *http.Request, rec *rec, host
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.Out.URL.Scheme, pr.Out.URL.Host = scheme, hostport
 			pr.Out.Host = hostport
-			if port == 80 && !tls || port == 443 && tls {
+			if port == 80 && !secure || port == 443 && secure {
 				pr.Out.Host = host
 			}
 			for _, sec := range secrets {
@@ -356,8 +356,6 @@ func (s *Session) forward(w http.ResponseWriter, r *http.Request, rec *rec, host
 		rec.finish(wire.VerdictAllowed, CodeAllowed, reason)
 	}
 }
-
-func tlsClient(c net.Conn, cfg *tls.Config) *tls.Conn { return tls.Client(c, cfg) }
 
 // hijack takes over the sandbox's connection, with whatever the server
 // had buffered from it.

@@ -13,7 +13,6 @@ import (
 	"github.com/triadhq/triad/egress/egresstest"
 	"github.com/triadhq/triad/internal/fault"
 	"github.com/triadhq/triad/internal/runid"
-	"github.com/triadhq/triad/orchestrator"
 	"github.com/triadhq/triad/orchestrator/orchestratortest"
 	"github.com/triadhq/triad/sandbox/template"
 	"github.com/triadhq/triad/wire"
@@ -303,5 +302,3 @@ func TestEgressChoice(t *testing.T) {
 		t.Errorf("a narrowed run reached allowed.test: %s", got)
 	}
 }
-
-var _ = orchestrator.ToolExec
