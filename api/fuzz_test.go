@@ -148,6 +148,26 @@ func triadFormats(runs []string) map[string]func(*rand.Rand, *openapi3.Schema) s
 			texts := []string{"1+1", "print('hi')", "x = 21", "import math\nmath.pi", "heat pumps Europe", "  padded  ", "é", "1/0"}
 			return texts[r.IntN(len(texts))]
 		},
+		"egress-host": func(r *rand.Rand, _ *openapi3.Schema) string {
+			hs := []string{"*", "pypi.org", "*.example.com", "Files.PythonHosted.org", "a_b.internal.", "xn--bcher-kva.example"}
+			return hs[r.IntN(len(hs))]
+		},
+		"egress-name": func(r *rand.Rand, _ *openapi3.Schema) string {
+			hs := []string{"pypi.org", "api.example.com", "A-B.example.", "s3_eu.example"}
+			return hs[r.IntN(len(hs))]
+		},
+		"cidr": func(r *rand.Rand, _ *openapi3.Schema) string {
+			cs := []string{"10.0.0.0/8", "203.0.113.7", "fd00::/8", "::1", "192.168.1.0/24"}
+			return cs[r.IntN(len(cs))]
+		},
+		"http-method": func(r *rand.Rand, _ *openapi3.Schema) string {
+			ms := []string{"GET", "head", "POST", "Delete", "PROPFIND"}
+			return ms[r.IntN(len(ms))]
+		},
+		"header-name": func(r *rand.Rand, _ *openapi3.Schema) string {
+			hs := []string{"Authorization", "x-api-key", "X_Token", "Cookie"}
+			return hs[r.IntN(len(hs))]
+		},
 		"domain": func(r *rand.Rand, _ *openapi3.Schema) string {
 			ds := []string{"example.com", "gartner.com", "sub.example.org", "xn--bcher-kva.example", "a-b.co.uk."}
 			return ds[r.IntN(len(ds))]

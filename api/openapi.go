@@ -160,6 +160,30 @@ func (s *Server) Document() (*openapi3.T, error) {
 			return nil, err
 		}
 	}
+	// A run's template is one of this server's (GET /templates).
+	var templates []any
+	for _, t := range s.orch.Templates() {
+		templates = append(templates, t.Name)
+	}
+	for _, name := range []string{"NewRunRequest", "RunSetupRequest", "RecipeRunRequest"} {
+		sc := g.schemas[name]
+		if sc == nil || sc.Value == nil {
+			continue
+		}
+		if p := sc.Value.Properties["template"]; p != nil && p.Value != nil && len(templates) > 0 {
+			p.Value.Enum = templates
+		}
+		if p := sc.Value.Properties["egress"]; p != nil && !s.orch.ReachesNetwork() {
+			// The policy may only narrow to nothing: a run that reaches
+			// anything is refused here (unsupported).
+			none := uint64(0)
+			sc.Value.Properties["egress"] = &openapi3.SchemaRef{Value: &openapi3.Schema{
+				AllOf:       openapi3.SchemaRefs{p},
+				Properties:  openapi3.Schemas{"allow": {Value: &openapi3.Schema{MaxItems: &none}}},
+				Description: "This server's sandbox cannot reach the network: a run's policy allows nothing here.",
+			}}
+		}
+	}
 	return doc, nil
 }
 

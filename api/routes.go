@@ -221,6 +221,7 @@ func (s *Server) table() []*route {
 				"files":   runLink("get_tmp_list", "The recipe run's files"),
 			}},
 		{Methods: get, Path: "/recipes", Scope: auth.Read, Summary: "The recipes", Answer: wire.RecipeList{}, h: s.recipesList},
+		{Methods: get, Path: "/templates", Scope: auth.Read, Summary: "The sandbox templates a run may start from (POST /runs template): what each adds to the sandbox image, and its egress policy", Answer: wire.TemplateList{}, h: s.templatesList},
 		{Methods: get, Path: "/recipes/{name}", Scope: auth.Read, Summary: "One recipe in full", Answer: wire.RecipeInfo{}, h: s.recipeGet},
 
 		{Methods: get, Path: "/cel", Scope: auth.Read, RunHeader: true, Summary: "The run's journal, CEL.md", AnswerType: "text/markdown", h: s.celGet},

@@ -260,23 +260,24 @@ func (s *Server) newRun(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	id := runid.New()
+	setup, setUp := in.Setup()
+	// A refused setup leaves no run behind: it is checked before the run
+	// is created.
+	if setUp {
+		if err := s.orch.CheckSetup(r.Context(), id, setup); err != nil {
+			return err
+		}
+	}
 	if err := s.orch.Create(r.Context(), id); err != nil {
 		return err
 	}
 	out := wire.NewRunResponse{RunID: id.String()}
-	if in.Seed != nil || in.AsOf != nil {
-		setup := wire.RunSetup{}
-		if in.Seed != nil {
-			setup.Seed = *in.Seed
-		}
-		if in.AsOf != nil {
-			setup.AsOf = *in.AsOf
-		}
+	if setUp {
 		st, err := s.orch.SetRunSetup(r.Context(), id, setup)
 		if err != nil {
 			return err
 		}
-		out.Seed, out.AsOf = st.Seed, st.AsOf
+		out.Seed, out.AsOf, out.Template, out.Egress = st.Seed, st.AsOf, st.Template, st.Egress
 	}
 	replay := in.Replay != nil && *in.Replay
 	if in.ReplayFrom != "" {
@@ -293,4 +294,9 @@ func (s *Server) newRun(w http.ResponseWriter, r *http.Request) error {
 	}
 	out.Replay = replay
 	return writeJSON(w, http.StatusCreated, out)
+}
+
+// templatesList is GET /templates.
+func (s *Server) templatesList(w http.ResponseWriter, r *http.Request) error {
+	return writeJSON(w, http.StatusOK, wire.TemplateList{Templates: s.orch.Templates()})
 }

@@ -101,7 +101,7 @@ func (s *Server) shareCreate(w http.ResponseWriter, r *http.Request) error {
 			return fault.Badf(fmt.Sprintf("ask for at most %s", s.c.MaxShareTTL), "ttl %s is over this server's maximum of %s", ttl, s.c.MaxShareTTL)
 		}
 	}
-	link.Expires = time.Now().Add(ttl)
+	link.Expires = s.shares.Now().Add(ttl)
 	link, tok, err := s.shares.Create(ctx, link)
 	if err != nil {
 		return fault.Wrap(fault.StoreUnavailable, err, "the share link could not be stored", "retry; GET /healthz shows the store's state")

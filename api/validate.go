@@ -9,6 +9,7 @@ import (
 	"mime"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -18,6 +19,7 @@ import (
 	"github.com/gorilla/mux"
 
 	"github.com/triadhq/triad/browser"
+	"github.com/triadhq/triad/egress"
 	"github.com/triadhq/triad/internal/bodyread"
 	"github.com/triadhq/triad/internal/fault"
 	"github.com/triadhq/triad/internal/runid"
@@ -53,6 +55,36 @@ var formats = map[string]func(string) error{
 	wire.NonBlankFormat: func(s string) error {
 		if strings.TrimSpace(s) == "" {
 			return fault.New(fault.BadInput, "it holds only white space", "send some text")
+		}
+		return nil
+	},
+	wire.EgressHostFormat: func(s string) error {
+		if err := egress.CheckRuleHost(s); err != nil {
+			return fault.Badf(`send a DNS name (pypi.org), a wildcard (*.example.com) or *; names only, never addresses`, "%v", err)
+		}
+		return nil
+	},
+	wire.EgressNameFormat: func(s string) error {
+		if _, err := egress.NormalizeHost(s); err != nil {
+			return fault.Badf("send a DNS name such as api.example.com, without a wildcard", "%v", err)
+		}
+		return nil
+	},
+	wire.CIDRFormat: func(s string) error {
+		if err := egress.CheckCIDR(s); err != nil {
+			return fault.Badf("send an address (10.1.2.3) or a prefix (10.0.0.0/8, fd00::/8)", "%v", err)
+		}
+		return nil
+	},
+	wire.HTTPMethodFormat: func(s string) error {
+		if err := egress.CheckMethod(s); err != nil {
+			return fault.Badf("send a method such as GET or POST (CONNECT is how HTTPS travels, not a method a rule allows)", "%v", err)
+		}
+		return nil
+	},
+	wire.HeaderNameFormat: func(s string) error {
+		if !egress.ValidHeaderName(s) {
+			return fault.Badf("send a header's name such as Authorization", "%q is not an HTTP header's name", s)
 		}
 		return nil
 	},
@@ -306,6 +338,56 @@ func jsonFault(err error) error {
 	return fault.Wrap(fault.BadInput, err, "the request body is not valid JSON for this endpoint", sugg)
 }
 
+// narrow finds, under a failed allOf, anyOf or oneOf, the violation that
+// names the most: the value is checked against each alternative again and
+// the failure deepest in the value wins (a param of a recipe's params
+// rather than "the body does not combine its fields"). A combinator whose
+// alternatives all fail at the top, such as "send recipe or run_id", is
+// kept: it says more than any one of them. It returns the violation and
+// its place in the whole value.
+func narrow(se *openapi3.SchemaError) (*openapi3.SchemaError, []string) {
+	prefix := se.JSONPointer()
+	for range 16 {
+		var alts openapi3.SchemaRefs
+		switch se.SchemaField {
+		case "allOf":
+			alts = se.Schema.AllOf
+		case "anyOf":
+			alts = se.Schema.AnyOf
+		case "oneOf":
+			alts = se.Schema.OneOf
+		default:
+			return se, prefix
+		}
+		var best *openapi3.SchemaError
+		for _, a := range alts {
+			if a == nil || a.Value == nil {
+				continue
+			}
+			var sub *openapi3.SchemaError
+			if err := a.Value.VisitJSON(se.Value); err == nil || !errors.As(err, &sub) || sub.SchemaField == "not" {
+				continue // an alternative that holds, or one that only says "not that"
+			}
+			if best == nil || len(sub.JSONPointer()) > len(best.JSONPointer()) {
+				best = sub
+			}
+		}
+		if best == nil {
+			return se, prefix
+		}
+		switch best.SchemaField {
+		case "allOf", "anyOf", "oneOf":
+		default:
+			if len(best.JSONPointer()) == 0 && se.SchemaField != "allOf" {
+				return se, prefix
+			}
+		}
+		prefix = append(slices.Clone(prefix), best.JSONPointer()...)
+		se = best
+	}
+	return se, prefix
+}
+
 // schemaFault turns a schema violation into a bad_input that names the
 // field and says what it must be. where names a parameter ("" for the
 // body); desc is its description, for the suggestion. A format's own
@@ -315,7 +397,7 @@ func schemaFault(err error, where, desc string) error {
 	if !errors.As(err, &se) {
 		return fault.Wrap(fault.BadInput, err, "the request does not match the API's schema", "see GET /openapi.json")
 	}
-	ptr := se.JSONPointer()
+	se, ptr := narrow(se)
 	name := strings.Join(ptr, ".")
 	if where == "" {
 		where = name

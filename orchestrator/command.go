@@ -58,7 +58,7 @@ func (o *Orchestrator) command1(ctx context.Context, run runid.ID, in wire.ExecR
 	defer outp.close()
 	cctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	res, err := cm.Command(cctx, sandbox.Command{Args: bashArgs(in.Code), Env: in.Env, Dir: in.Cwd, Output: outp.add})
+	res, err := cm.Command(cctx, sandbox.Command{Args: bashArgs(in.Code), Env: o.commandEnv(run, in.Env), Dir: in.Cwd, Output: outp.add})
 	if err != nil {
 		return out, sandboxErr(err)
 	}
@@ -98,6 +98,7 @@ func (o *Orchestrator) commandEnded(ctx context.Context, run runid.ID, sess *ker
 		}
 	}
 	oc.Ran, oc.OK, oc.Error, oc.Stderr, oc.ExitCode = true, out.OK, out.Error, out.Stderr, out.ExitCode
+	oc.Egress = o.takeEgress(run)
 }
 
 // Command is a command started by StartCommand. It runs in the run's
@@ -198,7 +199,7 @@ func (o *Orchestrator) runCommand(ctx context.Context, run runid.ID, in wire.Exe
 	defer o.kernels.Release(sess)
 	outp := newOutput(o.exec.StreamCap, o.exec.SpoolDir, on)
 	defer outp.close()
-	res, cerr := cm.Command(ctx, sandbox.Command{Args: bashArgs(in.Code), Env: in.Env, Dir: in.Cwd, Output: outp.add})
+	res, cerr := cm.Command(ctx, sandbox.Command{Args: bashArgs(in.Code), Env: o.commandEnv(run, in.Env), Dir: in.Cwd, Output: outp.add})
 	if cerr != nil && ctx.Err() != nil && (errors.Is(cerr, context.Canceled) || errors.Is(cerr, context.DeadlineExceeded)) {
 		// Killed (or past its deadline) before it could start: it ended
 		// as a killed command does.

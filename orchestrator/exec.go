@@ -258,11 +258,15 @@ func (o *Orchestrator) session(ctx context.Context, run runid.ID, oc *ExecOutcom
 	if err != nil {
 		return nil, ow, err
 	}
+	spec, err := o.kernelSpec(ctx, run)
+	if err != nil {
+		return nil, ow, err
+	}
 	release, err := o.reserveKernel(ctx, run, ow)
 	if err != nil {
 		return nil, ow, err
 	}
-	sess, err := o.kernels.Acquire(ctx, run)
+	sess, err := o.kernels.Acquire(ctx, run, spec)
 	release()
 	if err != nil {
 		return nil, ow, sandboxErr(err)
@@ -343,6 +347,7 @@ func (o *Orchestrator) exec1(ctx context.Context, run runid.ID, in wire.ExecRequ
 	if err := o.harvest(ctx, run, sess, s, oc, &out); err != nil {
 		return out, err
 	}
+	oc.Egress = o.takeEgress(run)
 	out.OK = res.OK
 	out.ExecutionCount = res.ExecutionCount
 	out.DurationMs = res.Duration.Milliseconds()
@@ -638,8 +643,11 @@ func (o *Orchestrator) Restart(ctx context.Context, run runid.ID) error {
 		// Under a shared lock the run's kernel may live on without this
 		// process holding it (another replica's, or adopted on restart):
 		// adopt it to restart it.
-		var err error
-		if sess, err = o.kernels.Acquire(ctx, run); err != nil {
+		spec, err := o.kernelSpec(ctx, run)
+		if err != nil {
+			return err
+		}
+		if sess, err = o.kernels.Acquire(ctx, run, spec); err != nil {
 			return sandboxErr(err)
 		}
 		defer o.kernels.Release(sess)
@@ -691,7 +699,11 @@ func (o *Orchestrator) NewContext(ctx context.Context, run runid.ID, cwd string)
 	var out wire.Context
 	oc := &ContextOutcome{Op: ContextCreate, Cwd: cwd, Backend: o.kernels.Backend()}
 	err := o.call(ctx, run, oc, func(ctx context.Context, s *Step) error {
-		c, err := o.kernels.NewContext(ctx, run, cwd)
+		spec, err := o.kernelSpec(ctx, run)
+		if err != nil {
+			return err
+		}
+		c, err := o.kernels.NewContext(ctx, run, cwd, spec)
 		if err != nil {
 			return contextErr(err, run, "")
 		}

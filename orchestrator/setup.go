@@ -49,7 +49,7 @@ const (
 // them, since its kernel was already seeded. The run must be the caller's:
 // Create or OpenRun it first.
 func (o *Orchestrator) SetRunSetup(ctx context.Context, run runid.ID, s wire.RunSetup) (wire.RunSetup, error) {
-	s, err := o.completeSetup(run, s)
+	s, err := o.completeSetup(ctx, run, s)
 	if err != nil {
 		return s, err
 	}
@@ -66,15 +66,15 @@ func (o *Orchestrator) SetRunSetup(ctx context.Context, run runid.ID, s wire.Run
 		return s, err
 	}
 	if recorded {
-		if old.Seed == s.Seed && old.AsOf == s.AsOf {
+		if old.Seed == s.Seed && old.AsOf == s.AsOf && old.Template == s.Template && sameEgress(old.Egress, s.Egress) {
 			o.cacheSetup(run, old)
 			return old, nil
 		}
 		if tr, err := o.trace(ctx, run); err != nil {
 			return s, err
 		} else if len(tr) > 0 {
-			return s, fault.New(fault.Conflict, fmt.Sprintf("run %s was set up with seed %d and as_of %q, and has made calls", run, old.Seed, old.AsOf),
-				fmt.Sprintf("keep seed %d and as_of %q for this run, or start a new run with the new values", old.Seed, old.AsOf))
+			return s, fault.New(fault.Conflict, fmt.Sprintf("run %s was set up with seed %d, as_of %q and template %q, and has made calls", run, old.Seed, old.AsOf, old.Template),
+				fmt.Sprintf("keep seed %d, as_of %q, template %q and its egress for this run, or start a new run with the new values", old.Seed, old.AsOf, old.Template))
 		}
 	}
 	if err := o.writeSetup(ctx, run, s); err != nil {
@@ -82,6 +82,14 @@ func (o *Orchestrator) SetRunSetup(ctx context.Context, run runid.ID, s wire.Run
 	}
 	o.cacheSetup(run, s)
 	return s, nil
+}
+
+// CheckSetup validates s as the setup of run, a run about to be created,
+// without recording anything: a surface checks a setup before it creates
+// the run, so that a refused setup leaves no run behind.
+func (o *Orchestrator) CheckSetup(ctx context.Context, run runid.ID, s wire.RunSetup) error {
+	_, err := o.completeSetup(ctx, run, s)
+	return err
 }
 
 // RunSetup returns the run's setup as recorded, and false when the run has
@@ -96,8 +104,9 @@ func (o *Orchestrator) RunSetup(ctx context.Context, run runid.ID) (wire.RunSetu
 	return o.recordedSetup(ctx, run)
 }
 
-// completeSetup validates s and fills in what the server knows.
-func (o *Orchestrator) completeSetup(run runid.ID, s wire.RunSetup) (wire.RunSetup, error) {
+// completeSetup validates s and fills in what the server knows: the
+// run's sandbox (template, image, egress) among it.
+func (o *Orchestrator) completeSetup(ctx context.Context, run runid.ID, s wire.RunSetup) (wire.RunSetup, error) {
 	if s.Seed < 0 || s.Seed > MaxSeed {
 		return s, fault.Badf(fmt.Sprintf("send a seed from 0 to %d", int64(MaxSeed)), "seed %d is out of range", s.Seed)
 	}
@@ -118,7 +127,17 @@ func (o *Orchestrator) completeSetup(run runid.ID, s wire.RunSetup) (wire.RunSet
 	if o.kernels != nil {
 		s.Backend, s.Image = o.kernels.Backend(), o.kernels.Image()
 	}
+	if err := o.resolveSandbox(ctx, &s); err != nil {
+		return s, err
+	}
 	return s, nil
+}
+
+// sameEgress reports whether two recorded egress policies are the same.
+func sameEgress(a, b *wire.EgressPolicy) bool {
+	ja, _ := json.Marshal(a)
+	jb, _ := json.Marshal(b)
+	return string(ja) == string(jb)
 }
 
 // SourceDateEpoch returns SOURCE_DATE_EPOCH for an as_of date: midnight UTC
@@ -180,7 +199,7 @@ func (o *Orchestrator) runSetup(ctx context.Context, run runid.ID) (wire.RunSetu
 		return s, err
 	}
 	if !recorded {
-		if s, err = o.completeSetup(run, wire.RunSetup{SeedFrom: defaultSeedFrom}); err != nil {
+		if s, err = o.completeSetup(ctx, run, wire.RunSetup{SeedFrom: defaultSeedFrom}); err != nil {
 			return s, err
 		}
 	}
@@ -316,6 +335,13 @@ func (o *Orchestrator) setUpKernel(ctx context.Context, run runid.ID, sess *kern
 	if err != nil {
 		o.kernels.Drop(run)
 		return sandboxErr(fmt.Errorf("set up the run's kernel (seed %d): %w", s.Seed, err))
+	}
+	if err := o.setUpEgress(ctx, run, sess.Kernel); err != nil {
+		o.kernels.Drop(run)
+		if fault.As(err) != nil {
+			return err
+		}
+		return sandboxErr(fmt.Errorf("set up the run's egress: %w", err))
 	}
 	return nil
 }

@@ -109,12 +109,17 @@ func parse(file string, data []byte) (*Recipe, error) {
 	return r, nil
 }
 
+// templateName is what a sandbox template's name may be
+// (sandbox/image.Variant's rule).
+var templateName = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,62}$`)
+
 // frontMatter is the YAML header as written.
 type frontMatter struct {
 	Name        string                `yaml:"name"`
 	Title       string                `yaml:"title"`
 	Description string                `yaml:"description"`
 	Backend     string                `yaml:"backend"`
+	Template    string                `yaml:"template"`
 	Params      orderedMap[paramSpec] `yaml:"params"`
 	Inputs      orderedMap[inputSpec] `yaml:"inputs"`
 	Outputs     []outputSpec          `yaml:"outputs"`
@@ -297,6 +302,10 @@ func (r *Recipe) parseFrontMatter(src string, base int) error {
 	default:
 		return errAt(line, "front matter: backend %q is neither %q nor %q", fm.Backend, BackendAny, BackendDocker)
 	}
+	if fm.Template != "" && !templateName.MatchString(fm.Template) {
+		return errAt(line, "front matter: template %q is not a template name (lower-case letters, digits and hyphens)", fm.Template)
+	}
+	r.Template = fm.Template
 
 	seen := map[string]bool{}
 	for _, e := range fm.Params {

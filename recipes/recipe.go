@@ -17,6 +17,9 @@ type Recipe struct {
 	Description string
 	// Backend is the sandbox the recipe's cells need.
 	Backend Backend
+	// Template is the sandbox template the recipe's runs start from (its
+	// image, limits and egress policy); empty is the server's default.
+	Template string
 	// Params are in declaration order, which is the order of the
 	// parameters cell.
 	Params []Param

@@ -6,18 +6,43 @@ import "time"
 type NewRunRequest struct {
 	Replay     *bool  `json:"replay,omitempty" doc:"Answer the run's searches from its recorded citations instead of the web."`
 	ReplayFrom string `json:"replay_from,omitempty" format:"run-id" doc:"Copy this run's recorded citations and answer the new run's searches from them."`
+	RunSetupRequest
+}
+
+// RunSetupRequest chooses what a new run's kernel starts from: POST
+// /runs's body and MCP's run_setup.
+type RunSetupRequest struct {
 	// Seed's maximum is orchestrator.MaxSeed: NumPy's legacy generator
 	// takes 32-bit seeds.
-	Seed *int64  `json:"seed,omitempty" minimum:"0" maximum:"4294967295" doc:"Seeds the run's kernel (Python's random, NumPy's global generator, TRIAD_SEED): 0 to 2^32-1; absent means 0."`
-	AsOf *string `json:"as_of,omitempty" format:"date" doc:"The run's as-of date, YYYY-MM-DD: TRIAD_AS_OF and SOURCE_DATE_EPOCH (its midnight UTC) in its kernel. Absent means none (epoch 0)."`
+	Seed     *int64        `json:"seed,omitempty" minimum:"0" maximum:"4294967295" doc:"Seeds the run's kernel (Python's random, NumPy's global generator, TRIAD_SEED): 0 to 2^32-1; absent means 0."`
+	AsOf     *string       `json:"as_of,omitempty" format:"date" doc:"The run's as-of date, YYYY-MM-DD: TRIAD_AS_OF and SOURCE_DATE_EPOCH (its midnight UTC) in its kernel. Absent means none (epoch 0)."`
+	Template *string       `json:"template,omitempty" doc:"The sandbox template the run's kernels start from (GET /templates lists them); absent means default."`
+	Egress   *EgressPolicy `json:"egress,omitempty" doc:"Narrows the template's egress policy for this run, within the template's (an admin key may go beyond it); absent means the template's policy as it is."`
+}
+
+// Setup is the RunSetup the request asks for, and whether it asks for any.
+func (r RunSetupRequest) Setup() (RunSetup, bool) {
+	s := RunSetup{Egress: r.Egress}
+	if r.Seed != nil {
+		s.Seed = *r.Seed
+	}
+	if r.AsOf != nil {
+		s.AsOf = *r.AsOf
+	}
+	if r.Template != nil {
+		s.Template = *r.Template
+	}
+	return s, r.Seed != nil || r.AsOf != nil || r.Template != nil || r.Egress != nil
 }
 
 // NewRunResponse is POST /runs's answer.
 type NewRunResponse struct {
-	RunID  string `json:"run_id" doc:"The new run: send it as X-Run-Id."`
-	Replay bool   `json:"replay" doc:"True when the run answers its searches from recorded citations."`
-	Seed   int64  `json:"seed" doc:"The run's seed."`
-	AsOf   string `json:"as_of,omitempty" doc:"The run's as-of date."`
+	RunID    string        `json:"run_id" doc:"The new run: send it as X-Run-Id."`
+	Replay   bool          `json:"replay" doc:"True when the run answers its searches from recorded citations."`
+	Seed     int64         `json:"seed" doc:"The run's seed."`
+	AsOf     string        `json:"as_of,omitempty" doc:"The run's as-of date."`
+	Template string        `json:"template,omitempty" doc:"The run's sandbox template."`
+	Egress   *EgressPolicy `json:"egress,omitempty" doc:"The run's egress policy; absent: it reaches nothing."`
 }
 
 // NoteRequest is cel.note's input: an operator note the next step sees.
@@ -45,6 +70,12 @@ type RunView struct {
 	Finished    *time.Time     `json:"finished,omitempty"`
 	// StartedBy is who started the run: its key and tenant.
 	StartedBy *Caller `json:"started_by,omitempty"`
+	// Template, ImageDigest and Egress are the run's sandbox: its
+	// template, the digest of the image its kernels run, and its egress
+	// policy (absent: it reaches nothing).
+	Template    string        `json:"template,omitempty"`
+	ImageDigest string        `json:"image_digest,omitempty"`
+	Egress      *EgressPolicy `json:"egress,omitempty"`
 }
 
 // StepStatus is one journaled call of a run.
@@ -73,6 +104,7 @@ type RecipeRunRequest struct {
 	Objective string         `json:"objective,omitempty" doc:"The question the run answers; it heads the recipe's report."`
 	Params    map[string]any `json:"params,omitempty" doc:"The recipe's params by name (GET /recipes/{name} shows them); absent params take their defaults."`
 	RunID     string         `json:"run_id,omitempty" format:"run-id" doc:"A fresh run id, or a failed or interrupted recipe run to resume; absent mints one. A recipe never runs in an MCP session's own run."`
+	Template  string         `json:"template,omitempty" doc:"The sandbox template the run starts from; absent means the recipe's (its front matter's template), else the default."`
 }
 
 // AtLeastOne implements wire.AtLeastOne: a recipe to start, or a run to

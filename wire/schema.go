@@ -87,6 +87,20 @@ const (
 	// DurationFormat is a Go duration such as "24h" or "90m" (units ns,
 	// us, ms, s, m, h), within the bounds of its duration tag.
 	DurationFormat = "duration-go"
+	// EgressHostFormat is an egress rule's host (egress.CheckRuleHost): *,
+	// *.name or a DNS name of letters, digits, hyphens and underscores,
+	// lower- or upper-case, never an IP address or a numeric last label.
+	EgressHostFormat = "egress-host"
+	// EgressNameFormat is a DNS name as EgressHostFormat takes it, without
+	// a wildcard (an egress secret's host).
+	EgressNameFormat = "egress-name"
+	// CIDRFormat is an IP address or a CIDR prefix (IPv4 or IPv6).
+	CIDRFormat = "cidr"
+	// HTTPMethodFormat is an HTTP method an egress rule may allow: letters
+	// only, never CONNECT.
+	HTTPMethodFormat = "http-method"
+	// HeaderNameFormat is an HTTP header's name (RFC 9110's token).
+	HeaderNameFormat = "header-name"
 )
 
 // NonBlank is the pattern of a string that must hold something other than
@@ -121,6 +135,24 @@ func fieldOf(tag reflect.StructTag) (Field, error) {
 			fd.Pattern = `^[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.?$`
 		}
 		fd.MaxLength = orPtr(fd.MaxLength, ptr(uint64(254)))
+	case EgressHostFormat, EgressNameFormat:
+		if fd.Pattern == "" {
+			fd.Pattern = map[string]string{EgressHostFormat: `^(?:\*|(?:\*\.)?[A-Za-z0-9_-]+(?:\.[A-Za-z0-9_-]+)*\.?)$`,
+				EgressNameFormat: `^[A-Za-z0-9_-]+(?:\.[A-Za-z0-9_-]+)*\.?$`}[fd.Format]
+		}
+		fd.MaxLength = orPtr(fd.MaxLength, ptr(uint64(256)))
+	case CIDRFormat:
+		if fd.Pattern == "" {
+			fd.Pattern = `^[0-9A-Fa-f:.]+(?:/[0-9]{1,3})?$`
+		}
+	case HTTPMethodFormat:
+		if fd.Pattern == "" {
+			fd.Pattern = `^[A-Za-z]+$`
+		}
+	case HeaderNameFormat:
+		if fd.Pattern == "" {
+			fd.Pattern = "^[!#$%&'*+.^_`|~0-9A-Za-z-]+$"
+		}
 	case PathFormat, PrefixFormat, DirFormat:
 		if fd.Pattern == "" {
 			fd.Pattern = map[string]string{PathFormat: safepath.Pattern, PrefixFormat: safepath.PrefixPattern,

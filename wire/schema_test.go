@@ -10,7 +10,7 @@ import (
 
 // every wire type with tags, reached from the requests and answers.
 var wireTypes = []any{ExecRequest{}, ExecResponse{}, WriteRequest{}, ReadResponse{}, ListRequest{}, ListResponse{}, PathRequest{}, OK{},
-	SearchRequest{}, SearchResponse{}, NewRunRequest{}, NewRunResponse{}, NoteRequest{}, RunView{}, RecipeRunRequest{}, RecipeRunStarted{},
+	SearchRequest{}, SearchResponse{}, NewRunRequest{}, RunSetupRequest{}, NewRunResponse{}, NoteRequest{}, RunView{}, RecipeRunRequest{}, RecipeRunStarted{},
 	RecipeList{}, ShareRequest{}, NewKeyRequest{}, ReplayRequest{}}
 
 // Every tag parses, and every pattern compiles as Go's RE2 (as JSON

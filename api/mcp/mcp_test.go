@@ -50,6 +50,14 @@ func TestToolsAndSchemas(t *testing.T) {
 		ToolRecipe:    {reflect.TypeFor[runner.Request](), reflect.TypeFor[wire.RecipeRunStarted](), false},
 		ToolRecipes:   {reflect.TypeFor[struct{}](), reflect.TypeFor[wire.RecipeList](), false},
 		ToolRunStatus: {reflect.TypeFor[struct{}](), reflect.TypeFor[wire.RunView](), true},
+		// POST /runs's body without the replay fields (a session's run is
+		// not a replay).
+		ToolRunSetup: {reflect.TypeFor[struct {
+			Template string             `json:"template"`
+			Egress   *wire.EgressPolicy `json:"egress"`
+			Seed     int64              `json:"seed"`
+			AsOf     string             `json:"as_of"`
+		}](), reflect.TypeFor[wire.RunSetup](), true},
 	}
 	name := regexp.MustCompile(`^[a-zA-Z0-9_-]{1,64}$`)
 	s := newStack(t, stackOptions{})
@@ -433,7 +441,7 @@ func TestExamples(t *testing.T) {
 	cs := connectHTTP(t, s)
 	// Order matters: the files examples build on each other, and the
 	// journal and status examples read what came before.
-	order := []string{ToolWrite, ToolRead, ToolList, ToolExec, ToolSearch, ToolNote, ToolJournal, ToolRunStatus, ToolDelete, ToolRestart, ToolRecipes, ToolRecipe}
+	order := []string{ToolRunSetup, ToolWrite, ToolRead, ToolList, ToolExec, ToolSearch, ToolNote, ToolJournal, ToolRunStatus, ToolDelete, ToolRestart, ToolRecipes, ToolRecipe}
 	for _, tool := range order {
 		ex := examples[tool]
 		var args map[string]any

@@ -29,6 +29,7 @@ const (
 	ToolRecipe      = "recipe_run"
 	ToolRecipes     = "recipe_list"
 	ToolRunStatus   = "run_status"
+	ToolRunSetup    = "run_setup"
 	metaRunID       = "triad/run_id"
 	wildcardExplain = "(abridged; … stands for any value)"
 )
@@ -63,6 +64,10 @@ type (
 	}
 	noteArgs struct {
 		wire.NoteRequest
+		runArg
+	}
+	setupArgs struct {
+		wire.RunSetupRequest
 		runArg
 	}
 )
@@ -112,6 +117,10 @@ var examples = map[string]example{
 	ToolRecipes: {
 		Args:   `{}`,
 		Answer: `{"recipes": [{"name": "…", "title": "…", "description": "…", "backend": "…", "origin": "standard"}]}`,
+	},
+	ToolRunSetup: {
+		Args:   `{"template": "default", "seed": 7}`,
+		Answer: `{"run_id": "…", "seed": 7, "seed_from": "param", "as_of": "", "as_of_from": "none given", "source_date_epoch": 0, "python_hash_seed": 0, "triad": "…", "template": "default"}`,
 	},
 	ToolRunStatus: {
 		Args:   `{}`,
@@ -263,6 +272,17 @@ func (s *Server) addTools() {
 		OutputSchema: schemaFor[wire.RecipeList](false),
 		Annotations:  &sdk.ToolAnnotations{ReadOnlyHint: true, OpenWorldHint: ptr(false)},
 	}, s.recipeList)
+
+	addTool(s, &sdk.Tool{
+		Name:  ToolRunSetup,
+		Title: "Set up the run's sandbox",
+		Description: describe(ToolRunSetup, "Choose, before the run's first call, what its kernel starts from: a sandbox template (an image with extra packages, limits and an egress policy; "+
+			"an unknown name is refused with the names there are), a narrower egress policy than the template's (hosts by name; never wider), the seed and the as_of date. "+
+			"Without it a run gets the default template, seed 0 and no as_of. Same as POST /runs's body."),
+		InputSchema:  schemaFor[setupArgs](true),
+		OutputSchema: schemaFor[wire.RunSetup](false),
+		Annotations:  &sdk.ToolAnnotations{IdempotentHint: true, OpenWorldHint: ptr(false)},
+	}, s.runSetup)
 
 	addTool(s, &sdk.Tool{
 		Name:  ToolRunStatus,
@@ -463,4 +483,17 @@ func (s *Server) runStatus(ctx context.Context, req *sdk.CallToolRequest, in str
 		return nil, view, err
 	}
 	return result(run), view, nil
+}
+
+func (s *Server) runSetup(ctx context.Context, req *sdk.CallToolRequest, in setupArgs) (*sdk.CallToolResult, wire.RunSetup, error) {
+	run, err := s.run(req, in.RunID)
+	if err != nil {
+		return nil, wire.RunSetup{}, err
+	}
+	setup, _ := in.Setup()
+	st, err := s.orch.SetRunSetup(ctx, run, setup)
+	if err != nil {
+		return nil, st, err
+	}
+	return result(run), st, nil
 }

@@ -8,6 +8,7 @@
 package runner
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -270,7 +271,7 @@ func (r *Runner) prepare(ctx context.Context, req Request, inputs map[string][]b
 	// The kernel's setup (seed, as_of) is recorded before the first call;
 	// a resume that would change it is refused here.
 	if _, err := r.o.SetRunSetup(ctx, run, wire.RunSetup{Seed: plan.Params[recipes.ParamSeed].(int64), SeedFrom: derived.SeedFrom,
-		AsOf: plan.Params[recipes.ParamAsOf].(string), AsOfFrom: derived.AsOfFrom, Recipe: rec.Name}); err != nil {
+		AsOf: plan.Params[recipes.ParamAsOf].(string), AsOfFrom: derived.AsOfFrom, Recipe: rec.Name, Template: cmp.Or(req.Template, rec.Template)}); err != nil {
 		return nil, err
 	}
 	st := State{RunID: run.String(), Recipe: rec.Name, Objective: objective, Params: plan.Params, Status: Queued, Created: time.Now().UTC()}
