@@ -150,8 +150,19 @@ func (s *Server) operation(rt *route, method, path string, ref func(any) (*opena
 		if err != nil {
 			return nil, err
 		}
+		content := openapi3.NewContentWithJSONSchemaRef(sch)
+		if rt.Form {
+			form := openapi3.NewObjectSchema()
+			form.Description = "the request as JSON in the part named request; each file in a part named input:<name>"
+			req := openapi3.NewStringSchema()
+			req.Description = "the request body, as JSON"
+			form.WithPropertyRef("request", req.NewRef())
+			form.Required = []string{"request"}
+			form.AdditionalProperties = openapi3.AdditionalProperties{Schema: openapi3.NewStringSchema().WithFormat("binary").NewRef()}
+			content["multipart/form-data"] = &openapi3.MediaType{Schema: form.NewRef()}
+		}
 		op.RequestBody = &openapi3.RequestBodyRef{Value: openapi3.NewRequestBody().WithRequired(method != http.MethodPost || rt.Path != "/runs").
-			WithContent(openapi3.NewContentWithJSONSchemaRef(sch))}
+			WithContent(content)}
 	case rt.BodyType != "":
 		op.RequestBody = &openapi3.RequestBodyRef{Value: openapi3.NewRequestBody().WithRequired(true).
 			WithContent(openapi3.Content{rt.BodyType: &openapi3.MediaType{Schema: openapi3.NewStringSchema().WithFormat("binary").NewRef()}})}

@@ -30,6 +30,10 @@ type route struct {
 	// raw body's media type instead.
 	Body     any
 	BodyType string
+	// Form marks a route that also takes Body as multipart/form-data: Body
+	// as JSON in a part named request, and files in parts named
+	// input:<name>.
+	Form bool
 	// OK is the success status (200 when zero); Answer its JSON type, or
 	// AnswerType a raw answer's media type.
 	OK         int
@@ -123,7 +127,7 @@ func (s *Server) table() []*route {
 			Alt: wire.SharedFiles{}, AltType: SharedFilesType, h: s.shareGet},
 		{Methods: getHd, Path: "/share/{token}/{path:.+}", Scope: Public, Summary: "One file of a prefix share link", AnswerType: "application/octet-stream", h: s.shareGet},
 
-		{Methods: post, Path: "/run", Scope: auth.Runs, Summary: "Start a recipe run, or resume one by run_id", Body: wire.RecipeRunRequest{}, OK: http.StatusAccepted, Answer: wire.RecipeRunStarted{}, h: s.postRun},
+		{Methods: post, Path: "/run", Scope: auth.Runs, Summary: "Start a recipe run, or resume one by run_id; as multipart/form-data, with the recipe's input files (parts input:<name>) beside the request (part request)", Body: wire.RecipeRunRequest{}, Form: true, OK: http.StatusAccepted, Answer: wire.RecipeRunStarted{}, h: s.postRun},
 		{Methods: get, Path: "/recipes", Scope: auth.Read, Summary: "The recipes", Answer: wire.RecipeList{}, h: s.recipesList},
 		{Methods: get, Path: "/recipes/{name}", Scope: auth.Read, Summary: "One recipe in full", Answer: wire.RecipeInfo{}, h: s.recipeGet},
 
