@@ -401,8 +401,25 @@ func TestShareLinks(t *testing.T) {
 	check("tampered signature", string(tampered))
 	check("made up", c.url+"/share/v1.aaaaaaaaaaaaaaaa.9999999999.abc")
 
+	// The run's links are listed, newest first, with their URLs: a page
+	// reloaded after sharing can still show and revoke them.
+	listed := func(who *client) []wire.Share {
+		t.Helper()
+		var l wire.ShareList
+		a := who.do("GET", "/runs/"+run+"/shares", "", nil)
+		if a.status != 200 {
+			t.Fatalf("GET /runs/%s/shares: %d %s", run, a.status, a.body)
+		}
+		a.json(t, &l)
+		return l.Shares
+	}
+	if l := listed(c); len(l) != 2 || l[0].ID != pre.ID || l[1].ID != one.ID || l[1].URL != one.URL || l[0].URL != pre.URL {
+		t.Fatalf("the run's links: %+v, want the prefix link then the path link, with their URLs", l)
+	}
+
 	// Another tenant can neither revoke nor see the link.
 	other := c.as(c.newKey("globex", auth.Runs))
+	wantErr(t, other.do("GET", "/runs/"+run+"/shares", "", nil), 404, "not_found")
 	wantErr(t, other.do("DELETE", "/shares/"+one.ID, "", nil), 404, "not_found")
 	wantErr(t, other.post("/runs/"+run+"/share", "", map[string]any{"path": "secret.txt"}), 404, "not_found")
 	if a := get(one.URL); a.status != 200 {
@@ -413,6 +430,9 @@ func TestShareLinks(t *testing.T) {
 	}
 	check("revoked", one.URL)
 	wantErr(t, c.do("DELETE", "/shares/"+one.ID, "", nil), 404, "not_found")
+	if l := listed(c); len(l) != 1 || l[0].ID != pre.ID {
+		t.Errorf("the run's links after revoking one: %+v", l)
+	}
 
 	short := share(map[string]any{"path": "secret.txt", "ttl": "1s"})
 	if a := get(short.URL); a.status != 200 {
@@ -420,6 +440,9 @@ func TestShareLinks(t *testing.T) {
 	}
 	time.Sleep(time.Until(short.Expires) + 10*time.Millisecond)
 	check("expired", short.URL)
+	if l := listed(c); len(l) != 1 || l[0].ID != pre.ID {
+		t.Errorf("the run's links after one expired: %+v", l)
+	}
 
 	for _, body := range []map[string]any{
 		{}, {"path": "a", "prefix": "b/"}, {"path": "nope.txt"}, {"path": "../x"}, {"prefix": "artifacts/", "ttl": "forever"},

@@ -122,6 +122,7 @@ func (s *Server) table() []*route {
 		}, AnswerType: "application/octet-stream", h: s.runFile},
 		{Methods: post, Path: "/runs/{id}/replay", Scope: auth.Runs, Summary: "Replay a run from its trace as a new run, and report per file whether it came out the same", Body: wire.ReplayRequest{}, OK: http.StatusCreated, Answer: wire.ReplayReport{}, h: s.runReplay},
 		{Methods: post, Path: "/runs/{id}/share", Scope: auth.Runs, Summary: "A link that downloads a run's file (or files under a prefix) without a key", Body: wire.ShareRequest{}, OK: http.StatusCreated, Answer: wire.Share{}, h: s.shareCreate},
+		{Methods: get, Path: "/runs/{id}/shares", Scope: auth.Runs, Summary: "The run's live share links, newest first, each with its URL", Answer: wire.ShareList{}, h: s.shareList},
 		{Methods: del, Path: "/shares/{id}", Scope: auth.Runs, Summary: "Revoke a share link", Answer: wire.OK{}, h: s.shareRevoke},
 		{Methods: getHd, Path: "/share/{token}", Scope: Public, Summary: "A share link: the shared file, or a prefix link's list of files", AnswerType: "application/octet-stream",
 			Alt: wire.SharedFiles{}, AltType: SharedFilesType, h: s.shareGet},

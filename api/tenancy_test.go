@@ -98,11 +98,12 @@ func TestTenantsSeeOnlyTheirRuns(t *testing.T) {
 		"POST /runs/{id}/share": func() answer {
 			return b.do("POST", "/runs/"+runA+"/share", "", body(map[string]any{"path": "artifacts/secret.csv"}))
 		},
-		"DELETE /shares/{id}": func() answer { return b.do("DELETE", "/shares/"+sh.ID, "", nil) },
-		"POST /run":           func() answer { return b.do("POST", "/run", "", body(map[string]any{"run_id": runA})) },
-		"GET /cel":            func() answer { return b.do("GET", "/cel", runA, nil) },
-		"POST /cel/note":      func() answer { return b.do("POST", "/cel/note", runA, body(map[string]any{"text": "b was here"})) },
-		"POST /cel/finalize":  func() answer { return b.do("POST", "/cel/finalize", runA, nil) },
+		"GET /runs/{id}/shares": func() answer { return b.do("GET", "/runs/"+runA+"/shares", "", nil) },
+		"DELETE /shares/{id}":   func() answer { return b.do("DELETE", "/shares/"+sh.ID, "", nil) },
+		"POST /run":             func() answer { return b.do("POST", "/run", "", body(map[string]any{"run_id": runA})) },
+		"GET /cel":              func() answer { return b.do("GET", "/cel", runA, nil) },
+		"POST /cel/note":        func() answer { return b.do("POST", "/cel/note", runA, body(map[string]any{"text": "b was here"})) },
+		"POST /cel/finalize":    func() answer { return b.do("POST", "/cel/finalize", runA, nil) },
 		"POST /tmp/write": func() answer {
 			return b.do("POST", "/tmp/write", runA, body(map[string]any{"path": "x.txt", "text": "b"}))
 		},

@@ -272,6 +272,11 @@ type Share struct {
 	Expires time.Time `json:"expires"`
 }
 
+// ShareList is GET /runs/{id}/shares's answer: the run's live links.
+type ShareList struct {
+	Shares []Share `json:"shares"`
+}
+
 // SharedFiles is a prefix share link's answer: the files it shares, each
 // with the URL that downloads it.
 type SharedFiles struct {

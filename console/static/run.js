@@ -287,7 +287,9 @@ async function refreshFiles() {
   };
   const top = Object.keys(tree).sort((a, b) => (a === 'artifacts/' ? -1 : b === 'artifacts/' ? 1 : a.localeCompare(b)));
   const ordered = Object.fromEntries(top.map((k) => [k, tree[k]]));
+  const prefixes = [...shares.entries()].filter(([k]) => k.endsWith('/')).map(([, box]) => box);
   $('#tree').replaceChildren(
+    prefixes.length ? el('div', { class: 'shared-prefixes' }, el('h3', { class: 'small', text: 'Shared folders' }), prefixes) : null,
     files.length ? render(ordered, '') : el('p', { class: 'muted', text: 'No files yet.' }),
     records.length ? folder('(records)', 'Triad\'s records', el('ul', {}, records.map((f) => fileRow(f, f.path)))) : null,
   );
@@ -330,35 +332,61 @@ async function share(f, li, btn) {
   try {
     const s = await api('POST', `/runs/${RUN}/share`, { json: { path: f.path, ttl: '24h' } });
     li.querySelector('.share-box')?.remove();
-    shares.delete(f.path);
-    const input = el('input', { type: 'text', readonly: true, value: s.url, 'aria-label': `Share link for ${f.path}` });
-    const box = el('div', { class: 'share-box', dataset: { share: s.id } },
-      input,
-      el('div', { class: 'actions' },
-        copyButton(s.url, 'Copy link'),
-        el('span', { class: 'muted expires' }, 'expires ', el('time', { datetime: s.expires, text: fmtTime(s.expires) })),
-        el('button', {
-          type: 'button', class: 'linkbtn btn-danger revoke', text: 'revoke',
-          onclick: async (e) => {
-            e.target.disabled = true;
-            try {
-              await api('DELETE', `/shares/${s.id}`);
-              box.replaceChildren(el('span', { class: 'muted revoked', text: 'Link revoked: it no longer works.' }));
-              setTimeout(() => { box.remove(); shares.delete(f.path); }, 8000);
-            } catch (err) {
-              toast(err.text || String(err));
-              e.target.disabled = false;
-            }
-          },
-        })));
+    const box = shareBox(s);
     shares.set(f.path, box);
     li.append(box);
-    input.select();
+    box.querySelector('input').select();
   } catch (e) {
     toast(e.text || String(e));
   } finally {
     btn.disabled = false;
   }
+}
+
+// shareBox shows a live link: its URL to copy, its expiry, and revoke.
+function shareBox(s) {
+  const key = s.path || s.prefix;
+  const input = el('input', { type: 'text', readonly: true, value: s.url, 'aria-label': `Share link for ${key}` });
+  const box = el('div', { class: 'share-box', dataset: { share: s.id } },
+    s.prefix ? el('span', { class: 'small' }, 'Every file under ', el('code', { text: s.prefix })) : null,
+    input,
+    el('div', { class: 'actions' },
+      copyButton(s.url, 'Copy link'),
+      el('span', { class: 'muted expires' }, 'expires ', el('time', { datetime: s.expires, title: fmtTime(s.expires), text: fmtTime(s.expires) })),
+      el('button', {
+        type: 'button', class: 'linkbtn btn-danger revoke', text: 'revoke', 'aria-label': `Revoke the share link for ${key}`,
+        onclick: async (e) => {
+          e.target.disabled = true;
+          try {
+            await api('DELETE', `/shares/${s.id}`);
+            box.replaceChildren(el('span', { class: 'muted revoked', text: 'Link revoked: it no longer works.' }));
+            setTimeout(() => { box.remove(); shares.delete(key); }, 8000);
+          } catch (err) {
+            toast(err.text || String(err));
+            e.target.disabled = false;
+          }
+        },
+      })));
+  return box;
+}
+
+// loadShares shows the run's live links, made in this page or before it
+// was loaded: path links under their file, prefix links above the tree.
+async function loadShares() {
+  if (!CAN_WRITE) return;
+  let list;
+  try {
+    list = (await api('GET', `/runs/${RUN}/shares`)).shares;
+  } catch {
+    return; // share links off: nothing to show
+  }
+  for (const s of list.reverse()) { // oldest first: the newest wins a path
+    const key = s.path || s.prefix;
+    shares.get(key)?.remove();
+    shares.set(key, shareBox(s));
+  }
+  filesSeen = ''; // redraw the tree with the boxes
+  await refreshFiles();
 }
 
 // ---- previews -----------------------------------------------------------
@@ -488,7 +516,7 @@ dialog.addEventListener('close', () => $('#preview-body').replaceChildren());
 
 await loadView();
 connect();
-refreshFiles();
+refreshFiles().then(loadShares);
 refreshCEL();
 setInterval(chips, 5000);
 if (!CAN_WRITE) document.querySelectorAll('.share').forEach((b) => b.remove());
