@@ -45,8 +45,8 @@ const (
 	recordPrefix = "shares/"
 	// byRunPrefix lists each run's links: shares-of/<run>/<id>.
 	byRunPrefix = "shares-of/"
-	secretKey    = "secrets/share"
-	idLen        = 16
+	secretKey   = "secrets/share"
+	idLen       = 16
 )
 
 var enc = base32.NewEncoding("abcdefghijklmnopqrstuvwxyz234567").WithPadding(base32.NoPadding)
