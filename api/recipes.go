@@ -252,6 +252,23 @@ func (s *Server) recipeGet(w http.ResponseWriter, r *http.Request) error {
 	return writeJSON(w, http.StatusOK, rc.Info(true))
 }
 
+// runLabels is PATCH /runs/{id}: a run's name and tags.
+func (s *Server) runLabels(w http.ResponseWriter, r *http.Request) error {
+	id, err := runid.Parse(mux.Vars(r)["id"])
+	if err != nil {
+		return err
+	}
+	var in wire.RunLabels
+	if err := s.decode(w, r, &in); err != nil {
+		return err
+	}
+	out, err := s.orch.SetLabels(r.Context(), id, in)
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusOK, out)
+}
+
 // runsList is GET /runs: the caller's runs from its tenant's run index.
 func (s *Server) runsList(w http.ResponseWriter, r *http.Request) error {
 	cursor, err := query(r, "cursor", false)
@@ -280,7 +297,15 @@ func (s *Server) runsList(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	out, err := s.orch.Runs(r.Context(), orchestrator.RunsQuery{Tenant: tenant, Cursor: cursor, Limit: n, Status: status, Recipe: recipe})
+	q, err := query(r, "q", false)
+	if err != nil {
+		return err
+	}
+	sort, err := query(r, "sort", false)
+	if err != nil {
+		return err
+	}
+	out, err := s.orch.Runs(r.Context(), orchestrator.RunsQuery{Tenant: tenant, Cursor: cursor, Limit: n, Status: status, Recipe: recipe, Query: q, Sort: sort})
 	if err != nil {
 		return err
 	}

@@ -95,6 +95,7 @@ var (
 	post  = []string{http.MethodPost}
 	put   = []string{http.MethodPut}
 	del   = []string{http.MethodDelete}
+	patch = []string{http.MethodPatch}
 )
 
 // table lists every endpoint of the API.
@@ -111,7 +112,10 @@ func (s *Server) table() []*route {
 			{Name: "tenant", Description: "another tenant's runs (admin keys only)"},
 			{Name: "status", Description: "only runs with this status: open, queued, running, succeeded, failed"},
 			{Name: "recipe", Description: "only runs of this recipe; manual for the runs of no recipe"},
+			{Name: "q", Description: "only runs that match every word in their id, name, objective, recipe or tags (tag:x needs the tag x), ignoring case"},
+			{Name: "sort", Description: "created (newest first, the default), oldest, updated (latest activity first) or name"},
 		}, Answer: wire.RunList{}, h: s.runsList},
+		{Methods: patch, Path: "/runs/{id}", Scope: auth.Runs, Summary: "Name or tag a run (absent fields are left as they are); the answer is the run as GET /runs lists it", Body: wire.RunLabels{}, Answer: wire.RunSummary{}, h: s.runLabels},
 		{Methods: get, Path: "/runs/{id}", Scope: auth.Read, Summary: "A run: its steps, verdicts, artifacts, recipe state and who started it", Answer: wire.RunView{}, h: s.runGet},
 		{Methods: get, Path: "/runs/{id}/events", Scope: auth.Read, Summary: "A run's progress as Server-Sent Events: a call event (wire.CallEvent, id = step) for every journaled call so far and each one after, " +
 			"a journal event for each note and summary; a recipe run's stream also has state (first), step and run events, and ends with end", AnswerType: "text/event-stream", h: s.runEvents},

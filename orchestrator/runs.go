@@ -181,6 +181,7 @@ func (o *Orchestrator) Status(ctx context.Context, run runid.ID) (wire.RunView, 
 	}
 	by := ow.caller()
 	st.StartedBy, st.Created = &by, &ow.Created
+	st.Name, st.Tags = o.labels(ctx, ow)
 	if err := o.settle(ctx, run); err != nil {
 		return st, err
 	}

@@ -49,6 +49,9 @@ type RunView struct {
 	Finished    *time.Time     `json:"finished,omitempty"`
 	// StartedBy is who started the run: its key and tenant.
 	StartedBy *Caller `json:"started_by,omitempty"`
+	// Name and Tags label the run (PATCH /runs/{id}).
+	Name string   `json:"name,omitempty"`
+	Tags []string `json:"tags,omitempty"`
 }
 
 // StepStatus is one journaled call of a run.
@@ -238,6 +241,17 @@ type RunSummary struct {
 	// run's duration is Updated - Created.
 	Updated   time.Time `json:"updated"`
 	StartedBy Caller    `json:"started_by"`
+	// Name and Tags are what people call the run and file it under
+	// (PATCH /runs/{id}); GET /runs searches them.
+	Name string   `json:"name,omitempty"`
+	Tags []string `json:"tags,omitempty"`
+}
+
+// RunLabels is PATCH /runs/{id}'s body: a run's name and tags. An absent
+// field is left as it is; an empty name or an empty list clears it.
+type RunLabels struct {
+	Name *string   `json:"name,omitempty"`
+	Tags *[]string `json:"tags,omitempty"`
 }
 
 // RunList is GET /runs's answer: the caller's runs, newest first, a page
@@ -348,6 +362,11 @@ type CallEvent struct {
 	Verdict  string  `json:"verdict"`
 	Score    float64 `json:"score"`
 	Critique string  `json:"critique,omitempty"`
+	// FreshKernel is true when a cell ran in an interpreter no earlier
+	// cell of the run ran in: the run's first cell, or the first after its
+	// kernel was replaced (a restart, a crash, a server restart, an idle
+	// kernel stopped), whose variables it does not have.
+	FreshKernel bool `json:"fresh_kernel,omitempty"`
 }
 
 // JournalEvent says a run's journal changed without a call: an operator
