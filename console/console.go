@@ -78,7 +78,11 @@ type Console struct {
 	// assets is a hash of the static files, appended to their URLs so a
 	// browser never runs an old script against a new server.
 	assets string
-	mux    *http.ServeMux
+	// etags are the static files' ETags (a hash of each), so a module
+	// that pages import without the assets hash (lib.js, the editor) is
+	// revalidated, not downloaded again.
+	etags map[string]string
+	mux   *http.ServeMux
 }
 
 // New returns a Console.
@@ -103,11 +107,14 @@ func New(c Config) (*Console, error) {
 		return nil, err
 	}
 	h := sha256.New()
+	con.etags = map[string]string{}
 	fs.WalkDir(sub, ".", func(p string, d fs.DirEntry, err error) error {
 		if err == nil && !d.IsDir() {
 			b, _ := fs.ReadFile(sub, p)
 			h.Write([]byte(p))
 			h.Write(b)
+			sum := sha256.Sum256(b)
+			con.etags[p] = `"` + hex.EncodeToString(sum[:16]) + `"`
 		}
 		return nil
 	})
@@ -124,6 +131,7 @@ func New(c Config) (*Console, error) {
 	m.HandleFunc("GET "+Prefix+"runs/{id}/scratch", con.page(con.scratchPage))
 	m.HandleFunc("GET "+Prefix+"runs/{id}/cel", con.fragment(con.celFragment))
 	m.HandleFunc("GET "+Prefix+"runs/{id}/render/{path...}", con.fragment(con.renderFragment))
+	m.HandleFunc("GET "+Prefix+"runs/{id}/notebook/{path...}", con.fragment(con.notebookFragment))
 	m.HandleFunc("GET "+Prefix+"static/", con.serveStatic)
 	m.HandleFunc(Prefix, con.notFound)
 	con.mux = m
@@ -426,6 +434,9 @@ func (c *Console) serveStatic(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Cache-Control", "public, max-age=31536000, immutable")
 	} else {
 		w.Header().Set("Cache-Control", "no-cache")
+	}
+	if et, ok := c.etags[strings.TrimPrefix(r.URL.Path, Prefix+"static/")]; ok {
+		w.Header().Set("ETag", et)
 	}
 	c.static.ServeHTTP(w, r)
 }

@@ -148,10 +148,14 @@ export function fmtTime(t) {
   return new Date(t).toLocaleString(undefined, { dateStyle: 'medium', timeStyle: 'short' });
 }
 
-// time is a <time> element: relative, with the absolute time as its title.
+// time is a <time> element: relative, with the absolute time as its
+// title. Relative times are kept current while the page is open.
 export function time(t) {
-  return el('time', { datetime: t, title: fmtTime(t), text: fmtAgo(t) });
+  return el('time', { class: 'rel', datetime: t, title: fmtTime(t), text: fmtAgo(t) });
 }
+setInterval(() => {
+  for (const e of document.querySelectorAll('time.rel')) e.textContent = fmtAgo(e.dateTime);
+}, 15000);
 
 // badge shows a status or verdict.
 export function badge(text, kind = text) {
