@@ -95,7 +95,7 @@ func New(c Config) (*Console, error) {
 	}
 	con := &Console{c: c, o: c.Orchestrator, log: c.Logger, pages: map[string]*template.Template{}}
 	funcs := template.FuncMap{"asset": func(name string) string { return Prefix + "static/" + name + "?v=" + con.assets }}
-	for _, p := range []string{"signin", "runs", "run", "launch", "scratch", "notfound"} {
+	for _, p := range []string{"signin", "runs", "run", "launch", "scratch", "keys", "notfound"} {
 		t, err := template.New("layout.html").Funcs(funcs).ParseFS(files, "templates/layout.html", "templates/"+p+".html")
 		if err != nil {
 			return nil, fmt.Errorf("console: template %s: %w", p, err)
@@ -127,6 +127,7 @@ func New(c Config) (*Console, error) {
 	m.HandleFunc("POST "+Prefix+"signin", con.signin)
 	m.HandleFunc("POST "+Prefix+"signout", con.signout)
 	m.HandleFunc("GET "+Prefix+"launch", con.page(con.launchPage))
+	m.HandleFunc("GET "+Prefix+"keys", con.page(con.keysPage))
 	m.HandleFunc("GET "+Prefix+"runs/{id}", con.page(con.runPage))
 	m.HandleFunc("GET "+Prefix+"runs/{id}/scratch", con.page(con.scratchPage))
 	m.HandleFunc("GET "+Prefix+"runs/{id}/cel", con.fragment(con.celFragment))
@@ -228,11 +229,13 @@ type pageData struct {
 	CSRF     string
 	CanWrite bool
 	Admin    bool
-	RunID    string
-	Recipe   string
-	Error    string
-	Next     string
-	Status   int
+	// Keys says the server keeps API keys (authentication is on).
+	Keys   bool
+	RunID  string
+	Recipe string
+	Error  string
+	Next   string
+	Status int
 }
 
 // page wraps a page handler: it resolves the viewer (sending a browser
@@ -264,7 +267,7 @@ func (c *Console) page(h func(r *http.Request, v viewer, d *pageData) error) htt
 }
 
 func (c *Console) data(v viewer) pageData {
-	d := pageData{Version: version.String(), CanWrite: v.p.Has(auth.Runs), Admin: v.p.Admin(), Tenant: v.p.Tenant, Who: v.p.Name}
+	d := pageData{Version: version.String(), CanWrite: v.p.Has(auth.Runs), Admin: v.p.Admin(), Keys: c.c.Keys != nil, Tenant: v.p.Tenant, Who: v.p.Name}
 	if v.sess != nil {
 		d.SignedIn, d.CSRF = true, v.sess.CSRF
 	}
@@ -319,6 +322,19 @@ func (c *Console) runsPage(r *http.Request, v viewer, d *pageData) error {
 func (c *Console) launchPage(r *http.Request, v viewer, d *pageData) error {
 	d.Title, d.Page = "Launch a recipe", "launch"
 	d.Recipe = r.URL.Query().Get("recipe")
+	return nil
+}
+
+// keysPage manages API keys; a key that is not an admin's sees why it
+// cannot (403), and authentication off (--auth none) has no keys to show.
+func (c *Console) keysPage(r *http.Request, v viewer, d *pageData) error {
+	if c.c.Keys == nil {
+		return fault.New(fault.NotFound, "authentication is off, so there are no keys", "start triad serve without --auth none to use API keys")
+	}
+	d.Title, d.Page = "API keys", "keys"
+	if !v.p.Admin() {
+		d.Status = http.StatusForbidden
+	}
 	return nil
 }
 
