@@ -23,6 +23,7 @@ import (
 	"github.com/chromedp/cdproto/browser"
 	"github.com/chromedp/cdproto/cdp"
 	"github.com/chromedp/cdproto/emulation"
+	"github.com/chromedp/cdproto/input"
 	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/cdproto/page"
 	"github.com/chromedp/chromedp"
@@ -441,13 +442,80 @@ func (tb *tab) exceptions() []string {
 // with Shift+Enter, as a person would; it waits for the cell to finish.
 func (tb *tab) cell(i int, code string) {
 	tb.t.Helper()
-	sel := fmt.Sprintf(`.cell[data-n="%d"] .cm-content`, i)
-	tb.until(30*time.Second, fmt.Sprintf(`!!document.querySelector('%s')`, sel), fmt.Sprintf("cell %d", i))
-	tb.do(chromedp.Focus(chromedp.CSS(sel)), chromedp.SendKeys(chromedp.CSS(sel), code),
-		chromedp.KeyEvent(kb.Enter, chromedp.KeyModifiers(chromedp.ModifierShift)))
+	tb.typeCell(i, code)
+	tb.press("Enter", 13, modShift)
 	tb.until(3*time.Minute, fmt.Sprintf(`(() => { const c = document.querySelector('.cell[data-n="%d"]');
 		return !c.classList.contains('running') && /^\[(\d+|!)\]$/.test(c.querySelector('.cell-count').textContent) })()`, i),
 		fmt.Sprintf("cell %d to finish", i))
+}
+
+// Key modifiers of press (CDP's bits).
+const (
+	modCtrl  = 2
+	modShift = 8
+)
+
+// press presses a key the page handles itself (Enter, Tab) as a person
+// does: a raw key-down, which the editor takes, and no character the
+// browser would insert on its own as well (which a key-down with text
+// makes when a script has already handled the key).
+func (tb *tab) press(key string, vk int64, mods int64) {
+	tb.t.Helper()
+	tb.do(chromedp.Func(func(ctx context.Context, _ *chromedp.Target) error {
+		for _, typ := range []input.DispatchKeyEventType{input.DispatchKeyEventTypeRawKeyDown, input.DispatchKeyEventTypeKeyUp} {
+			if _, err := chromedp.Call(ctx, input.DispatchKeyEvent, input.DispatchKeyEventParams{Type: typ, Key: key, Code: key,
+				WindowsVirtualKeyCode: vk, NativeVirtualKeyCode: vk, Modifiers: mods}); err != nil {
+				return err
+			}
+		}
+		return nil
+	}))
+}
+
+// editorValue is the text of cell i's editor as the editor holds it.
+func (tb *tab) editorValue(i int) string {
+	return eval[string](tb, fmt.Sprintf(`document.querySelector('.cell[data-n="%d"] .cell-editor').editor.value`, i))
+}
+
+// typeCell types code into cell i's editor, line by line, each line as
+// text input and each line break as the Enter key (so the editor indents
+// as it does for a person), waiting for the editor to take each in.
+func (tb *tab) typeCell(i int, code string) {
+	tb.t.Helper()
+	sel := fmt.Sprintf(`.cell[data-n="%d"] .cm-content`, i)
+	tb.until(30*time.Second, fmt.Sprintf(`!!document.querySelector('%s')`, sel), fmt.Sprintf("cell %d", i))
+	tb.do(chromedp.Focus(chromedp.CSS(sel)))
+	ed := fmt.Sprintf(`document.querySelector('.cell[data-n="%d"] .cell-editor').editor`, i)
+	for n, line := range strings.Split(code, "\n") {
+		if n > 0 {
+			before := len(tb.editorValue(i))
+			tb.press("Enter", 13, 0)
+			tb.until(10*time.Second, fmt.Sprintf(`%s.value.length > %d`, ed, before), "the editor to take a line break")
+		}
+		if line == "" {
+			continue
+		}
+		tb.do(chromedp.Func(func(ctx context.Context, _ *chromedp.Target) error {
+			_, err := chromedp.Call(ctx, input.InsertText, input.InsertTextParams{Text: line})
+			return err
+		}))
+		tb.until(10*time.Second, fmt.Sprintf(`%s.value.endsWith(%q)`, ed, line), "the editor to take a line")
+	}
+}
+
+// openRecord previews one of Triad's records on the run page: it opens
+// their folder and clicks the file (again, if a refresh of the tree
+// redrew it meanwhile), until the preview opens.
+func (tb *tab) openRecord(path string) {
+	tb.t.Helper()
+	tb.until(30*time.Second, fmt.Sprintf(`(() => {
+		if (document.querySelector('#preview').open) return true;
+		const d = document.querySelector('#tree details[data-dir="(records)"]');
+		if (!d) return false;
+		d.open = true;
+		const b = document.querySelector('#tree li.file[data-path=%q] .file-name');
+		if (b && b.offsetParent) b.click();
+		return false })()`, path), "the preview of "+path)
 }
 
 func (tb *tab) cellOut(i int) string {
@@ -758,7 +826,7 @@ func TestConsole(t *testing.T) {
 		s.api(t, s.keyA, "GET", "/runs/"+recipeRun, "", nil, &v)
 		final := eval[[]int](a, `[...document.querySelectorAll('#timeline li')].map(li => Number(li.dataset.step))`)
 		if len(final) != len(v.Steps) || len(final) < 8 {
-			t.Fatalf("the timeline shows steps %v; the run has %d", final, len(v.Steps))
+			t.Fatalf("the timeline shows steps %v; the run has %d; uncaught exceptions: %v", final, len(v.Steps), a.exceptions())
 		}
 		for i, n := range final {
 			if n != i+1 {
@@ -827,8 +895,7 @@ func TestConsole(t *testing.T) {
 
 		// The run's notebook previews as a notebook: Markdown cells
 		// rendered, code highlighted, outputs shown; not as JSON.
-		a.do(chromedp.Click(chromedp.CSS(`#tree details[data-dir="(records)"] > summary`)))
-		a.do(chromedp.Click(chromedp.CSS(`#tree li.file[data-path="run.ipynb"] .file-name`)))
+		a.openRecord("run.ipynb")
 		a.until(30*time.Second, `document.querySelectorAll('#preview-body .notebook .nb-cell').length >= 9`, "the notebook's cells")
 		if !eval[bool](a, `!!document.querySelector('#preview-body .notebook .nb-md h1, #preview-body .notebook .nb-md h2') &&
 			!!document.querySelector('#preview-body .notebook pre.code .tok-keyword') && !!document.querySelector('#preview-body .notebook .cell-out img, #preview-body .notebook .cell-out pre')`) {
@@ -942,7 +1009,7 @@ func TestConsole(t *testing.T) {
 		since := len(a.consoleSeen())
 		// The editor indents after a colon and highlights Python.
 		a.cell(1, "for i in range(2):\nprint(i * 7)")
-		if got := eval[string](a, `document.querySelector('.cell[data-n="1"] .cm-content').innerText`); got != "for i in range(2):\n    print(i * 7)" {
+		if got := a.editorValue(1); got != "for i in range(2):\n    print(i * 7)" {
 			t.Errorf("the editor holds %q, want the loop's body indented", got)
 		}
 		if !eval[bool](a, `!!document.querySelector('.cell[data-n="1"] .cm-content .tok-keyword')`) {
@@ -953,14 +1020,15 @@ func TestConsole(t *testing.T) {
 		}
 		// Tab indents, Shift+Tab takes it back.
 		a.until(30*time.Second, `!!document.querySelector('.cell[data-n="2"] .cm-content')`, "cell 2")
-		a.do(chromedp.Focus(chromedp.CSS(`.cell[data-n="2"] .cm-content`)), chromedp.KeyEvent(kb.Tab), chromedp.SendKeys(chromedp.CSS(`.cell[data-n="2"] .cm-content`), "x"))
-		if got := eval[string](a, `document.querySelector('.cell[data-n="2"] .cm-content').innerText`); got != "    x" {
+		a.do(chromedp.Focus(chromedp.CSS(`.cell[data-n="2"] .cm-content`)))
+		a.press("Tab", 9, 0)
+		a.typeCell(2, "x")
+		if got := a.editorValue(2); got != "    x" {
 			t.Errorf("Tab in an empty cell gave %q, want four spaces", got)
 		}
-		a.do(chromedp.KeyEvent("a", chromedp.KeyModifiers(chromedp.ModifierCtrl)), chromedp.KeyEvent(kb.Backspace))
-		if got := eval[string](a, `document.querySelector('.cell[data-n="2"] .cm-content').innerText.trim()`); got != "" {
-			t.Fatalf("cell 2 still holds %q", got)
-		}
+		a.press("Tab", 9, modShift)
+		a.until(10*time.Second, `document.querySelector('.cell[data-n="2"] .cell-editor').editor.value === 'x'`, "Shift+Tab to take the indentation back")
+		a.do(chromedp.Evaluate[chromedp.Void](`document.querySelector('.cell[data-n="2"] .cell-editor').editor.value = ''`))
 		// A CSV over 2 MiB, and a Markdown table with aligned columns.
 		a.cell(2, "import os\nos.makedirs('artifacts', exist_ok=True)\n"+
 			"open('artifacts/table.md', 'w').write('| name | n | share |\\n|:--|:-:|--:|\\n| a | 1 | 10% |\\n')\n"+
@@ -974,7 +1042,7 @@ func TestConsole(t *testing.T) {
 		a.cell(3, "print('after the restart')")
 
 		a.open("/console/runs/" + run)
-		a.until(30*time.Second, `document.querySelectorAll('#timeline li').length >= 4 && !!document.querySelector('#cel h2')`, "the run page")
+		a.until(30*time.Second, `document.querySelectorAll('#timeline li').length >= 3 && !!document.querySelector('#cel h2')`, "the run page")
 		if n := eval[int](a, `document.querySelectorAll('#timeline .kernel-new').length`); n != 1 {
 			t.Errorf("the timeline marks %d replaced kernels, want 1", n)
 		}
@@ -1168,24 +1236,28 @@ func TestConsole(t *testing.T) {
 		// Text answers are gzipped for a client that accepts it; downloads
 		// are not.
 		for _, tc := range []struct {
-			path string
-			gzip bool
+			path, rng string
+			gzip      bool
 		}{
-			{"/runs?limit=50", true},
-			{"/console/static/vendor/editor.js", true},
-			{"/console/static/console.css", true},
-			{"/runs/" + recipeRun + "/files/artifacts/channel_kpis.csv", false},
+			{"/runs/" + recipeRun, "", true},
+			{"/console/static/vendor/editor.js", "", true},
+			{"/console/static/console.css", "", true},
+			{"/runs/" + recipeRun + "/files/artifacts/reallocation.md", "bytes=0-1999", false},
+			{"/runs/" + recipeRun + "/files/artifacts/charts/cac_roi.png", "", false},
 		} {
 			req, _ := http.NewRequest("GET", s.url+tc.path, nil)
 			req.Header.Set("Authorization", "Bearer "+s.keyA)
 			req.Header.Set("Accept-Encoding", "gzip")
+			if tc.rng != "" {
+				req.Header.Set("Range", tc.rng)
+			}
 			resp, err := (&http.Transport{DisableCompression: true}).RoundTrip(req)
 			if err != nil {
 				t.Fatal(err)
 			}
 			raw, _ := io.ReadAll(resp.Body)
 			resp.Body.Close()
-			if got := resp.Header.Get("Content-Encoding") == "gzip"; got != tc.gzip || resp.StatusCode != 200 {
+			if got := resp.Header.Get("Content-Encoding") == "gzip"; got != tc.gzip || resp.StatusCode/100 != 2 {
 				t.Errorf("GET %s: %d, gzipped %v, want %v", tc.path, resp.StatusCode, got, tc.gzip)
 			}
 			t.Logf("GET %s: %d bytes on the wire (Content-Encoding %q)", tc.path, len(raw), resp.Header.Get("Content-Encoding"))
@@ -1310,7 +1382,7 @@ func TestConsole(t *testing.T) {
 		a.open("/")
 		a.until(30*time.Second, `document.querySelectorAll('#runs tbody tr').length >= 3`, "the runs list")
 		var stops []string
-		for i := 0; i < 16; i++ {
+		for i := 0; i < 16 && !slices.Contains(stops, "body"); i++ {
 			a.do(chromedp.KeyEvent(kb.Tab))
 			stop := eval[string](a, `(() => { const e = document.activeElement; if (!e || e === document.body) return 'body';
 				const prev = window.__lastFocus; window.__lastFocus = e;
@@ -1327,8 +1399,8 @@ func TestConsole(t *testing.T) {
 			t.Errorf("Tab stops on the runs page: %q: want the skip link first, then the header, the filters and the runs", stops)
 		}
 		t.Logf("Tab stops on the runs page: %q", stops)
-		for _, st := range stops {
-			if strings.Contains(st, "(") || st == "body" {
+		for i, st := range stops {
+			if strings.Contains(st, "(") || st == "body" && i < 12 {
 				t.Errorf("Tab stops on the runs page: %q", stops)
 				break
 			}
@@ -1384,9 +1456,7 @@ func TestConsole(t *testing.T) {
 				touch("the launch form")
 				// The run's notebook, previewed.
 				a.open("/console/runs/" + recipeRun)
-				a.until(30*time.Second, `!!document.querySelector('#tree details[data-dir="(records)"]')`, "the run page")
-				a.do(chromedp.Evaluate[chromedp.Void](`document.querySelector('#tree details[data-dir="(records)"]').open = true`))
-				a.do(chromedp.Click(chromedp.CSS(`#tree li.file[data-path="run.ipynb"] .file-name`)))
+				a.openRecord("run.ipynb")
 				a.until(30*time.Second, `document.querySelectorAll('#preview-body .notebook .nb-cell').length > 3`, "the notebook preview")
 				a.do(chromedp.Evaluate[chromedp.Void](`document.querySelectorAll('#preview-body .nb-cell')[2].scrollIntoView()`))
 				time.Sleep(300 * time.Millisecond)

@@ -160,6 +160,14 @@ func (c *Console) Handler(next http.Handler) http.Handler {
 const csp = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data: blob:; connect-src 'self'; " +
 	"frame-src 'self'; font-src 'self'; form-action 'self'; base-uri 'none'; frame-ancestors 'none'"
 
+// pageCSP is csp for a page: its styles may also be in <style> elements
+// that carry the page's nonce, a fresh one per page, which only the
+// console's own editor uses (CodeMirror's layout styles; see
+// docs/DECISIONS.md, "The scratch notebook's editor").
+func pageCSP(nonce string) string {
+	return strings.Replace(csp, "style-src 'self'", "style-src 'self' 'nonce-"+nonce+"'", 1)
+}
+
 func (c *Console) secure(h http.Header) {
 	h.Set("Content-Security-Policy", csp)
 	h.Set("X-Content-Type-Options", "nosniff")
@@ -236,6 +244,8 @@ type pageData struct {
 	Error  string
 	Next   string
 	Status int
+	// Nonce is the page's CSP nonce for styles (render fills it in).
+	Nonce string
 }
 
 // page wraps a page handler: it resolves the viewer (sending a browser
@@ -282,6 +292,8 @@ func (c *Console) render(w http.ResponseWriter, page string, d pageData) {
 	}
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	w.Header().Set("Cache-Control", "no-store")
+	d.Nonce = newToken()
+	w.Header().Set("Content-Security-Policy", pageCSP(d.Nonce))
 	status := d.Status
 	if status == 0 {
 		status = http.StatusOK

@@ -6,6 +6,9 @@ export const RUN = document.body.dataset.run || '';
 export const CAN_WRITE = document.body.dataset.canWrite === 'true';
 export const WHO = document.body.dataset.who || '';
 const CSRF = document.querySelector('meta[name="csrf-token"]')?.content || '';
+// NONCE is this page's CSP nonce: the editor's one <style> element carries
+// it (the page's policy allows no other inline style).
+export const NONCE = document.querySelector('meta[name="csp-nonce"]')?.content || '';
 
 // ApiError is the API's error body: {error: {kind, message, suggestion}}.
 export class ApiError extends Error {

@@ -25,7 +25,7 @@ function chips() {
   const last = [...steps.values()].pop();
   let end = v.finished ? new Date(v.finished).getTime() : last ? Number(last.dataset.end) : start;
   if (st === 'running' || st === 'queued') end = Date.now();
-  $('#run-chips').replaceChildren(
+  $('#run-chips').replaceChildren(...[
     badge(st),
     el('span', {}, v.recipe ? el('b', { text: v.recipe }) : el('b', { text: 'manual run' })),
     el('span', {}, el('b', { text: String(steps.size) }), steps.size === 1 ? ' step' : ' steps'),
@@ -33,7 +33,7 @@ function chips() {
     v.created ? el('span', {}, 'created ', time(v.created)) : null,
     start ? el('span', {}, 'took ', el('b', { text: fmtDur(end - start) })) : null,
     v.started_by ? el('span', {}, 'by ', el('b', { text: v.started_by.name || v.started_by.key_id || 'operator' })) : null,
-  );
+  ].filter(Boolean));
   const title = v.name || v.objective || (v.recipe ? `${v.recipe} run` : 'Manual run');
   $('#run-title').textContent = title;
   document.title = `${title} · Triad`;
@@ -356,11 +356,11 @@ async function refreshFiles() {
   const top = Object.keys(tree).sort((a, b) => (a === 'artifacts/' ? -1 : b === 'artifacts/' ? 1 : a.localeCompare(b)));
   const ordered = Object.fromEntries(top.map((k) => [k, tree[k]]));
   const prefixes = [...shares.entries()].filter(([k]) => k.endsWith('/')).map(([, box]) => box);
-  $('#tree').replaceChildren(
+  $('#tree').replaceChildren(...[
     prefixes.length ? el('div', { class: 'shared-prefixes' }, el('h3', { class: 'small', text: 'Shared folders' }), prefixes) : null,
     files.length ? render(ordered, '') : el('p', { class: 'muted', text: 'No files yet.' }),
     records.length ? folder('(records)', 'Triad\'s records', el('ul', {}, records.map((f) => fileRow(f, f.path)))) : null,
-  );
+  ].filter(Boolean));
 }
 
 // Folders stay as the person left them across refreshes; the
@@ -510,12 +510,12 @@ async function preview(f) {
             /* not JSON after all: show it as it is */
           }
         }
-        body.replaceChildren(partialNote(t, f), el('pre', { class: 'json', text: pretty }));
+        body.replaceChildren(el('div', {}, partialNote(t, f), el('pre', { class: 'json', text: pretty })));
         break;
       }
       case 'text': {
         const t = await text(url, f);
-        body.replaceChildren(partialNote(t, f), el('pre', { text: t.text }));
+        body.replaceChildren(el('div', {}, partialNote(t, f), el('pre', { text: t.text })));
         break;
       }
       default:

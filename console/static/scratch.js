@@ -2,7 +2,7 @@
 // through sandbox.exec with its output streamed (POST /sandbox/exec with
 // Accept: text/event-stream), a files panel, and a kernel restart.
 import {
-  $, CAN_WRITE, RUN, api, apiHeaders, el, errorOf, fileURL, fmtBytes, fmtDur, isRecord, sse, toast,
+  $, CAN_WRITE, NONCE, RUN, api, apiHeaders, el, errorOf, fileURL, fmtBytes, fmtDur, isRecord, sse, toast,
 } from './lib.js';
 import { bundle as renderBundle, errorBlock, stream } from './cells.js';
 import { createEditor } from './vendor/editor.js';
@@ -56,6 +56,7 @@ function addCell(saved) {
   // end); Ctrl+Enter runs it and stays; Tab indents (Escape, then Tab,
   // moves on).
   cell.ed = createEditor(box, {
+    nonce: NONCE,
     doc: saved?.code || '',
     label: `Cell ${n} code`,
     placeholder: n === 1 ? 'print("hello")  — Shift+Enter runs' : '',
@@ -73,6 +74,7 @@ function addCell(saved) {
       { key: 'Mod-Enter', run: () => (runCell(cell), true) },
     ],
   });
+  box.editor = cell.ed; // for the browser test: the text as the editor holds it
   if (saved?.answer) {
     count.textContent = `[${saved.answer.execution_count || ' '}]`;
     final(out, saved.answer);

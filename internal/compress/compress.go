@@ -1,11 +1,10 @@
 // Package compress gzips HTTP answers of text types (JSON, HTML, CSS, JavaScript, Markdown) for clients that accept it, and leaves everything else as it is.
 //
 // An answer is compressed when all of these hold: the request accepts
-// gzip and asks for no range; the answer is one of the text types below,
-// is not a byte range, is not already encoded, is not a file download
-// (it advertises Accept-Ranges, as the API's run files and blobs do: they
-// keep their length, ranges and sendfile), is not an event stream, and
-// is not known to be under MinSize. Such an answer carries Vary:
+// gzip and asks for no range; the answer is one of the text types below
+// (a run's CSV or JSON file downloaded whole included), is not a byte
+// range, is not already encoded, is not an event stream, and is not
+// under MinSize. Such an answer carries Vary:
 // Accept-Encoding, loses its Content-Length, and its ETag becomes weak
 // (the bytes on the wire are not the entity's). See docs/DECISIONS.md,
 // "Compressed answers".
@@ -86,7 +85,8 @@ func compressible(ct string) bool {
 		return false
 	}
 	switch mt {
-	case "application/json", "text/html", "text/css", "text/javascript", "application/javascript", "text/markdown", "text/plain", "image/svg+xml":
+	case "application/json", "text/html", "text/css", "text/javascript", "application/javascript", "text/markdown", "text/plain",
+		"text/csv", "text/tab-separated-values", "image/svg+xml":
 		return true
 	}
 	return strings.HasPrefix(mt, "application/") && strings.HasSuffix(mt, "+json")
@@ -108,7 +108,7 @@ func (w *writer) eligible() bool {
 	h := w.Header()
 	s := w.status
 	if s < 200 || s == http.StatusNoContent || s == http.StatusPartialContent || s == http.StatusNotModified ||
-		h.Get("Content-Encoding") != "" || h.Get("Content-Range") != "" || h.Get("Accept-Ranges") != "" || !compressible(h.Get("Content-Type")) {
+		h.Get("Content-Encoding") != "" || h.Get("Content-Range") != "" || !compressible(h.Get("Content-Type")) {
 		return false
 	}
 	n, err := strconv.ParseInt(h.Get("Content-Length"), 10, 64)

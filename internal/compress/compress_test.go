@@ -38,9 +38,15 @@ func TestHandler(t *testing.T) {
 		{name: "small", accept: "gzip", serve: answer("application/json", `{"ok":true}`)},
 		{name: "a range asked for", accept: "gzip", rng: "bytes=0-99", serve: answer("application/json", big)},
 		{name: "HEAD", accept: "gzip", method: "HEAD", serve: answer("application/json", big)},
-		{name: "a download", accept: "gzip", serve: func(w http.ResponseWriter) {
+		{name: "a CSV downloaded whole", accept: "gzip", serve: func(w http.ResponseWriter) {
 			w.Header().Set("Accept-Ranges", "bytes")
-			answer("text/plain", big)(w)
+			answer("text/csv", big)(w)
+		}, gzipped: true},
+		{name: "a range answered", accept: "gzip", serve: func(w http.ResponseWriter) {
+			w.Header().Set("Content-Range", "bytes 0-99/5000")
+			w.Header().Set("Content-Type", "text/plain")
+			w.WriteHeader(http.StatusPartialContent)
+			io.WriteString(w, big[:100])
 		}},
 		{name: "already compressed", accept: "gzip", serve: func(w http.ResponseWriter) {
 			w.Header().Set("Content-Encoding", "br")

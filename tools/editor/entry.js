@@ -4,9 +4,9 @@
 //
 // Highlighting marks tokens with classes (tok-keyword, tok-string, ...:
 // @lezer/highlight's classHighlighter), which console.css colours for light
-// and dark; CodeMirror's own layout styles are mounted as constructed
-// stylesheets, which the console's Content-Security-Policy (style-src
-// 'self', no inline styles) allows.
+// and dark. CodeMirror's own layout styles go in one <style> element that
+// carries the page's CSP nonce (option nonce): the console's
+// Content-Security-Policy allows no other inline style.
 import { EditorState } from '@codemirror/state';
 import {
   EditorView, keymap, drawSelection, highlightSpecialChars, placeholder as placeholderText,
@@ -21,11 +21,12 @@ import { classHighlighter, highlightCode } from '@lezer/highlight';
 // createEditor makes an editor in parent. Options: doc (its text), label
 // (its accessible name), language ('python', or '' for plain text such as
 // Markdown), placeholder, readOnly, keys (extra key bindings, CodeMirror's
-// {key, run} objects, which win over the defaults), onChange(text).
+// {key, run} objects, which win over the defaults), onChange(text), nonce
+// (the page's CSP nonce for CodeMirror's <style> element).
 // Tab indents; Escape then Tab moves the focus on, as CodeMirror documents.
 export function createEditor(parent, opts = {}) {
   const {
-    doc = '', label = 'Code', language = 'python', placeholder = '', readOnly = false, keys = [], onChange,
+    doc = '', label = 'Code', language = 'python', placeholder = '', readOnly = false, keys = [], onChange, nonce = '',
   } = opts;
   const extensions = [
     highlightSpecialChars(),
@@ -40,6 +41,7 @@ export function createEditor(parent, opts = {}) {
     EditorView.lineWrapping,
     EditorView.contentAttributes.of({ 'aria-label': label, spellcheck: 'false', autocorrect: 'off', autocapitalize: 'off' }),
   ];
+  if (nonce) extensions.push(EditorView.cspNonce.of(nonce));
   // The language alone: lang-python's completions would bring
   // @codemirror/autocomplete into the bundle for little use here.
   if (language === 'python') extensions.push(new LanguageSupport(pythonLanguage));
