@@ -632,8 +632,12 @@ const touchAudit = `(() => {
 })()`
 
 type runView struct {
-	Status    string `json:"status"`
-	Steps     []any  `json:"steps"`
+	Status string `json:"status"`
+	Steps  []struct {
+		Step  int    `json:"step"`
+		Tool  string `json:"tool"`
+		Label string `json:"label"`
+	} `json:"steps"`
 	Artifacts []struct {
 		Path   string `json:"path"`
 		SHA256 string `json:"sha256"`
@@ -826,7 +830,8 @@ func TestConsole(t *testing.T) {
 		s.api(t, s.keyA, "GET", "/runs/"+recipeRun, "", nil, &v)
 		final := eval[[]int](a, `[...document.querySelectorAll('#timeline li')].map(li => Number(li.dataset.step))`)
 		if len(final) != len(v.Steps) || len(final) < 8 {
-			t.Fatalf("the timeline shows steps %v; the run has %d; uncaught exceptions: %v", final, len(v.Steps), a.exceptions())
+			shown := eval[[]string](a, `[...document.querySelectorAll('#timeline li')].map(li => li.dataset.step + ' ' + li.querySelector('.step-tool').textContent + ' ' + (li.querySelector('.step-label')?.textContent || ''))`)
+			t.Fatalf("the timeline shows steps %q; the run has %d: %+v; uncaught exceptions: %v", shown, len(v.Steps), v.Steps, a.exceptions())
 		}
 		for i, n := range final {
 			if n != i+1 {
