@@ -27,7 +27,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"sort"
+	"math"
 	"strconv"
 	"strings"
 	"sync"
@@ -43,7 +43,8 @@ var ErrNotFound = errors.New("share: no such link")
 
 const (
 	recordPrefix = "shares/"
-	// byRunPrefix lists each run's links: shares-of/<run>/<id>.
+	// byRunPrefix lists each run's links, newest first:
+	// shares-of/<run>/<inverted creation time>-<id>.
 	byRunPrefix = "shares-of/"
 	secretKey   = "secrets/share"
 	idLen       = 16
@@ -174,7 +175,7 @@ func (s *Links) Create(ctx context.Context, l Link) (Link, string, error) {
 		}
 		// The record is the link; the listing entry only finds it. A link
 		// whose entry failed works but is not listed: say so.
-		if _, err := s.meta.PutMeta(ctx, byRun(l.Run, l.ID), []byte("{}"), tmpfs.Cond{}); err != nil {
+		if _, err := s.meta.PutMeta(ctx, byRun(l.Run, s.now(), l.ID), []byte("{}"), tmpfs.Cond{}); err != nil {
 			s.meta.DeleteMeta(ctx, recordPrefix+l.ID)
 			return Link{}, "", err
 		}
@@ -183,7 +184,12 @@ func (s *Links) Create(ctx context.Context, l Link) (Link, string, error) {
 	return Link{}, "", errors.New("share: could not draw an unused id")
 }
 
-func byRun(run runid.ID, id string) string { return byRunPrefix + run.String() + "/" + id }
+// byRun names a link's listing entry: its run, then the time it was made
+// counted down (so the newest sorts first, to the nanosecond, where a
+// link's record keeps seconds), then its id.
+func byRun(run runid.ID, made time.Time, id string) string {
+	return fmt.Sprintf("%s%s/%019d-%s", byRunPrefix, run, math.MaxInt64-made.UnixNano(), id)
+}
 
 // Token returns the link's token: the same one Create returned, since it
 // is made of the link's id and expiry, signed.
@@ -285,13 +291,22 @@ func (s *Links) Revoke(ctx context.Context, id string) error {
 	s.mu.Lock()
 	delete(s.cache, id)
 	s.mu.Unlock()
-	if err := s.meta.DeleteMeta(ctx, byRun(l.Run, id)); err != nil && !errors.Is(err, tmpfs.ErrNotFound) {
+	// The listing entry goes too (List would drop it anyway).
+	keys, err := s.meta.ListMeta(ctx, byRunPrefix+l.Run.String()+"/", "", 0)
+	if err != nil {
 		return fmt.Errorf("share %s is revoked, but its listing entry remains: %w", id, err)
+	}
+	for _, k := range keys {
+		if strings.HasSuffix(k, "-"+id) {
+			if err := s.meta.DeleteMeta(ctx, k); err != nil && !errors.Is(err, tmpfs.ErrNotFound) {
+				return fmt.Errorf("share %s is revoked, but its listing entry remains: %w", id, err)
+			}
+		}
 	}
 	return nil
 }
 
-// List returns the run's live links, newest first. Entries of links that
+// List returns the run's live links, newest first (the listing's order). Entries of links that
 // expired or whose record is gone are dropped from the listing as they
 // are found.
 func (s *Links) List(ctx context.Context, run runid.ID) ([]Link, error) {
@@ -302,7 +317,7 @@ func (s *Links) List(ctx context.Context, run runid.ID) ([]Link, error) {
 	now := s.now()
 	out := []Link{}
 	for _, k := range keys {
-		id := k[strings.LastIndexByte(k, '/')+1:]
+		id := k[strings.LastIndexByte(k, '-')+1:]
 		l, err := s.Get(ctx, id)
 		switch {
 		case errors.Is(err, ErrNotFound) || err == nil && !now.Before(l.Expires):
@@ -313,6 +328,5 @@ func (s *Links) List(ctx context.Context, run runid.ID) ([]Link, error) {
 		}
 		out = append(out, l)
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Created.After(out[j].Created) })
 	return out, nil
 }
