@@ -51,6 +51,9 @@ if [ -x tools/wasi-python/verify.sh ]; then
   tools/wasi-python/verify.sh --rebuild
 fi
 
+step "the console's vendored editor matches its PROVENANCE"
+tools/editor/build.sh --check
+
 step "gofmt and go vet"
 unformatted=$(gofmt -l $(git ls-files '*.go'))
 if [ -n "$unformatted" ]; then
