@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -410,8 +411,25 @@ func TestShareLinks(t *testing.T) {
 	check("tampered signature", string(tampered))
 	check("made up", c.url+"/share/v1.aaaaaaaaaaaaaaaa.9999999999.abc")
 
+	// The run's links are listed, newest first, with their URLs: a page
+	// reloaded after sharing can still show and revoke them.
+	listed := func(who *client) []wire.Share {
+		t.Helper()
+		var l wire.ShareList
+		a := who.do("GET", "/runs/"+run+"/shares", "", nil)
+		if a.status != 200 {
+			t.Fatalf("GET /runs/%s/shares: %d %s", run, a.status, a.body)
+		}
+		a.json(t, &l)
+		return l.Shares
+	}
+	if l := listed(c); len(l) != 2 || l[0].ID != pre.ID || l[1].ID != one.ID || l[1].URL != one.URL || l[0].URL != pre.URL {
+		t.Fatalf("the run's links: %+v, want the prefix link then the path link, with their URLs", l)
+	}
+
 	// Another tenant can neither revoke nor see the link.
 	other := c.as(c.newKey("globex", auth.Runs))
+	wantErr(t, other.do("GET", "/runs/"+run+"/shares", "", nil), 404, "not_found")
 	wantErr(t, other.do("DELETE", "/shares/"+one.ID, "", nil), 404, "not_found")
 	wantErr(t, other.post("/runs/"+run+"/share", "", map[string]any{"path": "secret.txt"}), 404, "not_found")
 	if a := get(one.URL); a.status != 200 {
@@ -422,6 +440,9 @@ func TestShareLinks(t *testing.T) {
 	}
 	check("revoked", one.URL)
 	wantErr(t, c.do("DELETE", "/shares/"+one.ID, "", nil), 404, "not_found")
+	if l := listed(c); len(l) != 1 || l[0].ID != pre.ID {
+		t.Errorf("the run's links after revoking one: %+v", l)
+	}
 
 	short := share(map[string]any{"path": "secret.txt", "ttl": "1m"})
 	if a := get(short.URL); a.status != 200 {
@@ -429,6 +450,9 @@ func TestShareLinks(t *testing.T) {
 	}
 	clock.Store(61) // a minute and a second later, by the links' clock
 	check("expired", short.URL)
+	if l := listed(c); len(l) != 1 || l[0].ID != pre.ID {
+		t.Errorf("the run's links after one expired: %+v", l)
+	}
 	clock.Store(0)
 	wantErr(t, c.post("/runs/"+run+"/share", "", map[string]any{"path": "secret.txt", "ttl": "1s"}), 400, "bad_input")
 
@@ -510,6 +534,124 @@ func TestRunsList(t *testing.T) {
 	if v.StartedBy == nil || v.StartedBy.Tenant != "acme" || v.StartedBy.KeyID != got[0].StartedBy.KeyID || v.Created == nil {
 		t.Fatalf("GET /runs/{id}: started_by %+v", v.StartedBy)
 	}
+}
+
+// Runs can be named and tagged (PATCH /runs/{id}) without changing their
+// activity, and GET /runs searches ids, names, objectives, recipes and
+// tags, and sorts by creation, age, activity or name.
+func TestRunLabelsSearchAndSort(t *testing.T) {
+	store := localBackend(t).open(t)
+	c := apiServer(t, api.Config{Orchestrator: orchestrator.New(orchestrator.Config{Store: store, Journal: cel.New(store)})})
+	runs := []string{"r-lab-a", "r-lab-b", "r-lab-c", "r-lab-d"}
+	// Each call is recorded after it answers; GET /runs/{id} waits for
+	// that, so the runs' activity comes in this order. a is the oldest
+	// run, and the latest active.
+	for _, r := range runs {
+		c.write(r, "f.txt", "x")
+		c.do("GET", "/runs/"+r, "", nil)
+	}
+	c.write("r-lab-a", "g.txt", "later")
+	c.do("GET", "/runs/r-lab-a", "", nil)
+	updated := func(run string) time.Time {
+		t.Helper()
+		var l wire.RunList
+		c.do("GET", "/runs?q="+run, "", nil).json(t, &l)
+		if len(l.Runs) != 1 {
+			t.Fatalf("GET /runs?q=%s: %+v", run, l)
+		}
+		return l.Runs[0].Updated
+	}
+	bUpdated := updated("r-lab-b")
+	label := func(run string, body map[string]any) wire.RunSummary {
+		t.Helper()
+		a := c.do("PATCH", "/runs/"+run, "", strings.NewReader(mustJSON(body)))
+		if a.status != 200 {
+			t.Fatalf("PATCH /runs/%s %v: %d %s", run, body, a.status, a.body)
+		}
+		var s wire.RunSummary
+		a.json(t, &s)
+		return s
+	}
+	var before wire.RunView
+	c.do("GET", "/runs/r-lab-b", "", nil).json(t, &before)
+	got := label("r-lab-b", map[string]any{"name": "  EU   churn model ", "tags": []string{"Q3", "eu", "q3"}})
+	if got.Name != "EU churn model" || !slices.Equal(got.Tags, []string{"q3", "eu"}) {
+		t.Errorf("labels: got %q %v, want the name with its spaces folded and the tags lower-cased, once each", got.Name, got.Tags)
+	}
+	label("r-lab-c", map[string]any{"name": "Pricing scan", "tags": []string{"q3"}})
+	label("r-lab-d", map[string]any{"tags": []string{"scratch"}})
+	if s := label("r-lab-d", map[string]any{"name": "Zeta"}); !slices.Equal(s.Tags, []string{"scratch"}) {
+		t.Errorf("a PATCH with only a name changed the tags: %v", s.Tags)
+	}
+	var after wire.RunView
+	c.do("GET", "/runs/r-lab-b", "", nil).json(t, &after)
+	if after.Name != "EU churn model" || !slices.Equal(after.Tags, []string{"q3", "eu"}) {
+		t.Errorf("GET /runs/{id}: name %q tags %v", after.Name, after.Tags)
+	}
+	ids := func(q string) []string {
+		t.Helper()
+		var l wire.RunList
+		a := c.do("GET", "/runs?"+q, "", nil)
+		if a.status != 200 {
+			t.Fatalf("GET /runs?%s: %d %s", q, a.status, a.body)
+		}
+		a.json(t, &l)
+		var out []string
+		for _, s := range l.Runs {
+			out = append(out, s.RunID)
+		}
+		return out
+	}
+	for _, tc := range []struct {
+		q    string
+		want []string
+	}{
+		{"q=churn", []string{"r-lab-b"}},
+		{"q=CHURN+eu", []string{"r-lab-b"}},
+		{"q=tag:q3", []string{"r-lab-c", "r-lab-b"}},
+		{"q=tag:q", nil},
+		{"q=lab-d", []string{"r-lab-d"}},
+		{"q=nothing-like-it", nil},
+		{"sort=oldest", []string{"r-lab-a", "r-lab-b", "r-lab-c", "r-lab-d"}},
+		{"sort=updated", []string{"r-lab-a", "r-lab-d", "r-lab-c", "r-lab-b"}},
+		{"sort=name", []string{"r-lab-b", "r-lab-c", "r-lab-d", "r-lab-a"}},
+		{"sort=name&q=tag:q3", []string{"r-lab-b", "r-lab-c"}},
+	} {
+		if got := ids(tc.q); !slices.Equal(got, tc.want) {
+			t.Errorf("GET /runs?%s: got %v, want %v", tc.q, got, tc.want)
+		}
+	}
+	// Pages in another order than the newest first.
+	var p1, p2 wire.RunList
+	c.do("GET", "/runs?sort=oldest&limit=3", "", nil).json(t, &p1)
+	c.do("GET", "/runs?sort=oldest&limit=3&cursor="+p1.NextCursor, "", nil).json(t, &p2)
+	if len(p1.Runs) != 3 || p1.NextCursor == "" || len(p2.Runs) != 1 || p2.Runs[0].RunID != "r-lab-d" || p2.NextCursor != "" {
+		t.Errorf("sorted pages: %+v then %+v", p1, p2)
+	}
+	// Labels did not move the runs' activity.
+	if !after.Created.Equal(*before.Created) || !updated("r-lab-b").Equal(bUpdated) {
+		t.Errorf("labelling a run changed its times")
+	}
+	for _, bad := range []map[string]any{
+		{"name": strings.Repeat("x", 201)}, {"name": "a\x00b"}, {"tags": []string{"two words"}}, {"tags": []string{""}},
+		{"tags": make([]string, 21)}, {"colour": "red"},
+	} {
+		wantErr(t, c.do("PATCH", "/runs/r-lab-a", "", strings.NewReader(mustJSON(bad))), 400, "bad_input")
+	}
+	wantErr(t, c.do("GET", "/runs?sort=size", "", nil), 400, "bad_input")
+	wantErr(t, c.do("GET", "/runs?sort=oldest&cursor=abc", "", nil), 400, "bad_input")
+	other := c.as(c.newKey("globex", auth.Runs))
+	wantErr(t, other.do("PATCH", "/runs/r-lab-a", "", strings.NewReader(`{"name": "mine now"}`)), 404, "not_found")
+	reader := c.as(c.newKey("acme", auth.Read))
+	wantErr(t, reader.do("PATCH", "/runs/r-lab-a", "", strings.NewReader(`{"name": "x"}`)), 403, "forbidden")
+}
+
+func mustJSON(v any) string {
+	b, err := json.Marshal(v)
+	if err != nil {
+		panic(err)
+	}
+	return string(b)
 }
 
 // Audit: every trace record carries the caller's key id and tenant, never

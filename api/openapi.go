@@ -221,8 +221,19 @@ func (s *Server) operation(rt *route, method, path string, g *schemaGen, errRef 
 		if err != nil {
 			return nil, err
 		}
+		content := openapi3.NewContentWithJSONSchemaRef(sch)
+		if rt.Form {
+			form := openapi3.NewObjectSchema()
+			form.Description = "the request as JSON in the part named request; each file in a part named input:<name>"
+			form.WithPropertyRef("request", sch)
+			form.Required = []string{"request"}
+			form.AdditionalProperties = openapi3.AdditionalProperties{Schema: openapi3.NewStringSchema().WithFormat("binary").NewRef()}
+			form.PropertyNames = openapi3.NewStringSchema().WithPattern(`^(?:request|input:.+)$`).NewRef()
+			content["multipart/form-data"] = &openapi3.MediaType{Schema: form.NewRef(),
+				Encoding: map[string]*openapi3.Encoding{"request": {ContentType: "application/json"}}}
+		}
 		op.RequestBody = &openapi3.RequestBodyRef{Value: openapi3.NewRequestBody().WithRequired(!rt.OptionalBody).
-			WithContent(openapi3.NewContentWithJSONSchemaRef(sch))}
+			WithContent(content)}
 	case rt.BodyType != "":
 		op.RequestBody = &openapi3.RequestBodyRef{Value: openapi3.NewRequestBody().WithRequired(true).
 			WithContent(openapi3.Content{rt.BodyType: &openapi3.MediaType{Schema: openapi3.NewStringSchema().WithFormat("binary").NewRef()}})}
@@ -563,7 +574,11 @@ func (g *schemaGen) parameter(in string, p param) *openapi3.Parameter {
 	if p.Integer && sch.Format == "" {
 		sch.Format = ""
 	}
-	return &openapi3.Parameter{Name: p.Name, In: in, Required: p.Required, Description: fd.Description, Schema: sch.NewRef()}
+	out := &openapi3.Parameter{Name: p.Name, In: in, Required: p.Required, Description: fd.Description, Schema: sch.NewRef()}
+	if p.Opaque {
+		out.Extensions = map[string]any{"x-opaque": true}
+	}
+	return out
 }
 
 // shortDuration writes d as Go does, without zero minutes and seconds:

@@ -198,6 +198,8 @@ func apiProbes(run string) map[string]req {
 		"HEAD /runs/{id}/files/{path:.+}": id("HEAD", "/runs/{id}/files/secret.csv", ""),
 		"POST /runs/{id}/replay":          id("POST", "/runs/{id}/replay", ""),
 		"POST /runs/{id}/share":           id("POST", "/runs/{id}/share", `{"path": "secret.csv"}`),
+		"GET /runs/{id}/shares":           id("GET", "/runs/{id}/shares", ""),
+		"PATCH /runs/{id}":                id("PATCH", "/runs/{id}", `{"name": "b was here"}`),
 		"POST /run":                       {"POST", "/run", nil, `{"run_id": "` + run + `", "recipe": "market-scan"}`},
 		"GET /cel":                        rh("GET", "/cel", ""),
 		"POST /cel/note":                  rh("POST", "/cel/note", `{"text": "b was here"}`),
@@ -219,7 +221,7 @@ func apiProbes(run string) map[string]req {
 
 var apiExempt = map[string]string{
 	"GET /healthz": "public", "HEAD /healthz": "public", "GET /version": "public", "GET /openapi.json": "public",
-	"GET /recipes": "the catalog", "GET /recipes/{name}": "the catalog",
+	"GET /recipes": "the catalog", "GET /recipes/{name}": "the catalog", "GET /templates": "the server's templates, the same for every tenant",
 	"POST /runs":                    "mints a fresh run for the caller",
 	"GET /runs":                     "checked by probe: B's list lacks the run",
 	"DELETE /shares/{id}":           "names a share link, not a run (TestTenantsSeeOnlyTheirRuns)",
@@ -267,7 +269,7 @@ func mcpProbes() map[string]map[string]any {
 		mcp.ToolExec: {"code": "open('secret.csv').read()"}, mcp.ToolRestart: {}, mcp.ToolSearch: {"query": "acme"},
 		mcp.ToolWrite: {"path": "planted.py", "text": "import os"}, mcp.ToolRead: {"path": "secret.csv"}, mcp.ToolList: {},
 		mcp.ToolDelete: {"path": "secret.csv"}, mcp.ToolJournal: {}, mcp.ToolNote: {"text": "b was here"},
-		mcp.ToolRecipe: {"recipe": "market-scan"}, mcp.ToolRunStatus: {},
+		mcp.ToolRecipe: {"recipe": "market-scan"}, mcp.ToolRunStatus: {}, mcp.ToolRunSetup: {"seed": 7},
 	}
 }
 
@@ -616,11 +618,6 @@ func TestOwnerDecidedAtCreation(t *testing.T) {
 		w.guarded(a, b, rep.RunID)
 		exec(a.bearer(), rep.RunID, "open('out.txt').read()")
 	})
-}
-
-func mustJSON(s string) string {
-	b, _ := json.Marshal(s)
-	return string(b)
 }
 
 // TestE2BSandboxIsItsCreators is the flow issue 23 reported: tenant A

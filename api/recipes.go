@@ -1,8 +1,12 @@
 package api
 
 import (
+	"errors"
+	"io"
+	"mime"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/gorilla/mux"
@@ -21,21 +25,93 @@ func (s *Server) needRunner() error {
 	return nil
 }
 
-// postRun is POST /run: start a recipe run, or resume one by run_id.
+// postRun is POST /run: start a recipe run, or resume one by run_id. The
+// body is the request as JSON, or multipart/form-data with the request in
+// a part named request and the recipe's input files in parts named
+// input:<name>: the files then arrive with the request, and the run's
+// first steps write them once its setup is recorded (uploading them
+// first, with tool calls, would fix the run's setup before the recipe
+// could).
 func (s *Server) postRun(w http.ResponseWriter, r *http.Request) error {
 	if err := s.needRunner(); err != nil {
 		return err
 	}
-	var req runner.Request
-	if err := s.decode(w, r, &req); err != nil {
+	var (
+		req    runner.Request
+		inputs map[string][]byte
+	)
+	if mt, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type")); mt == "multipart/form-data" {
+		var err error
+		if req, inputs, err = s.recipeForm(w, r); err != nil {
+			return err
+		}
+	} else if err := s.decode(w, r, &req); err != nil {
 		return err
 	}
-	st, err := s.runner.Start(r.Context(), req)
+	st, err := s.runner.Start(r.Context(), req, inputs)
 	if err != nil {
 		return err
 	}
 	w.Header().Set("Location", "/runs/"+st.RunID)
 	return writeJSON(w, http.StatusAccepted, runner.Started(st))
+}
+
+// inputPart prefixes the form name of a recipe input file's part.
+const inputPart = "input:"
+
+// recipeForm reads POST /run's multipart form: the request (JSON, strict)
+// and the input files, all of them within the JSON body limit.
+func (s *Server) recipeForm(w http.ResponseWriter, r *http.Request) (runner.Request, map[string][]byte, error) {
+	var req runner.Request
+	limit := s.orch.Limits().JSONBody
+	r.Body = http.MaxBytesReader(w, r.Body, limit+64<<10)
+	mr, err := r.MultipartReader()
+	if err != nil {
+		return req, nil, fault.Wrap(fault.BadInput, err, "the multipart body could not be read: "+err.Error(), "send multipart/form-data with a boundary")
+	}
+	inputs := map[string][]byte{}
+	seen := false
+	for {
+		part, err := mr.NextPart()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			var mbe *http.MaxBytesError
+			if errors.As(err, &mbe) {
+				return req, nil, err
+			}
+			return req, nil, fault.Wrap(fault.BadInput, err, "the multipart body could not be read: "+err.Error(), "send multipart/form-data as a browser's FormData makes it")
+		}
+		name := part.FormName()
+		b, err := io.ReadAll(part)
+		if err != nil {
+			return req, nil, err
+		}
+		switch {
+		case name == "request":
+			if seen {
+				return req, nil, fault.New(fault.BadInput, "the form has two request parts", "send the request once")
+			}
+			seen = true
+			// The part is checked as the JSON body would be.
+			if err := s.decodeJSON(s.routeOf(r), r.Method, b, &req); err != nil {
+				return req, nil, err
+			}
+		case strings.HasPrefix(name, inputPart) && len(name) > len(inputPart):
+			in := strings.TrimPrefix(name, inputPart)
+			if _, dup := inputs[in]; dup {
+				return req, nil, fault.Badf("send each input once", "the form has input %q twice", in)
+			}
+			inputs[in] = b
+		default:
+			return req, nil, fault.Badf(`name the parts "request" and "input:<name>" (GET /recipes/{name} lists a recipe's inputs)`, "the form has a part named %q", name)
+		}
+	}
+	if !seen {
+		return req, nil, fault.New(fault.BadInput, "the form has no request part", `send the request as JSON in a part named "request"`)
+	}
+	return req, inputs, nil
 }
 
 func (s *Server) runGet(w http.ResponseWriter, r *http.Request) error {
@@ -172,6 +248,23 @@ func (s *Server) recipeGet(w http.ResponseWriter, r *http.Request) error {
 	return writeJSON(w, http.StatusOK, rc.Info(true))
 }
 
+// runLabels is PATCH /runs/{id}: a run's name and tags.
+func (s *Server) runLabels(w http.ResponseWriter, r *http.Request) error {
+	id, err := runid.Parse(mux.Vars(r)["id"])
+	if err != nil {
+		return err
+	}
+	var in wire.RunLabels
+	if err := s.decode(w, r, &in); err != nil {
+		return err
+	}
+	out, err := s.orch.SetLabels(r.Context(), id, in)
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusOK, out)
+}
+
 // runsList is GET /runs: the caller's runs from its tenant's run index.
 func (s *Server) runsList(w http.ResponseWriter, r *http.Request) error {
 	cursor, err := query(r, "cursor", false)
@@ -200,7 +293,15 @@ func (s *Server) runsList(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	out, err := s.orch.Runs(r.Context(), orchestrator.RunsQuery{Tenant: tenant, Cursor: cursor, Limit: n, Status: status, Recipe: recipe})
+	q, err := query(r, "q", false)
+	if err != nil {
+		return err
+	}
+	sort, err := query(r, "sort", false)
+	if err != nil {
+		return err
+	}
+	out, err := s.orch.Runs(r.Context(), orchestrator.RunsQuery{Tenant: tenant, Cursor: cursor, Limit: n, Status: status, Recipe: recipe, Query: q, Sort: sort})
 	if err != nil {
 		return err
 	}

@@ -37,6 +37,10 @@ type route struct {
 	Body         any
 	BodyType     string
 	OptionalBody bool
+	// Form marks a route that also takes Body as multipart/form-data: Body
+	// as JSON in a part named request, and files in parts named
+	// input:<name>.
+	Form bool
 	// OK is the success status (200 when zero); Answer its JSON type, or
 	// AnswerType a raw answer's media type.
 	OK         int
@@ -65,7 +69,10 @@ type param struct {
 	Name     string
 	Required bool
 	Integer  bool
-	Tag      reflect.StructTag
+	// Opaque marks a value only the server makes (a page cursor): the
+	// document says so (x-opaque), and generators take it from answers.
+	Opaque bool
+	Tag    reflect.StructTag
 }
 
 // fieldTag is the tags of v's JSON field name: a parameter that carries
@@ -163,6 +170,7 @@ var (
 	post  = []string{http.MethodPost}
 	put   = []string{http.MethodPut}
 	del   = []string{http.MethodDelete}
+	patch = []string{http.MethodPatch}
 )
 
 // Parameters shared by several routes.
@@ -192,12 +200,15 @@ func (s *Server) table() []*route {
 				"run":     {Op: "get_runs_id", Params: map[string]any{"path.id": "$response.body#/run_id"}, Description: "The new run's status"},
 			}},
 		{Methods: get, Path: "/runs", Scope: auth.Read, Summary: "The caller's runs, newest first, a page at a time", Query: []param{
-			{Name: "cursor", Tag: `pattern:"^(?:[A-Za-z0-9_-]|\\.[A-Za-z0-9_-]|\\.\\.[A-Za-z0-9._-])[A-Za-z0-9._-]*$" maxLength:"200" doc:"next_cursor from the previous page."`},
+			{Name: "cursor", Opaque: true, Tag: `pattern:"^(?:@[0-9]+|(?:[A-Za-z0-9_-]|\\.[A-Za-z0-9_-]|\\.\\.[A-Za-z0-9._-])[A-Za-z0-9._-]*)$" maxLength:"200" doc:"next_cursor from the previous page, unchanged (with the same sort): an opaque value only the server makes."`},
 			{Name: "limit", Integer: true, Tag: `minimum:"1" maximum:"200" doc:"Runs per page, 1-200 (default 50)."`},
 			{Name: "tenant", Tag: `pattern:"^[a-z0-9][a-z0-9-]{0,62}$" doc:"Another tenant's runs (admin keys only)."`},
 			{Name: "status", Tag: `enum:"open|queued|running|succeeded|failed" doc:"Only runs with this status."`},
 			{Name: "recipe", Tag: `minLength:"1" maxLength:"200" doc:"Only runs of this recipe; manual for the runs of no recipe."`},
+			{Name: "q", Tag: `maxLength:"500" doc:"Only runs that match every word in their id, name, objective, recipe or tags (tag:x needs the tag x), ignoring case."`},
+			{Name: "sort", Tag: `enum:"created|oldest|updated|name" doc:"created (newest first, the default), oldest, updated (latest activity first) or name."`},
 		}, Answer: wire.RunList{}, h: s.runsList},
+		{Methods: patch, Path: "/runs/{id}", Scope: auth.Runs, PathParams: []param{runIDParam}, Summary: "Name or tag a run (absent fields are left as they are); the answer is the run as GET /runs lists it", Body: wire.RunLabels{}, Answer: wire.RunSummary{}, h: s.runLabels},
 		{Methods: get, Path: "/runs/{id}", Scope: auth.Read, PathParams: []param{runIDParam}, Summary: "A run: its steps, verdicts, artifacts, recipe state and who started it", Answer: wire.RunView{}, h: s.runGet},
 		{Methods: get, Path: "/runs/{id}/events", Scope: auth.Read, PathParams: []param{runIDParam}, Summary: "A run's progress as Server-Sent Events: a call event (wire.CallEvent, id = step) for every journaled call so far and each one after, " +
 			"a journal event for each note and summary; a recipe run's stream also has state (first), step and run events, and ends with end", AnswerType: "text/event-stream", h: s.runEvents},
@@ -209,12 +220,13 @@ func (s *Server) table() []*route {
 		{Methods: post, Path: "/runs/{id}/replay", Scope: auth.Runs, PathParams: []param{runIDParam}, Summary: "Replay a run from its trace as a new run, and report per file whether it came out the same", Body: wire.ReplayRequest{}, OptionalBody: true, OK: http.StatusCreated, Answer: wire.ReplayReport{}, h: s.runReplay},
 		{Methods: post, Path: "/runs/{id}/share", Scope: auth.Runs, PathParams: []param{runIDParam}, Summary: "A link that downloads a run's file (or files under a prefix) without a key", Body: wire.ShareRequest{}, OK: http.StatusCreated, Answer: wire.Share{}, h: s.shareCreate,
 			Links: map[string]link{"revoke": {Op: "delete_shares_id", Params: map[string]any{"path.id": "$response.body#/id"}, Description: "Revoke the link"}}},
+		{Methods: get, Path: "/runs/{id}/shares", Scope: auth.Runs, PathParams: []param{runIDParam}, Summary: "The run's live share links, newest first, each with its URL", Answer: wire.ShareList{}, h: s.shareList},
 		{Methods: del, Path: "/shares/{id}", Scope: auth.Runs, Summary: "Revoke a share link", Answer: wire.OK{}, h: s.shareRevoke},
 		{Methods: getHd, Path: "/share/{token}", Scope: Public, Summary: "A share link: the shared file, or a prefix link's list of files", AnswerType: "application/octet-stream",
 			Alt: wire.SharedFiles{}, AltType: SharedFilesType, h: s.shareGet},
 		{Methods: getHd, Path: "/share/{token}/{path:.+}", Scope: Public, PathParams: []param{sharedPathParam}, Summary: "One file of a prefix share link", AnswerType: "application/octet-stream", h: s.shareGet},
 
-		{Methods: post, Path: "/run", Scope: auth.Runs, Summary: "Start a recipe run, or resume one by run_id", Body: wire.RecipeRunRequest{}, OK: http.StatusAccepted, Answer: wire.RecipeRunStarted{}, h: s.postRun,
+		{Methods: post, Path: "/run", Scope: auth.Runs, Summary: "Start a recipe run, or resume one by run_id; as multipart/form-data, with the recipe's input files (parts input:<name>) beside the request (part request)", Body: wire.RecipeRunRequest{}, Form: true, OK: http.StatusAccepted, Answer: wire.RecipeRunStarted{}, h: s.postRun,
 			Links: map[string]link{
 				"status":  {Op: "get_runs_id", Params: map[string]any{"path.id": "$response.body#/run_id"}, Description: "The recipe run's status"},
 				"journal": runLink("get_cel", "The recipe run's journal"),

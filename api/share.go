@@ -106,8 +106,37 @@ func (s *Server) shareCreate(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return fault.Wrap(fault.StoreUnavailable, err, "the share link could not be stored", "retry; GET /healthz shows the store's state")
 	}
-	return writeJSON(w, http.StatusCreated, wire.Share{ID: link.ID, RunID: id.String(), Path: link.Path, Prefix: link.Prefix,
-		URL: s.base(r) + "/share/" + tok, Created: link.Created, Expires: link.Expires})
+	return writeJSON(w, http.StatusCreated, s.wireShare(r, link, tok))
+}
+
+func (s *Server) wireShare(r *http.Request, l share.Link, tok string) wire.Share {
+	return wire.Share{ID: l.ID, RunID: l.Run.String(), Path: l.Path, Prefix: l.Prefix,
+		URL: s.base(r) + "/share/" + tok, Created: l.Created, Expires: l.Expires}
+}
+
+// shareList is GET /runs/{id}/shares: the run's live links, for a caller
+// who may read the run (another tenant's run is not found).
+func (s *Server) shareList(w http.ResponseWriter, r *http.Request) error {
+	if err := s.needShares(); err != nil {
+		return err
+	}
+	id, err := runid.Parse(mux.Vars(r)["id"])
+	if err != nil {
+		return err
+	}
+	if _, _, err := s.orch.StartedBy(r.Context(), id); err != nil {
+		return err
+	}
+	links, err := s.shares.List(r.Context(), id)
+	if err != nil {
+		return fault.Wrap(fault.StoreUnavailable, err, "the run's share links could not be listed", "retry; GET /healthz shows the store's state")
+	}
+	out := wire.ShareList{Shares: []wire.Share{}}
+	for _, l := range links {
+		out.Shares = append(out.Shares, s.wireShare(r, l, s.shares.Token(l)))
+	}
+	w.Header().Set("Cache-Control", "no-store")
+	return writeJSON(w, http.StatusOK, out)
 }
 
 // shareRevoke is DELETE /shares/{id}. Another tenant's link is not found.

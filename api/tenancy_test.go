@@ -98,11 +98,13 @@ func TestTenantsSeeOnlyTheirRuns(t *testing.T) {
 		"POST /runs/{id}/share": func() answer {
 			return b.do("POST", "/runs/"+runA+"/share", "", body(map[string]any{"path": "artifacts/secret.csv"}))
 		},
-		"DELETE /shares/{id}": func() answer { return b.do("DELETE", "/shares/"+sh.ID, "", nil) },
-		"POST /run":           func() answer { return b.do("POST", "/run", "", body(map[string]any{"run_id": runA})) },
-		"GET /cel":            func() answer { return b.do("GET", "/cel", runA, nil) },
-		"POST /cel/note":      func() answer { return b.do("POST", "/cel/note", runA, body(map[string]any{"text": "b was here"})) },
-		"POST /cel/finalize":  func() answer { return b.do("POST", "/cel/finalize", runA, nil) },
+		"PATCH /runs/{id}":      func() answer { return b.do("PATCH", "/runs/"+runA, "", body(map[string]any{"name": "b was here"})) },
+		"GET /runs/{id}/shares": func() answer { return b.do("GET", "/runs/"+runA+"/shares", "", nil) },
+		"DELETE /shares/{id}":   func() answer { return b.do("DELETE", "/shares/"+sh.ID, "", nil) },
+		"POST /run":             func() answer { return b.do("POST", "/run", "", body(map[string]any{"run_id": runA})) },
+		"GET /cel":              func() answer { return b.do("GET", "/cel", runA, nil) },
+		"POST /cel/note":        func() answer { return b.do("POST", "/cel/note", runA, body(map[string]any{"text": "b was here"})) },
+		"POST /cel/finalize":    func() answer { return b.do("POST", "/cel/finalize", runA, nil) },
 		"POST /tmp/write": func() answer {
 			return b.do("POST", "/tmp/write", runA, body(map[string]any{"path": "x.txt", "text": "b"}))
 		},
@@ -125,7 +127,7 @@ func TestTenantsSeeOnlyTheirRuns(t *testing.T) {
 	// Routes that name no run, with the reason they need no probe.
 	exempt := map[string]string{
 		"GET /healthz": "public", "HEAD /healthz": "public", "GET /version": "public", "GET /openapi.json": "public",
-		"GET /recipes": "the catalog", "GET /recipes/{name}": "the catalog",
+		"GET /recipes": "the catalog", "GET /recipes/{name}": "the catalog", "GET /templates": "the server's templates, the same for every tenant",
 		"POST /runs":                    "mints a fresh run for the caller (and GET /runs is checked below)",
 		"GET /runs":                     "checked below: B's list lacks A's run",
 		"GET /share/{token}":            "the link is the credential (TestShareLinks)",

@@ -219,6 +219,12 @@ func (s *Server) decode(w http.ResponseWriter, r *http.Request, v any) error {
 		}
 		return fault.New(fault.BadInput, "the request body is empty", "send a JSON object; see the README's API section or GET /openapi.json")
 	}
+	return s.decodeJSON(rt, r.Method, b, v)
+}
+
+// decodeJSON checks a JSON body (or a form's request part) against the
+// operation's schema and decodes it strictly into v (see decode).
+func (s *Server) decodeJSON(rt *route, method string, b []byte, v any) error {
 	if i := invalidUTF8(b); i >= 0 {
 		return fault.Badf("send the body as UTF-8: a name with other bytes cannot be a run path", "the request body is not valid UTF-8 (at byte %d)", i)
 	}
@@ -232,7 +238,7 @@ func (s *Server) decode(w http.ResponseWriter, r *http.Request, v any) error {
 		return fault.New(fault.BadInput, "the request body has data after the JSON value", "send exactly one JSON object")
 	}
 	if rt != nil {
-		op, err := s.operationOf(rt, r.Method)
+		op, err := s.operationOf(rt, method)
 		if err != nil {
 			return fault.Wrap(fault.Internal, err, "the OpenAPI document could not be built", "report this with the server log")
 		}

@@ -285,6 +285,17 @@ type state struct {
 	steps  int    // Step Blocks written
 	notes  []Note // notes since the last step, which the next step sees
 	header bool
+	// summary is the journal's last section when it is a summary (nothing
+	// was appended after it): a second Finalize that would say the same
+	// appends nothing.
+	summary *summaryMark
+}
+
+// summaryMark is what a summary section says that a later one could
+// change: the run's status and its number of steps.
+type summaryMark struct {
+	status string
+	steps  int
 }
 
 // New returns a Journal over store.
@@ -296,6 +307,10 @@ var (
 	stepRE = regexp.MustCompile(`(?m)^## Step (\d+): `)
 	// noteRE matches an operator note as FormatNote writes it.
 	noteRE = regexp.MustCompile(`(?m)^### Operator note(?: by (.*))? — (\S+)\n((?:> .*\n?)*)`)
+	// summaryRE matches the summary section as FormatSummary writes it.
+	summaryRE = regexp.MustCompile(`(?m)^## Summary\n\*\*When:\*\* \S+\n(?:\*\*Status:\*\* (.*)\n)?\*\*Steps:\*\* (\d+) `)
+	// sectionRE matches the start of any section a Journal appends.
+	sectionRE = regexp.MustCompile(`(?m)^(?:## Step \d+: |### Operator note|## Summary\n)`)
 )
 
 func (j *Journal) state(ctx context.Context, run runid.ID) (*state, error) {
@@ -331,6 +346,13 @@ func (j *Journal) state(ctx context.Context, run runid.ID) (*state, error) {
 			}
 			n.Text = strings.Join(lines, "\n")
 			st.notes = append(st.notes, n)
+		}
+		// A summary that is the journal's last section.
+		if all := sectionRE.FindAllIndex(b, -1); len(all) > 0 {
+			if m := summaryRE.FindSubmatch(b[all[len(all)-1][0]:]); m != nil {
+				n, _ := strconv.Atoi(string(m[2]))
+				st.summary = &summaryMark{status: string(m[1]), steps: n}
+			}
 		}
 	}
 	j.mu.Lock()
@@ -405,6 +427,7 @@ func (j *Journal) Append(ctx context.Context, run runid.ID, b Block) ([]Write, e
 	}
 	st.steps = b.N
 	st.notes = nil
+	st.summary = nil
 	return files, nil
 }
 
@@ -419,13 +442,28 @@ func (j *Journal) AddNote(ctx context.Context, run runid.ID, n Note) ([]Write, e
 		return nil, err
 	}
 	st.notes = append(st.notes, n)
+	st.summary = nil
 	return files, nil
 }
 
-// Finalize appends the summary section.
+// Finalize appends the summary section. It is idempotent: when the
+// journal already ends with a summary of the same steps and status (or s
+// names no status), it appends nothing and returns no writes.
 func (j *Journal) Finalize(ctx context.Context, run runid.ID, s Summary) ([]Write, error) {
+	st, err := j.state(ctx, run)
+	if err != nil {
+		return nil, err
+	}
+	if m := st.summary; m != nil && m.steps == s.Steps && (s.Status == "" || s.Status == m.status) {
+		return nil, nil
+	}
 	sort.Slice(s.Artifacts, func(a, b int) bool { return s.Artifacts[a].Path < s.Artifacts[b].Path })
-	return j.append(ctx, run, "", FormatSummary(s))
+	files, err := j.append(ctx, run, "", FormatSummary(s))
+	if err != nil {
+		return nil, err
+	}
+	st.summary = &summaryMark{status: s.Status, steps: s.Steps}
+	return files, nil
 }
 
 // Read returns the journal's text.

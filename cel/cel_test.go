@@ -164,3 +164,67 @@ func TestForgetRereads(t *testing.T) {
 		t.Errorf("notes after Forget: got %+v, want the other process's note", notes)
 	}
 }
+
+// TestFinalizeOnce: a second Finalize with nothing new appends nothing,
+// in this process or after a restart; a later step, note or status does.
+func TestFinalizeOnce(t *testing.T) {
+	ctx := t.Context()
+	dir := t.TempDir()
+	b, _ := local.NewBlobs(dir)
+	x, _ := local.NewIndex(dir)
+	t.Cleanup(func() { x.Close() })
+	store := tmpfs.New(b, x, nil)
+	run := runid.New()
+	j := cel.New(store)
+	if _, err := j.Start(ctx, cel.Header{Run: run, Started: when}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := j.Append(ctx, run, cel.Block{N: 1, Tool: "tmp.list", When: when}); err != nil {
+		t.Fatal(err)
+	}
+	summaries := func(j *cel.Journal) int {
+		b, err := j.Read(ctx, run)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return strings.Count(string(b), "\n## Summary\n")
+	}
+	finalize := func(j *cel.Journal, status string, steps int) int {
+		t.Helper()
+		files, err := j.Finalize(ctx, run, cel.Summary{When: when, Status: status, Steps: steps})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(files)
+	}
+	for i, tc := range []struct {
+		j      *cel.Journal
+		status string
+		steps  int
+		wrote  bool
+		want   int
+	}{
+		{j, "", 1, true, 1},
+		{j, "", 1, false, 1},              // clicked again
+		{cel.New(store), "", 1, false, 1}, // another process, or a restart
+		{j, "failed", 1, true, 2},         // the run's status is news
+		{j, "failed", 1, false, 2},
+		{j, "", 1, false, 2}, // no status: the last summary stands
+	} {
+		if got := finalize(tc.j, tc.status, tc.steps) > 0; got != tc.wrote || summaries(j) != tc.want {
+			t.Fatalf("finalize %d: wrote %v, %d summaries; want wrote %v, %d summaries", i+1, got, summaries(j), tc.wrote, tc.want)
+		}
+	}
+	if _, err := j.AddNote(ctx, run, cel.Note{When: when, Text: "one more thing"}); err != nil {
+		t.Fatal(err)
+	}
+	if finalize(j, "failed", 1) == 0 || summaries(j) != 3 {
+		t.Fatalf("after a note, finalize appended nothing: %d summaries", summaries(j))
+	}
+	if _, err := j.Append(ctx, run, cel.Block{N: 2, Tool: "tmp.list", When: when}); err != nil {
+		t.Fatal(err)
+	}
+	if finalize(cel.New(store), "failed", 2) == 0 || summaries(j) != 4 {
+		t.Fatalf("after a step, finalize appended nothing: %d summaries", summaries(j))
+	}
+}

@@ -78,7 +78,11 @@ type Console struct {
 	// assets is a hash of the static files, appended to their URLs so a
 	// browser never runs an old script against a new server.
 	assets string
-	mux    *http.ServeMux
+	// etags are the static files' ETags (a hash of each), so a module
+	// that pages import without the assets hash (lib.js, the editor) is
+	// revalidated, not downloaded again.
+	etags map[string]string
+	mux   *http.ServeMux
 }
 
 // New returns a Console.
@@ -91,7 +95,7 @@ func New(c Config) (*Console, error) {
 	}
 	con := &Console{c: c, o: c.Orchestrator, log: c.Logger, pages: map[string]*template.Template{}}
 	funcs := template.FuncMap{"asset": func(name string) string { return Prefix + "static/" + name + "?v=" + con.assets }}
-	for _, p := range []string{"signin", "runs", "run", "launch", "scratch", "notfound"} {
+	for _, p := range []string{"signin", "runs", "run", "launch", "scratch", "keys", "notfound"} {
 		t, err := template.New("layout.html").Funcs(funcs).ParseFS(files, "templates/layout.html", "templates/"+p+".html")
 		if err != nil {
 			return nil, fmt.Errorf("console: template %s: %w", p, err)
@@ -103,11 +107,14 @@ func New(c Config) (*Console, error) {
 		return nil, err
 	}
 	h := sha256.New()
+	con.etags = map[string]string{}
 	fs.WalkDir(sub, ".", func(p string, d fs.DirEntry, err error) error {
 		if err == nil && !d.IsDir() {
 			b, _ := fs.ReadFile(sub, p)
 			h.Write([]byte(p))
 			h.Write(b)
+			sum := sha256.Sum256(b)
+			con.etags[p] = `"` + hex.EncodeToString(sum[:16]) + `"`
 		}
 		return nil
 	})
@@ -120,10 +127,12 @@ func New(c Config) (*Console, error) {
 	m.HandleFunc("POST "+Prefix+"signin", con.signin)
 	m.HandleFunc("POST "+Prefix+"signout", con.signout)
 	m.HandleFunc("GET "+Prefix+"launch", con.page(con.launchPage))
+	m.HandleFunc("GET "+Prefix+"keys", con.page(con.keysPage))
 	m.HandleFunc("GET "+Prefix+"runs/{id}", con.page(con.runPage))
 	m.HandleFunc("GET "+Prefix+"runs/{id}/scratch", con.page(con.scratchPage))
 	m.HandleFunc("GET "+Prefix+"runs/{id}/cel", con.fragment(con.celFragment))
 	m.HandleFunc("GET "+Prefix+"runs/{id}/render/{path...}", con.fragment(con.renderFragment))
+	m.HandleFunc("GET "+Prefix+"runs/{id}/notebook/{path...}", con.fragment(con.notebookFragment))
 	m.HandleFunc("GET "+Prefix+"static/", con.serveStatic)
 	m.HandleFunc(Prefix, con.notFound)
 	con.mux = m
@@ -150,6 +159,14 @@ func (c *Console) Handler(next http.Handler) http.Handler {
 // server's own (sandboxed) files, and nothing may frame the console.
 const csp = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data: blob:; connect-src 'self'; " +
 	"frame-src 'self'; font-src 'self'; form-action 'self'; base-uri 'none'; frame-ancestors 'none'"
+
+// pageCSP is csp for a page: its styles may also be in <style> elements
+// that carry the page's nonce, a fresh one per page, which only the
+// console's own editor uses (CodeMirror's layout styles; see
+// docs/DECISIONS.md, "The scratch notebook's editor").
+func pageCSP(nonce string) string {
+	return strings.Replace(csp, "style-src 'self'", "style-src 'self' 'nonce-"+nonce+"'", 1)
+}
 
 func (c *Console) secure(h http.Header) {
 	h.Set("Content-Security-Policy", csp)
@@ -220,11 +237,15 @@ type pageData struct {
 	CSRF     string
 	CanWrite bool
 	Admin    bool
-	RunID    string
-	Recipe   string
-	Error    string
-	Next     string
-	Status   int
+	// Keys says the server keeps API keys (authentication is on).
+	Keys   bool
+	RunID  string
+	Recipe string
+	Error  string
+	Next   string
+	Status int
+	// Nonce is the page's CSP nonce for styles (render fills it in).
+	Nonce string
 }
 
 // page wraps a page handler: it resolves the viewer (sending a browser
@@ -256,7 +277,7 @@ func (c *Console) page(h func(r *http.Request, v viewer, d *pageData) error) htt
 }
 
 func (c *Console) data(v viewer) pageData {
-	d := pageData{Version: version.String(), CanWrite: v.p.Has(auth.Runs), Admin: v.p.Admin(), Tenant: v.p.Tenant, Who: v.p.Name}
+	d := pageData{Version: version.String(), CanWrite: v.p.Has(auth.Runs), Admin: v.p.Admin(), Keys: c.c.Keys != nil, Tenant: v.p.Tenant, Who: v.p.Name}
 	if v.sess != nil {
 		d.SignedIn, d.CSRF = true, v.sess.CSRF
 	}
@@ -271,6 +292,8 @@ func (c *Console) render(w http.ResponseWriter, page string, d pageData) {
 	}
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	w.Header().Set("Cache-Control", "no-store")
+	d.Nonce = newToken()
+	w.Header().Set("Content-Security-Policy", pageCSP(d.Nonce))
 	status := d.Status
 	if status == 0 {
 		status = http.StatusOK
@@ -311,6 +334,19 @@ func (c *Console) runsPage(r *http.Request, v viewer, d *pageData) error {
 func (c *Console) launchPage(r *http.Request, v viewer, d *pageData) error {
 	d.Title, d.Page = "Launch a recipe", "launch"
 	d.Recipe = r.URL.Query().Get("recipe")
+	return nil
+}
+
+// keysPage manages API keys; a key that is not an admin's sees why it
+// cannot (403), and authentication off (--auth none) has no keys to show.
+func (c *Console) keysPage(r *http.Request, v viewer, d *pageData) error {
+	if c.c.Keys == nil {
+		return fault.New(fault.NotFound, "authentication is off, so there are no keys", "start triad serve without --auth none to use API keys")
+	}
+	d.Title, d.Page = "API keys", "keys"
+	if !v.p.Admin() {
+		d.Status = http.StatusForbidden
+	}
 	return nil
 }
 
@@ -426,6 +462,9 @@ func (c *Console) serveStatic(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Cache-Control", "public, max-age=31536000, immutable")
 	} else {
 		w.Header().Set("Cache-Control", "no-cache")
+	}
+	if et, ok := c.etags[strings.TrimPrefix(r.URL.Path, Prefix+"static/")]; ok {
+		w.Header().Set("ETag", et)
 	}
 	c.static.ServeHTTP(w, r)
 }

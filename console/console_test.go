@@ -2,6 +2,7 @@ package console_test
 
 import (
 	"context"
+	"encoding/json"
 	"io"
 	"net/http"
 	"net/http/cookiejar"
@@ -273,6 +274,39 @@ func TestRunPages(t *testing.T) {
 	}
 	if p := get(t, a, s.url+"/console/runs/"+run.String()+"/render/CEL.step_1.md.txt"); p.status != 400 {
 		t.Errorf("rendering a file that is not Markdown: %d", p.status)
+	}
+	// A notebook renders as cells: Markdown as safe HTML, code and
+	// outputs as they are.
+	nb := `{"nbformat": 4, "nbformat_minor": 5, "metadata": {"language_info": {"name": "python"}}, "cells": [
+		{"cell_type": "markdown", "id": "a", "metadata": {}, "source": ["# Title\n", "<script>alert(1)</script>\n", "\n", "some *x*"]},
+		{"cell_type": "code", "id": "b", "metadata": {}, "execution_count": 3, "source": "print(1)",
+		 "outputs": [{"output_type": "stream", "name": "stdout", "text": ["1\n"]}]}]}`
+	if _, err := s.orch.Write(actx, run, wire.WriteRequest{Path: "run.ipynb.json.ipynb", Text: &nb}); err != nil {
+		t.Fatal(err)
+	}
+	view := get(t, a, s.url+"/console/runs/"+run.String()+"/notebook/run.ipynb.json.ipynb")
+	var got struct {
+		Language string `json:"language"`
+		Cells    []struct {
+			Type, Source, HTML string
+			ExecutionCount     *int              `json:"execution_count"`
+			Outputs            []json.RawMessage `json:"outputs"`
+		} `json:"cells"`
+	}
+	if view.status != 200 || json.Unmarshal([]byte(view.body), &got) != nil || len(got.Cells) != 2 {
+		t.Fatalf("the notebook's view: %d %s", view.status, view.body)
+	}
+	if c := got.Cells[0]; c.Type != "markdown" || !strings.Contains(c.HTML, "<h1") || !strings.Contains(c.HTML, "<em>x</em>") || strings.Contains(c.HTML, "<script") {
+		t.Errorf("the Markdown cell: %+v", c)
+	}
+	if c := got.Cells[1]; c.Type != "code" || c.Source != "print(1)" || c.ExecutionCount == nil || *c.ExecutionCount != 3 || len(c.Outputs) != 1 {
+		t.Errorf("the code cell: %+v", c)
+	}
+	if p := get(t, b, s.url+"/console/runs/"+run.String()+"/notebook/run.ipynb.json.ipynb"); p.status != 404 {
+		t.Errorf("another tenant's notebook: %d", p.status)
+	}
+	if p := get(t, a, s.url+"/console/runs/"+run.String()+"/notebook/artifacts/report.md"); p.status != 400 {
+		t.Errorf("a Markdown file as a notebook: %d", p.status)
 	}
 	if p := get(t, a, s.url+"/console/nothing"); p.status != 404 {
 		t.Errorf("an unknown console path: %d", p.status)

@@ -28,7 +28,12 @@ import (
 // and the evaluator's verdicts become badges.
 func renderMarkdown(src []byte, run runid.ID, dir string) []byte {
 	md := goldmark.New(
-		goldmark.WithExtensions(extension.GFM),
+		// GFM, with table cells aligned by the align attribute: the
+		// default style attribute is inline CSS, which the console's
+		// Content-Security-Policy refuses (a console error per cell, and
+		// the alignment lost).
+		goldmark.WithExtensions(extension.NewTable(extension.WithTableCellAlignMethod(extension.TableCellAlignAttribute)),
+			extension.Strikethrough, extension.Linkify, extension.TaskList),
 		goldmark.WithParserOptions(parser.WithAutoHeadingID(),
 			parser.WithASTTransformers(util.Prioritized(&runLinks{run: run, dir: dir}, 100))),
 		goldmark.WithRendererOptions(renderer.WithNodeRenderers(util.Prioritized(taskBoxes{}, 100))),

@@ -1,6 +1,7 @@
 package orchestrator_test
 
 import (
+	"slices"
 	"strings"
 	"testing"
 
@@ -79,5 +80,35 @@ func TestExecStream(t *testing.T) {
 	b, f, err := s.Store.ReadAll(ctx, run, out.StdoutFile.Path)
 	if err != nil || string(b) != full || f.SHA256 != out.StdoutFile.SHA256 {
 		t.Errorf("stdout file: %d bytes, %v; want the full stream", len(b), err)
+	}
+}
+
+// A run's calls say when a cell ran in a new interpreter: its first cell,
+// and the first after its kernel was replaced (here: stopped, as an idle
+// kernel or a server restart leaves it), so the timeline can show that
+// earlier variables are gone.
+func TestCallsMarkAReplacedKernel(t *testing.T) {
+	s := orchestratortest.New(t, orchestratortest.Options{Sandbox: "wasm"})
+	ctx := t.Context()
+	run := runid.New()
+	for _, code := range []string{"x = 1", "x + 1"} {
+		if _, err := s.Orch.Exec(ctx, run, wire.ExecRequest{Code: code}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s.Kernels.Drop(run)
+	if _, err := s.Orch.Exec(ctx, run, wire.ExecRequest{Code: "y = 2"}); err != nil {
+		t.Fatal(err)
+	}
+	calls, err := s.Orch.Calls(ctx, run)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var fresh []bool
+	for _, c := range calls {
+		fresh = append(fresh, c.FreshKernel)
+	}
+	if want := []bool{true, false, true}; !slices.Equal(fresh, want) {
+		t.Errorf("fresh_kernel of the calls: got %v, want %v", fresh, want)
 	}
 }

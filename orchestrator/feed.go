@@ -91,7 +91,7 @@ func (o *Orchestrator) publishJournal(run runid.ID, kind string) {
 // callEvent is a trace record as the run's feed shows it.
 func callEvent(tr TraceRecord) wire.CallEvent {
 	e := wire.CallEvent{Step: tr.Step, Tool: tr.Tool, Label: tr.Label, Started: tr.Started, DurationMs: tr.ElapsedMs,
-		OK: tr.OK, Inputs: tr.Inputs, Outputs: tr.Outputs, Verdict: "FAIL"}
+		OK: tr.OK, Inputs: tr.Inputs, Outputs: tr.Outputs, Verdict: "FAIL", FreshKernel: tr.FreshKernel}
 	if e.Inputs == nil {
 		e.Inputs = map[string]any{}
 	}

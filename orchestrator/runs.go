@@ -91,7 +91,8 @@ func (o *Orchestrator) OpenJournal(ctx context.Context, run runid.ID) (tmpfs.Fil
 	return f, r, nil
 }
 
-// Finalize appends the summary section to the run's journal.
+// Finalize appends the summary section to the run's journal, once: a
+// journal that already ends with the same summary is left as it is.
 func (o *Orchestrator) Finalize(ctx context.Context, run runid.ID, status string) error {
 	if o.j == nil {
 		return nil
@@ -125,6 +126,9 @@ func (o *Orchestrator) Finalize(ctx context.Context, run runid.ID, status string
 	files, err := o.j.cel.Finalize(ctx, run, sum)
 	if err != nil {
 		return storeErr(err, run, cel.Path)
+	}
+	if len(files) == 0 {
+		return nil // summarized already
 	}
 	o.publishJournal(run, "summary")
 	o.mirrorJournal(ctx, run, files)
@@ -177,6 +181,7 @@ func (o *Orchestrator) Status(ctx context.Context, run runid.ID) (wire.RunView, 
 	}
 	by := ow.caller()
 	st.StartedBy, st.Created = &by, &ow.Created
+	st.Name, st.Tags = o.labels(ctx, ow)
 	if err := o.settle(ctx, run); err != nil {
 		return st, err
 	}

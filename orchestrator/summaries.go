@@ -35,6 +35,13 @@ type runSum struct {
 // not grow with the run: the bytes are the store's running count
 // (tmpfs.Store.Usage), and only the call's own files are marked.
 func (o *Orchestrator) noteRun(ctx context.Context, run runid.ID, files []tmpfs.File, edit func(*summary)) {
+	o.editSummary(ctx, run, files, true, edit)
+}
+
+// editSummary is noteRun; touch says whether the edit is the run's
+// activity (a call, a status), which moves its Updated time, or only a
+// change to how it is listed (its name and tags), which does not.
+func (o *Orchestrator) editSummary(ctx context.Context, run runid.ID, files []tmpfs.File, touch bool, edit func(*summary)) {
 	ow, ok, err := o.ownerOf(ctx, run)
 	if err != nil || !ok {
 		return
@@ -63,7 +70,9 @@ func (o *Orchestrator) noteRun(ctx context.Context, run runid.ID, files []tmpfs.
 	}
 	edit(&rs.sum)
 	rs.files = append(rs.files, files...)
-	rs.sum.Updated = time.Now().UTC()
+	if touch {
+		rs.sum.Updated = time.Now().UTC()
+	}
 	rs.dirty, rs.idle = true, 0
 	if !o.t.flushing {
 		o.t.flushing = true

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -677,6 +678,12 @@ type RunsQuery struct {
 	// Recipe keeps only runs of this recipe; ManualRuns keeps the runs of
 	// no recipe; empty keeps all.
 	Recipe string
+	// Query keeps only runs that match each of its words in their id,
+	// name, objective, recipe or tags (tag:x needs the tag x); empty keeps
+	// all.
+	Query string
+	// Sort is one of Sorts; empty is SortCreated, newest first.
+	Sort string
 }
 
 // ManualRuns is the RunsQuery.Recipe of runs that are not recipe runs.
@@ -705,8 +712,11 @@ func (o *Orchestrator) Runs(ctx context.Context, q RunsQuery) (wire.RunList, err
 	if !p.CanSee(tenant) {
 		return out, forbidden(p, auth.Admin)
 	}
-	if len(q.Status) > 64 || len(q.Recipe) > 200 {
-		return out, fault.New(fault.BadInput, "status or recipe is too long", "send a status such as running, or a recipe name from GET /recipes")
+	if len(q.Status) > 64 || len(q.Recipe) > 200 || len(q.Query) > 500 {
+		return out, fault.New(fault.BadInput, "status, recipe or q is too long", "send a status such as running, a recipe name from GET /recipes, or a few words to search for")
+	}
+	if q.Sort != "" && !slices.Contains(Sorts, q.Sort) {
+		return out, fault.Badf("send sort as one of "+strings.Join(Sorts, ", ")+", or omit it for newest first", "sort %q is not an order GET /runs knows", q.Sort)
 	}
 	o.Flush(ctx) // read your own writes
 	limit := q.Limit
@@ -716,6 +726,9 @@ func (o *Orchestrator) Runs(ctx context.Context, q RunsQuery) (wire.RunList, err
 	if limit < 1 || limit > 200 {
 		return out, fault.Badf("send limit between 1 and 200, or omit it for 50", "limit %d is out of range", limit)
 	}
+	if q.Sort != "" && q.Sort != SortCreated {
+		return o.sortedRuns(ctx, tenant, q, limit)
+	}
 	after := ""
 	if q.Cursor != "" {
 		after = runsPrefix(tenant) + q.Cursor
@@ -723,18 +736,8 @@ func (o *Orchestrator) Runs(ctx context.Context, q RunsQuery) (wire.RunList, err
 			return out, fault.New(fault.BadInput, "the cursor is not one this server gave", "send next_cursor from the previous page unchanged, or omit it for the first page")
 		}
 	}
-	filtered := q.Status != "" || q.Recipe != ""
-	keep := func(s wire.RunSummary) bool {
-		switch {
-		case q.Status != "" && s.Status != q.Status:
-			return false
-		case q.Recipe == ManualRuns:
-			return s.Recipe == ""
-		case q.Recipe != "":
-			return s.Recipe == q.Recipe
-		}
-		return true
-	}
+	filtered := q.Status != "" || q.Recipe != "" || strings.TrimSpace(q.Query) != ""
+	keep := q.keep
 	scanned, lastKey := 0, ""
 	for {
 		batch := limit + 1
@@ -771,6 +774,64 @@ func (o *Orchestrator) Runs(ctx context.Context, q RunsQuery) (wire.RunList, err
 			return out, nil
 		}
 	}
+}
+
+// keep reports whether a run passes the query's filters.
+func (q RunsQuery) keep(s wire.RunSummary) bool {
+	switch {
+	case q.Status != "" && s.Status != q.Status:
+		return false
+	case q.Recipe == ManualRuns && s.Recipe != "":
+		return false
+	case q.Recipe != "" && q.Recipe != ManualRuns && s.Recipe != q.Recipe:
+		return false
+	}
+	return search(s, q.Query)
+}
+
+// sortedRuns is a page of runs in another order than the index's: the
+// tenant's newest maxSorted runs are read, filtered and sorted, and the
+// cursor is an offset into that order.
+func (o *Orchestrator) sortedRuns(ctx context.Context, tenant string, q RunsQuery, limit int) (wire.RunList, error) {
+	out := wire.RunList{Runs: []wire.RunSummary{}}
+	offset := 0
+	if q.Cursor != "" {
+		n, err := strconv.Atoi(strings.TrimPrefix(q.Cursor, "@"))
+		if !strings.HasPrefix(q.Cursor, "@") || err != nil || n < 0 {
+			return out, fault.New(fault.BadInput, "the cursor is not one this server gave", "send next_cursor from the previous page unchanged, with the same sort, or omit it for the first page")
+		}
+		offset = n
+	}
+	var all []wire.RunSummary
+	after := ""
+	for scanned := 0; scanned < maxSorted; {
+		keys, err := o.store.Meta().ListMeta(ctx, runsPrefix(tenant), after, 200)
+		if err != nil {
+			return out, storeErr(err, runid.ID{}, "")
+		}
+		sums, err := o.summaries(ctx, keys)
+		if err != nil {
+			return out, err
+		}
+		for i, k := range keys {
+			after = k
+			if sums[i] != nil && q.keep(*sums[i]) {
+				all = append(all, *sums[i])
+			}
+		}
+		scanned += len(keys)
+		if len(keys) < 200 {
+			break
+		}
+	}
+	sortRuns(all, q.Sort)
+	if offset < len(all) {
+		out.Runs = append(out.Runs, all[offset:min(len(all), offset+limit)]...)
+	}
+	if offset+limit < len(all) {
+		out.NextCursor = sortedCursor(offset + limit)
+	}
+	return out, nil
 }
 
 // summaries reads index entries, 16 at a time; an entry deleted meanwhile

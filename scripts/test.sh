@@ -65,6 +65,9 @@ else
   echo "== test.sh: E2B's spec could not be placed: TestAnswersMatchE2BSpec will NOT run (only the committed distillation is checked); place it with scripts/e2b-spec.sh place <git dir>" >&2
 fi
 
+step "the console's vendored editor matches its PROVENANCE"
+tools/editor/build.sh --check
+
 step "gofmt and go vet"
 unformatted=$(gofmt -l $(git ls-files '*.go'))
 if [ -n "$unformatted" ]; then

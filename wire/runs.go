@@ -76,6 +76,9 @@ type RunView struct {
 	Template    string        `json:"template,omitempty"`
 	ImageDigest string        `json:"image_digest,omitempty"`
 	Egress      *EgressPolicy `json:"egress,omitempty"`
+	// Name and Tags label the run (PATCH /runs/{id}).
+	Name string   `json:"name,omitempty"`
+	Tags []string `json:"tags,omitempty"`
 }
 
 // StepStatus is one journaled call of a run.
@@ -273,6 +276,17 @@ type RunSummary struct {
 	// run's duration is Updated - Created.
 	Updated   time.Time `json:"updated"`
 	StartedBy Caller    `json:"started_by"`
+	// Name and Tags are what people call the run and file it under
+	// (PATCH /runs/{id}); GET /runs searches them.
+	Name string   `json:"name,omitempty"`
+	Tags []string `json:"tags,omitempty"`
+}
+
+// RunLabels is PATCH /runs/{id}'s body: a run's name and tags. An absent
+// field is left as it is; an empty name or an empty list clears it.
+type RunLabels struct {
+	Name *string   `json:"name,omitempty" maxLength:"200" pattern:"^[^\\p{Cc}]*$" doc:"The run's name, at most 200 characters of plain text (runs of white space become one space); empty clears it."`
+	Tags *[]string `json:"tags,omitempty" maxItems:"20" minLength:"1" maxLength:"40" pattern:"^[^\\t\\n\\v\\f\\r \\x85\\p{Z}\\p{Cc}]+$" doc:"The run's tags, at most 20 single words of at most 40 characters, kept lower-case and once each; an empty list clears them."`
 }
 
 // RunList is GET /runs's answer: the caller's runs, newest first, a page
@@ -310,6 +324,11 @@ type Share struct {
 	URL     string    `json:"url"`
 	Created time.Time `json:"created"`
 	Expires time.Time `json:"expires"`
+}
+
+// ShareList is GET /runs/{id}/shares's answer: the run's live links.
+type ShareList struct {
+	Shares []Share `json:"shares"`
 }
 
 // SharedFiles is a prefix share link's answer: the files it shares, each
@@ -381,6 +400,11 @@ type CallEvent struct {
 	Verdict  string  `json:"verdict"`
 	Score    float64 `json:"score"`
 	Critique string  `json:"critique,omitempty"`
+	// FreshKernel is true when a cell ran in an interpreter no earlier
+	// cell of the run ran in: the run's first cell, or the first after its
+	// kernel was replaced (a restart, a crash, a server restart, an idle
+	// kernel stopped), whose variables it does not have.
+	FreshKernel bool `json:"fresh_kernel,omitempty"`
 }
 
 // JournalEvent says a run's journal changed without a call: an operator

@@ -456,7 +456,7 @@ func (s *Server) recipe(ctx context.Context, req *sdk.CallToolRequest, in wire.R
 	if err := s.needRunner(); err != nil {
 		return nil, out, err
 	}
-	st, err := s.recipes.Start(ctx, in)
+	st, err := s.recipes.Start(ctx, in, nil)
 	if err != nil {
 		return nil, out, err
 	}

@@ -8,6 +8,10 @@
 // expiry has not passed, and the record exists with that expiry. Every
 // other case is ErrNotFound, and surfaces answer 404 with one body.
 //
+// Each link is also listed under its run (shares-of/<run>/<id>), so a
+// run's live links can be listed and revoked after the page that made
+// them is gone.
+//
 // The secret comes from configuration, or is drawn once and kept in the
 // store (secrets/share), where every replica finds the same one.
 package share
@@ -23,6 +27,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 	"sync"
@@ -38,8 +43,11 @@ var ErrNotFound = errors.New("share: no such link")
 
 const (
 	recordPrefix = "shares/"
-	secretKey    = "secrets/share"
-	idLen        = 16
+	// byRunPrefix lists each run's links, newest first:
+	// shares-of/<run>/<inverted creation time>-<id>.
+	byRunPrefix = "shares-of/"
+	secretKey   = "secrets/share"
+	idLen       = 16
 )
 
 var enc = base32.NewEncoding("abcdefghijklmnopqrstuvwxyz234567").WithPadding(base32.NoPadding)
@@ -174,12 +182,27 @@ func (s *Links) Create(ctx context.Context, l Link) (Link, string, error) {
 		if err != nil {
 			return Link{}, "", err
 		}
-		return l, s.token(l), nil
+		// The record is the link; the listing entry only finds it. A link
+		// whose entry failed works but is not listed: say so.
+		if _, err := s.meta.PutMeta(ctx, byRun(l.Run, s.now(), l.ID), []byte("{}"), tmpfs.Cond{}); err != nil {
+			s.meta.DeleteMeta(ctx, recordPrefix+l.ID)
+			return Link{}, "", err
+		}
+		return l, s.Token(l), nil
 	}
 	return Link{}, "", errors.New("share: could not draw an unused id")
 }
 
-func (s *Links) token(l Link) string {
+// byRun names a link's listing entry: its run, then the time it was made
+// counted down (so the newest sorts first, to the nanosecond, where a
+// link's record keeps seconds), then its id.
+func byRun(run runid.ID, made time.Time, id string) string {
+	return fmt.Sprintf("%s%s/%019d-%s", byRunPrefix, run, math.MaxInt64-made.UnixNano(), id)
+}
+
+// Token returns the link's token: the same one Create returned, since it
+// is made of the link's id and expiry, signed.
+func (s *Links) Token(l Link) string {
 	payload := "v1." + l.ID + "." + strconv.FormatInt(l.Expires.Unix(), 10)
 	return payload + "." + s.sign(payload)
 }
@@ -264,6 +287,10 @@ func (s *Links) Get(ctx context.Context, id string) (Link, error) {
 // Revoke deletes a link: it stops working here at once and on other
 // replicas within the cache TTL.
 func (s *Links) Revoke(ctx context.Context, id string) error {
+	l, err := s.Get(ctx, id)
+	if err != nil {
+		return err
+	}
 	if err := s.meta.DeleteMeta(ctx, recordPrefix+id); err != nil {
 		if errors.Is(err, tmpfs.ErrNotFound) {
 			return ErrNotFound
@@ -273,5 +300,42 @@ func (s *Links) Revoke(ctx context.Context, id string) error {
 	s.mu.Lock()
 	delete(s.cache, id)
 	s.mu.Unlock()
+	// The listing entry goes too (List would drop it anyway).
+	keys, err := s.meta.ListMeta(ctx, byRunPrefix+l.Run.String()+"/", "", 0)
+	if err != nil {
+		return fmt.Errorf("share %s is revoked, but its listing entry remains: %w", id, err)
+	}
+	for _, k := range keys {
+		if strings.HasSuffix(k, "-"+id) {
+			if err := s.meta.DeleteMeta(ctx, k); err != nil && !errors.Is(err, tmpfs.ErrNotFound) {
+				return fmt.Errorf("share %s is revoked, but its listing entry remains: %w", id, err)
+			}
+		}
+	}
 	return nil
+}
+
+// List returns the run's live links, newest first (the listing's order). Entries of links that
+// expired or whose record is gone are dropped from the listing as they
+// are found.
+func (s *Links) List(ctx context.Context, run runid.ID) ([]Link, error) {
+	keys, err := s.meta.ListMeta(ctx, byRunPrefix+run.String()+"/", "", 0)
+	if err != nil {
+		return nil, err
+	}
+	now := s.now()
+	out := []Link{}
+	for _, k := range keys {
+		id := k[strings.LastIndexByte(k, '-')+1:]
+		l, err := s.Get(ctx, id)
+		switch {
+		case errors.Is(err, ErrNotFound) || err == nil && !now.Before(l.Expires):
+			s.meta.DeleteMeta(ctx, k)
+			continue
+		case err != nil:
+			return nil, err
+		}
+		out = append(out, l)
+	}
+	return out, nil
 }

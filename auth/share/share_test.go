@@ -98,3 +98,40 @@ func TestLinks(t *testing.T) {
 		t.Error("a link with both path and prefix was made")
 	}
 }
+
+// A run's live links are listed newest first, with the tokens Create
+// gave; revoked and expired links leave the list, and another run's links
+// are not in it.
+func TestList(t *testing.T) {
+	ctx := t.Context()
+	a, err := share.Open(ctx, meta(t, t.TempDir()), share.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	run, other := runid.New(), runid.New()
+	var ids, toks []string
+	for i := range 4 {
+		exp := time.Now().Add(time.Hour)
+		if i == 3 {
+			exp = time.Now().Add(-time.Second) // made expired
+		}
+		l, tok, err := a.Create(ctx, share.Link{Run: run, Tenant: "acme", Path: "a.txt", Expires: exp})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids, toks = append(ids, l.ID), append(toks, tok)
+	}
+	if _, _, err := a.Create(ctx, share.Link{Run: other, Tenant: "acme", Path: "a.txt", Expires: time.Now().Add(time.Hour)}); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Revoke(ctx, ids[1]); err != nil {
+		t.Fatal(err)
+	}
+	got, err := a.List(ctx, run)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 2 || got[0].ID != ids[2] || got[1].ID != ids[0] || a.Token(got[0]) != toks[2] || a.Token(got[1]) != toks[0] {
+		t.Fatalf("List: got %+v, want links 3 then 1 with their tokens", got)
+	}
+}

@@ -23,6 +23,7 @@ import (
 	"github.com/triadhq/triad/auth/session"
 	"github.com/triadhq/triad/auth/share"
 	"github.com/triadhq/triad/console"
+	"github.com/triadhq/triad/internal/compress"
 	"github.com/triadhq/triad/internal/version"
 	"github.com/triadhq/triad/metrics"
 	"github.com/triadhq/triad/tmpfs"
@@ -193,6 +194,9 @@ func serve(ctx context.Context, args []string) error {
 		}
 		handler = con.Handler(handler)
 	}
+	// The API's and the console's text answers are gzipped for clients
+	// that accept it; E2B's surface (envd's own encodings) is outside.
+	handler = compress.Handler(handler)
 	if c.E2B.Enabled {
 		e, err := openE2B(ctx, &c, st, ks, open, log)
 		if err != nil {

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"mime/multipart"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -166,12 +167,17 @@ func printEvent(e runner.Event) {
 type remote struct{ server, key string }
 
 func (r remote) do(ctx context.Context, method, path string, body io.Reader) (*http.Response, error) {
+	return r.doAs(ctx, method, path, "application/json", body)
+}
+
+// doAs sends a body of another media type than JSON.
+func (r remote) doAs(ctx context.Context, method, path, contentType string, body io.Reader) (*http.Response, error) {
 	req, err := http.NewRequestWithContext(ctx, method, r.server+path, body)
 	if err != nil {
 		return nil, err
 	}
 	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Content-Type", contentType)
 	}
 	if r.key != "" {
 		req.Header.Set("Authorization", "Bearer "+r.key)
@@ -193,11 +199,27 @@ func runRemote(ctx context.Context, rm remote, req runner.Request, inputFiles ma
 		}
 		req.Params[k] = val
 	}
-	if len(inputFiles) > 0 {
-		return fmt.Errorf("--input with --server: upload the files first (PUT %s/tmp/files/PATH with X-Run-Id), then POST /run with that run_id", server)
-	}
 	body, _ := json.Marshal(req)
-	resp, err := rm.do(ctx, http.MethodPost, "/run", bytes.NewReader(body))
+	var resp *http.Response
+	var err error
+	if len(inputFiles) > 0 {
+		// The files go with the request, so the run is set up from them
+		// before its first call.
+		var form bytes.Buffer
+		mw := multipart.NewWriter(&form)
+		mw.WriteField("request", string(body))
+		for name, data := range inputFiles {
+			w, err := mw.CreateFormFile("input:"+name, name)
+			if err != nil {
+				return err
+			}
+			w.Write(data)
+		}
+		mw.Close()
+		resp, err = rm.doAs(ctx, http.MethodPost, "/run", mw.FormDataContentType(), &form)
+	} else {
+		resp, err = rm.do(ctx, http.MethodPost, "/run", bytes.NewReader(body))
+	}
 	if err != nil {
 		return err
 	}

@@ -1,7 +1,7 @@
 // Launch a recipe: a form built from the recipe's params (types,
 // defaults, descriptions) and input files (upload, or the default), then
 // POST /run and on to the run's live page.
-import { $, api, el, runPage } from './lib.js';
+import { $, CAN_WRITE, api, el, runPage } from './lib.js';
 
 const box = $('#recipes');
 const form = $('#launch-form');
@@ -138,6 +138,7 @@ function values() {
 
 form.addEventListener('submit', async (e) => {
   e.preventDefault();
+  if (!CAN_WRITE) return; // the form is disabled: the key cannot start runs
   errBox.hidden = true;
   const btn = $('#launch-btn');
   btn.disabled = true;
@@ -145,15 +146,17 @@ form.addEventListener('submit', async (e) => {
   try {
     const params = values();
     const uploads = [...form.querySelectorAll('input[type=file]')].filter((i) => i.files.length);
-    let runId;
+    let started;
     if (uploads.length) {
-      runId = (await api('POST', '/runs')).run_id;
-      for (const u of uploads) {
-        const path = u.dataset.path.split('/').map(encodeURIComponent).join('/');
-        await api('PUT', `/tmp/files/${path}`, { run: runId, body: u.files[0], headers: { 'Content-Type': 'application/octet-stream' } });
-      }
+      // The files go with the request: the run is set up from them before
+      // its first call, and a refused launch leaves no run behind.
+      const fd = new FormData();
+      fd.append('request', JSON.stringify({ recipe: recipe.name, params }));
+      for (const u of uploads) fd.append(`input:${u.name}`, u.files[0], u.files[0].name);
+      started = await api('POST', '/run', { body: fd });
+    } else {
+      started = await api('POST', '/run', { json: { recipe: recipe.name, params } });
     }
-    const started = await api('POST', '/run', { json: { recipe: recipe.name, params, run_id: runId } });
     location.href = runPage(started.run_id);
   } catch (err) {
     errBox.textContent = err.text || err.message || String(err);

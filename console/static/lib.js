@@ -6,6 +6,9 @@ export const RUN = document.body.dataset.run || '';
 export const CAN_WRITE = document.body.dataset.canWrite === 'true';
 export const WHO = document.body.dataset.who || '';
 const CSRF = document.querySelector('meta[name="csrf-token"]')?.content || '';
+// NONCE is this page's CSP nonce: the editor's one <style> element carries
+// it (the page's policy allows no other inline style).
+export const NONCE = document.querySelector('meta[name="csp-nonce"]')?.content || '';
 
 // ApiError is the API's error body: {error: {kind, message, suggestion}}.
 export class ApiError extends Error {
@@ -148,10 +151,14 @@ export function fmtTime(t) {
   return new Date(t).toLocaleString(undefined, { dateStyle: 'medium', timeStyle: 'short' });
 }
 
-// time is a <time> element: relative, with the absolute time as its title.
+// time is a <time> element: relative, with the absolute time as its
+// title. Relative times are kept current while the page is open.
 export function time(t) {
-  return el('time', { datetime: t, title: fmtTime(t), text: fmtAgo(t) });
+  return el('time', { class: 'rel', datetime: t, title: fmtTime(t), text: fmtAgo(t) });
 }
+setInterval(() => {
+  for (const e of document.querySelectorAll('time.rel')) e.textContent = fmtAgo(e.dateTime);
+}, 15000);
 
 // badge shows a status or verdict.
 export function badge(text, kind = text) {

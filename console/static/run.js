@@ -5,6 +5,7 @@
 import {
   $, ApiError, CAN_WRITE, RUN, WHO, api, badge, blobURL, copyButton, el, fileURL, fmtBytes, fmtDur, fmtTime, isRecord, time, toast,
 } from './lib.js';
+import { code, nbOutput } from './cells.js';
 
 const timeline = $('#timeline');
 const steps = new Map(); // step number -> li
@@ -24,7 +25,7 @@ function chips() {
   const last = [...steps.values()].pop();
   let end = v.finished ? new Date(v.finished).getTime() : last ? Number(last.dataset.end) : start;
   if (st === 'running' || st === 'queued') end = Date.now();
-  $('#run-chips').replaceChildren(
+  $('#run-chips').replaceChildren(...[
     badge(st),
     el('span', {}, v.recipe ? el('b', { text: v.recipe }) : el('b', { text: 'manual run' })),
     el('span', {}, el('b', { text: String(steps.size) }), steps.size === 1 ? ' step' : ' steps'),
@@ -32,10 +33,12 @@ function chips() {
     v.created ? el('span', {}, 'created ', time(v.created)) : null,
     start ? el('span', {}, 'took ', el('b', { text: fmtDur(end - start) })) : null,
     v.started_by ? el('span', {}, 'by ', el('b', { text: v.started_by.name || v.started_by.key_id || 'operator' })) : null,
-  );
-  const title = v.objective || (v.recipe ? `${v.recipe} run` : 'Manual run');
+  ].filter(Boolean));
+  const title = v.name || v.objective || (v.recipe ? `${v.recipe} run` : 'Manual run');
   $('#run-title').textContent = title;
   document.title = `${title} · Triad`;
+  $('#run-tags').replaceChildren(...(v.tags || []).map((t) => el('a', { class: 'tag', href: `/?q=${encodeURIComponent(`tag:${t}`)}`, text: t, title: `Runs tagged ${t}` })));
+  $('#run-tags').hidden = !(v.tags || []).length;
   $('#scratch-link').hidden = Boolean(v.recipe);
   const resume = $('#resume-btn');
   if (resume) resume.hidden = !(v.recipe && st === 'failed');
@@ -81,7 +84,12 @@ function addCall(c, live) {
   const verdict = c.verdict === 'PASS' ? 'pass' : 'fail';
   const inputs = Object.entries(c.inputs || {}).map(([k, v]) => `${k}=${shortValue(v)}`).join(' · ');
   const outs = c.outputs || [];
-  const li = el('li', { id: `step-${c.step}`, class: `v-${verdict}${live ? ' new' : ''}`, dataset: { step: c.step, end: new Date(c.started).getTime() + c.duration_ms } },
+  // A cell in a new interpreter after earlier cells: they left no
+  // variables behind (a restart, a crash, a server restart, a kernel
+  // stopped while idle).
+  const replaced = c.fresh_kernel && [...steps.entries()].some(([n, x]) => n < c.step && x.dataset.tool === 'sandbox.exec');
+  const li = el('li', { id: `step-${c.step}`, class: `v-${verdict}${live ? ' new' : ''}`, dataset: { step: c.step, tool: c.tool, end: new Date(c.started).getTime() + c.duration_ms } },
+    replaced ? el('div', { class: 'kernel-new', role: 'note', text: 'New kernel: variables from earlier cells are gone; the files stay' }) : null,
     el('div', { class: 'step-line' },
       el('span', { class: 'step-n', text: `#${c.step}` }),
       el('span', { class: 'step-tool', text: c.tool }),
@@ -176,8 +184,35 @@ async function refreshCEL() {
   // Server-rendered Markdown: goldmark's safe renderer (no raw HTML, no
   // dangerous URLs) over a journal that escapes caller text.
   box.innerHTML = await resp.text();
+  outward(box);
   if (atEnd) box.scrollTop = box.scrollHeight;
 }
+
+// outward opens links to other sites (a search's sources) in a new tab,
+// so reading them does not leave the run.
+function outward(root) {
+  for (const a of root.querySelectorAll('a[href]')) {
+    if (new URL(a.href, location.href).origin !== location.origin) {
+      a.target = '_blank';
+      a.rel = 'noopener noreferrer';
+    }
+  }
+}
+
+// Links in the journal (and in a Markdown preview) to the run's files
+// open the file's preview here instead of leaving the console.
+document.addEventListener('click', (e) => {
+  const a = e.target.closest('#cel a[href], #preview-body .markdown a[href]');
+  if (!a || e.defaultPrevented || e.button !== 0 || e.ctrlKey || e.metaKey || e.shiftKey || e.altKey) return;
+  const u = new URL(a.href, location.href);
+  const prefix = `/runs/${encodeURIComponent(RUN)}/files/`;
+  if (u.origin !== location.origin || !u.pathname.startsWith(prefix)) return;
+  e.preventDefault();
+  const p = u.pathname.slice(prefix.length).split('/').map(decodeURIComponent).join('/');
+  const f = files.find((x) => x.path === p);
+  if (f) preview(f);
+  else toast(`${p} is not in the run any more`);
+});
 
 $('#note-form')?.addEventListener('submit', async (e) => {
   e.preventDefault();
@@ -218,6 +253,39 @@ $('#finalize-btn')?.addEventListener('click', async (e) => {
   }
 });
 
+// ---- name and tags ------------------------------------------------------
+
+const labels = $('#labels-form');
+$('#labels-btn')?.addEventListener('click', () => {
+  labels.hidden = !labels.hidden;
+  if (!labels.hidden) {
+    $('#run-name').value = view?.name || '';
+    $('#run-tags-in').value = (view?.tags || []).join(' ');
+    $('#run-name').focus();
+  }
+});
+$('#labels-cancel')?.addEventListener('click', () => {
+  labels.hidden = true;
+  $('#labels-btn').focus();
+});
+labels?.addEventListener('submit', async (e) => {
+  e.preventDefault();
+  const btn = e.submitter || labels.querySelector('button[type=submit]');
+  btn.disabled = true;
+  try {
+    const tags = $('#run-tags-in').value.split(/[\s,]+/).filter(Boolean);
+    const s = await api('PATCH', `/runs/${RUN}`, { json: { name: $('#run-name').value, tags } });
+    view = { ...view, name: s.name || '', tags: s.tags || [] };
+    chips();
+    labels.hidden = true;
+    toast('Saved: the runs list finds it by these');
+  } catch (err) {
+    toast(err.text || String(err));
+  } finally {
+    btn.disabled = false;
+  }
+});
+
 $('#resume-btn')?.addEventListener('click', async (e) => {
   e.target.disabled = true;
   try {
@@ -238,7 +306,7 @@ $('#resume-btn')?.addEventListener('click', async (e) => {
 const PREVIEW = {
   png: 'image', jpg: 'image', jpeg: 'image', gif: 'image', webp: 'image', svg: 'image',
   csv: 'csv', tsv: 'csv', md: 'markdown', markdown: 'markdown', html: 'html', htm: 'html', pdf: 'pdf',
-  json: 'json', ipynb: 'json', jsonl: 'text', txt: 'text', log: 'text', py: 'text', r: 'text', sql: 'text', yaml: 'text', yml: 'text',
+  json: 'json', ipynb: 'notebook', jsonl: 'text', txt: 'text', log: 'text', py: 'text', r: 'text', sql: 'text', yaml: 'text', yml: 'text',
 };
 const kindOf = (p) => PREVIEW[(p.split('.').pop() || '').toLowerCase()];
 
@@ -287,10 +355,12 @@ async function refreshFiles() {
   };
   const top = Object.keys(tree).sort((a, b) => (a === 'artifacts/' ? -1 : b === 'artifacts/' ? 1 : a.localeCompare(b)));
   const ordered = Object.fromEntries(top.map((k) => [k, tree[k]]));
-  $('#tree').replaceChildren(
+  const prefixes = [...shares.entries()].filter(([k]) => k.endsWith('/')).map(([, box]) => box);
+  $('#tree').replaceChildren(...[
+    prefixes.length ? el('div', { class: 'shared-prefixes' }, el('h3', { class: 'small', text: 'Shared folders' }), prefixes) : null,
     files.length ? render(ordered, '') : el('p', { class: 'muted', text: 'No files yet.' }),
     records.length ? folder('(records)', 'Triad\'s records', el('ul', {}, records.map((f) => fileRow(f, f.path)))) : null,
-  );
+  ].filter(Boolean));
 }
 
 // Folders stay as the person left them across refreshes; the
@@ -330,35 +400,61 @@ async function share(f, li, btn) {
   try {
     const s = await api('POST', `/runs/${RUN}/share`, { json: { path: f.path, ttl: '24h' } });
     li.querySelector('.share-box')?.remove();
-    shares.delete(f.path);
-    const input = el('input', { type: 'text', readonly: true, value: s.url, 'aria-label': `Share link for ${f.path}` });
-    const box = el('div', { class: 'share-box', dataset: { share: s.id } },
-      input,
-      el('div', { class: 'actions' },
-        copyButton(s.url, 'Copy link'),
-        el('span', { class: 'muted expires' }, 'expires ', el('time', { datetime: s.expires, text: fmtTime(s.expires) })),
-        el('button', {
-          type: 'button', class: 'linkbtn btn-danger revoke', text: 'revoke',
-          onclick: async (e) => {
-            e.target.disabled = true;
-            try {
-              await api('DELETE', `/shares/${s.id}`);
-              box.replaceChildren(el('span', { class: 'muted revoked', text: 'Link revoked: it no longer works.' }));
-              setTimeout(() => { box.remove(); shares.delete(f.path); }, 8000);
-            } catch (err) {
-              toast(err.text || String(err));
-              e.target.disabled = false;
-            }
-          },
-        })));
+    const box = shareBox(s);
     shares.set(f.path, box);
     li.append(box);
-    input.select();
+    box.querySelector('input').select();
   } catch (e) {
     toast(e.text || String(e));
   } finally {
     btn.disabled = false;
   }
+}
+
+// shareBox shows a live link: its URL to copy, its expiry, and revoke.
+function shareBox(s) {
+  const key = s.path || s.prefix;
+  const input = el('input', { type: 'text', readonly: true, value: s.url, 'aria-label': `Share link for ${key}` });
+  const box = el('div', { class: 'share-box', dataset: { share: s.id } },
+    s.prefix ? el('span', { class: 'small' }, 'Every file under ', el('code', { text: s.prefix })) : null,
+    input,
+    el('div', { class: 'actions' },
+      copyButton(s.url, 'Copy link'),
+      el('span', { class: 'muted expires' }, 'expires ', el('time', { datetime: s.expires, title: fmtTime(s.expires), text: fmtTime(s.expires) })),
+      el('button', {
+        type: 'button', class: 'linkbtn btn-danger revoke', text: 'revoke', 'aria-label': `Revoke the share link for ${key}`,
+        onclick: async (e) => {
+          e.target.disabled = true;
+          try {
+            await api('DELETE', `/shares/${s.id}`);
+            box.replaceChildren(el('span', { class: 'muted revoked', text: 'Link revoked: it no longer works.' }));
+            setTimeout(() => { box.remove(); shares.delete(key); }, 8000);
+          } catch (err) {
+            toast(err.text || String(err));
+            e.target.disabled = false;
+          }
+        },
+      })));
+  return box;
+}
+
+// loadShares shows the run's live links, made in this page or before it
+// was loaded: path links under their file, prefix links above the tree.
+async function loadShares() {
+  if (!CAN_WRITE) return;
+  let list;
+  try {
+    list = (await api('GET', `/runs/${RUN}/shares`)).shares;
+  } catch {
+    return; // share links off: nothing to show
+  }
+  for (const s of list.reverse()) { // oldest first: the newest wins a path
+    const key = s.path || s.prefix;
+    shares.get(key)?.remove();
+    shares.set(key, shareBox(s));
+  }
+  filesSeen = ''; // redraw the tree with the boxes
+  await refreshFiles();
 }
 
 // ---- previews -----------------------------------------------------------
@@ -371,7 +467,7 @@ async function preview(f) {
   $('#preview-title').textContent = f.path;
   $('#preview-dl').href = fileURL(RUN, f.path, true);
   body.replaceChildren(el('p', { class: 'muted', text: 'Loading…' }));
-  dialog.showModal();
+  if (!dialog.open) dialog.showModal();
   const url = fileURL(RUN, f.path);
   try {
     switch (kindOf(f.path)) {
@@ -392,36 +488,88 @@ async function preview(f) {
         if (!resp.ok) throw new Error(await resp.text());
         const art = el('article', { class: 'markdown' });
         art.innerHTML = await resp.text(); // server-rendered, safe (see refreshCEL)
+        outward(art);
         body.replaceChildren(art);
         break;
       }
-      case 'csv':
-        body.replaceChildren(csvTable(await text(url, f), f.path.endsWith('.tsv') ? '\t' : ','));
+      case 'csv': {
+        const t = await text(url, f);
+        body.replaceChildren(csvTable(t.text, f.path.endsWith('.tsv') ? '\t' : ',', t.partial ? f.size : 0));
+        break;
+      }
+      case 'notebook':
+        body.replaceChildren(await notebook(f));
         break;
       case 'json': {
         const t = await text(url, f);
-        let pretty = t;
-        try {
-          pretty = JSON.stringify(JSON.parse(t), null, 2);
-        } catch {
-          /* not JSON after all: show it as it is */
+        let pretty = t.text;
+        if (!t.partial) {
+          try {
+            pretty = JSON.stringify(JSON.parse(t.text), null, 2);
+          } catch {
+            /* not JSON after all: show it as it is */
+          }
         }
-        body.replaceChildren(el('pre', { class: 'json', text: pretty }));
+        body.replaceChildren(el('div', {}, partialNote(t, f), el('pre', { class: 'json', text: pretty })));
+        break;
+      }
+      case 'text': {
+        const t = await text(url, f);
+        body.replaceChildren(el('div', {}, partialNote(t, f), el('pre', { text: t.text })));
         break;
       }
       default:
-        body.replaceChildren(el('pre', { text: await text(url, f) }));
+        body.replaceChildren(el('p', { class: 'muted', text: `There is no preview for this kind of file (${fmtBytes(f.size)}). Download it to open it.` }));
     }
   } catch (e) {
     body.replaceChildren(el('p', { class: 'alert', text: `No preview: ${e.text || e.message || e}` }));
   }
 }
 
+// text reads a file to preview: whole up to MAX_TEXT, else its first
+// HEAD_BYTES by a range read, cut at the last whole line.
+const HEAD_BYTES = 256 << 10;
 async function text(url, f) {
-  if (f.size > MAX_TEXT) throw new Error(`the file is ${fmtBytes(f.size)}; download it instead`);
-  const resp = await fetch(url, { credentials: 'same-origin' });
+  const partial = f.size > MAX_TEXT;
+  const resp = await fetch(url, { credentials: 'same-origin', headers: partial ? { Range: `bytes=0-${HEAD_BYTES - 1}` } : {} });
   if (!resp.ok) throw new Error(`${resp.status} ${resp.statusText}`);
-  return resp.text();
+  if (!partial) return { text: await resp.text(), partial: false };
+  let b = new Uint8Array(await resp.arrayBuffer());
+  const cut = b.lastIndexOf(10); // the last newline: no half line, no half character
+  if (cut > 0) b = b.subarray(0, cut + 1);
+  return { text: new TextDecoder().decode(b), partial: true, bytes: b.length };
+}
+
+// notebook renders a .ipynb file as a notebook: Markdown cells rendered
+// by the server, code cells highlighted, with their outputs.
+async function notebook(f) {
+  const resp = await fetch(`/console/runs/${RUN}/notebook/${f.path.split('/').map(encodeURIComponent).join('/')}`, { credentials: 'same-origin' });
+  if (!resp.ok) throw new Error(await resp.text());
+  const nb = await resp.json();
+  const root = el('div', { class: 'notebook' });
+  let n = 0;
+  for (const c of nb.cells) {
+    if (c.type === 'markdown') {
+      const art = el('article', { class: 'markdown nb-md' });
+      art.innerHTML = c.html; // server-rendered, safe (see refreshCEL)
+      root.append(art);
+      continue;
+    }
+    n++;
+    const count = c.type === 'code' ? `[${c.execution_count ?? ' '}]` : '';
+    const out = el('div', { class: 'cell-out' });
+    for (const o of c.outputs || []) nbOutput(RUN, out, o);
+    root.append(el('div', { class: 'nb-cell' },
+      el('div', { class: 'nb-in' }, el('span', { class: 'cell-count', 'aria-hidden': 'true', text: count }),
+        c.type === 'code' ? code(c.source, `Cell ${n}`) : el('pre', { class: 'raw', text: c.source })),
+      out));
+  }
+  if (!nb.cells.length) root.append(el('p', { class: 'muted', text: 'The notebook has no cells.' }));
+  return root;
+}
+
+function partialNote(t, f) {
+  return t.partial ? el('p', { class: 'muted small', text: `The first ${fmtBytes(t.bytes)} of ${fmtBytes(f.size)}; download the file for the rest.` }) : null;
 }
 
 // parseCSV parses RFC 4180 CSV: quoted fields, doubled quotes, CRLF.
@@ -459,8 +607,9 @@ function parseCSV(s, sep, maxRows) {
   return rows;
 }
 
-// csvTable shows the first 200 rows, sortable by any column.
-function csvTable(s, sep) {
+// csvTable shows the first 200 rows, sortable by any column; of is the
+// file's size when s is only its beginning.
+function csvTable(s, sep, of = 0) {
   const all = parseCSV(s, sep, 201);
   const head = all[0] || [];
   const data = all.slice(1, 201);
@@ -478,7 +627,9 @@ function csvTable(s, sep) {
     },
   })));
   fill(data);
-  const note = all.length > 201 ? el('p', { class: 'muted small', text: 'The first 200 rows; download the file for the rest.' }) : null;
+  const note = all.length > 201 || of
+    ? el('p', { class: 'muted small csv-note', text: `The first ${data.length} rows${of ? ` of a ${fmtBytes(of)} file` : ''}; download the file for the rest.` })
+    : null;
   return el('div', {}, el('table', { class: 'grid csv' }, el('thead', {}, el('tr', {}, ths)), tbody), note);
 }
 
@@ -488,7 +639,7 @@ dialog.addEventListener('close', () => $('#preview-body').replaceChildren());
 
 await loadView();
 connect();
-refreshFiles();
+refreshFiles().then(loadShares);
 refreshCEL();
 setInterval(chips, 5000);
 if (!CAN_WRITE) document.querySelectorAll('.share').forEach((b) => b.remove());

@@ -1,10 +1,12 @@
-// The runs list: the tenant's runs, newest first, filtered by status and
-// recipe, a page at a time, kept up to date while runs progress.
+// The runs list: the tenant's runs, searched, filtered by status and
+// recipe, sorted, a page at a time, kept up to date while runs progress.
 import { $, api, badge, el, fmtDur, onKey, runPage, time, toast } from './lib.js';
 
 const tbody = $('#runs tbody');
+const search = $('#f-q');
 const status = $('#f-status');
 const recipe = $('#f-recipe');
+const sort = $('#f-sort');
 const more = $('#more');
 const live = $('#live');
 const PAGE = 25;
@@ -13,25 +15,45 @@ let loaded = 0;
 const rows = new Map(); // run id -> {tr, sum}
 
 const params = new URLSearchParams(location.search);
+search.value = params.get('q') || '';
 status.value = params.get('status') || '';
+sort.value = params.get('sort') || '';
 
 function query(limit, after) {
   const q = new URLSearchParams({ limit: String(limit) });
+  if (search.value.trim()) q.set('q', search.value.trim());
   if (status.value) q.set('status', status.value);
   if (recipe.value) q.set('recipe', recipe.value);
+  if (sort.value) q.set('sort', sort.value);
   if (after) q.set('cursor', after);
   return `/runs?${q}`;
 }
+
+const filtering = () => Boolean(search.value.trim() || status.value || recipe.value);
 
 function duration(s) {
   const end = s.status === 'running' || s.status === 'queued' ? Date.now() : new Date(s.updated).getTime();
   return fmtDur(end - new Date(s.created).getTime());
 }
 
+// tagButton filters the list by a tag.
+function tagButton(t) {
+  return el('button', {
+    type: 'button', class: 'tag', text: t, title: `Show the runs tagged ${t}`,
+    onclick: (e) => {
+      e.stopPropagation();
+      search.value = `tag:${t}`;
+      applyFilters();
+    },
+  });
+}
+
 function cells(s) {
+  const name = s.name ? el('div', { class: 'run-name', text: s.name }) : null;
   const objective = s.objective ? el('div', { class: 'objective', text: s.objective, title: s.objective }) : null;
+  const tags = s.tags?.length ? el('div', { class: 'tags' }, s.tags.map(tagButton)) : null;
   return [
-    el('td', { class: 'c-run' }, el('a', { class: 'runlink', href: runPage(s.run_id), text: s.run_id }), objective),
+    el('td', { class: 'c-run' }, name, el('a', { class: 'runlink', href: runPage(s.run_id), text: s.run_id, 'aria-label': s.name ? `${s.name} (${s.run_id})` : null }), objective, tags),
     el('td', { 'data-label': '' }, badge(s.status)),
     el('td', { 'data-label': '' }, s.recipe ? el('span', { text: s.recipe }) : el('span', { class: 'muted', text: 'manual' })),
     el('td', { class: 'num', 'data-label': 'steps' }, String(s.steps)),
@@ -47,79 +69,114 @@ function cells(s) {
 function row(s) {
   const tr = el('tr', { dataset: { run: s.run_id } }, cells(s));
   tr.addEventListener('click', (e) => {
-    if (e.target.closest('a')) return;
+    if (e.target.closest('a, button')) return;
     location.href = runPage(s.run_id);
   });
   return tr;
 }
 
-const key = (s) => [s.status, s.steps, s.passed, s.failed, s.last_verdict, s.updated, s.objective].join('|');
+const key = (s) => [s.status, s.steps, s.passed, s.failed, s.last_verdict, s.updated, s.objective, s.name, (s.tags || []).join(',')].join('|');
 
-// show puts summaries in the table: new runs at the top (a refresh) or
-// the bottom (next page), changed ones updated in place.
-function show(list, append) {
-  const fresh = [];
-  for (const s of list) {
-    const have = rows.get(s.run_id);
-    if (have) {
-      if (key(have.sum) !== key(s)) {
-        have.tr.replaceChildren(...cells(s));
-        have.tr.classList.remove('flash');
-        void have.tr.offsetWidth;
-        have.tr.classList.add('flash');
-      } else {
-        have.tr.lastElementChild.textContent = duration(s);
-      }
-      have.sum = s;
-      continue;
-    }
+// put shows a summary: a new row, or the row it has, updated in place.
+function put(s, flash) {
+  const have = rows.get(s.run_id);
+  if (!have) {
     const tr = row(s);
     rows.set(s.run_id, { tr, sum: s });
-    fresh.push(tr);
+    if (flash) tr.classList.add('flash');
+    return tr;
   }
-  if (append) tbody.append(...fresh);
-  else {
-    tbody.prepend(...fresh);
-    fresh.forEach((tr) => tr.classList.add('flash'));
+  if (key(have.sum) !== key(s)) {
+    have.tr.replaceChildren(...cells(s));
+    have.tr.classList.remove('flash');
+    void have.tr.offsetWidth;
+    have.tr.classList.add('flash');
+  } else {
+    have.tr.lastElementChild.textContent = duration(s);
   }
-  $('#empty').hidden = rows.size > 0;
+  have.sum = s;
+  return have.tr;
+}
+
+function drop(id) {
+  rows.get(id)?.tr.remove();
+  rows.delete(id);
+}
+
+function empty() {
+  const none = rows.size === 0;
+  $('#empty').hidden = !none;
+  $('#empty-none').hidden = filtering();
+  $('#empty-filtered').hidden = !filtering();
+  if (none && filtering()) {
+    const what = [];
+    if (search.value.trim()) what.push(`“${search.value.trim()}”`);
+    if (status.value) what.push(`status ${status.selectedOptions[0].textContent.toLowerCase()}`);
+    if (recipe.value) what.push(recipe.value === 'manual' ? 'manual runs' : `recipe ${recipe.value}`);
+    $('#empty-what').textContent = what.join(', ');
+  }
 }
 
 async function load(reset) {
-  if (reset) {
-    rows.clear();
-    tbody.replaceChildren();
-    cursor = '';
-    loaded = 0;
-  }
+  const q = query(PAGE, reset ? '' : cursor);
   try {
-    const page = await api('GET', query(PAGE, cursor));
-    show(page.runs, true);
+    const page = await api('GET', q);
+    if (reset) {
+      rows.clear();
+      tbody.replaceChildren();
+      loaded = 0;
+    }
+    tbody.append(...page.runs.map((s) => put(s, false)));
     loaded += page.runs.length;
     cursor = page.next_cursor || '';
     more.hidden = !cursor;
+    empty();
   } catch (e) {
     toast(e.text || String(e));
   }
 }
 
-// refresh re-reads the first pages (as many runs as are shown) while the
-// tab is visible, so statuses, steps and verdicts move as runs progress.
+// refresh re-reads as many runs as are shown (up to 200), while the tab
+// is visible, and redraws the list in the answer's order: statuses, steps
+// and verdicts move as runs progress, new runs appear, and a run that no
+// longer matches the filters (a running run that finished) leaves.
 async function refresh() {
   if (document.visibilityState !== 'visible') return;
+  const n = Math.min(200, Math.max(PAGE, loaded));
+  let page;
   try {
-    const page = await api('GET', query(Math.min(200, Math.max(PAGE, loaded))));
-    show(page.runs, false);
+    page = await api('GET', query(n));
     live.classList.add('on');
   } catch {
     live.classList.remove('on');
+    return;
   }
+  const fresh = new Set(page.runs.map((s) => s.run_id));
+  // The answer covers every shown row unless more than it were loaded.
+  const covers = !page.next_cursor || loaded <= n;
+  const beyond = [];
+  for (const [id, r] of rows) {
+    if (fresh.has(id)) continue;
+    if (covers) drop(id);
+    else beyond.push(r.tr);
+  }
+  const first = rows.size === 0 && loaded === 0;
+  const ordered = page.runs.map((s) => put(s, !first && !rows.has(s.run_id)));
+  tbody.replaceChildren(...ordered, ...beyond);
+  if (covers) {
+    loaded = page.runs.length;
+    cursor = page.next_cursor || '';
+    more.hidden = !cursor;
+  }
+  empty();
 }
 
 function applyFilters() {
   const q = new URLSearchParams();
+  if (search.value.trim()) q.set('q', search.value.trim());
   if (status.value) q.set('status', status.value);
   if (recipe.value) q.set('recipe', recipe.value);
+  if (sort.value) q.set('sort', sort.value);
   history.replaceState(null, '', q.toString() ? `/?${q}` : '/');
   load(true);
 }
@@ -134,8 +191,24 @@ async function recipes() {
   recipe.value = params.get('recipe') || '';
 }
 
-status.addEventListener('change', applyFilters);
-recipe.addEventListener('change', applyFilters);
+let typingTimer = 0;
+search.addEventListener('input', () => {
+  clearTimeout(typingTimer);
+  typingTimer = setTimeout(applyFilters, 250);
+});
+$('#filters').addEventListener('submit', (e) => {
+  e.preventDefault();
+  clearTimeout(typingTimer);
+  applyFilters();
+});
+for (const s of [status, recipe, sort]) s.addEventListener('change', applyFilters);
+$('#clear-filters').addEventListener('click', () => {
+  search.value = '';
+  status.value = '';
+  recipe.value = '';
+  applyFilters();
+  search.focus();
+});
 more.addEventListener('click', () => load(false));
 
 // j and k move through the runs; Enter on the focused link opens it.

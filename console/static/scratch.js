@@ -2,63 +2,15 @@
 // through sandbox.exec with its output streamed (POST /sandbox/exec with
 // Accept: text/event-stream), a files panel, and a kernel restart.
 import {
-  $, CAN_WRITE, RUN, api, apiHeaders, el, errorOf, fileURL, fmtBytes, fmtDur, isRecord, sanitize, sse, stripAnsi, toast,
+  $, CAN_WRITE, NONCE, RUN, api, apiHeaders, el, errorOf, fileURL, fmtBytes, fmtDur, isRecord, sse, toast,
 } from './lib.js';
+import { bundle as renderBundle, errorBlock, stream } from './cells.js';
+import { createEditor } from './vendor/editor.js';
 
 const cellsEl = $('#cells');
 const KEY = `triad-cells-${RUN}`;
-const cells = []; // {root, ta, out, count, saved}
-let ranAt = 0; // when Shift+Enter last ran a cell
-
-// ---- output rendering ---------------------------------------------------
-
-// image returns an <img> for an image a cell displayed: base64 while it
-// streams, a stored run file in the final answer. An SVG shown as an
-// image runs no script.
-function image(mime, v) {
-  let src;
-  if (typeof v === 'string') {
-    src = mime === 'image/svg+xml'
-      ? 'data:image/svg+xml;charset=utf-8,' + encodeURIComponent(v)
-      : `data:${mime};base64,${v.replace(/\s/g, '')}`;
-  } else if (v && v.path) {
-    src = fileURL(RUN, v.path);
-  } else return null;
-  return el('img', { src, alt: `${mime} output`, class: 'out-img' });
-}
-
-// bundle renders a display or result bundle: the richest type it has.
-function bundle(data) {
-  for (const m of ['image/png', 'image/jpeg', 'image/gif', 'image/svg+xml']) {
-    if (data[m] !== undefined) {
-      const img = image(m, data[m]);
-      if (img) return img;
-    }
-  }
-  if (typeof data['text/html'] === 'string') return el('div', { class: 'html' }, sanitize(data['text/html']));
-  if (data['application/json'] !== undefined) return el('pre', { text: JSON.stringify(data['application/json'], null, 2) });
-  if (typeof data['text/markdown'] === 'string') return el('pre', { text: data['text/markdown'] });
-  if (typeof data['text/plain'] === 'string') return el('pre', { class: 'result', text: stripAnsi(data['text/plain']) });
-  return null;
-}
-
-// stream appends stdout or stderr, joining consecutive pieces.
-function stream(out, kind, text) {
-  const last = out.lastElementChild;
-  if (last && last.classList.contains(kind)) last.textContent += text;
-  else out.append(el('pre', { class: kind, text }));
-}
-
-function errorBlock(err) {
-  const lines = [];
-  if (err.ename) lines.push(`${err.ename}: ${err.evalue || ''}`);
-  else if (err.message) lines.push(err.message);
-  const tb = (err.traceback || []).map(stripAnsi).join('\n');
-  return el('div', { class: 'error', role: 'alert' },
-    el('pre', { class: 'traceback', text: tb || lines.join('\n') }),
-    !tb && err.suggestion ? el('p', { class: 'small', text: err.suggestion }) : null,
-    tb && err.ename ? null : null);
-}
+const cells = []; // {root, ed, out, count, saved}
+const bundle = (data) => renderBundle(RUN, data);
 
 // final renders a finished cell from its answer (wire.ExecResponse): how
 // a cell is shown again after a reload.
@@ -89,56 +41,48 @@ function meta(out, r) {
 
 // ---- cells --------------------------------------------------------------
 
-function grow(ta) {
-  ta.style.height = 'auto';
-  ta.style.height = `${ta.scrollHeight + 2}px`;
-}
-
 function addCell(saved) {
   const n = cells.length + 1;
-  const ta = el('textarea', { 'aria-label': `Cell ${n} code`, spellcheck: 'false', rows: 1, placeholder: n === 1 ? 'print("hello")  — Shift+Enter runs' : '' });
   const count = el('div', { class: 'cell-count', 'aria-hidden': 'true', text: '[ ]' });
   const out = el('div', { class: 'cell-out', 'aria-live': 'polite' });
+  const box = el('div', { class: 'cell-editor' });
   const run = el('button', { type: 'button', class: 'btn btn-quiet small cell-run', title: 'Run (Shift+Enter)', 'aria-label': `Run cell ${n}` },
     el('span', { 'aria-hidden': 'true', text: '▶' }), el('span', { class: 'word', text: 'Run' }));
-  const root = el('div', { class: 'cell', dataset: { n } }, el('div', { class: 'cell-in' }, count, ta, run), out);
-  const cell = { root, ta, out, count, saved: saved || null };
+  const root = el('div', { class: 'cell', dataset: { n } }, el('div', { class: 'cell-in' }, count, box, run), out);
+  const cell = { root, out, count, saved: saved || null };
   cells.push(cell);
   cellsEl.append(root);
-  if (saved) {
-    ta.value = saved.code;
-    if (saved.answer) {
-      count.textContent = `[${saved.answer.execution_count || ' '}]`;
-      final(out, saved.answer);
-    } else if (saved.error) {
-      out.append(errorBlock(saved.error));
-    }
+  // Shift+Enter runs the cell and goes to the next (a new one at the
+  // end); Ctrl+Enter runs it and stays; Tab indents (Escape, then Tab,
+  // moves on).
+  cell.ed = createEditor(box, {
+    nonce: NONCE,
+    doc: saved?.code || '',
+    label: `Cell ${n} code`,
+    placeholder: n === 1 ? 'print("hello")  — Shift+Enter runs' : '',
+    readOnly: !CAN_WRITE,
+    keys: [
+      {
+        key: 'Shift-Enter',
+        run: () => {
+          runCell(cell);
+          const i = cells.indexOf(cell);
+          (cells[i + 1] || addCell()).ed.focus();
+          return true;
+        },
+      },
+      { key: 'Mod-Enter', run: () => (runCell(cell), true) },
+    ],
+  });
+  box.editor = cell.ed; // for the browser test: the text as the editor holds it
+  if (saved?.answer) {
+    count.textContent = `[${saved.answer.execution_count || ' '}]`;
+    final(out, saved.answer);
+  } else if (saved?.error) {
+    out.append(errorBlock(saved.error));
   }
-  ta.addEventListener('input', () => grow(ta));
-  // The line break of a Shift+Enter must not land in the cell focus
-  // moves to (some input methods deliver it apart from the keydown).
-  ta.addEventListener('beforeinput', (e) => {
-    if (Date.now() - ranAt < 100 && (e.inputType === 'insertLineBreak' || e.inputType === 'insertParagraph' || e.data === '\n' || e.data === '\r')) e.preventDefault();
-  });
-  ta.addEventListener('keydown', (e) => {
-    if (e.key !== 'Enter') return;
-    if (e.shiftKey) {
-      e.preventDefault();
-      ranAt = Date.now();
-      runCell(cell);
-      const i = cells.indexOf(cell);
-      (cells[i + 1] || addCell()).ta.focus();
-    } else if (e.ctrlKey || e.metaKey) {
-      e.preventDefault();
-      runCell(cell);
-    }
-  });
   run.addEventListener('click', () => runCell(cell));
-  requestAnimationFrame(() => grow(ta));
-  if (!CAN_WRITE) {
-    ta.readOnly = true;
-    run.disabled = true;
-  }
+  if (!CAN_WRITE) run.disabled = true;
   return cell;
 }
 
@@ -152,7 +96,7 @@ function save() {
 }
 
 async function runCell(cell) {
-  const code = cell.ta.value;
+  const code = cell.ed.value;
   if (!code.trim() || cell.root.classList.contains('running')) return;
   cell.root.classList.add('running');
   cell.count.textContent = '[*]';
@@ -273,5 +217,5 @@ try {
   restored = [];
 }
 restored.forEach((s) => addCell(s));
-addCell().ta.focus();
+addCell().ed.focus();
 refreshFiles();

@@ -17,6 +17,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"mime"
+	"mime/multipart"
 	"net/http"
 	"net/url"
 	"slices"
@@ -199,7 +200,9 @@ func (f *fuzzer) build(o op, fixed map[string]any) (*request, bool) {
 			rq.set(p, fmt.Sprint(v))
 			continue
 		}
-		if !p.Required && f.g.r.IntN(2) == 0 {
+		if !p.Required && (f.g.r.IntN(2) == 0 || p.Extensions["x-opaque"] == true) {
+			// An opaque parameter (x-opaque: a page cursor) is a value
+			// only the server makes: sent only as an answer gives it.
 			continue
 		}
 		v, err := f.g.value(p.Schema.Value)
@@ -235,6 +238,36 @@ func (f *fuzzer) build(o op, fixed map[string]any) (*request, bool) {
 					}
 				}
 				rq.body, _ = json.Marshal(v)
+			case strings.HasPrefix(ct, "multipart/form-data"):
+				// The declared parts, each as its encoding says (JSON for
+				// an object); parts named only by additionalProperties
+				// (files whose names the document cannot list) are left
+				// to tests that know them.
+				var buf bytes.Buffer
+				mw := multipart.NewWriter(&buf)
+				for _, name := range sortedKeys(mt.Schema.Value.Properties) {
+					ps := mt.Schema.Value.Properties[name].Value
+					if !slices.Contains(mt.Schema.Value.Required, name) && f.g.r.IntN(2) == 0 {
+						continue
+					}
+					v, err := f.g.value(ps)
+					if err != nil {
+						return nil, false
+					}
+					var part []byte
+					if enc := mt.Encoding[name]; enc != nil && strings.Contains(enc.ContentType, "json") {
+						part, _ = json.Marshal(v)
+					} else {
+						part = []byte(scalarText(v))
+					}
+					w, err := mw.CreateFormField(name)
+					if err != nil {
+						return nil, false
+					}
+					w.Write(part)
+				}
+				mw.Close()
+				rq.ctype, rq.body = mw.FormDataContentType(), buf.Bytes()
 			default:
 				b := make([]byte, f.g.r.IntN(64))
 				for i := range b {

@@ -19,7 +19,7 @@ const module = "github.com/triadhq/triad/"
 // before its tests pass: placing it is the decision this test asks for.
 var layers = [][]string{
 	// 0: leaf helpers.
-	{"auth", "bench/internal/benchenv", "internal/crashpoint", "internal/fault", "internal/runid", "internal/keyedmutex", "internal/dockerarchive", "internal/safepath", "internal/version", "internal/testenv",
+	{"auth", "bench/internal/benchenv", "internal/compress", "internal/crashpoint", "internal/fault", "internal/runid", "internal/keyedmutex", "internal/dockerarchive", "internal/safepath", "internal/version", "internal/testenv",
 		"internal/miniotest", "internal/procmem", "internal/apifuzz", "internal/bodyread", "internal/depcheck", "recipes/sampledata/internal/gen", "recipes/sampledata/internal/regen"},
 	// 1: the contract and the seams: wire types, the records' names, and
 	// the interfaces the tools implement.

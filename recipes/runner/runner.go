@@ -11,6 +11,7 @@ import (
 	"cmp"
 	"context"
 	"crypto/sha256"
+	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -20,6 +21,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/triadhq/triad/auth"
 	"github.com/triadhq/triad/evaluator"
@@ -118,9 +120,13 @@ func (r *Runner) Close() error {
 }
 
 // Start validates req, records the run as queued and runs it in the
-// background. It returns the run's state as queued.
-func (r *Runner) Start(ctx context.Context, req Request) (State, error) {
-	p, err := r.prepare(ctx, req, nil)
+// background. It returns the run's state as queued. inputs are the
+// caller's files for the recipe's inputs, by input name (nil for none):
+// the run's first steps write them, after its setup is recorded. A
+// request that is refused leaves nothing behind: a fresh run is claimed
+// only once the request has passed every check.
+func (r *Runner) Start(ctx context.Context, req Request, inputs map[string][]byte) (State, error) {
+	p, err := r.prepare(ctx, req, inputs)
 	if err != nil {
 		return State{}, err
 	}
@@ -170,32 +176,46 @@ func (r *Runner) prepare(ctx context.Context, req Request, inputs map[string][]b
 		return nil, fault.New(fault.NotConfigured, "no sandbox backend is configured, and recipes need one",
 			"start triad with --sandbox docker, wasm or auto")
 	}
-	// A new run is created for the caller's tenant before anything can
-	// name it; a run_id names the caller's own run to resume, or a fresh
-	// id for a new run (another tenant's is not found).
+	// A run_id names the caller's own run to resume, or a fresh id for a
+	// new run (another tenant's is not found); without one, the run gets
+	// an id nobody can have named. Either is made the caller's in the core
+	// only once every check below has passed.
 	run := runid.New()
-	if req.RunID == "" {
-		if err := r.o.Create(ctx, run); err != nil {
-			return nil, err
-		}
-	} else {
+	exists := false // the run has an owner, and it is the caller's tenant
+	if req.RunID != "" {
 		id, err := runid.Parse(req.RunID)
 		if err != nil {
 			return nil, err
 		}
 		run = id
-		if err := r.o.OpenRun(ctx, run); err != nil {
+		// Another tenant's run is not found, like one nobody made; a run
+		// nobody made is claimed below, once the request has passed every
+		// check, so a refused request leaves no run behind.
+		switch err := r.o.Visible(ctx, run); {
+		case err == nil:
+			exists = true
+		case !isNotFound(err):
 			return nil, err
 		}
 	}
-	prev, hasPrev, err := r.load(ctx, run)
-	if err != nil {
-		return nil, err
+	var (
+		prev    State
+		hasPrev bool
+	)
+	if exists {
+		var err error
+		if prev, hasPrev, err = r.load(ctx, run); err != nil {
+			return nil, err
+		}
 	}
 	if req.Recipe == "" && hasPrev {
 		req.Recipe = prev.Recipe
 	}
 	if req.Recipe == "" && req.RunID != "" {
+		if !exists {
+			// A resume of a run the caller cannot see.
+			return nil, fault.New(fault.NotFound, fmt.Sprintf("no run %s to resume", run), "check the run id (GET /runs lists your runs), or name a recipe to start a new run")
+		}
 		return nil, fault.New(fault.NotFound, fmt.Sprintf("run %s is no recipe run to resume", run),
 			"name a recipe to start one in it (GET /recipes lists them), or name a failed or interrupted recipe run")
 	}
@@ -237,7 +257,7 @@ func (r *Runner) prepare(ctx context.Context, req Request, inputs map[string][]b
 	if _, ok := rec.Param("objective"); ok && objective != "" {
 		params["objective"] = objective
 	}
-	data, err := r.inputData(ctx, run, rec, inputs)
+	data, err := r.inputData(ctx, run, exists, rec, inputs)
 	if err != nil {
 		return nil, err
 	}
@@ -268,10 +288,22 @@ func (r *Runner) prepare(ctx context.Context, req Request, inputs map[string][]b
 			return nil, fault.Badf("the recipe's inputs are listed by GET /recipes/"+rec.Name, "recipe %s has no input %q", rec.Name, name)
 		}
 	}
+	// Every check passed: a fresh id becomes the caller's run now, in the
+	// core, once (another call may have made it meanwhile: then it is not
+	// found, or the caller's own); a run the caller has stays so.
+	if err := r.o.OpenRun(ctx, run); err != nil {
+		return nil, err
+	}
 	// The kernel's setup (seed, as_of) is recorded before the first call;
 	// a resume that would change it is refused here.
 	if _, err := r.o.SetRunSetup(ctx, run, wire.RunSetup{Seed: plan.Params[recipes.ParamSeed].(int64), SeedFrom: derived.SeedFrom,
 		AsOf: plan.Params[recipes.ParamAsOf].(string), AsOfFrom: derived.AsOfFrom, Recipe: rec.Name, Template: cmp.Or(req.Template, rec.Template)}); err != nil {
+		if fe := fault.As(err); fe != nil && fe.Kind == fault.Conflict && !hasPrev {
+			// Files uploaded by tool calls before the recipe started fixed
+			// the run's setup at its default.
+			return nil, &fault.Error{Kind: fe.Kind, Message: fe.Message, Err: err,
+				Suggestion: "send the recipe's input files with POST /run itself (multipart/form-data: a request part with this JSON and one input:<name> part per file), so the run is set up before its first call; or start a new run without run_id"}
+		}
 		return nil, err
 	}
 	st := State{RunID: run.String(), Recipe: rec.Name, Objective: objective, Params: plan.Params, Status: Queued, Created: time.Now().UTC()}
@@ -325,30 +357,34 @@ func (r *Runner) execute(ctx context.Context, p *prepared) {
 	st.Status = Running
 	r.update(ctx, run, st, Event{Type: "run", Status: Running})
 
-	fail := func(msg string) {
-		st.Status, st.Error = Failed, msg
-		now := time.Now().UTC()
-		st.Finished = &now
-		if ctx.Err() != nil {
-			st.Error = "interrupted: " + msg
-		}
+	results := make([]*notebook.Exec, len(p.plan.Steps))
+	// finish records the run's end: its notebook and the journal's
+	// summary first, then the terminal status, so a caller that sees the
+	// run ended finds every record of it written.
+	finish := func(status, msg string) {
 		wctx := context.WithoutCancel(ctx)
-		r.update(wctx, run, st, Event{Type: "run", Status: Failed, Error: st.Error})
-		if err := r.o.Finalize(wctx, run, Failed); err != nil {
+		if err := r.writeNotebook(wctx, run, p.plan, results); err != nil {
+			r.log.Error("write run notebook", "run", run, "err", err)
+		}
+		if err := r.o.Finalize(wctx, run, status); err != nil {
 			r.log.Error("finalize journal", "run", run, "err", err)
 		}
+		st.Status, st.Error = status, msg
+		now := time.Now().UTC()
+		st.Finished = &now
+		r.update(wctx, run, st, Event{Type: "run", Status: status, Error: msg})
+	}
+	fail := func(msg string) {
+		if ctx.Err() != nil {
+			msg = "interrupted: " + msg
+		}
+		finish(Failed, msg)
 	}
 
 	if err := r.seed(ctx, run, p); err != nil {
 		fail("seeding inputs: " + errText(err))
 		return
 	}
-	results := make([]*notebook.Exec, len(p.plan.Steps))
-	defer func() {
-		if err := r.writeNotebook(context.WithoutCancel(ctx), run, p.plan, results); err != nil {
-			r.log.Error("write run notebook", "run", run, "err", err)
-		}
-	}()
 
 	skipped := []string{}
 	announced := false
@@ -422,13 +458,7 @@ func (r *Runner) execute(ctx context.Context, p *prepared) {
 		r.o.Note(ctx, run, fmt.Sprintf("Resumed (resume %d): every step was unchanged with its outputs present by hash; skipped %s.",
 			st.Resumes, strings.Join(skipped, ", ")), "triad resume")
 	}
-	st.Status = Succeeded
-	now := time.Now().UTC()
-	st.Finished = &now
-	r.update(ctx, run, st, Event{Type: "run", Status: Succeeded})
-	if err := r.o.Finalize(ctx, run, Succeeded); err != nil {
-		r.log.Error("finalize journal", "run", run, "err", err)
-	}
+	finish(Succeeded, "")
 }
 
 // seed writes the recipe's inputs through tmp.write: the caller's files,
@@ -452,10 +482,16 @@ func (r *Runner) seed(ctx context.Context, run runid.ID, p *prepared) error {
 			}
 			data = b
 		}
-		text := string(data)
+		req := wire.WriteRequest{Path: in.Path}
+		if text := string(data); utf8.ValidString(text) {
+			req.Text = &text
+		} else { // an uploaded spreadsheet, say
+			b64 := base64.StdEncoding.EncodeToString(data)
+			req.BytesB64 = &b64
+		}
 		wctx := orchestrator.WithStepInfo(ctx, orchestrator.StepInfo{Label: fmt.Sprintf("Seeded recipe input %s", in.Name),
 			Expected: []evaluator.Expect{{Path: in.Path}}})
-		if _, err := r.o.Write(wctx, run, wire.WriteRequest{Path: in.Path, Text: &text}); err != nil {
+		if _, err := r.o.Write(wctx, run, req); err != nil {
 			return err
 		}
 	}
@@ -465,14 +501,19 @@ func (r *Runner) seed(ctx context.Context, run runid.ID, p *prepared) error {
 // inputData returns the bytes each of the recipe's inputs will hold, as
 // seed will write them: the caller's file, else what the run already has,
 // else the bundled sample data. The seed and as_of are derived from them.
-func (r *Runner) inputData(ctx context.Context, run runid.ID, rec *recipes.Recipe, given map[string][]byte) (map[string][]byte, error) {
+func (r *Runner) inputData(ctx context.Context, run runid.ID, exists bool, rec *recipes.Recipe, given map[string][]byte) (map[string][]byte, error) {
 	out := map[string][]byte{}
 	for _, in := range rec.Inputs {
 		if b, ok := given[in.Name]; ok {
 			out[in.Name] = b
 			continue
 		}
-		b, _, err := r.o.Store().ReadAll(ctx, run, in.Path)
+		// A run the caller does not hold yet has no files to read.
+		err := tmpfs.ErrNotFound
+		var b []byte
+		if exists {
+			b, _, err = r.o.Store().ReadAll(ctx, run, in.Path)
+		}
 		switch {
 		case err == nil:
 			out[in.Name] = b
@@ -635,6 +676,13 @@ func (r *Runner) save(ctx context.Context, run runid.ID, st State) error {
 	return err
 }
 
+// isNotFound reports whether err is a not_found fault.
+func isNotFound(err error) bool {
+	fe := fault.As(err)
+	return fe != nil && fe.Kind == fault.NotFound
+}
+
+// load reads the run's recorded state, if it has one.
 func (r *Runner) load(ctx context.Context, run runid.ID) (State, bool, error) {
 	b, _, err := r.o.Store().ReadAll(ctx, run, StatePath)
 	if errors.Is(err, tmpfs.ErrNotFound) {

@@ -206,7 +206,7 @@ func TestBadRequests(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := r.Start(s.Ctx(t), tc.req)
+			_, err := r.Start(s.Ctx(t), tc.req, nil)
 			fe := fault.As(err)
 			if fe == nil || fe.Kind != tc.kind || !strings.Contains(fe.Message, tc.msg) || fe.Suggestion == "" {
 				t.Fatalf("got %v, want a %s fault mentioning %q with a suggestion", err, tc.kind, tc.msg)
