@@ -201,7 +201,7 @@ func TestArtifactIndexAgrees(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The store directly: wait for the last call's recording first.
-	if err := s.Orch.Settle(ctx, run); err != nil {
+	if _, err := s.Orch.ReadRun(ctx, run); err != nil {
 		t.Fatal(err)
 	}
 	b, _, err := s.Store.ReadAll(ctx, run, runfiles.Index)
@@ -364,7 +364,7 @@ func TestFinalizeListsDeliverables(t *testing.T) {
 	if _, err := s.Orch.Write(ctx, run, wire.WriteRequest{Path: "artifacts/brief.md", Text: text("# Brief\n")}); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Orch.Settle(ctx, run); err != nil {
+	if _, err := s.Orch.ReadRun(ctx, run); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := s.Store.Stat(ctx, run, runfiles.Index); err != nil {

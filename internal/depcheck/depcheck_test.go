@@ -37,7 +37,8 @@ var layers = [][]string{
 		"cel", "evaluator",
 		"recipes", "recipes/notebook", "recipes/sampledata"},
 	// 3: the orchestration core.
-	{"orchestrator", "orchestrator/kernels", "orchestrator/workspace", "orchestrator/orchestratortest", "orchestrator/replay", "orchestrator/kubelease", "recipes/runner"},
+	{"orchestrator", "orchestrator/tenancy", "orchestrator/journal", "orchestrator/internal/storeerr",
+		"orchestrator/kernels", "orchestrator/workspace", "orchestrator/orchestratortest", "orchestrator/replay", "orchestrator/kubelease", "recipes/runner"},
 	// 4: surfaces. They share only the wire contract, never each other.
 	{"api", "api/mcp", "api/e2b", "api/e2b/tmpfsrecords", "api/e2b/metarecords", "api/e2b/recordstest", "console"},
 	// 5: binaries and benchmarks: wiring only.
@@ -66,7 +67,9 @@ var sameLayer = map[string][]string{
 	"sandbox/jupyter":                           {"sandbox/jupyter/zmtp"},
 	"sandbox/kube":                              {"sandbox/image", "sandbox/jupyter", "sandbox/jupyter/zmtp", "sandbox/hostdir", "sandbox/internal/jupytercell"},
 	"recipes":                                   {"browser", "recipes/notebook", "recipes/sampledata"},
-	"orchestrator":                              {"orchestrator/kernels", "orchestrator/workspace"},
+	"orchestrator":                              {"orchestrator/tenancy", "orchestrator/journal", "orchestrator/internal/storeerr", "orchestrator/kernels", "orchestrator/workspace"},
+	"orchestrator/tenancy":                      {"orchestrator/internal/storeerr"},
+	"orchestrator/journal":                      {"orchestrator/internal/storeerr"},
 	"orchestrator/kernels":                      {"orchestrator/workspace"},
 	"orchestrator/orchestratortest":             {"orchestrator", "orchestrator/kernels"},
 	"orchestrator/replay":                       {"orchestrator"},
