@@ -310,9 +310,10 @@ func (o *Orchestrator) lockRun(ctx context.Context, r *run) (Held, error) {
 
 // forget drops this process's caches of a run another process wrote: the
 // store's index, the journal's step count and notes, the run entry's
-// journal view and command count, and (with kernel) the kernel session,
-// whose view of the working directory is stale; its kernel is let go of,
-// not stopped, and is adopted again by the next call.
+// journal view and command count, (with kernel) the kernel session,
+// whose view of the working directory is stale (its kernel is let go of,
+// not stopped, and is adopted again by the next call), and the run's
+// egress session, which another process may be charging now.
 func (o *Orchestrator) forget(r *run, kernel bool) {
 	o.store.Forget(r.id)
 	if o.j != nil {
@@ -325,6 +326,7 @@ func (o *Orchestrator) forget(r *run, kernel bool) {
 	if kernel && o.kernels != nil {
 		o.kernels.Forget(r.id)
 	}
+	o.sb.drop(r.id)
 }
 
 // scopeOf is the scope a tool needs: reading a run's files needs read,

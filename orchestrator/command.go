@@ -57,7 +57,7 @@ func (x *cell) command(ctx context.Context) error {
 	defer outp.close()
 	cctx, cancel := context.WithTimeout(ctx, x.timeout)
 	defer cancel()
-	res, err := cm.Command(cctx, sandbox.Command{Args: bashArgs(x.in.Code), Env: x.in.Env, Dir: x.in.Cwd, Output: outp.add})
+	res, err := cm.Command(cctx, sandbox.Command{Args: bashArgs(x.in.Code), Env: o.sb.commandEnv(x.run, x.in.Env), Dir: x.in.Cwd, Output: outp.add})
 	if err != nil {
 		return sandboxErr(err)
 	}
@@ -98,6 +98,7 @@ func (x *cell) commandEnded(ctx context.Context, res *sandbox.CommandResult, out
 		}
 	}
 	oc.Ran, oc.OK, oc.Error, oc.Stderr, oc.ExitCode = true, out.OK, out.Error, out.Stderr, out.ExitCode
+	oc.Egress = x.o.sb.take(x.run)
 }
 
 // Command is a command started by StartCommand. It runs in the run's
@@ -202,7 +203,7 @@ func (o *Orchestrator) runCommand(ctx context.Context, run runid.ID, in wire.Exe
 	defer o.kernels.Release(sess)
 	outp := newOutput(o.exec.StreamCap, o.exec.SpoolDir, on)
 	defer outp.close()
-	res, cerr := c.cm.Command(ctx, sandbox.Command{Args: bashArgs(in.Code), Env: in.Env, Dir: in.Cwd, Output: outp.add})
+	res, cerr := c.cm.Command(ctx, sandbox.Command{Args: bashArgs(in.Code), Env: o.sb.commandEnv(run, in.Env), Dir: in.Cwd, Output: outp.add})
 	if cerr != nil && ctx.Err() != nil && (errors.Is(cerr, context.Canceled) || errors.Is(cerr, context.DeadlineExceeded)) {
 		// Killed (or past its deadline) before it could start: it ended
 		// as a killed command does.

@@ -220,8 +220,13 @@ func validateExec(km *kernels.Manager, run runid.ID, in *wire.ExecRequest) error
 			return fault.Badf("name is where the file appears in the working directory: a relative path", "files_in[%d].name: %v", i, fe.Message)
 		}
 		in.FilesIn[i].Name = n
-		if f.Path == "" {
-			return fault.Badf("set path to a run file or to sha256:<hex>", "files_in[%d].path is empty", i)
+		if _, ok := fileInDigest(f.Path); !ok {
+			p, err := safepath.Clean(f.Path)
+			if err != nil {
+				fe := fault.As(err)
+				return fault.Badf("path is a run file's path, or sha256:<64 lower-case hex digits>: "+fe.Suggestion, "files_in[%d].path: %s", i, fe.Message)
+			}
+			in.FilesIn[i].Path = p
 		}
 	}
 	return nil
@@ -242,15 +247,18 @@ func validEnv(env map[string]string) error {
 // kernel quota, and sets it up if it just started. The cell releases it.
 func (x *cell) session(ctx context.Context) error {
 	o := x.o
+	spec, err := o.setups.spec(ctx, x.r)
+	if err != nil {
+		return err
+	}
 	release := func() {}
 	if o.kernels.Peek(x.run) == nil {
-		var err error
 		release, err = o.t.ReserveKernel(x.who, x.owner, func() map[runid.ID]string { return liveTenants(o) })
 		if err != nil {
 			return err
 		}
 	}
-	sess, err := o.kernels.Acquire(ctx, x.run)
+	sess, err := o.kernels.Acquire(ctx, x.run, spec)
 	release()
 	if err != nil {
 		return sandboxErr(err)
@@ -350,6 +358,7 @@ func (x *cell) python(ctx context.Context) error {
 	if err := x.harvest(ctx); err != nil {
 		return err
 	}
+	x.oc.Egress = o.sb.take(x.run)
 	out := &x.out
 	out.OK = res.OK
 	out.ExecutionCount = res.ExecutionCount
@@ -401,7 +410,8 @@ func (x *cell) filesIn(ctx context.Context) error {
 	for i, f := range x.in.FilesIn {
 		src, err := x.resolveFileIn(ctx, f.Path)
 		if err != nil {
-			return fault.Wrap(fault.NotFound, err, fmt.Sprintf("files_in[%d]: %s", i, fault.As(err).Message), fault.As(err).Suggestion)
+			fe := fault.From(err)
+			return fault.Wrap(fe.Kind, err, fmt.Sprintf("files_in[%d]: %s", i, fe.Message), fe.Suggestion)
 		}
 		linked, err := o.store.Link(ctx, x.run, f.Name, src.SHA256, src.Size)
 		if err != nil {
@@ -468,17 +478,25 @@ func contextErr(err error, run runid.ID, id string) error {
 	return sandboxErr(err)
 }
 
+// fileInDigest reports whether a files_in path names a blob: sha256: and
+// 64 lower-case hex digits. Anything else is a run path (which may start
+// with "sha256:"), as the contract's pattern for it says.
+func fileInDigest(p string) (tmpfs.Digest, bool) {
+	hex, ok := strings.CutPrefix(p, "sha256:")
+	if !ok || len(hex) != 64 || strings.Trim(hex, "0123456789abcdef") != "" {
+		return tmpfs.Digest{}, false
+	}
+	d, err := tmpfs.ParseDigest(hex)
+	return d, err == nil
+}
+
 // resolveFileIn finds a files_in source: a run path or sha256:<hex>. A
 // blob by hash must be one some run of the run's tenant has held; any
 // other hash is not found, exists or not, so files_in is no oracle for
 // other tenants' bytes.
 func (x *cell) resolveFileIn(ctx context.Context, p string) (tmpfs.File, error) {
 	o := x.o
-	if strings.HasPrefix(p, "sha256:") {
-		d, err := tmpfs.ParseDigest(p)
-		if err != nil {
-			return tmpfs.File{}, fault.Wrap(fault.BadInput, err, fmt.Sprintf("%q is not a sha256 reference", p), "use sha256:<64 hex digits>")
-		}
+	if d, ok := fileInDigest(p); ok {
 		if !o.t.Holds(ctx, x.owner.Tenant, d) {
 			return tmpfs.File{}, blobNotFound(d)
 		}
@@ -644,8 +662,11 @@ func (o *Orchestrator) Restart(ctx context.Context, run runid.ID) error {
 		// Under a shared lock the run's kernel may live on without this
 		// process holding it (another replica's, or adopted on restart):
 		// adopt it to restart it.
-		var err error
-		if sess, err = o.kernels.Acquire(ctx, run); err != nil {
+		spec, err := o.setups.spec(ctx, r)
+		if err != nil {
+			return err
+		}
+		if sess, err = o.kernels.Acquire(ctx, run, spec); err != nil {
 			return sandboxErr(err)
 		}
 		defer o.kernels.Release(sess)
@@ -698,12 +719,16 @@ func (o *Orchestrator) NewContext(ctx context.Context, run runid.ID, cwd string)
 	}
 	var out wire.Context
 	oc := &ContextOutcome{Op: ContextCreate, Cwd: cwd, Backend: o.kernels.Backend()}
-	err := o.call(ctx, run, oc, nil, func(ctx context.Context, _ *call) error {
-		c, err := o.kernels.NewContext(ctx, run, cwd)
+	err := o.call(ctx, run, oc, nil, func(ctx context.Context, c *call) error {
+		spec, err := o.setups.spec(ctx, c.r)
+		if err != nil {
+			return err
+		}
+		k, err := o.kernels.NewContext(ctx, run, cwd, spec)
 		if err != nil {
 			return contextErr(err, run, "")
 		}
-		out, oc.ID, oc.Done = wireContext(c), c.ID, true
+		out, oc.ID, oc.Done = wireContext(k), k.ID, true
 		return nil
 	})
 	return out, err

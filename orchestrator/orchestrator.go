@@ -23,11 +23,13 @@ import (
 
 	"github.com/triadhq/triad/browser"
 	"github.com/triadhq/triad/cel"
+	"github.com/triadhq/triad/egress"
 	"github.com/triadhq/triad/evaluator"
 	"github.com/triadhq/triad/internal/runid"
 	"github.com/triadhq/triad/orchestrator/journal"
 	"github.com/triadhq/triad/orchestrator/kernels"
 	"github.com/triadhq/triad/orchestrator/tenancy"
+	"github.com/triadhq/triad/sandbox/template"
 	"github.com/triadhq/triad/tmpfs"
 )
 
@@ -57,6 +59,9 @@ type Orchestrator struct {
 	closeOnce sync.Once
 
 	ownerLookups countingLookups
+	// sb is the runs' sandboxes: templates, and the egress sessions of
+	// runs whose kernels reach the network (egress.go).
+	sb *sandboxes
 }
 
 // Limits bound what a single call may move.
@@ -105,6 +110,18 @@ type Config struct {
 	// keeps what this process caches of it in memory; zero means
 	// DefaultRunIdle. Its next use reads it back from the store.
 	RunIdle time.Duration
+	// Templates are the sandbox templates runs choose from; nil offers
+	// only the default (the backend's image, its limits, no egress).
+	Templates *template.Set
+	// Egress is the proxy through which the kernels of runs with an
+	// egress policy reach the network; nil means no run may have one.
+	Egress *egress.Proxy
+	// EgressTrust holds extra CA certificates (PEM) that the kernels of
+	// runs with egress trust beyond their image's (an internal mirror's).
+	EgressTrust []byte
+	// ImageDigest returns the engine's id of an image, recorded per run;
+	// nil records none.
+	ImageDigest func(ctx context.Context, ref string) (string, error)
 }
 
 // New returns an Orchestrator. Close stops what it started.
@@ -129,7 +146,9 @@ func New(c Config) *Orchestrator {
 		replay: c.Replay, lock: c.RunLock, metrics: hooks{c.Metrics}}
 	o.stopCmds, o.stopAll = context.WithCancel(context.Background())
 	o.files = mirror{store: c.Store, kernels: c.Kernels, log: c.Logger}
-	o.setups = setups{store: c.Store, kernels: c.Kernels, files: o.files}
+	o.sb = &sandboxes{templates: c.Templates, proxy: c.Egress, trust: c.EgressTrust, imageDigest: c.ImageDigest,
+		kernels: c.Kernels, store: c.Store, log: c.Logger}
+	o.setups = setups{store: c.Store, kernels: c.Kernels, files: o.files, sb: o.sb}
 	var tm tenancy.Metrics
 	var jm journal.Metrics
 	if c.Metrics != nil {
@@ -146,6 +165,7 @@ func New(c Config) *Orchestrator {
 	// other caches hold of it goes too.
 	keep := func(id runid.ID) bool { return o.t.Pending(id) || o.kernels != nil && o.kernels.Peek(id) != nil }
 	evicted := func(id runid.ID) {
+		o.sb.drop(id)
 		o.store.Forget(id)
 		if o.j != nil {
 			o.j.CEL().Forget(id)
@@ -158,7 +178,8 @@ func New(c Config) *Orchestrator {
 	return o
 }
 
-// Close kills the background commands still running (their ends are
+// Close closes the runs' egress sessions and waits for their serve
+// loops, kills the background commands still running (their ends are
 // recorded), waits for the calls being recorded, stops the run table's
 // sweep and writes what calls left pending in the tenants' index; call
 // it before closing the store. The orchestrator's calls still work after
@@ -166,6 +187,7 @@ func New(c Config) *Orchestrator {
 // is safe to call twice.
 func (o *Orchestrator) Close() error {
 	o.closeOnce.Do(func() {
+		o.sb.close()
 		o.stopAll()
 		o.commands.Wait()
 		o.recording.Wait()

@@ -80,6 +80,10 @@ type ExecOutcome struct {
 	// HarvestErr says why the files a background command wrote could
 	// not all be stored.
 	HarvestErr string
+	// Egress are the connections the run's sandbox opened through the
+	// egress proxy (or tried to) since the last step: this cell's, and
+	// any its background threads made between cells.
+	Egress []wire.Connection
 }
 
 // The phases of a background command's steps.
@@ -167,7 +171,12 @@ func (e *ExecOutcome) Describe(s *Step) (did, next []string, failed bool) {
 
 // Trace implements journal.Tracer: a replay needs the cell's source and
 // whether it ran in a fresh interpreter.
-func (e *ExecOutcome) Trace(tr *TraceRecord) { tr.CodeSHA256, tr.FreshKernel = e.CodeSHA256, e.Fresh }
+func (e *ExecOutcome) Trace(tr *TraceRecord) {
+	tr.CodeSHA256, tr.FreshKernel, tr.Egress = e.CodeSHA256, e.Fresh, e.Egress
+}
+
+// Connections implements journal.Networker: the Step Block lists them.
+func (e *ExecOutcome) Connections() []wire.Connection { return e.Egress }
 
 // The operations of sandbox.context.
 const (

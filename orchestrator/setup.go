@@ -51,7 +51,7 @@ const (
 // Create or OpenRun it first.
 func (o *Orchestrator) SetRunSetup(ctx context.Context, run runid.ID, s wire.RunSetup) (wire.RunSetup, error) {
 	st := o.setups
-	s, err := st.complete(run, s)
+	s, err := st.complete(ctx, run, s)
 	if err != nil {
 		return s, err
 	}
@@ -70,15 +70,15 @@ func (o *Orchestrator) SetRunSetup(ctx context.Context, run runid.ID, s wire.Run
 		return s, err
 	}
 	if recorded {
-		if old.Seed == s.Seed && old.AsOf == s.AsOf {
+		if old.Seed == s.Seed && old.AsOf == s.AsOf && old.Template == s.Template && sameEgress(old.Egress, s.Egress) {
 			r.cacheSetup(old)
 			return old, nil
 		}
 		if tr, err := journal.ReadTrace(ctx, o.store, run); err != nil {
 			return s, err
 		} else if len(tr) > 0 {
-			return s, fault.New(fault.Conflict, fmt.Sprintf("run %s was set up with seed %d and as_of %q, and has made calls", run, old.Seed, old.AsOf),
-				fmt.Sprintf("keep seed %d and as_of %q for this run, or start a new run with the new values", old.Seed, old.AsOf))
+			return s, fault.New(fault.Conflict, fmt.Sprintf("run %s was set up with seed %d, as_of %q and template %q, and has made calls", run, old.Seed, old.AsOf, old.Template),
+				fmt.Sprintf("keep seed %d, as_of %q, template %q and its egress for this run, or start a new run with the new values", old.Seed, old.AsOf, old.Template))
 		}
 	}
 	if err := st.write(ctx, run, s); err != nil {
@@ -88,8 +88,17 @@ func (o *Orchestrator) SetRunSetup(ctx context.Context, run runid.ID, s wire.Run
 	return s, nil
 }
 
-// completeSetup validates s and fills in what the server knows.
-func (st setups) complete(run runid.ID, s wire.RunSetup) (wire.RunSetup, error) {
+// CheckSetup validates s as the setup of run, a run about to be created,
+// without recording anything: a surface checks a setup before it creates
+// the run, so that a refused setup leaves no run behind.
+func (o *Orchestrator) CheckSetup(ctx context.Context, run runid.ID, s wire.RunSetup) error {
+	_, err := o.setups.complete(ctx, run, s)
+	return err
+}
+
+// complete validates s and fills in what the server knows: the run's
+// sandbox (template, image, egress) among it.
+func (st setups) complete(ctx context.Context, run runid.ID, s wire.RunSetup) (wire.RunSetup, error) {
 	if s.Seed < 0 || s.Seed > MaxSeed {
 		return s, fault.Badf(fmt.Sprintf("send a seed from 0 to %d", int64(MaxSeed)), "seed %d is out of range", s.Seed)
 	}
@@ -110,7 +119,17 @@ func (st setups) complete(run runid.ID, s wire.RunSetup) (wire.RunSetup, error) 
 	if st.kernels != nil {
 		s.Backend, s.Image = st.kernels.Backend(), st.kernels.Image()
 	}
+	if err := st.sb.resolve(ctx, &s); err != nil {
+		return s, err
+	}
 	return s, nil
+}
+
+// sameEgress reports whether two recorded egress policies are the same.
+func sameEgress(a, b *wire.EgressPolicy) bool {
+	ja, _ := json.Marshal(a)
+	jb, _ := json.Marshal(b)
+	return string(ja) == string(jb)
 }
 
 // SourceDateEpoch returns SOURCE_DATE_EPOCH for an as_of date: midnight UTC
@@ -171,12 +190,23 @@ func (st setups) of(ctx context.Context, r *run) (wire.RunSetup, error) {
 		return s, err
 	}
 	if !recorded {
-		if s, err = st.complete(r.id, wire.RunSetup{SeedFrom: defaultSeedFrom}); err != nil {
+		if s, err = st.complete(ctx, r.id, wire.RunSetup{SeedFrom: defaultSeedFrom}); err != nil {
 			return s, err
 		}
 	}
 	r.cacheSetup(s)
 	return s, nil
+}
+
+// spec is what the run's kernel starts from: its template's image and
+// limits, as its setup chose them.
+func (st setups) spec(ctx context.Context, r *run) (sandbox.Spec, error) {
+	s, err := st.of(ctx, r)
+	if err != nil {
+		return sandbox.Spec{}, err
+	}
+	sb, err := st.sb.of(r.id, s)
+	return sb.spec, err
 }
 
 // ensureSetup records the run's setup if it has no record yet, at its
@@ -327,6 +357,13 @@ func (st setups) setUp(ctx context.Context, r *run, sess *kernels.Session) error
 		st.kernels.Drop(r.id)
 		return sandboxErr(fmt.Errorf("set up the run's kernel (seed %d): %w", s.Seed, err))
 	}
+	if err := st.sb.setUp(ctx, r.id, s, sess.Kernel); err != nil {
+		st.kernels.Drop(r.id)
+		if fault.As(err) != nil {
+			return err
+		}
+		return sandboxErr(fmt.Errorf("set up the run's egress: %w", err))
+	}
 	return nil
 }
 
@@ -424,4 +461,5 @@ type setups struct {
 	store   *tmpfs.Store
 	kernels *kernels.Manager // nil: no sandbox
 	files   mirror
+	sb      *sandboxes
 }

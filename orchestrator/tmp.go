@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"unicode/utf8"
 
+	"github.com/triadhq/triad/auth"
 	"github.com/triadhq/triad/cel"
 	"github.com/triadhq/triad/internal/fault"
 	"github.com/triadhq/triad/internal/runid"
@@ -53,12 +54,53 @@ func (o *Orchestrator) Write(ctx context.Context, run runid.ID, in wire.WriteReq
 
 // WriteStream is tmp.write for a streamed body: r is hashed and stored as
 // it arrives, never held whole in memory, up to the stream limit.
+//
+// The bytes are stored before the run's lock is taken, and the call then
+// only links them: a body that arrives slowly, or stops, holds a
+// connection and an upload slot of its tenant (Quotas.Uploads), never the
+// run (see docs/DECISIONS.md, "No client can hold a run"). Who may write
+// and the tenant's stored bytes are checked before a byte is read.
 func (o *Orchestrator) WriteStream(ctx context.Context, run runid.ID, path string, r io.Reader, opts ...CallOption) (wire.FileRef, error) {
+	var out wire.FileRef
 	p, err := writable(path)
 	if err != nil {
-		return wire.FileRef{}, err
+		return out, err
 	}
-	return o.write(ctx, run, p, r, o.limits.StreamBody, &TmpOutcome{Op: ToolWrite, Path: p, Streamed: true}, opts)
+	rn, done := o.runs.use(run)
+	defer done()
+	ow, err := o.access(ctx, rn, auth.Runs, true)
+	if err == nil {
+		err = o.t.CheckBytes(ctx, auth.From(ctx), ow, 0)
+	}
+	if err != nil {
+		return out, err
+	}
+	release, err := o.t.StartUpload(ow.Tenant)
+	if err != nil {
+		return out, err
+	}
+	defer release()
+	d, n, err := o.store.Blobs().Put(ctx, r, o.limits.StreamBody)
+	if err != nil {
+		return out, storeErr(err, run, p)
+	}
+	return o.linkStored(ctx, run, p, d, n, &TmpOutcome{Op: ToolWrite, Path: p, Streamed: true}, opts)
+}
+
+// linkStored is tmp.write's call for bytes already stored: link the blob
+// at p, record it, and copy the file into the run's live kernel.
+func (o *Orchestrator) linkStored(ctx context.Context, run runid.ID, p string, d tmpfs.Digest, n int64, oc *TmpOutcome, opts []CallOption) (wire.FileRef, error) {
+	var out wire.FileRef
+	err := o.call(ctx, run, oc, opts, func(ctx context.Context, c *call) error {
+		f, err := o.store.Link(ctx, run, p, d, n)
+		if err != nil {
+			return storeErr(err, run, p)
+		}
+		c.step.Artifacts = append(c.step.Artifacts, f)
+		out = wire.Ref(f)
+		return o.files.put(ctx, run, f)
+	})
+	return out, err
 }
 
 // write is tmp.write's call: store the bytes, record them, and copy the

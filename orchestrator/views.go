@@ -294,6 +294,9 @@ func (rr *RunReader) Status(ctx context.Context) (wire.RunView, error) {
 		}
 		st.Steps = append(st.Steps, ss)
 	}
+	if s, ok, err := rr.Setup(ctx); err == nil && ok {
+		st.Template, st.ImageDigest, st.Egress = s.Template, s.ImageDigest, s.Egress
+	}
 	if b, _, err := rr.o.store.ReadAll(ctx, rr.run, runfiles.Index); err == nil {
 		var idx struct {
 			Artifacts []IndexEntry `json:"artifacts"`

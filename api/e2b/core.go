@@ -57,6 +57,12 @@ type Core interface {
 	Stop(ctx context.Context, run runid.ID) error
 	// Limits are the body limits the surface enforces before calling.
 	Limits() orchestrator.Limits
+	// SetRunSetup records a new sandbox's run setup: its template and its
+	// egress policy (the template's, narrowed by the sandbox's network
+	// options), chosen once at create.
+	SetRunSetup(ctx context.Context, run runid.ID, s wire.RunSetup) (wire.RunSetup, error)
+	// CheckSetup validates a setup before the run is created.
+	CheckSetup(ctx context.Context, run runid.ID, s wire.RunSetup) error
 }
 
 var _ Core = (*orchestrator.Orchestrator)(nil)

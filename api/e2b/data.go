@@ -17,6 +17,7 @@ import (
 	"github.com/triadhq/triad/api/e2b/envd/filesystem/filesystemconnect"
 	"github.com/triadhq/triad/api/e2b/envd/process/processconnect"
 	"github.com/triadhq/triad/auth"
+	"github.com/triadhq/triad/internal/bodyread"
 	"github.com/triadhq/triad/internal/fault"
 	"github.com/triadhq/triad/internal/runid"
 )
@@ -197,11 +198,15 @@ func (s *Server) filePost(w http.ResponseWriter, r *http.Request) error {
 		return fault.New(fault.TooLarge, fmt.Sprintf("the body is %d bytes; the limit is %d", r.ContentLength, limit),
 			"split the file, or raise --max-stream-bytes (TRIAD_MAX_STREAM_BYTES)")
 	}
-	var body io.Reader = r.Body
+	// Read under the body deadlines: a client that stalls is cut, and it
+	// never holds the sandbox's run (WriteStream stores before it locks).
+	rb := bodyread.New(w, r, s.c.Body)
+	defer rb.Close()
+	var body io.Reader = rb
 	switch enc := r.Header.Get("Content-Encoding"); enc {
 	case "", "identity":
 	case "gzip":
-		zr, err := gzip.NewReader(r.Body)
+		zr, err := gzip.NewReader(rb)
 		if err != nil {
 			return fault.Wrap(fault.BadInput, err, "the body is not gzip", "send gzip bytes with Content-Encoding: gzip, or drop the header")
 		}

@@ -49,6 +49,9 @@ type Sandbox struct {
 	// TokenSHA256 are the hex sha256 digests of the envd access tokens
 	// create and connect handed out, newest last.
 	TokenSHA256 []string
+	// Internet is true when the sandbox's run has an egress policy that
+	// allows something: getInfo's allowInternetAccess.
+	Internet bool
 }
 
 // record is a Sandbox as Records keep it: the envs, which are secrets,
@@ -63,6 +66,7 @@ type record struct {
 	EndAt       time.Time         `json:"end_at"`
 	State       string            `json:"state"`
 	TokenSHA256 []string          `json:"token_sha256"`
+	Internet    bool              `json:"internet,omitempty"`
 }
 
 // legacyRecord is a record as Triad kept it before the core owned every
@@ -89,7 +93,7 @@ type Sealer interface {
 
 func (g *registry) encode(s Sandbox) ([]byte, error) {
 	r := record{ID: s.ID, Template: s.Template, Metadata: s.Metadata, TimeoutS: s.TimeoutS, StartedAt: s.StartedAt,
-		EndAt: s.EndAt, State: s.State, TokenSHA256: s.TokenSHA256}
+		EndAt: s.EndAt, State: s.State, TokenSHA256: s.TokenSHA256, Internet: s.Internet}
 	if len(s.Envs) > 0 {
 		b, err := json.Marshal(s.Envs)
 		if err != nil {
@@ -108,7 +112,7 @@ func (g *registry) decode(b []byte) (Sandbox, error) {
 		return Sandbox{}, err
 	}
 	s := Sandbox{ID: r.ID, Template: r.Template, Metadata: r.Metadata, TimeoutS: r.TimeoutS, StartedAt: r.StartedAt,
-		EndAt: r.EndAt, State: r.State, TokenSHA256: r.TokenSHA256}
+		EndAt: r.EndAt, State: r.State, TokenSHA256: r.TokenSHA256, Internet: r.Internet}
 	if r.EnvsSealed != "" {
 		plain, err := g.seal.Open(r.EnvsSealed, []byte(r.ID.String()))
 		if err != nil {

@@ -19,8 +19,10 @@ import (
 	"github.com/triadhq/triad/api/e2b/envd/process/processconnect"
 	"github.com/triadhq/triad/auth"
 	"github.com/triadhq/triad/auth/seal"
+	"github.com/triadhq/triad/internal/bodyread"
 	"github.com/triadhq/triad/internal/fault"
 	"github.com/triadhq/triad/internal/runid"
+	"github.com/triadhq/triad/sandbox"
 	"github.com/triadhq/triad/wire"
 )
 
@@ -75,7 +77,13 @@ type Config struct {
 	MaxTimeout time.Duration
 	// ExpiryInterval is how often sandboxes past their end are paused (1 s).
 	ExpiryInterval time.Duration
-	Logger         *slog.Logger
+	// Limits are the kernels' limits (--memory, --cpus, --disk), which
+	// getInfo and list report as cpuCount, memoryMB and diskSizeMB.
+	Limits sandbox.Limits
+	// Body sets the deadlines an upload's body is read under (its
+	// progress and its whole; see internal/bodyread).
+	Body   bodyread.Config
+	Logger *slog.Logger
 }
 
 // Server is the E2B surface.
@@ -309,6 +317,10 @@ func classify(err error) (*fault.Error, int) {
 		fe = fault.Wrap(fault.Timeout, err, "the request was cancelled", "retry the call")
 	default:
 		fe = fault.Wrap(fault.Internal, err, "internal error", "retry; if it persists, report it with the server log")
+	}
+	if fe.Kind == fault.BodyTimeout {
+		// E2B's spec documents 400, not 408, for an upload it refuses.
+		return fe, http.StatusBadRequest
 	}
 	return fe, fault.Status(fe.Kind)
 }

@@ -38,6 +38,7 @@ import (
 // it.
 type Core interface {
 	Create(ctx context.Context, run runid.ID, opts ...orchestrator.RunOption) error
+	SetRunSetup(ctx context.Context, run runid.ID, s wire.RunSetup) (wire.RunSetup, error)
 	ExecStream(ctx context.Context, run runid.ID, in wire.ExecRequest, on func(orchestrator.ExecEvent), opts ...orchestrator.CallOption) (wire.ExecResponse, error)
 	Restart(ctx context.Context, run runid.ID) error
 	Search(ctx context.Context, run runid.ID, w wire.SearchRequest, opt orchestrator.SearchOptions, opts ...orchestrator.CallOption) (wire.SearchResponse, error)
@@ -143,13 +144,15 @@ func (s *Server) Handler() http.Handler {
 		return &mcpauth.TokenInfo{UserID: p.KeyID, Scopes: scopeNames(p), Extra: map[string]any{principalKey: p}}, nil
 	}, &mcpauth.RequireBearerTokenOptions{AllowMissingExpiration: true})(s.http)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ew := &errorBodies{ResponseWriter: w}
+		defer ew.finish()
 		if r.Header.Get("Authorization") == "" {
 			// No key: the API let the request through as the operator (a
 			// server with authentication off, or open on loopback).
-			s.http.ServeHTTP(w, r)
+			s.http.ServeHTTP(ew, r)
 			return
 		}
-		bearer.ServeHTTP(w, r)
+		bearer.ServeHTTP(ew, r)
 	})
 }
 

@@ -175,7 +175,7 @@ func serve(ctx context.Context, args []string) error {
 	}
 	cfg := api.Config{Orchestrator: st.orch, Runner: st.runner, Logger: log, Keys: ks, OpenWithoutKeys: open, Shares: shares,
 		ShareTTL: c.ShareTTL, MaxShareTTL: c.ShareMaxTTL, PublicURL: c.PublicURL, TLS: c.TLSCert != "",
-		Metrics: c.metrics, MetricsNeedKey: c.MetricsAuth, Sessions: sessions}
+		Metrics: c.metrics, MetricsNeedKey: c.MetricsAuth, Sessions: sessions, Body: c.body()}
 	if c.MetricsAddr == "" {
 		cfg.MetricsHandler = c.metrics.Handler()
 	}
@@ -211,8 +211,13 @@ func serve(ctx context.Context, args []string) error {
 		}
 	}
 	srv := &http.Server{
-		Handler:           handler,
+		Handler: handler,
+		// A client that sends its headers slowly is cut after 10 s, and a
+		// kept-alive connection that sends nothing more is closed after
+		// 2 min; bodies have their own deadlines (--body-idle,
+		// --body-timeout), since a slow body is not a slow header.
 		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       2 * time.Minute,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
 	ln, err := net.Listen("tcp", c.Addr)

@@ -13,6 +13,11 @@ import (
 // socket paths built from them, limited to ~107 bytes) short.
 const MaxLen = 64
 
+// Pattern is the regular expression (RE2 and ECMA-262 alike) of the ids
+// Parse accepts, for documents that describe them (the OpenAPI document,
+// MCP's tool schemas); a test holds the two to the same answers.
+const Pattern = `^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`
+
 // ID is a validated run identifier: 1 to MaxLen characters from
 // [A-Za-z0-9._-], starting with a letter or digit. Its field is unexported,
 // so outside this package an ID can only come from New, Parse or Must (or a

@@ -272,6 +272,7 @@ func (j *Journal) evaluate(ctx context.Context, c *Cache, s *Step, si Info) eval
 		if ds, err := j.datasets(ctx, c, s.Run); err == nil {
 			req.Datasets = ds
 		}
+		req.FetchedURLs = j.fetchedURLs(ctx, s)
 	}
 	if len(si.Expected) > 0 {
 		req.RunFiles = map[string]evaluator.Artifact{}
@@ -304,6 +305,32 @@ func (j *Journal) evaluated(verdict string, d time.Duration) {
 	if j.m != nil {
 		j.m.Evaluated(verdict, d)
 	}
+}
+
+// fetchedURLs are the URLs the run's sandbox fetched through the egress
+// proxy (allowed connections, as the trace and this step record them),
+// which a report may cite as its sources.
+func (j *Journal) fetchedURLs(ctx context.Context, s *Step) []string {
+	seen := map[string]bool{}
+	var out []string
+	add := func(cs []wire.Connection) {
+		for _, c := range cs {
+			if c.Verdict == wire.VerdictAllowed && c.URL != "" && !seen[c.URL] {
+				seen[c.URL] = true
+				out = append(out, c.URL)
+			}
+		}
+	}
+	if tr, err := ReadTrace(ctx, j.store, s.Run); err == nil {
+		for _, t := range tr {
+			add(t.Egress)
+		}
+	}
+	if nw, ok := s.Outcome.(Networker); ok {
+		add(nw.Connections())
+	}
+	sort.Strings(out)
+	return out
 }
 
 // citationURLs returns the URLs of the run's recorded searches.

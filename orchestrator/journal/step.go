@@ -60,6 +60,11 @@ type Outcome interface {
 // inputs: what a replay needs to repeat the call.
 type Tracer interface{ Trace(tr *TraceRecord) }
 
+// Networker is an Outcome whose step reached (or tried to reach) the
+// network through the egress proxy: its Step Block lists each connection,
+// its trace record keeps them, and a report may cite the URLs it fetched.
+type Networker interface{ Connections() []wire.Connection }
+
 // Input is one salient input of a call.
 type Input struct {
 	Key   string
@@ -178,7 +183,56 @@ func stepBlock(s *Step, si Info, n int, notes []cel.Note, v evaluator.Verdict) c
 	for _, a := range s.Artifacts {
 		b.Artifacts = append(b.Artifacts, wire.Ref(a))
 	}
+	if nw, ok := s.Outcome.(Networker); ok {
+		b.Network = networkLines(nw.Connections())
+	}
 	return b
+}
+
+// networkLines renders connection records, one line each: what was
+// asked, the verdict and why, and the bytes each way.
+func networkLines(cs []wire.Connection) []string {
+	var out []string
+	for _, c := range cs {
+		what := c.URL
+		if c.Method != "" {
+			what = c.Method + " " + c.URL
+		}
+		if what == "" {
+			what = fmt.Sprintf("%s:%d", c.Host, c.Port)
+		}
+		line := fmt.Sprintf("%s: %s", c.Verdict, what)
+		if c.Status != 0 {
+			line += fmt.Sprintf(" → %d", c.Status)
+		}
+		if c.Addr != "" {
+			line += " via " + c.Addr
+		}
+		if c.Verdict == wire.VerdictAllowed {
+			line += fmt.Sprintf(", %s sent, %s received", humanBytes(c.Sent), humanBytes(c.Received))
+		}
+		switch {
+		case c.Open:
+			line += " (still open)"
+		case c.Reason != "":
+			line += " — " + c.Reason
+		}
+		out = append(out, line)
+	}
+	return out
+}
+
+// humanBytes renders a byte count for people: 512 B, 12.3 KB, 4.0 MB.
+func humanBytes(n int64) string {
+	switch {
+	case n < 1000:
+		return fmt.Sprintf("%d B", n)
+	case n < 1000*1000:
+		return fmt.Sprintf("%.1f KB", float64(n)/1e3)
+	case n < 1000*1000*1000:
+		return fmt.Sprintf("%.1f MB", float64(n)/1e6)
+	}
+	return fmt.Sprintf("%.1f GB", float64(n)/1e9)
 }
 
 // TraceRecord is one line of trace.jsonl: enough, with the recorded search
@@ -203,6 +257,9 @@ type TraceRecord struct {
 	// empty for the operator; Tenant is its tenant.
 	KeyID  string `json:"key_id,omitempty"`
 	Tenant string `json:"tenant"`
+	// Egress are the connections the run's sandbox made through the
+	// egress proxy, as the step's Step Block lists them.
+	Egress []wire.Connection `json:"egress,omitempty"`
 }
 
 // TraceError is a failed call's error in the trace.

@@ -215,3 +215,22 @@ func (t *Tenancy) Holds(ctx context.Context, tenant string, d tmpfs.Digest) bool
 	_, _, err := t.meta.GetMeta(ctx, blobMarker(tenant, d))
 	return err == nil
 }
+
+// StartUpload counts one more streamed upload in flight for tenant, within
+// its quota; release ends it.
+func (t *Tenancy) StartUpload(tenant string) (release func(), err error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.q.Uploads > 0 && t.uploads[tenant] >= t.q.Uploads {
+		return nil, fault.New(fault.Quota, fmt.Sprintf("tenant %s has %d uploads in flight, its limit", tenant, t.q.Uploads),
+			"wait for one to finish, then send this one again")
+	}
+	t.uploads[tenant]++
+	return func() {
+		t.mu.Lock()
+		defer t.mu.Unlock()
+		if t.uploads[tenant]--; t.uploads[tenant] <= 0 {
+			delete(t.uploads, tenant)
+		}
+	}, nil
+}

@@ -47,6 +47,9 @@ type Quotas struct {
 	StoredBytes int64
 	// RunsPerHour is the most runs a tenant may start in any hour.
 	RunsPerHour int
+	// Uploads is the most streamed uploads a tenant may have in flight at
+	// once (each holds a connection and a blob being written).
+	Uploads int
 }
 
 // Owner is a run's owner record.
@@ -106,6 +109,7 @@ type Tenancy struct {
 	usage   map[string]usageAt          // stored bytes per tenant, trusted for a second
 	marked  map[string]struct{}         // tenant + "/" + digest, marker written
 	starts  map[string]map[runid.ID]int // kernels being started, per tenant
+	uploads map[string]int              // streamed uploads in flight, per tenant
 	index   map[runid.ID]*entry         // index changes not yet written (index.go)
 	delta   map[string]int64            // usage changes not yet written, per tenant
 	flushMu sync.Mutex                  // one flush at a time
@@ -133,7 +137,7 @@ func New(c Config) *Tenancy {
 	}
 	t := &Tenancy{store: c.Store, meta: c.Store.Meta(), q: c.Quotas, log: c.Logger, m: c.Metrics, every: c.FlushEvery,
 		usage: map[string]usageAt{}, marked: map[string]struct{}{}, starts: map[string]map[runid.ID]int{},
-		index: map[runid.ID]*entry{}, delta: map[string]int64{}, stop: make(chan struct{}), done: make(chan struct{})}
+		uploads: map[string]int{}, index: map[runid.ID]*entry{}, delta: map[string]int64{}, stop: make(chan struct{}), done: make(chan struct{})}
 	go t.writer()
 	return t
 }
