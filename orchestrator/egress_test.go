@@ -73,7 +73,7 @@ func (s *egressStack) cell(t testing.TB, run runid.ID, code string) (string, []w
 	if !out.OK {
 		t.Fatalf("cell failed: %+v\nstdout: %s\nstderr: %s", out.Error, out.Stdout, out.Stderr)
 	}
-	tr, err := s.Orch.Trace(s.Ctx(t), run)
+	tr, err := s.Trace(s.Ctx(t), run)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -153,7 +153,7 @@ func TestJournalScenario(t *testing.T) {
 func checkTraceAgrees(t *testing.T, s *orchestratortest.Stack, run runid.ID, bs []block) {
 	t.Helper()
 	ctx := s.Ctx(t)
-	tr, err := s.Orch.Trace(ctx, run)
+	tr, err := s.Trace(ctx, run)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -268,7 +268,7 @@ func TestConcurrentCallsAreSerialized(t *testing.T) {
 			t.Fatalf("block %d is Step %d", i+1, b.n)
 		}
 	}
-	tr, err := s.Orch.Trace(ctx, run)
+	tr, err := s.Trace(ctx, run)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -326,7 +326,7 @@ func TestMonkeypatchedKernelDoesNotChangeVerdict(t *testing.T) {
 	ctx := s.Ctx(t)
 	work := "open('bad.json','w').write('{not json')"
 	verdict := func(run runid.ID) string {
-		tr, err := s.Orch.Trace(ctx, run)
+		tr, err := s.Trace(ctx, run)
 		if err != nil || len(tr) == 0 {
 			t.Fatalf("trace: %v", err)
 		}

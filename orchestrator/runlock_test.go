@@ -10,6 +10,7 @@ import (
 	"github.com/triadhq/triad/cel"
 	"github.com/triadhq/triad/internal/runid"
 	"github.com/triadhq/triad/orchestrator"
+	"github.com/triadhq/triad/orchestrator/orchestratortest"
 	"github.com/triadhq/triad/tmpfs"
 	"github.com/triadhq/triad/tmpfs/local"
 	"github.com/triadhq/triad/wire"
@@ -139,7 +140,7 @@ func TestSharedRunLock(t *testing.T) {
 			t.Errorf("the interrupted block lacks %q:\n%s", want, got[6].body)
 		}
 	}
-	trace, err := bo.Trace(ctx, run)
+	trace, err := orchestratortest.Trace(ctx, bo, run)
 	if err != nil {
 		t.Fatal(err)
 	}

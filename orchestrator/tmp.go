@@ -49,7 +49,10 @@ func (o *Orchestrator) Write(ctx context.Context, run runid.ID, in wire.WriteReq
 		return out, fault.New(fault.TooLarge, fmt.Sprintf("content is %d bytes; the inline limit is %d", len(data), o.limits.JSONBody),
 			"upload large files with PUT /tmp/files/{path}, which streams")
 	}
-	return o.write(ctx, run, p, bytes.NewReader(data), 0, &TmpOutcome{Op: ToolWrite, Path: p, Bytes: len(data)}, opts)
+	err = o.call(ctx, run, &TmpOutcome{Op: ToolWrite, Path: p, Bytes: len(data)}, opts, writeBody(o, run, p, func(ctx context.Context) (tmpfs.File, error) {
+		return o.store.Write(ctx, run, p, bytes.NewReader(data), 0)
+	}, &out))
+	return out, err
 }
 
 // WriteStream is tmp.write for a streamed body: r is hashed and stored as
@@ -84,39 +87,25 @@ func (o *Orchestrator) WriteStream(ctx context.Context, run runid.ID, path strin
 	if err != nil {
 		return out, storeErr(err, run, p)
 	}
-	return o.linkStored(ctx, run, p, d, n, &TmpOutcome{Op: ToolWrite, Path: p, Streamed: true}, opts)
+	// The call only links the stored blob.
+	err = o.call(ctx, run, &TmpOutcome{Op: ToolWrite, Path: p, Streamed: true}, opts, writeBody(o, run, p, func(ctx context.Context) (tmpfs.File, error) {
+		return o.store.Link(ctx, run, p, d, n)
+	}, &out))
+	return out, err
 }
 
-// linkStored is tmp.write's call for bytes already stored: link the blob
-// at p, record it, and copy the file into the run's live kernel.
-func (o *Orchestrator) linkStored(ctx context.Context, run runid.ID, p string, d tmpfs.Digest, n int64, oc *TmpOutcome, opts []CallOption) (wire.FileRef, error) {
-	var out wire.FileRef
-	err := o.call(ctx, run, oc, opts, func(ctx context.Context, c *call) error {
-		f, err := o.store.Link(ctx, run, p, d, n)
+// writeBody is tmp.write's call: store the file (put stores or links
+// it), record it, and copy it into the run's live kernel.
+func writeBody(o *Orchestrator, run runid.ID, p string, put func(ctx context.Context) (tmpfs.File, error), out *wire.FileRef) func(ctx context.Context, c *call) error {
+	return func(ctx context.Context, c *call) error {
+		f, err := put(ctx)
 		if err != nil {
 			return storeErr(err, run, p)
 		}
 		c.step.Artifacts = append(c.step.Artifacts, f)
-		out = wire.Ref(f)
+		*out = wire.Ref(f)
 		return o.files.put(ctx, run, f)
-	})
-	return out, err
-}
-
-// write is tmp.write's call: store the bytes, record them, and copy the
-// file into the run's live kernel.
-func (o *Orchestrator) write(ctx context.Context, run runid.ID, p string, r io.Reader, limit int64, oc *TmpOutcome, opts []CallOption) (wire.FileRef, error) {
-	var out wire.FileRef
-	err := o.call(ctx, run, oc, opts, func(ctx context.Context, c *call) error {
-		f, err := o.store.Write(ctx, run, p, r, limit)
-		if err != nil {
-			return storeErr(err, run, p)
-		}
-		c.step.Artifacts = append(c.step.Artifacts, f)
-		out = wire.Ref(f)
-		return o.files.put(ctx, run, f)
-	})
-	return out, err
+	}
 }
 
 // Read is tmp.read with the content inline, for files up to the JSON limit.

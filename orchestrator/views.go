@@ -229,16 +229,6 @@ func (o *Orchestrator) Journal(ctx context.Context, run runid.ID) ([]byte, error
 	return b, nil
 }
 
-// Trace returns the run's trace records, with every call that has
-// answered recorded in it.
-func (o *Orchestrator) Trace(ctx context.Context, run runid.ID) ([]TraceRecord, error) {
-	rr, err := o.ReadRun(ctx, run)
-	if err != nil {
-		return nil, err
-	}
-	return rr.Trace(ctx)
-}
-
 // Status reports a run from its trace and artifact index (see
 // RunReader.Status). A run nobody started, or one of another tenant, is
 // not found.
