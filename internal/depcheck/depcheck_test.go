@@ -43,7 +43,7 @@ var layers = [][]string{
 	// 4: surfaces. They share only the wire contract, never each other.
 	{"api", "api/mcp", "api/e2b", "api/e2b/tmpfsrecords", "api/e2b/metarecords", "api/e2b/recordstest", "console"},
 	// 5: binaries and benchmarks: wiring only.
-	{"cmd/triad", "bench/sandbox", "bench/store", "bench/neighbour", "bench/scale", "bench/burst", "deploy/kubernetes"},
+	{"cmd/triad", "bench/sandbox", "bench/store", "bench/neighbour", "bench/scale", "bench/burst", "bench/abexec", "deploy/kubernetes"},
 }
 
 // sameLayer lists the imports allowed within a layer: an implementation
@@ -86,6 +86,7 @@ var sameLayer = map[string][]string{
 	"bench/neighbour":                           nil,
 	"bench/scale":                               nil,
 	"bench/burst":                               nil,
+	"bench/abexec":                              nil,
 }
 
 type pkg struct {
