@@ -219,7 +219,7 @@ func apiProbes(run string) map[string]req {
 
 var apiExempt = map[string]string{
 	"GET /healthz": "public", "HEAD /healthz": "public", "GET /version": "public", "GET /openapi.json": "public",
-	"GET /recipes": "the catalog", "GET /recipes/{name}": "the catalog",
+	"GET /recipes": "the catalog", "GET /recipes/{name}": "the catalog", "GET /templates": "the server's templates",
 	"POST /runs":                    "mints a fresh run for the caller",
 	"GET /runs":                     "checked by probe: B's list lacks the run",
 	"DELETE /shares/{id}":           "names a share link, not a run (TestTenantsSeeOnlyTheirRuns)",
@@ -267,7 +267,7 @@ func mcpProbes() map[string]map[string]any {
 		mcp.ToolExec: {"code": "open('secret.csv').read()"}, mcp.ToolRestart: {}, mcp.ToolSearch: {"query": "acme"},
 		mcp.ToolWrite: {"path": "planted.py", "text": "import os"}, mcp.ToolRead: {"path": "secret.csv"}, mcp.ToolList: {},
 		mcp.ToolDelete: {"path": "secret.csv"}, mcp.ToolJournal: {}, mcp.ToolNote: {"text": "b was here"},
-		mcp.ToolRecipe: {"recipe": "market-scan"}, mcp.ToolRunStatus: {},
+		mcp.ToolRecipe: {"recipe": "market-scan"}, mcp.ToolRunStatus: {}, mcp.ToolRunSetup: {"seed": 7},
 	}
 }
 

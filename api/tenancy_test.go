@@ -125,7 +125,7 @@ func TestTenantsSeeOnlyTheirRuns(t *testing.T) {
 	// Routes that name no run, with the reason they need no probe.
 	exempt := map[string]string{
 		"GET /healthz": "public", "HEAD /healthz": "public", "GET /version": "public", "GET /openapi.json": "public",
-		"GET /recipes": "the catalog", "GET /recipes/{name}": "the catalog",
+		"GET /recipes": "the catalog", "GET /recipes/{name}": "the catalog", "GET /templates": "the server's templates",
 		"POST /runs":                    "mints a fresh run for the caller (and GET /runs is checked below)",
 		"GET /runs":                     "checked below: B's list lacks A's run",
 		"GET /share/{token}":            "the link is the credential (TestShareLinks)",
