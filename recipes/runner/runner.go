@@ -350,6 +350,20 @@ func (r *Runner) execute(ctx context.Context, p *prepared) {
 	st.Status = Running
 	r.update(ctx, run, st, Event{Type: "run", Status: Running})
 
+	// The run's last records (its notebook, the journal's summary) are
+	// written before its state says it ended, so a reader that sees it
+	// ended sees them too.
+	var results []*notebook.Exec
+	notebookDone := false
+	writeNotebook := func() {
+		if results == nil || notebookDone {
+			return
+		}
+		notebookDone = true
+		if err := r.writeNotebook(context.WithoutCancel(ctx), run, p.plan, results); err != nil {
+			r.log.Error("write run notebook", "run", run, "err", err)
+		}
+	}
 	fail := func(msg string) {
 		st.Status, st.Error = Failed, msg
 		now := time.Now().UTC()
@@ -358,22 +372,19 @@ func (r *Runner) execute(ctx context.Context, p *prepared) {
 			st.Error = "interrupted: " + msg
 		}
 		wctx := context.WithoutCancel(ctx)
-		r.update(wctx, run, st, Event{Type: "run", Status: Failed, Error: st.Error})
+		writeNotebook()
 		if err := r.o.Finalize(wctx, run, Failed); err != nil {
 			r.log.Error("finalize journal", "run", run, "err", err)
 		}
+		r.update(wctx, run, st, Event{Type: "run", Status: Failed, Error: st.Error})
 	}
 
 	if err := r.seed(ctx, run, p); err != nil {
 		fail("seeding inputs: " + errText(err))
 		return
 	}
-	results := make([]*notebook.Exec, len(p.plan.Steps))
-	defer func() {
-		if err := r.writeNotebook(context.WithoutCancel(ctx), run, p.plan, results); err != nil {
-			r.log.Error("write run notebook", "run", run, "err", err)
-		}
-	}()
+	results = make([]*notebook.Exec, len(p.plan.Steps))
+	defer writeNotebook()
 
 	skipped := []string{}
 	announced := false
@@ -447,13 +458,14 @@ func (r *Runner) execute(ctx context.Context, p *prepared) {
 		r.o.Note(ctx, run, fmt.Sprintf("Resumed (resume %d): every step was unchanged with its outputs present by hash; skipped %s.",
 			st.Resumes, strings.Join(skipped, ", ")), "triad resume")
 	}
+	writeNotebook()
+	if err := r.o.Finalize(ctx, run, Succeeded); err != nil {
+		r.log.Error("finalize journal", "run", run, "err", err)
+	}
 	st.Status = Succeeded
 	now := time.Now().UTC()
 	st.Finished = &now
 	r.update(ctx, run, st, Event{Type: "run", Status: Succeeded})
-	if err := r.o.Finalize(ctx, run, Succeeded); err != nil {
-		r.log.Error("finalize journal", "run", run, "err", err)
-	}
 }
 
 // seed writes the recipe's inputs through tmp.write: the caller's files,
@@ -637,6 +649,12 @@ func evaluation(rc *orchestrator.Receipt) string {
 // update saves the state and tells subscribers.
 func (r *Runner) update(ctx context.Context, run runid.ID, st *State, e Event) {
 	e.RunID, e.Time = run.String(), time.Now().UTC()
+	// Stored first, then shown: a reader that sees the new state finds
+	// run.json and the run index saying the same.
+	if err := r.save(ctx, run, *st); err != nil {
+		r.log.Error("save run state", "run", run, "err", err)
+	}
+	r.o.SetRecipeState(ctx, run, st.Recipe, st.Status)
 	r.mu.Lock()
 	a := r.active[run]
 	if a != nil {
@@ -649,10 +667,6 @@ func (r *Runner) update(ctx context.Context, run runid.ID, st *State, e Event) {
 		}
 	}
 	r.mu.Unlock()
-	if err := r.save(ctx, run, *st); err != nil {
-		r.log.Error("save run state", "run", run, "err", err)
-	}
-	r.o.SetRecipeState(ctx, run, st.Recipe, st.Status)
 }
 
 func (r *Runner) save(ctx context.Context, run runid.ID, st State) error {
