@@ -2,6 +2,7 @@ package api_test
 
 import (
 	"bytes"
+	"context"
 	"crypto/rand"
 	"encoding/base64"
 	"encoding/json"
@@ -15,6 +16,8 @@ import (
 	"testing"
 
 	"github.com/triadhq/triad/api"
+	"github.com/triadhq/triad/auth/keys"
+	"github.com/triadhq/triad/auth/share"
 	"github.com/triadhq/triad/orchestrator"
 	"github.com/triadhq/triad/tmpfs"
 	"github.com/triadhq/triad/tmpfs/local"
@@ -79,7 +82,13 @@ var extraBackends = func(t *testing.T) []backend { return nil }
 func newServer(t *testing.T, store *tmpfs.Store, limits orchestrator.Limits) *client {
 	t.Helper()
 	orch := orchestrator.New(orchestrator.Config{Store: store, Limits: limits})
-	return apiServer(t, api.Config{Orchestrator: orch})
+	// Keys and share links live in the store's records, as in triad
+	// serve: servers that share a store share them.
+	sh, err := share.Open(context.Background(), store.Meta(), share.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return apiServer(t, api.Config{Orchestrator: orch, Keys: keys.New(store.Meta(), keys.Config{}), Shares: sh})
 }
 
 type answer struct {

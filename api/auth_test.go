@@ -667,7 +667,7 @@ func TestAuditRecords(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The store directly: wait for the last call's recording first.
-	if err := o.Settle(context.Background(), runid.Must("r-audit")); err != nil {
+	if _, err := o.ReadRun(context.Background(), runid.Must("r-audit")); err != nil {
 		t.Fatal(err)
 	}
 	b, _, err := store.ReadAll(context.Background(), runid.Must("r-audit"), "trace.jsonl")

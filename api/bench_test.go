@@ -44,7 +44,11 @@ func BenchmarkHTTPOverhead(b *testing.B) {
 	ctx := context.Background()
 	// Reading the journal waits for every answered call's recording.
 	settleDirect := func(ctx context.Context, run runid.ID) {
-		_, r, err := s.Orch.OpenJournal(ctx, run)
+		rr, err := s.Orch.ReadRun(ctx, run)
+		if err != nil {
+			b.Fatal(err)
+		}
+		_, r, err := rr.OpenJournal(ctx)
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -15,7 +15,11 @@ func (s *Server) celGet(w http.ResponseWriter, r *http.Request) error {
 	}
 	// Streamed, verified as it streams: a journal is read whole only by
 	// the client.
-	f, body, err := s.orch.OpenJournal(r.Context(), id)
+	rr, err := s.orch.ReadRun(r.Context(), id)
+	if err != nil {
+		return err
+	}
+	f, body, err := rr.OpenJournal(r.Context())
 	if err != nil {
 		return err
 	}

@@ -320,7 +320,9 @@ func TestRunsFilter(t *testing.T) {
 	}
 	c.write("r-m2", "y.txt", "y")
 	ctx := context.Background()
-	orch.SetRunInfo(runid.Must("r-fc"), "forecast-pack", "Forecast revenue")
+	if err := orch.OpenRun(ctx, runid.Must("r-fc"), orchestrator.WithRunInfo("forecast-pack", "Forecast revenue")); err != nil {
+		t.Fatal(err)
+	}
 	orch.SetRecipeState(ctx, runid.Must("r-fc"), "forecast-pack", "succeeded")
 	orch.SetRecipeState(ctx, runid.Must("r-sr"), "sales-reallocation", "failed")
 	ids := func(q string) []string {

@@ -17,7 +17,11 @@ func (s *Server) runFiles(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	out, err := s.orch.Files(r.Context(), id)
+	rr, err := s.orch.ReadRun(r.Context(), id)
+	if err != nil {
+		return err
+	}
+	out, err := rr.Files(r.Context())
 	if err != nil {
 		return err
 	}
@@ -50,7 +54,11 @@ func (s *Server) runFile(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	f, rd, err := s.orch.OpenFile(r.Context(), id, p)
+	rr, err := s.orch.ReadRun(r.Context(), id)
+	if err != nil {
+		return err
+	}
+	f, rd, err := rr.Open(r.Context(), p)
 	if err != nil {
 		return err
 	}

@@ -23,6 +23,8 @@ import (
 	"github.com/triadhq/triad/auth/keys"
 	"github.com/triadhq/triad/auth/share"
 	"github.com/triadhq/triad/internal/miniotest"
+	"github.com/triadhq/triad/tmpfs"
+	"github.com/triadhq/triad/tmpfs/local"
 	"github.com/triadhq/triad/wire"
 )
 
@@ -55,12 +57,26 @@ type client struct {
 }
 
 // apiServer serves cfg with authentication on: a key store and share
-// links over the orchestrator's store, and one key with the runs scope in
-// tenant "acme", which the client sends by default.
+// links (over a store's records of their own, unless cfg gives them), and
+// one key with the runs scope in tenant "acme", which the client sends by
+// default.
 func apiServer(t testing.TB, cfg api.Config) *client {
 	t.Helper()
 	ctx := context.Background()
-	meta := cfg.Orchestrator.Store().Meta()
+	var meta tmpfs.Meta
+	if cfg.Keys == nil || cfg.Shares == nil {
+		dir := t.TempDir()
+		b, err := local.NewBlobs(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		x, err := local.NewIndex(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { x.Close() })
+		meta = tmpfs.New(b, x, nil).Meta()
+	}
 	if cfg.Keys == nil {
 		cfg.Keys = keys.New(meta, keys.Config{})
 	}
@@ -78,7 +94,9 @@ func apiServer(t testing.TB, cfg api.Config) *client {
 	h := api.New(cfg)
 	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
-	t.Cleanup(func() { cfg.Orchestrator.Close() })
+	if c, ok := cfg.Orchestrator.(io.Closer); ok {
+		t.Cleanup(func() { c.Close() })
+	}
 	return &client{t: t, url: srv.URL, key: tok, h: h, keys: cfg.Keys}
 }
 

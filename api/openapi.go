@@ -139,7 +139,8 @@ func (s *Server) Document() (*openapi3.T, error) {
 	if err := g.apply(); err != nil {
 		return nil, err
 	}
-	if !s.orch.RunsCommands() {
+	offer := s.orch.Offer()
+	if !offer.RunsCommands {
 		// This server's sandbox runs Python cells only.
 		if l := g.schemas["ExecRequest"].Value.Properties["language"]; l != nil {
 			l.Value.Enum = []any{wire.LanguagePython}
@@ -162,7 +163,7 @@ func (s *Server) Document() (*openapi3.T, error) {
 	}
 	// A run's template is one of this server's (GET /templates).
 	var templates []any
-	for _, t := range s.orch.Templates() {
+	for _, t := range offer.Templates {
 		templates = append(templates, t.Name)
 	}
 	for _, name := range []string{"NewRunRequest", "RunSetupRequest", "RecipeRunRequest"} {
@@ -173,7 +174,7 @@ func (s *Server) Document() (*openapi3.T, error) {
 		if p := sc.Value.Properties["template"]; p != nil && p.Value != nil && len(templates) > 0 {
 			p.Value.Enum = templates
 		}
-		if p := sc.Value.Properties["egress"]; p != nil && !s.orch.ReachesNetwork() {
+		if p := sc.Value.Properties["egress"]; p != nil && !offer.ReachesNetwork {
 			// The policy may only narrow to nothing: a run that reaches
 			// anything is refused here (unsupported).
 			none := uint64(0)

@@ -447,7 +447,11 @@ func (w *world) state(a *tenant, run string) string {
 	if err != nil {
 		w.t.Fatalf("status of %s's run: %v", a.name, err)
 	}
-	files, err := w.st.Orch.Files(ctx, runid.Must(run))
+	rr, err := w.st.Orch.ReadRun(ctx, runid.Must(run))
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	files, err := rr.Files(ctx)
 	if err != nil {
 		w.t.Fatal(err)
 	}

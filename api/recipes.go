@@ -161,7 +161,11 @@ func (s *Server) runEvents(w http.ResponseWriter, r *http.Request) error {
 			recipe, state = ch, &st
 		}
 	}
-	past, err := s.orch.Calls(ctx, id)
+	rr, err := s.orch.ReadRun(ctx, id)
+	if err != nil {
+		return err
+	}
+	past, err := rr.Calls(ctx)
 	if err != nil {
 		return err
 	}

@@ -240,16 +240,22 @@ func (s *Server) table() []*route {
 		{Methods: post, Path: "/cel/note", Scope: auth.Runs, RunHeader: true, Summary: "Add an operator note to the journal", Body: wire.NoteRequest{}, Answer: wire.OK{}, h: s.celNote},
 		{Methods: post, Path: "/cel/finalize", Scope: auth.Runs, RunHeader: true, Summary: "Append the journal's summary", Answer: wire.OK{}, h: s.celFinalize},
 
-		{Methods: post, Path: "/tmp/write", Scope: auth.Runs, RunHeader: true, Summary: "tmp.write: write a run file", Body: wire.WriteRequest{}, Answer: wire.FileRef{}, h: jsonTool(s, s.orch.Write),
+		{Methods: post, Path: "/tmp/write", Scope: auth.Runs, RunHeader: true, Summary: "tmp.write: write a run file", Body: wire.WriteRequest{}, Answer: wire.FileRef{}, h: jsonTool(s, func(ctx context.Context, id runid.ID, in wire.WriteRequest) (wire.FileRef, error) {
+			return s.orch.Write(ctx, id, in)
+		}),
 			Links: map[string]link{
 				"read":     sameRun("get_tmp_read", "query", "Read the file back"),
 				"download": sameRun("get_tmp_files_path", "path", "Download the file"),
 				"delete":   sameRun("post_tmp_delete", "body", "Delete the file"),
 			}},
 		{Methods: get, Path: "/tmp/read", Scope: auth.Read, RunHeader: true, Summary: "tmp.read: read a run file inline",
-			Query: []param{{Name: "path", Required: true, Tag: fieldTag(wire.PathRequest{}, "path")}}, Answer: wire.ReadResponse{}, h: queryTool(s, "path", true, s.orch.Read)},
+			Query: []param{{Name: "path", Required: true, Tag: fieldTag(wire.PathRequest{}, "path")}}, Answer: wire.ReadResponse{}, h: queryTool(s, "path", true, func(ctx context.Context, id runid.ID, p string) (wire.ReadResponse, error) {
+				return s.orch.Read(ctx, id, p)
+			})},
 		{Methods: get, Path: "/tmp/list", Scope: auth.Read, RunHeader: true, Summary: "tmp.list: the run's files under a prefix",
-			Query: []param{{Name: "prefix", Tag: fieldTag(wire.ListRequest{}, "prefix")}}, Answer: wire.ListResponse{}, h: queryTool(s, "prefix", false, s.orch.List)},
+			Query: []param{{Name: "prefix", Tag: fieldTag(wire.ListRequest{}, "prefix")}}, Answer: wire.ListResponse{}, h: queryTool(s, "prefix", false, func(ctx context.Context, id runid.ID, p string) (wire.ListResponse, error) {
+				return s.orch.List(ctx, id, p)
+			})},
 		{Methods: post, Path: "/tmp/delete", Scope: auth.Runs, RunHeader: true, Summary: "tmp.delete: delete a run file", Body: wire.PathRequest{}, Answer: wire.OK{},
 			h: jsonTool(s, func(ctx context.Context, id runid.ID, in wire.PathRequest) (wire.OK, error) {
 				return s.orch.Delete(ctx, id, in.Path)

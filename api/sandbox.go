@@ -1,6 +1,7 @@
 package api
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -9,6 +10,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/triadhq/triad/internal/runid"
 	"github.com/triadhq/triad/orchestrator"
 	"github.com/triadhq/triad/wire"
 )
@@ -32,7 +34,9 @@ func (s *Server) sandboxRestart(w http.ResponseWriter, r *http.Request) error {
 // the same orchestrated call.
 func (s *Server) sandboxExec(w http.ResponseWriter, r *http.Request) error {
 	if !acceptsEventStream(r) {
-		return jsonTool(s, s.orch.Exec)(w, r)
+		return jsonTool(s, func(ctx context.Context, id runid.ID, in wire.ExecRequest) (wire.ExecResponse, error) {
+			return s.orch.Exec(ctx, id, in)
+		})(w, r)
 	}
 	id, err := run(r)
 	if err != nil {

@@ -22,6 +22,7 @@ import (
 	"github.com/triadhq/triad/internal/runid"
 	"github.com/triadhq/triad/internal/version"
 	"github.com/triadhq/triad/orchestrator"
+	"github.com/triadhq/triad/orchestrator/replay"
 	"github.com/triadhq/triad/recipes/runner"
 	"github.com/triadhq/triad/wire"
 )
@@ -30,9 +31,33 @@ import (
 // run/session id.
 const RunHeader = "X-Run-Id"
 
+// Core is what the HTTP surface calls of the orchestrator: every tool,
+// through the one orchestration path; runs, created for the caller and
+// read with the access checks of every read; and what a replay and a run
+// view call (replay.Core, runner.View). *orchestrator.Orchestrator
+// implements it.
+type Core interface {
+	replay.Core
+	ExecStream(ctx context.Context, run runid.ID, in wire.ExecRequest, on func(orchestrator.ExecEvent), opts ...orchestrator.CallOption) (wire.ExecResponse, error)
+	Status(ctx context.Context, run runid.ID) (wire.RunView, error)
+	Subscribe(ctx context.Context, run runid.ID) (<-chan orchestrator.Update, func(), error)
+	Runs(ctx context.Context, q orchestrator.RunsQuery) (wire.RunList, error)
+	// SetLabels names and tags a run (PATCH /runs/{id}).
+	SetLabels(ctx context.Context, run runid.ID, in wire.RunLabels) (wire.RunSummary, error)
+	Limits() orchestrator.Limits
+	Ping(ctx context.Context) error
+	// CheckSetup checks a run's setup before the run is made (POST /runs).
+	CheckSetup(ctx context.Context, run runid.ID, s wire.RunSetup) error
+	// Offer is what the sandbox offers runs: GET /templates and the
+	// OpenAPI document state it.
+	Offer() orchestrator.Offer
+}
+
+var _ Core = (*orchestrator.Orchestrator)(nil)
+
 // Server is the HTTP surface.
 type Server struct {
-	orch    *orchestrator.Orchestrator
+	orch    Core
 	runner  *runner.Runner
 	log     *slog.Logger
 	router  *mux.Router
@@ -50,7 +75,7 @@ type Server struct {
 
 // Config configures a Server.
 type Config struct {
-	Orchestrator *orchestrator.Orchestrator
+	Orchestrator Core
 	// Runner runs recipes (POST /run); nil answers not_configured.
 	Runner *runner.Runner
 	Logger *slog.Logger
@@ -239,7 +264,7 @@ func run(r *http.Request) (runid.ID, error) {
 func (s *Server) healthz(w http.ResponseWriter, r *http.Request) error {
 	ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
 	defer cancel()
-	if err := s.orch.Store().Ping(ctx); err != nil {
+	if err := s.orch.Ping(ctx); err != nil {
 		return fault.Wrap(fault.StoreUnavailable, err, "the file store does not answer",
 			"check the store: the data directory for --store local, or the S3 endpoint and credentials for --store s3")
 	}
@@ -268,10 +293,20 @@ func (s *Server) newRun(w http.ResponseWriter, r *http.Request) error {
 			return err
 		}
 	}
-	if err := s.orch.Create(r.Context(), id); err != nil {
+	var opts []orchestrator.RunOption
+	if in.ReplayFrom != "" {
+		src, err := runid.Parse(in.ReplayFrom)
+		if err != nil {
+			return err
+		}
+		opts = append(opts, orchestrator.CopySearches(src))
+	} else if in.Replay != nil && *in.Replay {
+		opts = append(opts, orchestrator.ReplaySearches(runid.ID{}))
+	}
+	if err := s.orch.Create(r.Context(), id, opts...); err != nil {
 		return err
 	}
-	out := wire.NewRunResponse{RunID: id.String()}
+	out := wire.NewRunResponse{RunID: id.String(), Replay: len(opts) > 0}
 	if setUp {
 		st, err := s.orch.SetRunSetup(r.Context(), id, setup)
 		if err != nil {
@@ -279,24 +314,10 @@ func (s *Server) newRun(w http.ResponseWriter, r *http.Request) error {
 		}
 		out.Seed, out.AsOf, out.Template, out.Egress = st.Seed, st.AsOf, st.Template, st.Egress
 	}
-	replay := in.Replay != nil && *in.Replay
-	if in.ReplayFrom != "" {
-		src, err := runid.Parse(in.ReplayFrom)
-		if err != nil {
-			return err
-		}
-		if err := s.orch.ReplayFrom(r.Context(), id, src); err != nil {
-			return err
-		}
-		replay = true
-	} else if replay {
-		s.orch.SetReplay(id, true)
-	}
-	out.Replay = replay
 	return writeJSON(w, http.StatusCreated, out)
 }
 
 // templatesList is GET /templates.
 func (s *Server) templatesList(w http.ResponseWriter, r *http.Request) error {
-	return writeJSON(w, http.StatusOK, wire.TemplateList{Templates: s.orch.Templates()})
+	return writeJSON(w, http.StatusOK, wire.TemplateList{Templates: s.orch.Offer().Templates})
 }

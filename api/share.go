@@ -57,10 +57,11 @@ func (s *Server) shareCreate(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	ctx := r.Context()
-	owner, _, err := s.orch.StartedBy(ctx, id)
+	rr, err := s.orch.ReadRun(ctx, id)
 	if err != nil {
 		return err
 	}
+	owner, _ := rr.StartedBy()
 	link := share.Link{Run: id, Tenant: owner.Tenant, KeyID: auth.From(ctx).KeyID}
 	switch {
 	case (in.Path == "") == (in.Prefix == ""):
@@ -70,10 +71,7 @@ func (s *Server) shareCreate(w http.ResponseWriter, r *http.Request) error {
 		if err != nil {
 			return err
 		}
-		if err := s.orch.Settle(ctx, id); err != nil {
-			return err
-		}
-		if _, err := s.orch.Store().Stat(ctx, id, p); errors.Is(err, tmpfs.ErrNotFound) {
+		if _, err := rr.Stat(ctx, p); errors.Is(err, tmpfs.ErrNotFound) {
 			return fault.New(fault.NotFound, fmt.Sprintf("no file %q in run %s", p, id), "tmp.list shows the run's files; share one that exists, or share a prefix")
 		} else if err != nil {
 			return err
@@ -124,7 +122,7 @@ func (s *Server) shareList(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	if _, _, err := s.orch.StartedBy(r.Context(), id); err != nil {
+	if _, err := s.orch.ReadRun(r.Context(), id); err != nil {
 		return err
 	}
 	links, err := s.shares.List(r.Context(), id)
@@ -196,12 +194,18 @@ func (s *Server) shareGet(w http.ResponseWriter, r *http.Request) error {
 			return shareGone
 		}
 	}
-	// A shared journal shows every call that has answered, with its verdict.
-	if err := s.orch.Settle(ctx, l.Run); err != nil {
+	// The link reads the run as its tenant would, checked as every read
+	// is; a shared journal shows every call that has answered, with its
+	// verdict.
+	rr, err := s.orch.ReadRun(auth.With(ctx, auth.Principal{KeyID: l.KeyID, Name: "share link " + l.ID, Tenant: l.Tenant,
+		Scopes: []auth.Scope{auth.Read}}), l.Run)
+	if fe := fault.As(err); fe != nil && fe.Kind == fault.NotFound {
+		return shareGone
+	} else if err != nil {
 		return err
 	}
 	if p == "" { // a prefix link itself: what it shares
-		files, err := s.orch.Store().List(ctx, l.Run, l.Prefix)
+		files, err := rr.List(ctx, l.Prefix)
 		if err != nil {
 			return fault.Wrap(fault.StoreUnavailable, err, "the run's files could not be listed", "retry in a few seconds")
 		}
@@ -212,7 +216,7 @@ func (s *Server) shareGet(w http.ResponseWriter, r *http.Request) error {
 		w.Header().Set("Cache-Control", "no-store")
 		return writeJSONAs(w, http.StatusOK, SharedFilesType, out)
 	}
-	f, rd, err := s.orch.Store().Open(ctx, l.Run, p)
+	f, rd, err := rr.Open(ctx, p)
 	if errors.Is(err, tmpfs.ErrNotFound) {
 		return shareGone
 	}

@@ -139,7 +139,15 @@ func (s *Server) blobGet(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return orchestrator.BlobNotFound(d)
 	}
-	rd, err := s.orch.OpenBlob(r.Context(), id, d)
+	// Every refusal but a key's scope is the one not_found, whatever the
+	// reason: another tenant's run, a run without the blob, no blob.
+	rr, err := s.orch.ReadRun(r.Context(), id)
+	if fe := fault.As(err); err != nil && (fe == nil || fe.Kind != fault.Forbidden) {
+		return orchestrator.BlobNotFound(d)
+	} else if err != nil {
+		return err
+	}
+	rd, err := rr.OpenBlob(r.Context(), d)
 	if err != nil {
 		return err
 	}
@@ -222,7 +230,7 @@ func (s *Server) serveBlob(w http.ResponseWriter, r *http.Request, b blobRead, r
 	// A range cannot be checked against the digest, and a HEAD reads
 	// nothing: both check the whole blob first (once per stored version).
 	if r.Method == http.MethodHead || r.Header.Get("Range") != "" {
-		if err := s.orch.Store().Verify(r.Context(), b.d); err != nil {
+		if err := rd.Verify(r.Context()); err != nil {
 			return b.fail(err)
 		}
 	}

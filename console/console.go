@@ -51,9 +51,20 @@ const signinCookie = "triad_signin"
 // maxMarkdown is the largest Markdown file the console renders.
 const maxMarkdown = 4 << 20
 
+// Core is what the console's pages ask the orchestrator on the server
+// side (everything else the browser asks the API): whether the viewer may
+// see a run, and its journal and Markdown files to render.
+// *orchestrator.Orchestrator implements it.
+type Core interface {
+	Visible(ctx context.Context, run runid.ID) error
+	ReadRun(ctx context.Context, run runid.ID) (*orchestrator.RunReader, error)
+}
+
+var _ Core = (*orchestrator.Orchestrator)(nil)
+
 // Config configures a Console.
 type Config struct {
-	Orchestrator *orchestrator.Orchestrator
+	Orchestrator Core
 	// Keys authenticates sign-ins. Nil means authentication is off
 	// (--auth none): there is no sign-in, and the console is the
 	// operator's.
@@ -71,7 +82,7 @@ type Config struct {
 // Console serves the web console.
 type Console struct {
 	c      Config
-	o      *orchestrator.Orchestrator
+	o      Core
 	log    *slog.Logger
 	pages  map[string]*template.Template
 	static http.Handler
@@ -410,7 +421,7 @@ func (c *Console) celFragment(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	b, err := c.o.Journal(r.Context(), id)
+	b, err := c.journal(r.Context(), id)
 	if fe := fault.As(err); fe != nil && fe.Kind == fault.NotFound {
 		// The run is the viewer's (runOf) but has made no call yet: no
 		// journal is news for the page, not an error.
@@ -424,6 +435,20 @@ func (c *Console) celFragment(w http.ResponseWriter, r *http.Request) error {
 	return c.writeFragment(w, renderMarkdown(journalBlocks(b), id, ""))
 }
 
+// journal reads the run's CEL.md whole.
+func (c *Console) journal(ctx context.Context, id runid.ID) ([]byte, error) {
+	rr, err := c.o.ReadRun(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	_, rd, err := rr.OpenJournal(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer rd.Close()
+	return io.ReadAll(rd)
+}
+
 // renderFragment renders one of the run's Markdown files, its relative
 // links and images pointed at the run's files.
 func (c *Console) renderFragment(w http.ResponseWriter, r *http.Request) error {
@@ -435,7 +460,11 @@ func (c *Console) renderFragment(w http.ResponseWriter, r *http.Request) error {
 	if ext := strings.ToLower(path.Ext(p)); ext != ".md" && ext != ".markdown" {
 		return fault.New(fault.BadInput, "only Markdown files (.md) are rendered", "download the file instead")
 	}
-	f, rd, err := c.o.OpenFile(r.Context(), id, p)
+	rr, err := c.o.ReadRun(r.Context(), id)
+	if err != nil {
+		return err
+	}
+	f, rd, err := rr.Open(r.Context(), p)
 	if err != nil {
 		return err
 	}

@@ -46,6 +46,9 @@ func newSite(t *testing.T, cfg console.Config, withKeys bool) *site {
 	t.Cleanup(func() { x.Close() })
 	store := tmpfs.New(b, x, nil)
 	orch := orchestrator.New(orchestrator.Config{Store: store, Journal: cel.New(store)})
+	// Closed before the store: its index writer stops, and writes what
+	// calls left pending, while the directory is still there.
+	t.Cleanup(func() { orch.Close() })
 	cfg.Orchestrator = orch
 	if withKeys {
 		cfg.Keys = keys.New(store.Meta(), keys.Config{})

@@ -73,7 +73,11 @@ func (c *Console) notebookFragment(w http.ResponseWriter, r *http.Request) error
 	if strings.ToLower(path.Ext(p)) != ".ipynb" {
 		return fault.New(fault.BadInput, "only notebooks (.ipynb) are rendered here", "download the file instead")
 	}
-	f, rd, err := c.o.OpenFile(r.Context(), id, p)
+	rr, err := c.o.ReadRun(r.Context(), id)
+	if err != nil {
+		return err
+	}
+	f, rd, err := rr.Open(r.Context(), p)
 	if err != nil {
 		return err
 	}

@@ -4,13 +4,17 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
+	"strconv"
+	"strings"
 	"time"
 
+	"github.com/triadhq/triad/auth"
 	"github.com/triadhq/triad/internal/fault"
 	"github.com/triadhq/triad/internal/runid"
+	"github.com/triadhq/triad/orchestrator/journal"
 	"github.com/triadhq/triad/orchestrator/kernels"
 	"github.com/triadhq/triad/sandbox"
+	"github.com/triadhq/triad/tmpfs"
 	"github.com/triadhq/triad/wire"
 )
 
@@ -18,72 +22,68 @@ import (
 // commands.run, so the image's profile applies.
 func bashArgs(script string) []string { return []string{"/bin/bash", "-l", "-c", script} }
 
-// RunsCommands reports whether sandbox.exec takes language bash on this
-// server (true when no sandbox is configured: exec is then refused as a
-// whole).
-func (o *Orchestrator) RunsCommands() bool { return o.kernels == nil || o.kernels.RunsCommands() }
-
 // commander returns the session's kernel as a sandbox.Commander, or the
 // fault a backend without commands answers with.
-func (o *Orchestrator) commander(sess *kernels.Session) (sandbox.Commander, error) {
+func commander(backend string, sess *kernels.Session) (sandbox.Commander, error) {
 	cm, ok := sess.Kernel.(sandbox.Commander)
 	if !ok {
 		return nil, fault.New(fault.Unsupported,
-			fmt.Sprintf("the %s sandbox cannot run commands: its kernels have no processes", o.kernels.Backend()),
+			fmt.Sprintf("the %s sandbox cannot run commands: its kernels have no processes", backend),
 			"start triad with --sandbox docker to run bash commands, or do the work in a Python cell")
 	}
 	return cm, nil
 }
 
-// command1 is sandbox.exec with language bash in the foreground: the
+// command is sandbox.exec with language bash in the foreground: the
 // command runs in the run's kernel container, its output streamed to on,
 // and the call answers when it has ended, with what it wrote harvested as
 // a cell's would be.
-func (o *Orchestrator) command1(ctx context.Context, run runid.ID, in wire.ExecRequest, timeout time.Duration, s *Step, oc *ExecOutcome, on func(ExecEvent)) (wire.ExecResponse, error) {
-	out := wire.ExecResponse{Display: []wire.Bundle{}, FilesOut: []wire.FileRef{}, Kernel: wire.KernelInfo{Backend: o.kernels.Backend()}}
-	oc.Backend = out.Kernel.Backend
-	sess, ow, err := o.session(ctx, run, oc)
+func (x *cell) command(ctx context.Context) error {
+	o := x.o
+	x.out = wire.ExecResponse{Display: []wire.Bundle{}, FilesOut: []wire.FileRef{}, Kernel: wire.KernelInfo{Backend: o.kernels.Backend()}}
+	x.oc.Backend = x.out.Kernel.Backend
+	if err := x.session(ctx); err != nil {
+		return err
+	}
+	defer o.kernels.Release(x.kernel)
+	cm, err := commander(o.kernels.Backend(), x.kernel)
 	if err != nil {
-		return out, err
+		return err
 	}
-	defer o.kernels.Release(sess)
-	cm, err := o.commander(sess)
-	if err != nil {
-		return out, err
+	if err := x.filesIn(ctx); err != nil {
+		return err
 	}
-	if err := o.filesIn(ctx, run, ow, sess, s, in.FilesIn); err != nil {
-		return out, err
-	}
-	outp := newOutput(o.exec.StreamCap, o.exec.SpoolDir, on)
+	outp := newOutput(o.exec.StreamCap, o.exec.SpoolDir, x.on)
 	defer outp.close()
-	cctx, cancel := context.WithTimeout(ctx, timeout)
+	cctx, cancel := context.WithTimeout(ctx, x.timeout)
 	defer cancel()
-	res, err := cm.Command(cctx, sandbox.Command{Args: bashArgs(in.Code), Env: o.commandEnv(run, in.Env), Dir: in.Cwd, Output: outp.add})
+	res, err := cm.Command(cctx, sandbox.Command{Args: bashArgs(x.in.Code), Env: o.sb.commandEnv(x.run, x.in.Env), Dir: x.in.Cwd, Output: outp.add})
 	if err != nil {
-		return out, sandboxErr(err)
+		return sandboxErr(err)
 	}
-	o.commandEnded(ctx, run, sess, res, outp, timeout, s, oc, &out, true)
-	return out, nil
+	x.commandEnded(ctx, res, outp, true)
+	return nil
 }
 
 // commandEnded fills in the answer of an ended command: its streams (kept
 // whole as run files when over the cap), its exit code and how it failed,
 // and, when harvest is set, the files it left in the working directory.
-func (o *Orchestrator) commandEnded(ctx context.Context, run runid.ID, sess *kernels.Session, res *sandbox.CommandResult, outp *output, timeout time.Duration, s *Step, oc *ExecOutcome, out *wire.ExecResponse, harvest bool) {
+func (x *cell) commandEnded(ctx context.Context, res *sandbox.CommandResult, outp *output, harvest bool) {
+	out, oc := &x.out, x.oc
 	if harvest {
-		if err := o.harvest(ctx, run, sess, s, oc, out); err != nil {
+		if err := x.harvest(ctx); err != nil {
 			oc.HarvestErr = fault.From(err).Message
 		}
 	}
 	prefix := fmt.Sprintf("outputs/cmd-%s", time.Now().UTC().Format("20060102T150405.000"))
-	o.keepStreams(ctx, run, outp, prefix, s, out)
+	x.keepStreams(ctx, outp, prefix)
 	code := res.ExitCode
 	out.ExitCode = &code
 	out.DurationMs = res.Duration.Milliseconds()
 	out.OK = res.Stopped == "" && code == 0
 	switch res.Stopped {
 	case sandbox.KindTimeout:
-		out.Error = &wire.ExecError{Kind: wire.CellTimeout, Message: fmt.Sprintf("the command ran past its %s deadline and was killed", timeout),
+		out.Error = &wire.ExecError{Kind: wire.CellTimeout, Message: fmt.Sprintf("the command ran past its %s deadline and was killed", x.timeout),
 			Suggestion: "make the command faster or split it, or raise timeout_s (up to the server maximum)"}
 	case sandbox.KindInterrupted:
 		out.Error = &wire.ExecError{Kind: wire.CellInterrupted, Message: "the command was killed before it ended",
@@ -98,7 +98,7 @@ func (o *Orchestrator) commandEnded(ctx context.Context, run runid.ID, sess *ker
 		}
 	}
 	oc.Ran, oc.OK, oc.Error, oc.Stderr, oc.ExitCode = true, out.OK, out.Error, out.Stderr, out.ExitCode
-	oc.Egress = o.takeEgress(run)
+	oc.Egress = x.o.sb.take(x.run)
 }
 
 // Command is a command started by StartCommand. It runs in the run's
@@ -109,6 +109,8 @@ type Command struct {
 	// N numbers the command among the run's commands, from 1.
 	N int
 
+	who    auth.Principal // who started it, who its end is recorded as
+	cm     sandbox.Commander
 	cancel context.CancelFunc
 	done   chan struct{}
 	out    wire.ExecResponse // set before done closes
@@ -150,34 +152,30 @@ func (o *Orchestrator) StartCommand(ctx context.Context, run runid.ID, in wire.E
 	if in.Language != wire.LanguageBash {
 		return nil, fault.New(fault.BadInput, fmt.Sprintf("language %q cannot run in the background", in.Language), "send language \"bash\"")
 	}
-	if err := o.validateExec(run, &in); err != nil {
+	if err := validateExec(o.kernels, run, &in); err != nil {
 		return nil, err
 	}
-	timeout := o.execTimeout(in)
-	oc := o.execOutcome(in, timeout)
+	timeout := o.exec.timeout(in)
+	oc := execOutcome(in, timeout)
 	oc.Phase = PhaseStart
-	c := &Command{done: make(chan struct{})}
-	var (
-		sess *kernels.Session
-		cm   sandbox.Commander
-	)
-	err := o.call(ctx, run, oc, func(ctx context.Context, s *Step) error {
+	c := &Command{done: make(chan struct{}), who: auth.From(ctx)}
+	var x *cell
+	err := o.call(ctx, run, oc, nil, func(ctx context.Context, cl *call) error {
+		x = &cell{call: cl, in: in, timeout: timeout, oc: oc}
 		oc.Backend = o.kernels.Backend()
-		var (
-			err error
-			ow  owner
-		)
-		if sess, ow, err = o.session(ctx, run, oc); err != nil {
+		if err := x.session(ctx); err != nil {
 			return err
 		}
-		if cm, err = o.commander(sess); err == nil {
-			err = o.filesIn(ctx, run, ow, sess, s, in.FilesIn)
+		cm, err := commander(o.kernels.Backend(), x.kernel)
+		if err == nil {
+			err = x.filesIn(ctx)
 		}
 		if err != nil {
-			o.kernels.Release(sess)
+			o.kernels.Release(x.kernel)
 			return err
 		}
-		c.N = o.nextCommand(ctx, run)
+		c.N = cl.r.nextCommand(ctx, o.store)
+		c.cm = cm
 		oc.Command, oc.Ran, oc.OK = c.N, true, true
 		return nil
 	})
@@ -185,21 +183,27 @@ func (o *Orchestrator) StartCommand(ctx context.Context, run runid.ID, in wire.E
 		return nil, err
 	}
 	// The session stays busy (never reaped) until the command's end is
-	// recorded: Release is in finish.
-	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
+	// recorded: Release is in runCommand. The command is the
+	// orchestrator's: Close kills it and waits for its end's record.
+	cctx, cancel := context.WithTimeout(o.stopCmds, timeout)
 	c.cancel = cancel
-	go o.runCommand(cctx, run, in, timeout, sess, cm, c, on)
+	o.commands.Add(1)
+	go func() {
+		defer o.commands.Done()
+		o.runCommand(cctx, run, in, timeout, x.kernel, c, on)
+	}()
 	return c, nil
 }
 
-// runCommand runs a started command and records its end.
-func (o *Orchestrator) runCommand(ctx context.Context, run runid.ID, in wire.ExecRequest, timeout time.Duration, sess *kernels.Session, cm sandbox.Commander, c *Command, on func(ExecEvent)) {
+// runCommand runs a started command and records its end, as a call of its
+// own.
+func (o *Orchestrator) runCommand(ctx context.Context, run runid.ID, in wire.ExecRequest, timeout time.Duration, sess *kernels.Session, c *Command, on func(ExecEvent)) {
 	defer close(c.done)
 	defer c.cancel()
 	defer o.kernels.Release(sess)
 	outp := newOutput(o.exec.StreamCap, o.exec.SpoolDir, on)
 	defer outp.close()
-	res, cerr := cm.Command(ctx, sandbox.Command{Args: bashArgs(in.Code), Env: o.commandEnv(run, in.Env), Dir: in.Cwd, Output: outp.add})
+	res, cerr := c.cm.Command(ctx, sandbox.Command{Args: bashArgs(in.Code), Env: o.sb.commandEnv(run, in.Env), Dir: in.Cwd, Output: outp.add})
 	if cerr != nil && ctx.Err() != nil && (errors.Is(cerr, context.Canceled) || errors.Is(cerr, context.DeadlineExceeded)) {
 		// Killed (or past its deadline) before it could start: it ended
 		// as a killed command does.
@@ -209,11 +213,15 @@ func (o *Orchestrator) runCommand(ctx context.Context, run runid.ID, in wire.Exe
 		}
 		res, cerr = &sandbox.CommandResult{ExitCode: 128 + 9, Stopped: why}, nil
 	}
-	oc := o.execOutcome(in, timeout)
+	oc := execOutcome(in, timeout)
 	oc.Phase, oc.Command, oc.Backend = PhaseEnd, c.N, o.kernels.Backend()
-	out := wire.ExecResponse{Display: []wire.Bundle{}, FilesOut: []wire.FileRef{}, Kernel: wire.KernelInfo{Backend: oc.Backend}}
-	rctx := context.WithoutCancel(ctx)
-	c.err = o.call(rctx, run, oc, func(ctx context.Context, s *Step) error {
+	var out wire.ExecResponse
+	// The end is recorded as the caller that started the command.
+	rctx := auth.With(context.WithoutCancel(ctx), c.who)
+	c.err = o.call(rctx, run, oc, nil, func(ctx context.Context, cl *call) error {
+		x := &cell{call: cl, in: in, timeout: timeout, oc: oc, kernel: sess,
+			out: wire.ExecResponse{Display: []wire.Bundle{}, FilesOut: []wire.FileRef{}, Kernel: wire.KernelInfo{Backend: oc.Backend}}}
+		defer func() { out = x.out }()
 		if cerr != nil {
 			if errors.Is(cerr, sandbox.ErrClosed) {
 				return fault.Wrap(fault.Unavailable, cerr, "the run's kernel was stopped while the command ran, which killed it",
@@ -223,7 +231,7 @@ func (o *Orchestrator) runCommand(ctx context.Context, run runid.ID, in wire.Exe
 		}
 		// Harvest only from the run's kernel of now: one that was stopped
 		// or replaced meanwhile has nothing the store lacks.
-		o.commandEnded(ctx, run, sess, res, outp, timeout, s, oc, &out, o.kernels.Peek(run) == sess)
+		x.commandEnded(ctx, res, outp, o.kernels.Peek(run) == sess)
 		return nil
 	})
 	c.out = out
@@ -232,19 +240,38 @@ func (o *Orchestrator) runCommand(ctx context.Context, run runid.ID, in wire.Exe
 // nextCommand numbers the run's next command.
 // Called with the run held; the count starts from the run's trace when
 // the idle sweep dropped it (or another process started commands).
-func (o *Orchestrator) nextCommand(ctx context.Context, run runid.ID) int {
-	v, loaded := o.cmds.LoadOrStore(run, &cmdCounter{})
-	ct := v.(*cmdCounter)
-	ct.mu.Lock()
-	defer ct.mu.Unlock()
-	if !loaded {
-		ct.n = o.commandsSoFar(ctx, run)
+func (r *run) nextCommand(ctx context.Context, store *tmpfs.Store) int {
+	r.mu.Lock()
+	counted := r.counted
+	r.mu.Unlock()
+	n := 0
+	if !counted {
+		n = commandsSoFar(ctx, store, r.id)
 	}
-	ct.n++
-	return ct.n
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !r.counted {
+		r.commands, r.counted = n, true
+	}
+	r.commands++
+	return r.commands
 }
 
-type cmdCounter struct {
-	mu sync.Mutex
-	n  int
+// commandsSoFar is the highest number a background command of the run was
+// given, from its trace: numbers go on from there.
+func commandsSoFar(ctx context.Context, store *tmpfs.Store, run runid.ID) int {
+	tr, err := journal.ReadTrace(ctx, store, run)
+	if err != nil {
+		return 0
+	}
+	n := 0
+	for _, r := range tr {
+		c, _ := r.Inputs["command"].(string)
+		if num, ok := strings.CutSuffix(c, " started in the background"); ok {
+			if k, err := strconv.Atoi(strings.TrimPrefix(num, "#")); err == nil {
+				n = max(n, k)
+			}
+		}
+	}
+	return n
 }

@@ -5,8 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"maps"
-	"sort"
 	"strings"
 	"sync"
 	"time"
@@ -15,9 +15,12 @@ import (
 	"github.com/triadhq/triad/egress"
 	"github.com/triadhq/triad/internal/fault"
 	"github.com/triadhq/triad/internal/runid"
+	"github.com/triadhq/triad/orchestrator/journal"
+	"github.com/triadhq/triad/orchestrator/kernels"
 	"github.com/triadhq/triad/sandbox"
 	"github.com/triadhq/triad/sandbox/image"
 	"github.com/triadhq/triad/sandbox/template"
+	"github.com/triadhq/triad/tmpfs"
 	"github.com/triadhq/triad/wire"
 )
 
@@ -41,36 +44,73 @@ type runSandbox struct {
 // start), and the call fails saying so.
 const egressReadyTimeout = 2 * time.Minute
 
-// templateSet returns the server's templates.
-func (o *Orchestrator) templateSet() *template.Set {
-	if o.templates == nil {
+// sandboxes is the room of the runs' sandboxes as templates and the egress
+// proxy shape them: it resolves a setup's template and policy, and keeps
+// the egress sessions of the runs whose kernels reach the network in this
+// process (each run's Session: its policy, its limits' counters, its
+// records not yet journaled, and the kernels it serves). Its serve loops
+// are started by serve and stopped by close, which Orchestrator.Close
+// calls.
+type sandboxes struct {
+	templates   *template.Set // nil: only the default
+	proxy       *egress.Proxy // nil: no run may reach the network
+	trust       []byte
+	imageDigest func(ctx context.Context, ref string) (string, error)
+	kernels     *kernels.Manager
+	store       *tmpfs.Store
+	log         *slog.Logger
+
+	mu     sync.Mutex
+	runs   map[runid.ID]*egressRun
+	wg     sync.WaitGroup // serve loops
+	closed bool
+}
+
+type egressRun struct {
+	sess    *egress.Session
+	serving map[sandbox.Egress]bool
+}
+
+// Offer is what this server's sandbox offers runs, for the surfaces that
+// describe it (the OpenAPI document, GET /templates).
+type Offer struct {
+	// Templates are the sandbox templates runs may choose, as callers see
+	// them.
+	Templates []wire.Template
+	// ReachesNetwork reports whether kernels can reach the network
+	// through the egress proxy: a run whose policy allows anything is
+	// refused (unsupported) where they cannot.
+	ReachesNetwork bool
+	// RunsCommands reports whether sandbox.exec takes language bash
+	// (true when no sandbox is configured: exec is then refused as a
+	// whole).
+	RunsCommands bool
+}
+
+// Offer returns what this server's sandbox offers runs.
+func (o *Orchestrator) Offer() Offer {
+	off := Offer{ReachesNetwork: o.sb.proxy != nil, RunsCommands: o.kernels == nil || o.kernels.RunsCommands()}
+	for _, t := range o.sb.set().All() {
+		off.Templates = append(off.Templates, t.Wire())
+	}
+	return off
+}
+
+// set returns the server's templates.
+func (b *sandboxes) set() *template.Set {
+	if b.templates == nil {
 		return template.NewSet()
 	}
-	return o.templates
+	return b.templates
 }
 
-// Templates returns the sandbox templates runs may choose, as callers see
-// them.
-func (o *Orchestrator) Templates() []wire.Template {
-	var out []wire.Template
-	for _, t := range o.templateSet().All() {
-		out = append(out, t.Wire())
-	}
-	return out
-}
-
-// ReachesNetwork reports whether this server's kernels can reach the
-// network through the egress proxy: a run whose policy allows anything is
-// refused (unsupported) where they cannot.
-func (o *Orchestrator) ReachesNetwork() bool { return o.egress != nil }
-
-// resolveSandbox fills in a setup's template (the default when it names
-// none) and egress policy (the template's, narrowed by s.Egress), and the
-// image its kernels run: an unknown template is bad input naming the
-// templates there are; a policy beyond the template's, from a caller
-// without the admin scope, is forbidden.
-func (o *Orchestrator) resolveSandbox(ctx context.Context, s *wire.RunSetup) error {
-	tm, err := o.templateSet().Get(s.Template)
+// resolve fills in a setup's template (the default when it names none)
+// and egress policy (the template's, narrowed by s.Egress), and the image
+// its kernels run: an unknown template is bad input naming the templates
+// there are; a policy beyond the template's, from a caller without the
+// admin scope, is forbidden.
+func (b *sandboxes) resolve(ctx context.Context, s *wire.RunSetup) error {
+	tm, err := b.set().Get(s.Template)
 	if err != nil {
 		return err
 	}
@@ -88,7 +128,7 @@ func (o *Orchestrator) resolveSandbox(ctx context.Context, s *wire.RunSetup) err
 	}
 	s.Egress = nil
 	if !pol.Empty() {
-		if !o.ReachesNetwork() {
+		if b.proxy == nil {
 			return fault.New(fault.Unsupported, fmt.Sprintf("template %s allows egress, but this server's sandbox cannot reach the network", tm.Name),
 				"run triad with --sandbox docker or kube, whose kernels reach the network through Triad's egress proxy")
 		}
@@ -100,23 +140,19 @@ func (o *Orchestrator) resolveSandbox(ctx context.Context, s *wire.RunSetup) err
 			return fmt.Errorf("template %s: %w", tm.Name, err)
 		}
 	}
-	if o.imageDigest != nil && s.Image != "" {
-		if d, err := o.imageDigest(ctx, s.Image); err == nil {
+	if b.imageDigest != nil && s.Image != "" {
+		if d, err := b.imageDigest(ctx, s.Image); err == nil {
 			s.ImageDigest = d
 		} else {
-			o.log.WarnContext(ctx, "image digest", "image", s.Image, "err", err)
+			b.log.WarnContext(ctx, "image digest", "image", s.Image, "err", err)
 		}
 	}
 	return nil
 }
 
-// sandboxOf resolves the run's sandbox from its setup.
-func (o *Orchestrator) sandboxOf(ctx context.Context, run runid.ID) (runSandbox, error) {
-	s, err := o.runSetup(ctx, run)
-	if err != nil {
-		return runSandbox{}, err
-	}
-	tm, err := o.templateSet().Get(s.Template)
+// of resolves the run's sandbox from its setup.
+func (b *sandboxes) of(run runid.ID, s wire.RunSetup) (runSandbox, error) {
+	tm, err := b.set().Get(s.Template)
 	if err != nil {
 		return runSandbox{}, fault.Wrap(fault.Unsupported, err, fmt.Sprintf("run %s was set up with template %q, which this server no longer offers", run, s.Template),
 			"restore the template in --templates, or start a new run")
@@ -138,62 +174,41 @@ func (o *Orchestrator) sandboxOf(ctx context.Context, run runid.ID) (runSandbox,
 	return sb, nil
 }
 
-// kernelSpec is what the run's kernel starts from.
-func (o *Orchestrator) kernelSpec(ctx context.Context, run runid.ID) (sandbox.Spec, error) {
-	sb, err := o.sandboxOf(ctx, run)
-	return sb.spec, err
-}
-
-// egressRuns are the runs whose sandboxes reach the network through the
-// proxy in this process: each run's Session (its policy, its limits'
-// counters, its records not yet journaled) and the kernels it serves.
-type egressRuns struct {
-	mu     sync.Mutex
-	runs   map[runid.ID]*egressRun
-	wg     sync.WaitGroup // serve loops
-	closed bool
-}
-
-type egressRun struct {
-	sess    *egress.Session
-	serving map[sandbox.Egress]bool
-}
-
-// serveEgress makes the kernel's connections go through the run's
-// session, and returns once the kernel's relay is ready. The session is
-// made on the run's first use in this process, charged with the egress
-// the run's journal records.
-func (o *Orchestrator) serveEgress(ctx context.Context, run runid.ID, k sandbox.Kernel, pol *egress.Policy) (*egress.Session, error) {
+// serve makes the kernel's connections go through the run's session, and
+// returns once the kernel's relay is ready. The session is made on the
+// run's first use in this process, charged with the egress the run's
+// journal records.
+func (b *sandboxes) serve(ctx context.Context, run runid.ID, k sandbox.Kernel, pol *egress.Policy) (*egress.Session, error) {
 	e, ok := k.(sandbox.Egress)
 	if !ok {
-		return nil, fault.New(fault.Unsupported, fmt.Sprintf("run %s has an egress policy, but %s kernels cannot reach the network", run, o.kernels.Backend()),
+		return nil, fault.New(fault.Unsupported, fmt.Sprintf("run %s has an egress policy, but %s kernels cannot reach the network", run, b.kernels.Backend()),
 			"run triad with --sandbox docker or kube, or start a run without egress")
 	}
-	er, err := o.egressRun(ctx, run, pol)
+	er, err := b.session(ctx, run, pol)
 	if err != nil {
 		return nil, err
 	}
-	o.eg.mu.Lock()
-	if o.eg.closed {
-		o.eg.mu.Unlock()
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
 		return nil, sandbox.ErrClosed
 	}
 	if !er.serving[e] {
 		er.serving[e] = true
-		o.eg.wg.Add(1)
+		b.wg.Add(1)
 		go func() {
-			defer o.eg.wg.Done()
+			defer b.wg.Done()
 			// Serve ends when the kernel closes (AcceptEgress fails) or
 			// the session does.
 			if err := er.sess.Serve(context.Background(), e.AcceptEgress); err != nil && !errors.Is(err, sandbox.ErrClosed) {
-				o.log.Warn("egress: serving a kernel's connections ended", "run", run, "err", err)
+				b.log.Warn("egress: serving a kernel's connections ended", "run", run, "err", err)
 			}
-			o.eg.mu.Lock()
+			b.mu.Lock()
 			delete(er.serving, e)
-			o.eg.mu.Unlock()
+			b.mu.Unlock()
 		}()
 	}
-	o.eg.mu.Unlock()
+	b.mu.Unlock()
 	rctx, cancel := context.WithTimeout(ctx, egressReadyTimeout)
 	defer cancel()
 	if err := e.EgressReady(rctx); err != nil {
@@ -202,44 +217,44 @@ func (o *Orchestrator) serveEgress(ctx context.Context, run runid.ID, k sandbox.
 	return er.sess, nil
 }
 
-// egressRun returns the run's egress state, making its session on first
+// session returns the run's egress state, making its session on first
 // use.
-func (o *Orchestrator) egressRun(ctx context.Context, run runid.ID, pol *egress.Policy) (*egressRun, error) {
-	o.eg.mu.Lock()
-	er := o.eg.runs[run]
-	o.eg.mu.Unlock()
+func (b *sandboxes) session(ctx context.Context, run runid.ID, pol *egress.Policy) (*egressRun, error) {
+	b.mu.Lock()
+	er := b.runs[run]
+	b.mu.Unlock()
 	if er != nil {
 		return er, nil
 	}
-	sess, err := o.egress.Session(run.String(), pol)
+	sess, err := b.proxy.Session(run.String(), pol)
 	if err != nil {
 		return nil, err
 	}
-	bytes, conns := o.recordedEgress(ctx, run)
+	bytes, conns := b.recorded(ctx, run)
 	sess.Charge(bytes, conns)
-	o.eg.mu.Lock()
-	defer o.eg.mu.Unlock()
-	if o.eg.closed {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
 		sess.Close()
 		return nil, sandbox.ErrClosed
 	}
-	if o.eg.runs == nil {
-		o.eg.runs = map[runid.ID]*egressRun{}
+	if b.runs == nil {
+		b.runs = map[runid.ID]*egressRun{}
 	}
-	if er := o.eg.runs[run]; er != nil { // made meanwhile; the run's calls are serialised, so rarely
+	if er := b.runs[run]; er != nil { // made meanwhile; the run's calls are serialised, so rarely
 		sess.Close()
 		return er, nil
 	}
 	er = &egressRun{sess: sess, serving: map[sandbox.Egress]bool{}}
-	o.eg.runs[run] = er
+	b.runs[run] = er
 	return er, nil
 }
 
-// recordedEgress sums what the run's journal records of its egress: the
-// bytes its connections moved and how many it opened, which count
-// against the run's limits whichever process served them.
-func (o *Orchestrator) recordedEgress(ctx context.Context, run runid.ID) (int64, int) {
-	tr, err := o.trace(ctx, run)
+// recorded sums what the run's journal records of its egress: the bytes
+// its connections moved and how many it opened, which count against the
+// run's limits whichever process served them.
+func (b *sandboxes) recorded(ctx context.Context, run runid.ID) (int64, int) {
+	tr, err := journal.ReadTrace(ctx, b.store, run)
 	if err != nil {
 		return 0, 0
 	}
@@ -258,102 +273,76 @@ func (o *Orchestrator) recordedEgress(ctx context.Context, run runid.ID) (int64,
 	return bytes, maxID
 }
 
-// fetchedURLs are the URLs the run's sandbox fetched through the proxy
-// (allowed connections, as the journal and this step record them), which a
-// report may cite as its sources.
-func (o *Orchestrator) fetchedURLs(ctx context.Context, s *Step) []string {
-	seen := map[string]bool{}
-	var out []string
-	add := func(cs []wire.Connection) {
-		for _, c := range cs {
-			if c.Verdict == wire.VerdictAllowed && c.URL != "" && !seen[c.URL] {
-				seen[c.URL] = true
-				out = append(out, c.URL)
-			}
-		}
-	}
-	if tr, err := o.trace(ctx, s.Run); err == nil {
-		for _, t := range tr {
-			add(t.Egress)
-		}
-	}
-	if e, ok := s.Outcome.(*ExecOutcome); ok {
-		add(e.Egress)
-	}
-	sort.Strings(out)
-	return out
-}
-
-// takeEgress returns the run's connection records since the last step.
-func (o *Orchestrator) takeEgress(run runid.ID) []wire.Connection {
-	o.eg.mu.Lock()
-	er := o.eg.runs[run]
-	o.eg.mu.Unlock()
+// take returns the run's connection records since the last step.
+func (b *sandboxes) take(run runid.ID) []wire.Connection {
+	b.mu.Lock()
+	er := b.runs[run]
+	b.mu.Unlock()
 	if er == nil {
 		return nil
 	}
 	return er.sess.Take()
 }
 
-// dropEgress closes the run's session: its kernels are gone or another
-// process serves the run now.
-func (o *Orchestrator) dropEgress(run runid.ID) {
-	o.eg.mu.Lock()
-	er := o.eg.runs[run]
-	delete(o.eg.runs, run)
-	o.eg.mu.Unlock()
+// drop closes the run's session: its kernels are gone or another process
+// serves the run now.
+func (b *sandboxes) drop(run runid.ID) {
+	b.mu.Lock()
+	er := b.runs[run]
+	delete(b.runs, run)
+	b.mu.Unlock()
 	if er != nil {
 		er.sess.Close()
 	}
 }
 
-// closeEgress closes every session and waits for the serve loops. A run
-// set up afterwards gets a new session.
-func (o *Orchestrator) closeEgress() {
-	o.eg.mu.Lock()
-	o.eg.closed = true
-	runs := o.eg.runs
-	o.eg.runs = nil
-	o.eg.mu.Unlock()
+// close closes every session and waits for the serve loops. A run set up
+// afterwards gets a new session.
+func (b *sandboxes) close() {
+	b.mu.Lock()
+	b.closed = true
+	runs := b.runs
+	b.runs = nil
+	b.mu.Unlock()
 	for _, er := range runs {
 		er.sess.Close()
 	}
-	o.eg.wg.Wait()
-	o.eg.mu.Lock()
-	o.eg.closed = false
-	o.eg.mu.Unlock()
+	b.wg.Wait()
+	b.mu.Lock()
+	b.closed = false
+	b.mu.Unlock()
 }
 
 // commandEnv is a command's environment in a run with egress: the
 // kernel's egress environment under the caller's.
-func (o *Orchestrator) commandEnv(run runid.ID, env map[string]string) map[string]string {
-	o.eg.mu.Lock()
-	er := o.eg.runs[run]
-	o.eg.mu.Unlock()
+func (b *sandboxes) commandEnv(run runid.ID, env map[string]string) map[string]string {
+	b.mu.Lock()
+	er := b.runs[run]
+	b.mu.Unlock()
 	if er == nil {
 		return env
 	}
-	out := egressEnv(len(er.sess.CACert())+len(o.egressTrust) > 0)
+	out := egressEnv(len(er.sess.CACert())+len(b.trust) > 0)
 	maps.Copy(out, env)
 	return out
 }
 
-// setUpEgress makes a freshly set-up kernel's egress go through the proxy:
-// the relay served and ready, then a setup cell that points the kernel's
-// HTTP clients at it (HTTP_PROXY and friends) and, when the run's CA
+// setUp makes a freshly set-up kernel's egress go through the proxy: the
+// relay served and ready, then a setup cell that points the kernel's HTTP
+// clients at it (HTTP_PROXY and friends) and, when the run's CA
 // terminates TLS for a secret or the operator trusts more CAs, makes them
 // trust those too. A run without egress gets nothing: its kernel reaches
 // nothing, exactly as without the proxy.
-func (o *Orchestrator) setUpEgress(ctx context.Context, run runid.ID, k sandbox.Kernel) error {
-	sb, err := o.sandboxOf(ctx, run)
+func (b *sandboxes) setUp(ctx context.Context, run runid.ID, s wire.RunSetup, k sandbox.Kernel) error {
+	sb, err := b.of(run, s)
 	if err != nil || sb.policy.Empty() {
 		return err
 	}
-	sess, err := o.serveEgress(ctx, run, k, sb.policy)
+	sess, err := b.serve(ctx, run, k, sb.policy)
 	if err != nil {
 		return err
 	}
-	return runSetupCell(ctx, k, egressCell(egressEnv(len(sess.CACert())+len(o.egressTrust) > 0), string(sess.CACert())+string(o.egressTrust)))
+	return runSetupCell(ctx, k, egressCell(egressEnv(len(sess.CACert())+len(b.trust) > 0), string(sess.CACert())+string(b.trust)))
 }
 
 // egressCAFile is where the egress setup cell writes the kernel's CA

@@ -56,6 +56,9 @@ func newEgressStack(t testing.TB, backend string) *egressStack {
 func (s *egressStack) newRun(t testing.TB, tmpl string, eg *wire.EgressPolicy) runid.ID {
 	t.Helper()
 	run := runid.New()
+	if err := s.Orch.Create(s.Ctx(t), run); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := s.Orch.SetRunSetup(s.Ctx(t), run, wire.RunSetup{Template: tmpl, Egress: eg}); err != nil {
 		t.Fatal(err)
 	}
@@ -73,7 +76,7 @@ func (s *egressStack) cell(t testing.TB, run runid.ID, code string) (string, []w
 	if !out.OK {
 		t.Fatalf("cell failed: %+v\nstdout: %s\nstderr: %s", out.Error, out.Stdout, out.Stderr)
 	}
-	tr, err := s.Orch.Trace(s.Ctx(t), run)
+	tr, err := s.Trace(s.Ctx(t), run)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -226,11 +229,15 @@ print("FOUND", found)`, needle))
 		if err != nil {
 			t.Fatal(err)
 		}
-		setup, _, err := s.Orch.RunSetup(s.Ctx(t), run)
+		rr, err := s.Orch.ReadRun(s.Ctx(t), run)
 		if err != nil {
 			t.Fatal(err)
 		}
-		for name, v := range map[string]any{"GET /runs/{id}": view, "run setup": setup, "templates": s.Orch.Templates()} {
+		setup, _, err := rr.Setup(s.Ctx(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for name, v := range map[string]any{"GET /runs/{id}": view, "run setup": setup, "templates": s.Orch.Offer().Templates} {
 			b, _ := json.Marshal(v)
 			if strings.Contains(string(b), needle) {
 				t.Errorf("%s holds the secret: %s", name, b)

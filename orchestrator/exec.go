@@ -52,28 +52,9 @@ func (c *ExecConfig) defaults() {
 	}
 }
 
-// Kernels returns the kernel manager, or nil when the sandbox is off.
-func (o *Orchestrator) Kernels() *kernels.Manager { return o.kernels }
-
 // Exec is sandbox.exec.
-func (o *Orchestrator) Exec(ctx context.Context, run runid.ID, in wire.ExecRequest) (wire.ExecResponse, error) {
-	return o.ExecStream(ctx, run, in, nil)
-}
-
-// CallOption is a per-call knob a surface passes beyond the tool's
-// request.
-type CallOption func(*callOptions)
-
-type callOptions struct {
-	env CellEnv
-}
-
-func callOpts(opts []CallOption) callOptions {
-	var c callOptions
-	for _, o := range opts {
-		o(&c)
-	}
-	return c
+func (o *Orchestrator) Exec(ctx context.Context, run runid.ID, in wire.ExecRequest, opts ...CallOption) (wire.ExecResponse, error) {
+	return o.ExecStream(ctx, run, in, nil, opts...)
 }
 
 // CellEnv is the environment a Python cell runs with beyond its kernel's,
@@ -105,11 +86,6 @@ func (e CellEnv) keys() []string {
 	return slices.Sorted(maps.Keys(seen))
 }
 
-// WithEnv runs a Python cell with env (see CellEnv).
-func WithEnv(env CellEnv) CallOption {
-	return func(c *callOptions) { c.env = env }
-}
-
 // ExecStream is sandbox.exec with the cell's output handed to on as it
 // arrives (stdout and stderr chunks, displays, the result), before the
 // answer; on runs on the sandbox's goroutine and must not block for long.
@@ -122,38 +98,40 @@ func WithEnv(env CellEnv) CallOption {
 // wait for it, as for a cell (StartCommand runs one without holding the
 // run).
 func (o *Orchestrator) ExecStream(ctx context.Context, run runid.ID, in wire.ExecRequest, on func(ExecEvent), opts ...CallOption) (wire.ExecResponse, error) {
-	var out wire.ExecResponse
 	if o.kernels == nil {
-		return out, fault.New(fault.NotConfigured, "no sandbox backend is configured", "start triad with --sandbox docker, wasm or auto")
+		return wire.ExecResponse{}, fault.New(fault.NotConfigured, "no sandbox backend is configured", "start triad with --sandbox docker, wasm or auto")
 	}
-	if err := o.validateExec(run, &in); err != nil {
-		return out, err
+	if err := validateExec(o.kernels, run, &in); err != nil {
+		return wire.ExecResponse{}, err
 	}
 	co := callOpts(opts)
 	if !co.env.empty() {
 		if in.Language == wire.LanguageBash {
-			return out, fault.New(fault.BadInput, "a command's environment is its env", "send the variables in env")
+			return wire.ExecResponse{}, fault.New(fault.BadInput, "a command's environment is its env", "send the variables in env")
 		}
 		if err := validEnv(co.env.Kernel); err != nil {
-			return out, err
+			return wire.ExecResponse{}, err
 		}
 		if err := validEnv(co.env.Call); err != nil {
-			return out, err
+			return wire.ExecResponse{}, err
 		}
 	}
-	timeout := o.execTimeout(in)
-	oc := o.execOutcome(in, timeout)
+	timeout := o.exec.timeout(in)
+	oc := execOutcome(in, timeout)
 	if !co.env.empty() {
 		oc.EnvKeys = co.env.keys()
 	}
-	err := o.call(ctx, run, oc, func(ctx context.Context, s *Step) error {
-		kept := o.keepCode(ctx, run, in.Code, oc)
+	var out wire.ExecResponse
+	err := o.call(ctx, run, oc, opts, func(ctx context.Context, c *call) error {
+		x := &cell{call: c, in: in, env: co.env, timeout: timeout, oc: oc, on: on}
+		kept := x.keepCode(ctx)
 		var err error
 		if in.Language == wire.LanguageBash {
-			out, err = o.command1(ctx, run, in, timeout, s, oc, on)
+			err = x.command(ctx)
 		} else {
-			out, err = o.exec1(ctx, run, in, co.env, timeout, s, oc, on)
+			err = x.python(ctx)
 		}
+		out = x.out
 		if kerr := kept(); kerr != nil && err == nil {
 			return kerr
 		}
@@ -162,17 +140,31 @@ func (o *Orchestrator) ExecStream(ctx context.Context, run runid.ID, in wire.Exe
 	return out, err
 }
 
+// cell is one sandbox.exec in flight: its call, its request and its
+// outcome, which its steps take.
+type cell struct {
+	*call
+	in      wire.ExecRequest
+	env     CellEnv
+	timeout time.Duration
+	oc      *ExecOutcome
+	on      func(ExecEvent)
+	out     wire.ExecResponse
+	// kernel is the run's kernel session once acquired.
+	kernel *kernels.Session
+}
+
 // execTimeout is the call's deadline: the request's, or the default, and
 // never past the maximum.
-func (o *Orchestrator) execTimeout(in wire.ExecRequest) time.Duration {
-	timeout := o.exec.DefaultTimeout
+func (c ExecConfig) timeout(in wire.ExecRequest) time.Duration {
+	timeout := c.DefaultTimeout
 	if in.TimeoutS != nil {
 		timeout = time.Duration(*in.TimeoutS * float64(time.Second))
 	}
-	return min(timeout, o.exec.MaxTimeout)
+	return min(timeout, c.MaxTimeout)
 }
 
-func (o *Orchestrator) execOutcome(in wire.ExecRequest, timeout time.Duration) *ExecOutcome {
+func execOutcome(in wire.ExecRequest, timeout time.Duration) *ExecOutcome {
 	oc := &ExecOutcome{Code: codeSummary(in.Code), TimeoutS: timeout.Seconds(), FilesIn: in.FilesIn, Timeout: timeout,
 		Context: in.Context, Cwd: in.Cwd}
 	if in.Language == wire.LanguageBash {
@@ -182,7 +174,7 @@ func (o *Orchestrator) execOutcome(in wire.ExecRequest, timeout time.Duration) *
 	return oc
 }
 
-func (o *Orchestrator) validateExec(run runid.ID, in *wire.ExecRequest) error {
+func validateExec(km *kernels.Manager, run runid.ID, in *wire.ExecRequest) error {
 	if strings.TrimSpace(in.Code) == "" {
 		return fault.New(fault.BadInput, "code is empty", "send Python source in code (or the command, with language bash)")
 	}
@@ -193,7 +185,7 @@ func (o *Orchestrator) validateExec(run runid.ID, in *wire.ExecRequest) error {
 			return fault.New(fault.BadInput, "env and cwd apply to bash commands only",
 				"in a Python cell set os.environ and call os.chdir, or send language \"bash\"")
 		}
-		if in.Context != "" && !o.kernels.HasContext(run, in.Context) {
+		if in.Context != "" && !km.HasContext(run, in.Context) {
 			return fault.New(fault.NotFound, fmt.Sprintf("run %s has no context %q", run, in.Context),
 				"create the context first, or omit context to use the run's kernel")
 		}
@@ -251,74 +243,93 @@ func validEnv(env map[string]string) error {
 	return nil
 }
 
-// session acquires the run's kernel for a call, within its owner's
-// kernel quota, and sets it up if it just started. The caller releases it.
-func (o *Orchestrator) session(ctx context.Context, run runid.ID, oc *ExecOutcome) (*kernels.Session, owner, error) {
-	ow, _, err := o.ownerOf(ctx, run)
+// session acquires the run's kernel for the cell, within its tenant's
+// kernel quota, and sets it up if it just started. The cell releases it.
+func (x *cell) session(ctx context.Context) error {
+	o := x.o
+	spec, err := o.setups.spec(ctx, x.r)
 	if err != nil {
-		return nil, ow, err
+		return err
 	}
-	spec, err := o.kernelSpec(ctx, run)
-	if err != nil {
-		return nil, ow, err
+	release := func() {}
+	if o.kernels.Peek(x.run) == nil {
+		release, err = o.t.ReserveKernel(x.who, x.owner, func() map[runid.ID]string { return liveTenants(o) })
+		if err != nil {
+			return err
+		}
 	}
-	release, err := o.reserveKernel(ctx, run, ow)
-	if err != nil {
-		return nil, ow, err
-	}
-	sess, err := o.kernels.Acquire(ctx, run, spec)
+	sess, err := o.kernels.Acquire(ctx, x.run, spec)
 	release()
 	if err != nil {
-		return nil, ow, sandboxErr(err)
+		return sandboxErr(err)
 	}
-	if err := o.prepareKernel(ctx, run, sess, oc); err != nil {
+	if err := o.setups.prepare(ctx, x.r, sess, x.oc); err != nil {
 		o.kernels.Release(sess)
-		return nil, ow, err
+		return err
 	}
-	return sess, ow, nil
+	x.kernel = sess
+	return nil
 }
 
-func (o *Orchestrator) exec1(ctx context.Context, run runid.ID, in wire.ExecRequest, env CellEnv, timeout time.Duration, s *Step, oc *ExecOutcome, on func(ExecEvent)) (wire.ExecResponse, error) {
-	out := wire.ExecResponse{Display: []wire.Bundle{}, FilesOut: []wire.FileRef{}, Kernel: wire.KernelInfo{Backend: o.kernels.Backend()}}
-	oc.Backend = out.Kernel.Backend
-	sess, ow, err := o.session(ctx, run, oc)
-	if err != nil {
-		return out, err
+// liveTenants lists the tenants of the runs whose kernels are live, by
+// run, for the kernels quota.
+func liveTenants(o *Orchestrator) map[runid.ID]string {
+	out := map[runid.ID]string{}
+	for _, id := range o.kernels.Runs() {
+		r, done := o.runs.use(id)
+		if ow, ok, _ := o.ownerOf(context.Background(), r); ok {
+			out[id] = ow.Tenant
+		}
+		done()
 	}
+	return out
+}
+
+// python runs a Python cell in the run's kernel (or the context it
+// names).
+func (x *cell) python(ctx context.Context) error {
+	o, in, oc := x.o, x.in, x.oc
+	x.out = wire.ExecResponse{Display: []wire.Bundle{}, FilesOut: []wire.FileRef{}, Kernel: wire.KernelInfo{Backend: o.kernels.Backend()}}
+	oc.Backend = x.out.Kernel.Backend
+	if err := x.session(ctx); err != nil {
+		return err
+	}
+	sess := x.kernel
 	// The session is busy, so the idle reaper leaves it alone, until the
 	// cell's files are harvested and its outputs kept.
 	defer o.kernels.Release(sess)
-	if err := o.filesIn(ctx, run, ow, sess, s, in.FilesIn); err != nil {
-		return out, err
+	if err := x.filesIn(ctx); err != nil {
+		return err
 	}
 	k, fresh := sess.Kernel, false
 	if in.Context != "" {
-		if k, fresh, err = o.kernels.ContextKernel(ctx, run, sess, in.Context); err != nil {
-			return out, contextErr(err, run, in.Context)
+		var err error
+		if k, fresh, err = o.kernels.ContextKernel(ctx, x.run, sess, in.Context); err != nil {
+			return contextErr(err, x.run, in.Context)
 		}
 	}
-	if !env.empty() {
+	if env := x.env; !env.empty() {
 		// The values go to the interpreter in setup cells, which are not
 		// kept: the cell's kept source, its trace and its Step Block never
 		// hold them.
 		if err := runSetupCell(ctx, k, env.setCode()); err != nil {
-			return out, sandboxErr(fmt.Errorf("set the cell's environment variables: %w", err))
+			return sandboxErr(fmt.Errorf("set the cell's environment variables: %w", err))
 		}
 		defer func() {
 			if len(env.Call) == 0 {
 				return
 			}
 			if err := runSetupCell(context.WithoutCancel(ctx), k, env.resetCode()); err != nil {
-				o.log.WarnContext(ctx, "restore the environment after a cell", "run", run, "err", err)
+				o.log.WarnContext(ctx, "restore the environment after a cell", "run", x.run, "err", err)
 			}
 		}()
 	}
 	// Streams are kept to StreamCap in memory and spooled past it; the
 	// caller's callback, if any, sees every event as it arrives.
-	outp := newOutput(o.exec.StreamCap, o.exec.SpoolDir, on)
+	outp := newOutput(o.exec.StreamCap, o.exec.SpoolDir, x.on)
 	defer outp.close()
 	o.metrics.cellRunning(1)
-	res, err := k.Execute(ctx, sandbox.Cell{Code: in.Code, Timeout: timeout, Output: outp.add})
+	res, err := k.Execute(ctx, sandbox.Cell{Code: in.Code, Timeout: x.timeout, Output: outp.add})
 	o.metrics.cellRunning(-1)
 	if err != nil {
 		// The interpreter was unusable before the cell ran: drop it so
@@ -330,24 +341,25 @@ func (o *Orchestrator) exec1(ctx context.Context, run runid.ID, in wire.ExecRequ
 			if in.Context != "" {
 				o.kernels.DropContext(sess, in.Context)
 			} else {
-				o.kernels.Drop(run)
+				o.kernels.Drop(x.run)
 			}
 		}
-		return out, sandboxErr(err)
+		return sandboxErr(err)
 	}
 	if res.Restarted && in.Context == "" {
 		// Set up for the next cell even if this one's caller hung up.
-		if err := o.kernelRestarted(context.WithoutCancel(ctx), run, sess); err != nil {
-			o.log.ErrorContext(ctx, "set up the restarted kernel", "run", run, "err", err)
+		if err := o.setups.restarted(context.WithoutCancel(ctx), x.r, sess); err != nil {
+			o.log.ErrorContext(ctx, "set up the restarted kernel", "run", x.run, "err", err)
 		}
 	}
 	res.Restarted = res.Restarted || fresh
 	// The cell ran, if only until the caller hung up: what it wrote is
 	// harvested whole either way, so the store matches the directory.
-	if err := o.harvest(ctx, run, sess, s, oc, &out); err != nil {
-		return out, err
+	if err := x.harvest(ctx); err != nil {
+		return err
 	}
-	oc.Egress = o.takeEgress(run)
+	x.oc.Egress = o.sb.take(x.run)
+	out := &x.out
 	out.OK = res.OK
 	out.ExecutionCount = res.ExecutionCount
 	out.DurationMs = res.Duration.Milliseconds()
@@ -360,62 +372,64 @@ func (o *Orchestrator) exec1(ctx context.Context, run runid.ID, in wire.ExecRequ
 		prefix = fmt.Sprintf("outputs/exec-%s", time.Now().UTC().Format("20060102T150405.000"))
 	}
 	keep := func(name string, data []byte) (tmpfs.File, error) {
-		f, err := o.store.WriteBytes(ctx, run, prefix+"-"+name, data)
+		f, err := o.store.WriteBytes(ctx, x.run, prefix+"-"+name, data)
 		if err != nil {
 			return f, err
 		}
-		s.Artifacts = append(s.Artifacts, f)
+		x.step.Artifacts = append(x.step.Artifacts, f)
 		return f, sess.Dir.Put(ctx, f)
 	}
-	o.keepStreams(ctx, run, outp, prefix, s, &out)
+	x.keepStreams(ctx, outp, prefix)
 	// A caller in the process (the recipe runner) gets the image bytes
 	// from here, not by reading them back from the store.
 	var images map[string][]byte
-	if r := stepInfo(ctx).Receipt; r != nil {
+	if r := x.opts.info.Receipt; r != nil {
 		images = map[string][]byte{}
 		r.Images = images
 	}
 	for i, b := range outp.display {
-		sb, trunc := o.shapeBundle(b, fmt.Sprintf("display-%d", i+1), keep, images)
+		sb, trunc := shapeBundle(b, fmt.Sprintf("display-%d", i+1), o.exec.StreamCap, keep, images)
 		out.Truncated = out.Truncated || trunc
 		out.Display = append(out.Display, sb)
 	}
 	if outp.value != nil {
-		sb, trunc := o.shapeBundle(*outp.value, "result", keep, images)
+		sb, trunc := shapeBundle(*outp.value, "result", o.exec.StreamCap, keep, images)
 		out.Truncated = out.Truncated || trunc
 		out.Result = &sb
 	}
 	if res.Error != nil {
-		out.Error = execError(res.Error, timeout)
+		out.Error = execError(res.Error, x.timeout)
 	}
 	oc.Ran, oc.OK, oc.Error, oc.Stderr, oc.Restarted = true, out.OK, out.Error, out.Stderr, out.Kernel.Restarted
-	return out, nil
+	return nil
 }
 
-// filesIn copies the call's files_in into the session's working directory.
-func (o *Orchestrator) filesIn(ctx context.Context, run runid.ID, ow owner, sess *kernels.Session, s *Step, files []wire.FileIn) error {
-	for i, f := range files {
-		src, err := o.resolveFileIn(ctx, run, ow, f.Path)
+// filesIn copies the cell's files_in into the session's working directory.
+func (x *cell) filesIn(ctx context.Context) error {
+	o := x.o
+	for i, f := range x.in.FilesIn {
+		src, err := x.resolveFileIn(ctx, f.Path)
 		if err != nil {
 			fe := fault.From(err)
 			return fault.Wrap(fe.Kind, err, fmt.Sprintf("files_in[%d]: %s", i, fe.Message), fe.Suggestion)
 		}
-		linked, err := o.store.Link(ctx, run, f.Name, src.SHA256, src.Size)
+		linked, err := o.store.Link(ctx, x.run, f.Name, src.SHA256, src.Size)
 		if err != nil {
-			return storeErr(err, run, f.Name)
+			return storeErr(err, x.run, f.Name)
 		}
-		s.Touched = append(s.Touched, linked.Path)
-		if err := sess.Dir.Put(ctx, linked); err != nil {
+		x.step.Touched = append(x.step.Touched, linked.Path)
+		if err := x.kernel.Dir.Put(ctx, linked); err != nil {
 			return fault.Wrap(fault.Internal, err, "copy files_in into the working directory", "retry; if the disk quota is full, delete files first")
 		}
 	}
 	return nil
 }
 
-// harvest stores what the call left in the working directory, so the
+// harvest stores what the cell left in the working directory, so the
 // store matches it, and notes it in the step and the answer.
-func (o *Orchestrator) harvest(ctx context.Context, run runid.ID, sess *kernels.Session, s *Step, oc *ExecOutcome, out *wire.ExecResponse) error {
-	ch, herr := sess.Dir.Harvest(context.WithoutCancel(ctx))
+func (x *cell) harvest(ctx context.Context) error {
+	o, s, oc, out := x.o, x.step, x.oc, &x.out
+	ch, herr := x.kernel.Dir.Harvest(context.WithoutCancel(ctx))
 	for _, f := range ch.Written {
 		out.FilesOut = append(out.FilesOut, wire.Ref(f))
 		s.Artifacts = append(s.Artifacts, f)
@@ -429,22 +443,23 @@ func (o *Orchestrator) harvest(ctx context.Context, run runid.ID, sess *kernels.
 	}
 	if herr != nil {
 		// Never a success with files missing: the caller must know.
-		o.log.ErrorContext(ctx, "harvest working directory", "run", run, "stored", len(ch.Written), "err", herr)
+		o.log.ErrorContext(ctx, "harvest working directory", "run", x.run, "stored", len(ch.Written), "err", herr)
 		return harvestErr(herr, len(ch.Written))
 	}
 	for _, r := range ch.Refused {
-		o.log.WarnContext(ctx, "refused to harvest a file", "run", run, "path", r.Path, "size", r.Size, "reason", r.Reason)
+		o.log.WarnContext(ctx, "refused to harvest a file", "run", x.run, "path", r.Path, "size", r.Size, "reason", r.Reason)
 	}
 	return nil
 }
 
-// keepStreams puts the call's stdout and stderr in the answer, each kept
+// keepStreams puts the cell's stdout and stderr in the answer, each kept
 // whole as a run file when it is over the cap.
-func (o *Orchestrator) keepStreams(ctx context.Context, run runid.ID, outp *output, prefix string, s *Step, out *wire.ExecResponse) {
+func (x *cell) keepStreams(ctx context.Context, outp *output, prefix string) {
 	var trunc bool
-	out.Stdout, out.StdoutFile, trunc = o.keepStream(ctx, run, &outp.stdout, prefix+"-stdout.txt", s)
+	out := &x.out
+	out.Stdout, out.StdoutFile, trunc = x.keepStream(ctx, &outp.stdout, prefix+"-stdout.txt")
 	out.Truncated = out.Truncated || trunc
-	out.Stderr, out.StderrFile, trunc = o.keepStream(ctx, run, &outp.stderr, prefix+"-stderr.txt", s)
+	out.Stderr, out.StderrFile, trunc = x.keepStream(ctx, &outp.stderr, prefix+"-stderr.txt")
 	out.Truncated = out.Truncated || trunc
 }
 
@@ -479,9 +494,10 @@ func fileInDigest(p string) (tmpfs.Digest, bool) {
 // blob by hash must be one some run of the run's tenant has held; any
 // other hash is not found, exists or not, so files_in is no oracle for
 // other tenants' bytes.
-func (o *Orchestrator) resolveFileIn(ctx context.Context, run runid.ID, ow owner, p string) (tmpfs.File, error) {
+func (x *cell) resolveFileIn(ctx context.Context, p string) (tmpfs.File, error) {
+	o := x.o
 	if d, ok := fileInDigest(p); ok {
-		if !o.tenantHolds(ctx, ow.Tenant, d) {
+		if !o.t.Holds(ctx, x.owner.Tenant, d) {
 			return tmpfs.File{}, blobNotFound(d)
 		}
 		n, err := o.store.Blobs().Stat(ctx, d)
@@ -490,9 +506,9 @@ func (o *Orchestrator) resolveFileIn(ctx context.Context, run runid.ID, ow owner
 		}
 		return tmpfs.File{SHA256: d, Size: n}, nil
 	}
-	f, err := o.store.Stat(ctx, run, p)
+	f, err := o.store.Stat(ctx, x.run, p)
 	if err != nil {
-		return f, storeErr(err, run, p)
+		return f, storeErr(err, x.run, p)
 	}
 	return f, nil
 }
@@ -500,7 +516,8 @@ func (o *Orchestrator) resolveFileIn(ctx context.Context, run runid.ID, ow owner
 // keepStream returns a stream's text for the answer and, when it was over
 // the cap, stores its full text as a run file (streamed from the spool, never
 // whole in memory) and returns that file's reference.
-func (o *Orchestrator) keepStream(ctx context.Context, run runid.ID, sp *spool, path string, s *Step) (string, *wire.FileRef, bool) {
+func (x *cell) keepStream(ctx context.Context, sp *spool, path string) (string, *wire.FileRef, bool) {
+	o := x.o
 	text, truncated := sp.text()
 	if !truncated {
 		return text, nil, false
@@ -508,22 +525,22 @@ func (o *Orchestrator) keepStream(ctx context.Context, run runid.ID, sp *spool, 
 	f, ok, err := sp.full()
 	if err == nil && ok {
 		var stored tmpfs.File
-		stored, err = o.store.Write(ctx, run, path, f, 0)
+		stored, err = o.store.Write(ctx, x.run, path, f, 0)
 		if err == nil {
-			s.Artifacts = append(s.Artifacts, stored)
-			err = o.mirrorPut(ctx, run, stored)
+			x.step.Artifacts = append(x.step.Artifacts, stored)
+			err = o.files.put(ctx, x.run, stored)
 			r := wire.Ref(stored)
 			return text, &r, true
 		}
 	}
-	o.log.ErrorContext(ctx, "keep full output", "run", run, "path", path, "err", err)
+	o.log.ErrorContext(ctx, "keep full output", "run", x.run, "path", path, "err", err)
 	return text, nil, true
 }
 
 // binaryMIME are the bundle types stored as files instead of inlined.
 var binaryMIME = map[string]string{"image/png": "png", "image/jpeg": "jpg", "image/gif": "gif", "image/svg+xml": "svg", "application/pdf": "pdf"}
 
-func (o *Orchestrator) shapeBundle(b sandbox.Bundle, name string, keep func(string, []byte) (tmpfs.File, error), images map[string][]byte) (wire.Bundle, bool) {
+func shapeBundle(b sandbox.Bundle, name string, streamCap int, keep func(string, []byte) (tmpfs.File, error), images map[string][]byte) (wire.Bundle, bool) {
 	out := wire.Bundle{Data: map[string]any{}, Metadata: b.Metadata}
 	truncated := false
 	for mime, raw := range b.Data {
@@ -547,8 +564,8 @@ func (o *Orchestrator) shapeBundle(b sandbox.Bundle, name string, keep func(stri
 		}
 		var s string
 		if err := json.Unmarshal(raw, &s); err == nil {
-			if len(s) > o.exec.StreamCap {
-				out.Data[mime] = truncateUTF8(s, o.exec.StreamCap)
+			if len(s) > streamCap {
+				out.Data[mime] = truncateUTF8(s, streamCap)
 				truncated = true
 				continue
 			}
@@ -627,10 +644,12 @@ func (o *Orchestrator) Restart(ctx context.Context, run runid.ID) error {
 	if o.kernels == nil {
 		return fault.New(fault.NotConfigured, "no sandbox backend is configured", "start triad with --sandbox docker, wasm or auto")
 	}
-	if _, err := o.access(ctx, run, auth.Runs, true); err != nil {
+	r, done := o.runs.use(run)
+	defer done()
+	if _, err := o.access(ctx, r, auth.Runs, true); err != nil {
 		return err
 	}
-	held, err := o.lockRun(ctx, run)
+	held, err := o.lockRun(ctx, r)
 	if err != nil {
 		return err
 	}
@@ -643,7 +662,7 @@ func (o *Orchestrator) Restart(ctx context.Context, run runid.ID) error {
 		// Under a shared lock the run's kernel may live on without this
 		// process holding it (another replica's, or adopted on restart):
 		// adopt it to restart it.
-		spec, err := o.kernelSpec(ctx, run)
+		spec, err := o.setups.spec(ctx, r)
 		if err != nil {
 			return err
 		}
@@ -656,7 +675,7 @@ func (o *Orchestrator) Restart(ctx context.Context, run runid.ID) error {
 		o.kernels.Drop(run)
 		return sandboxErr(err)
 	}
-	return o.kernelRestarted(ctx, run, sess)
+	return o.setups.restarted(ctx, r, sess)
 }
 
 // Stop ends the run's kernel, if one is live: its files stay in the store
@@ -666,7 +685,9 @@ func (o *Orchestrator) Stop(ctx context.Context, run runid.ID) error {
 	if o.kernels == nil {
 		return nil
 	}
-	held, err := o.lockRun(ctx, run)
+	r, done := o.runs.use(run)
+	defer done()
+	held, err := o.lockRun(ctx, r)
 	if err != nil {
 		return err
 	}
@@ -698,16 +719,16 @@ func (o *Orchestrator) NewContext(ctx context.Context, run runid.ID, cwd string)
 	}
 	var out wire.Context
 	oc := &ContextOutcome{Op: ContextCreate, Cwd: cwd, Backend: o.kernels.Backend()}
-	err := o.call(ctx, run, oc, func(ctx context.Context, s *Step) error {
-		spec, err := o.kernelSpec(ctx, run)
+	err := o.call(ctx, run, oc, nil, func(ctx context.Context, c *call) error {
+		spec, err := o.setups.spec(ctx, c.r)
 		if err != nil {
 			return err
 		}
-		c, err := o.kernels.NewContext(ctx, run, cwd, spec)
+		k, err := o.kernels.NewContext(ctx, run, cwd, spec)
 		if err != nil {
 			return contextErr(err, run, "")
 		}
-		out, oc.ID, oc.Done = wireContext(c), c.ID, true
+		out, oc.ID, oc.Done = wireContext(k), k.ID, true
 		return nil
 	})
 	return out, err
@@ -767,7 +788,7 @@ func (o *Orchestrator) contextOp(ctx context.Context, run runid.ID, op, id strin
 		return contextErr(kernels.ErrNoContext, run, id)
 	}
 	oc := &ContextOutcome{Op: op, ID: id, Backend: o.kernels.Backend()}
-	return o.call(ctx, run, oc, func(ctx context.Context, s *Step) error {
+	return o.call(ctx, run, oc, nil, func(ctx context.Context, _ *call) error {
 		if err := fn(ctx); err != nil {
 			return contextErr(err, run, id)
 		}

@@ -100,7 +100,11 @@ func TestCallsMarkAReplacedKernel(t *testing.T) {
 	if _, err := s.Orch.Exec(ctx, run, wire.ExecRequest{Code: "y = 2"}); err != nil {
 		t.Fatal(err)
 	}
-	calls, err := s.Orch.Calls(ctx, run)
+	rr, err := s.Orch.ReadRun(ctx, run)
+	if err != nil {
+		t.Fatal(err)
+	}
+	calls, err := rr.Calls(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,15 +4,19 @@ import (
 	"context"
 	"time"
 
+	"github.com/triadhq/triad/auth"
 	"github.com/triadhq/triad/internal/runid"
 )
 
 // StartStep does what call does for a call before the tool runs, holding
-// run with h: the lock's Begin and the step-started marker. A test that
-// then drops h without recording stands for a process that died between
-// the call's answer and its verdict.
+// run with h: it writes the call-in-progress record. A test that then
+// drops h without recording stands for a process that died between the
+// call's answer and its verdict.
 func (o *Orchestrator) StartStep(ctx context.Context, h Held, run runid.ID, out Outcome) {
 	s := &Step{Run: run, Outcome: out, Started: time.Now().UTC()}
-	o.begin(ctx, h, s)
-	o.markStep(ctx, s)()
+	n, _, _ := o.j.Next(ctx, run)
+	o.j.Begin(ctx, s, n, auth.From(ctx), StepInfo{})()
 }
+
+// OwnerLookups counts how often a run's owner was resolved.
+func (o *Orchestrator) OwnerLookups() int64 { return o.ownerLookups.n.Load() }

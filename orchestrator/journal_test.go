@@ -153,7 +153,7 @@ func TestJournalScenario(t *testing.T) {
 func checkTraceAgrees(t *testing.T, s *orchestratortest.Stack, run runid.ID, bs []block) {
 	t.Helper()
 	ctx := s.Ctx(t)
-	tr, err := s.Orch.Trace(ctx, run)
+	tr, err := s.Trace(ctx, run)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -201,7 +201,7 @@ func TestArtifactIndexAgrees(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The store directly: wait for the last call's recording first.
-	if err := s.Orch.Settle(ctx, run); err != nil {
+	if _, err := s.Orch.ReadRun(ctx, run); err != nil {
 		t.Fatal(err)
 	}
 	b, _, err := s.Store.ReadAll(ctx, run, runfiles.Index)
@@ -268,7 +268,7 @@ func TestConcurrentCallsAreSerialized(t *testing.T) {
 			t.Fatalf("block %d is Step %d", i+1, b.n)
 		}
 	}
-	tr, err := s.Orch.Trace(ctx, run)
+	tr, err := s.Trace(ctx, run)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -326,7 +326,7 @@ func TestMonkeypatchedKernelDoesNotChangeVerdict(t *testing.T) {
 	ctx := s.Ctx(t)
 	work := "open('bad.json','w').write('{not json')"
 	verdict := func(run runid.ID) string {
-		tr, err := s.Orch.Trace(ctx, run)
+		tr, err := s.Trace(ctx, run)
 		if err != nil || len(tr) == 0 {
 			t.Fatalf("trace: %v", err)
 		}
@@ -364,7 +364,7 @@ func TestFinalizeListsDeliverables(t *testing.T) {
 	if _, err := s.Orch.Write(ctx, run, wire.WriteRequest{Path: "artifacts/brief.md", Text: text("# Brief\n")}); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Orch.Settle(ctx, run); err != nil {
+	if _, err := s.Orch.ReadRun(ctx, run); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := s.Store.Stat(ctx, run, runfiles.Index); err != nil {

@@ -2,11 +2,8 @@ package orchestrator
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"slices"
-	"sort"
-	"strconv"
 	"strings"
 	"unicode"
 	"unicode/utf8"
@@ -14,6 +11,7 @@ import (
 	"github.com/triadhq/triad/auth"
 	"github.com/triadhq/triad/internal/fault"
 	"github.com/triadhq/triad/internal/runid"
+	"github.com/triadhq/triad/orchestrator/tenancy"
 	"github.com/triadhq/triad/wire"
 )
 
@@ -32,7 +30,10 @@ const (
 // summary as GET /runs will list it. Labels are not the run's activity:
 // its Updated time, and so its duration, stay as they were.
 func (o *Orchestrator) SetLabels(ctx context.Context, run runid.ID, in wire.RunLabels) (wire.RunSummary, error) {
-	if _, err := o.access(ctx, run, auth.Runs, false); err != nil {
+	r, done := o.runs.use(run)
+	defer done()
+	ow, err := o.access(ctx, r, auth.Runs, false)
+	if err != nil {
 		return wire.RunSummary{}, err
 	}
 	var name string
@@ -63,13 +64,13 @@ func (o *Orchestrator) SetLabels(ctx context.Context, run runid.ID, in wire.RunL
 			tags = []string{}
 		}
 	}
-	held, err := o.lockRun(ctx, run)
+	held, err := o.lockRun(ctx, r)
 	if err != nil {
 		return wire.RunSummary{}, err
 	}
 	defer held.Unlock()
 	var out wire.RunSummary
-	o.editSummary(ctx, run, nil, false, func(s *summary) {
+	o.t.Label(ctx, ow, func(s *tenancy.Summary) {
 		if in.Name != nil {
 			s.Name = name
 		}
@@ -97,78 +98,10 @@ func checkLabel(what, v string, limit int) error {
 	return nil
 }
 
-// labels returns a run's name and tags from its index entry (the pending
-// one, if a change is not written yet).
-func (o *Orchestrator) labels(ctx context.Context, ow owner) (string, []string) {
-	o.t.smu.Lock()
-	if rs := o.t.sums[ow.Run]; rs != nil {
-		name, tags := rs.sum.Name, slices.Clone(rs.sum.Tags)
-		o.t.smu.Unlock()
-		return name, tags
-	}
-	o.t.smu.Unlock()
-	var s summary
-	if b, _, err := o.store.Meta().GetMeta(ctx, indexKey(ow)); err == nil && json.Unmarshal(b, &s) == nil {
-		return s.Name, s.Tags
-	}
-	return "", nil
-}
-
-// The orders GET /runs sorts by.
+// The orders GET /runs sorts by (tenancy.Sorts).
 const (
-	SortCreated = "created" // newest first, the default
-	SortOldest  = "oldest"
-	SortUpdated = "updated" // latest activity first
-	SortName    = "name"    // A to Z, unnamed runs last
+	SortCreated = tenancy.SortCreated
+	SortOldest  = tenancy.SortOldest
+	SortUpdated = tenancy.SortUpdated
+	SortName    = tenancy.SortName
 )
-
-// Sorts lists the orders RunsQuery.Sort takes.
-var Sorts = []string{SortCreated, SortOldest, SortUpdated, SortName}
-
-// maxSorted bounds the index entries a page in another order than the
-// index's own reads: the tenant's newest runs, this many of them.
-const maxSorted = 5000
-
-// search reports whether a run matches every term of q: a term tag:x
-// needs the tag x; any other term is looked for in the run's id, name,
-// objective, recipe and tags, ignoring case.
-func search(s wire.RunSummary, q string) bool {
-	for _, term := range strings.Fields(strings.ToLower(q)) {
-		if t, ok := strings.CutPrefix(term, "tag:"); ok {
-			if !slices.Contains(s.Tags, t) {
-				return false
-			}
-			continue
-		}
-		hay := strings.ToLower(s.RunID + "\x00" + s.Name + "\x00" + s.Objective + "\x00" + s.Recipe + "\x00" + strings.Join(s.Tags, "\x00"))
-		if !strings.Contains(hay, term) {
-			return false
-		}
-	}
-	return true
-}
-
-// sortedCursor is a page's cursor in another order than the index's: the
-// offset of the page's first run, after "@".
-func sortedCursor(offset int) string { return "@" + strconv.Itoa(offset) }
-
-// sortRuns orders runs for q.Sort.
-func sortRuns(runs []wire.RunSummary, by string) {
-	sort.SliceStable(runs, func(i, j int) bool {
-		a, b := runs[i], runs[j]
-		switch by {
-		case SortOldest:
-			return a.Created.Before(b.Created)
-		case SortUpdated:
-			return a.Updated.After(b.Updated)
-		case SortName:
-			if (a.Name == "") != (b.Name == "") {
-				return a.Name != ""
-			}
-			if x, y := strings.ToLower(a.Name), strings.ToLower(b.Name); x != y {
-				return x < y
-			}
-		}
-		return a.Created.After(b.Created)
-	})
-}

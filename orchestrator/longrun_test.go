@@ -57,7 +57,7 @@ func longRun(t testing.TB, st *orchestratortest.Stack, run runid.ID, n int) (ste
 			t.Fatalf("step %d: %v", i, err)
 		}
 		answer = append(answer, time.Since(t0))
-		if err := st.Orch.Settle(ctx, run); err != nil {
+		if _, err := st.Orch.ReadRun(ctx, run); err != nil {
 			t.Fatal(err)
 		}
 		step = append(step, time.Since(t0))
@@ -77,7 +77,11 @@ func TestLongRunJournalIsContentAddressed(t *testing.T) {
 			ctx := st.Ctx(t)
 			run := runid.New()
 			longRun(t, st, run, longRunSteps)
-			f, r, err := st.Orch.OpenJournal(ctx, run)
+			rr, err := st.Orch.ReadRun(ctx, run)
+			if err != nil {
+				t.Fatal(err)
+			}
+			f, r, err := rr.OpenJournal(ctx)
 			if err != nil {
 				t.Fatal(err)
 			}

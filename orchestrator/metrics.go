@@ -33,27 +33,9 @@ func (h hooks) toolCall(tool, outcome string, d time.Duration) {
 	}
 }
 
-func (h hooks) evaluated(verdict string, d time.Duration) {
-	if h.m != nil {
-		h.m.Evaluated(verdict, d)
-	}
-}
-
 func (h hooks) search(outcome string) {
 	if h.m != nil {
 		h.m.Search(outcome)
-	}
-}
-
-func (h hooks) runStatus(status string) {
-	if h.m != nil {
-		h.m.RunStatus(status)
-	}
-}
-
-func (h hooks) quotaRefused(limit string) {
-	if h.m != nil {
-		h.m.QuotaRefused(limit)
 	}
 }
 

@@ -1,11 +1,18 @@
-// Package orchestrator is the one path every tool call takes, whatever surface it came from (HTTP, MCP, recipes, CLI).
+// Package orchestrator is the one path every tool call takes, whatever surface it came from (HTTP, MCP, E2B, the console, recipes, replays, the CLI).
 //
-// For each call it resolves the run, serializes the call behind the run's
-// earlier calls (the journal's single-writer policy), calls the tool, records
-// the metadata (path, size, sha256) of every file the call produced or
-// changed, appends the Step Block to CEL.md with the evaluator's verdict on
-// its Evaluation line, and records the trace, in that order. There is no second path: a
-// surface that bypassed this package would leave calls out of the journal.
+// For each call it resolves the run once (its owner, the caller, the run's
+// lock, the step's number, the caller's options) into one value that the
+// tool takes, calls the tool, answers, and records what the call left
+// under the run's lock: the metadata (path, size, sha256) of every file it
+// produced or changed, the Step Block with the evaluator's verdict on its
+// Evaluation line, the trace, the tenant's run index. There is no second
+// path: a surface that bypassed this package would leave calls out of the
+// journal.
+//
+// The rooms: the run table (run.go: what the process keeps of each run,
+// one struct per run), package tenancy (owners, quotas, the run index,
+// usage), package journal (recording and crash recovery), package kernels
+// (the run's kernel), and the tools here, each a call's body.
 package orchestrator
 
 import (
@@ -14,18 +21,16 @@ import (
 	"sync"
 	"time"
 
-	"github.com/triadhq/triad/auth"
 	"github.com/triadhq/triad/browser"
 	"github.com/triadhq/triad/cel"
 	"github.com/triadhq/triad/egress"
 	"github.com/triadhq/triad/evaluator"
-	"github.com/triadhq/triad/internal/crashpoint"
-	"github.com/triadhq/triad/internal/fault"
 	"github.com/triadhq/triad/internal/runid"
+	"github.com/triadhq/triad/orchestrator/journal"
 	"github.com/triadhq/triad/orchestrator/kernels"
+	"github.com/triadhq/triad/orchestrator/tenancy"
 	"github.com/triadhq/triad/sandbox/template"
 	"github.com/triadhq/triad/tmpfs"
-	"github.com/triadhq/triad/wire"
 )
 
 // Orchestrator runs tool calls.
@@ -35,33 +40,28 @@ type Orchestrator struct {
 	exec    ExecConfig
 	limits  Limits
 	log     *slog.Logger
-	j       *journal
-	search0 browser.Provider
-	t       *tenancy
+	j       *journal.Journal // nil records nothing
+	t       *tenancy.Tenancy
+	search  browser.Provider
+	replay  bool // every run's searches replay its records
+	lock    RunLock
+	runs    *table
+	files   mirror
+	setups  setups
 	metrics hooks
-	feed    feed
 
-	rmu         sync.Mutex
-	replayAll   bool
-	replayRuns  map[runid.ID]bool
-	replayCount map[runid.ID]map[string]int // replayed calls per request key
-	replaySrc   map[runid.ID]runid.ID       // runs whose searches replay another run's records
+	// recording counts the calls that answered and are being recorded;
+	// commands, the background commands running. Close waits for both.
+	recording sync.WaitGroup
+	commands  sync.WaitGroup
+	stopCmds  context.Context // cancelled by Close: running commands are killed
+	stopAll   context.CancelFunc
+	closeOnce sync.Once
 
-	smu    sync.Mutex
-	setups map[runid.ID]wire.RunSetup // seed and as_of per run, set or loaded
-	fresh  map[runid.ID]bool          // runs whose kernel restarted since their last cell
-
-	pend pending  // runs whose last call answered and is being recorded
-	cmds sync.Map // runid.ID -> *cmdCounter
-	lock RunLock
-
-	runs runs // which runs are in use; idle ones are dropped (idle.go)
-
-	templates   *template.Set
-	egress      *egress.Proxy
-	egressTrust []byte
-	imageDigest func(ctx context.Context, ref string) (string, error)
-	eg          egressRuns // runs whose sandboxes reach the network (egress.go)
+	ownerLookups countingLookups
+	// sb is the runs' sandboxes: templates, and the egress sessions of
+	// runs whose kernels reach the network (egress.go).
+	sb *sandboxes
 }
 
 // Limits bound what a single call may move.
@@ -75,6 +75,9 @@ type Limits struct {
 
 // DefaultLimits are the limits when none are configured.
 var DefaultLimits = Limits{JSONBody: 32 << 20, StreamBody: 5 << 30}
+
+// Quotas bound what one tenant may use (see tenancy.Quotas).
+type Quotas = tenancy.Quotas
 
 // Config configures an Orchestrator.
 type Config struct {
@@ -100,6 +103,9 @@ type Config struct {
 	// RunLock keeps each run's single writer; nil means InProcess. Give a
 	// lock shared by every replica when several serve one store.
 	RunLock RunLock
+	// Replica names this process (a pod's name) in the record of a call
+	// in progress, so a call a crash interrupted says whose it was.
+	Replica string
 	// RunIdle is how long a run with no call in flight and no live kernel
 	// keeps what this process caches of it in memory; zero means
 	// DefaultRunIdle. Its next use reads it back from the store.
@@ -118,7 +124,7 @@ type Config struct {
 	ImageDigest func(ctx context.Context, ref string) (string, error)
 }
 
-// New returns an Orchestrator.
+// New returns an Orchestrator. Close stops what it started.
 func New(c Config) *Orchestrator {
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
@@ -136,136 +142,71 @@ func New(c Config) *Orchestrator {
 	if c.RunIdle <= 0 {
 		c.RunIdle = DefaultRunIdle
 	}
-	o := &Orchestrator{store: c.Store, kernels: c.Kernels, exec: c.Exec, limits: c.Limits, log: c.Logger,
-		search0: c.Search, replayAll: c.Replay, replayRuns: map[runid.ID]bool{}, replayCount: map[runid.ID]map[string]int{},
-		replaySrc: map[runid.ID]runid.ID{}, setups: map[runid.ID]wire.RunSetup{}, fresh: map[runid.ID]bool{},
-		t: newTenancy(c.Quotas), metrics: hooks{c.Metrics}, lock: c.RunLock,
-		runs:      runs{idle: c.RunIdle, use: map[runid.ID]*runUse{}},
-		templates: c.Templates, egress: c.Egress, egressTrust: c.EgressTrust, imageDigest: c.ImageDigest}
-	if c.Journal != nil {
-		o.j = &journal{cel: c.Journal, eval: c.Evaluator, cites: map[runid.ID]map[string]bool{}, meta: map[runid.ID]cel.Header{},
-			views: map[runid.ID]*view{}, recovered: map[runid.ID]bool{}}
+	o := &Orchestrator{store: c.Store, kernels: c.Kernels, exec: c.Exec, limits: c.Limits, log: c.Logger, search: c.Search,
+		replay: c.Replay, lock: c.RunLock, metrics: hooks{c.Metrics}}
+	o.stopCmds, o.stopAll = context.WithCancel(context.Background())
+	o.files = mirror{store: c.Store, kernels: c.Kernels, log: c.Logger}
+	o.sb = &sandboxes{templates: c.Templates, proxy: c.Egress, trust: c.EgressTrust, imageDigest: c.ImageDigest,
+		kernels: c.Kernels, store: c.Store, log: c.Logger}
+	o.setups = setups{store: c.Store, kernels: c.Kernels, files: o.files, sb: o.sb}
+	var tm tenancy.Metrics
+	var jm journal.Metrics
+	if c.Metrics != nil {
+		tm, jm = c.Metrics, c.Metrics
 	}
+	o.t = tenancy.New(tenancy.Config{Store: c.Store, Quotas: c.Quotas, Logger: c.Logger, Metrics: tm})
+	if c.Journal != nil {
+		o.j = journal.New(journal.Config{Store: c.Store, CEL: c.Journal, Evaluator: c.Evaluator, Logger: c.Logger, Metrics: jm,
+			Holder: c.Replica})
+	}
+	// A run idle in the table stays while its kernel is live (the
+	// session knows the working directory) or its index entry is still
+	// to be written (which reads the run's files); once evicted, what
+	// other caches hold of it goes too.
+	keep := func(id runid.ID) bool { return o.t.Pending(id) || o.kernels != nil && o.kernels.Peek(id) != nil }
+	evicted := func(id runid.ID) {
+		o.sb.drop(id)
+		o.store.Forget(id)
+		if o.j != nil {
+			o.j.CEL().Forget(id)
+		}
+		if f, ok := o.lock.(interface{ Forget(runid.ID) }); ok {
+			f.Forget(id)
+		}
+	}
+	o.runs = newTable(c.RunIdle, keep, evicted)
 	return o
 }
 
-// Store returns the file store.
-func (o *Orchestrator) Store() *tmpfs.Store { return o.store }
+// Close closes the runs' egress sessions and waits for their serve
+// loops, kills the background commands still running (their ends are
+// recorded), waits for the calls being recorded, stops the run table's
+// sweep and writes what calls left pending in the tenants' index; call
+// it before closing the store. The orchestrator's calls still work after
+// it, but nothing is swept or written in the background any more. Close
+// is safe to call twice.
+func (o *Orchestrator) Close() error {
+	o.closeOnce.Do(func() {
+		o.sb.close()
+		o.stopAll()
+		o.commands.Wait()
+		o.recording.Wait()
+		o.runs.close()
+	})
+	return o.t.Close()
+}
 
 // Limits returns the configured limits.
 func (o *Orchestrator) Limits() Limits { return o.limits }
 
-// call is the orchestration path. fn performs the tool call, filling in
-// the step's artifacts and its outcome's facts; call does everything
-// around it: the caller's right to the run (its scope, its tenant, the
-// tenant's stored-bytes quota), the run lock (and, under a shared lock,
-// the call in progress recorded on it), timing, a step-started marker,
-// and recording (Step Block with the evaluator's verdict, trace,
-// evaluations, artifact index, the tenant's run index). Recording runs
-// after call returns, under the run's lock, so the run's next call waits
-// for it, on this replica or another (see pending.go). A call refused
-// before it starts (another
-// tenant's run, a scope or quota) is not recorded: it never touched the
-// run.
-func (o *Orchestrator) call(ctx context.Context, run runid.ID, out Outcome, fn func(ctx context.Context, s *Step) error) error {
-	start := time.Now()
-	ow, err := o.access(ctx, run, scopeOf(out.Tool()), true)
-	if err == nil && scopeOf(out.Tool()) == auth.Runs && out.Tool() != ToolDelete {
-		var add int64
-		if t, ok := out.(*TmpOutcome); ok {
-			add = int64(t.Bytes)
-		}
-		err = o.checkBytes(ctx, ow, add)
+// Caches counts what the process keeps in memory by run now.
+func (o *Orchestrator) Caches() RunCaches {
+	c := RunCaches{InUse: o.runs.len(), Store: o.store.Cached(), Other: o.t.Cached()}
+	if o.j != nil {
+		c.Journal = o.j.CEL().Cached()
 	}
-	if err != nil {
-		o.metrics.toolCall(out.Tool(), outcome(err), time.Since(start))
-		return err
+	if l, ok := o.lock.(interface{ Len() int }); ok {
+		c.Other += l.Len()
 	}
-	held, err := o.lockRun(ctx, run)
-	if err != nil {
-		o.metrics.toolCall(out.Tool(), outcome(err), time.Since(start))
-		return err
-	}
-	s := &Step{Run: run, Outcome: out, Started: time.Now().UTC()}
-	// The journal must be written even if the caller hung up mid-call.
-	wctx := context.WithoutCancel(ctx)
-	if o.j == nil {
-		s.Err = fn(ctx, s)
-		s.Elapsed = time.Since(s.Started)
-		o.finish(wctx, s)
-		held.Unlock()
-		o.metrics.toolCall(out.Tool(), outcome(s.Err), time.Since(start))
-		return s.Err
-	}
-	o.begin(wctx, held, s)
-	marked := o.markStep(wctx, s)
-	s.Err = fn(ctx, s)
-	s.Elapsed = time.Since(s.Started)
-	marked()
-	if stepInfo(ctx).Receipt != nil {
-		// The caller (the recipe runner) reads the verdict from the
-		// receipt as soon as the call returns: record first.
-		o.finish(wctx, s)
-		held.Unlock()
-		o.metrics.toolCall(out.Tool(), outcome(s.Err), time.Since(start))
-		return s.Err
-	}
-	// Answer now; record before the run's lock is released, so the run's
-	// next call starts after the verdict is written, and readers settle
-	// on it (see pending.go). The bytes the call stored count against
-	// the tenant's quota at once, before any other call is admitted.
-	o.noteRun(wctx, run, nil, func(*summary) {})
-	ch := o.pend.begin(run)
-	hold := crashpoint.Hold()
-	go func() {
-		defer o.pend.end(run, ch)
-		defer held.Unlock()
-		if hold {
-			select {} // the process is about to die: see internal/crashpoint
-		}
-		o.finish(wctx, s)
-	}()
-	o.metrics.toolCall(out.Tool(), outcome(s.Err), time.Since(start))
-	return s.Err
-}
-
-// finish records a step that ran: its Step Block with the evaluator's
-// verdict, its trace and evaluation lines (record), then the run's
-// summary. Whatever publishes a finished step goes after record, which
-// sets its verdict.
-func (o *Orchestrator) finish(ctx context.Context, s *Step) {
-	o.record(ctx, s)
-	objective := o.objective(s.Run)
-	o.noteRun(ctx, s.Run, s.touched(), func(sum *summary) {
-		sum.Steps++
-		if sum.Objective == "" {
-			sum.Objective = objective
-		}
-		if s.verdict != nil {
-			sum.LastVerdict = "FAIL"
-			sum.Failed++
-			if s.verdict.Pass {
-				sum.LastVerdict = "PASS"
-				sum.Passed++
-				sum.Failed--
-			}
-		}
-	})
-}
-
-// scopeOf is the scope a tool needs: reading a run's files needs read,
-// everything else runs.
-func scopeOf(tool string) auth.Scope {
-	if tool == ToolRead || tool == ToolList {
-		return auth.Read
-	}
-	return auth.Runs
-}
-
-// outcome labels a call's result for metrics: "ok" or its error's kind.
-func outcome(err error) string {
-	if err == nil {
-		return "ok"
-	}
-	return string(fault.From(err).Kind)
+	return c
 }

@@ -6,26 +6,24 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/triadhq/triad/cel"
 	"github.com/triadhq/triad/internal/runid"
 	"github.com/triadhq/triad/orchestrator"
+	"github.com/triadhq/triad/orchestrator/orchestratortest"
 	"github.com/triadhq/triad/tmpfs"
 	"github.com/triadhq/triad/tmpfs/local"
 	"github.com/triadhq/triad/wire"
 )
 
 // sharedLock is a run lock shared by several orchestrators in one test,
-// standing for several processes: a holder, a version that moves on every
-// acquire and release (as a Lease's resourceVersion does), and the call in
-// progress a holder began.
+// standing for several processes: a holder, and a version that moves on
+// every acquire and release (as a Lease's resourceVersion does).
 type sharedLock struct {
 	mu      sync.Mutex
 	free    *sync.Cond
 	holder  string
 	version int
-	pending *orchestrator.Pending
 }
 
 func newSharedLock() *sharedLock {
@@ -49,10 +47,6 @@ func (p *proc) Lock(ctx context.Context, run runid.ID) (orchestrator.Held, error
 		l.free.Wait()
 	}
 	h := &held{p: p, stale: l.version != p.seen}
-	if l.pending != nil {
-		h.orphan = *l.pending
-		l.pending = nil
-	}
 	l.holder = p.name
 	l.version++
 	return h, nil
@@ -65,7 +59,7 @@ func (p *proc) Changed(context.Context, runid.ID) bool {
 }
 
 // die releases the lock as a dead holder's expiry would: the call it began
-// stays recorded for the next holder.
+// is recorded for the next holder in the store's records, not here.
 func (p *proc) die() {
 	p.l.mu.Lock()
 	p.l.holder = ""
@@ -75,24 +69,15 @@ func (p *proc) die() {
 }
 
 type held struct {
-	p      *proc
-	stale  bool
-	orphan orchestrator.Pending
+	p     *proc
+	stale bool
 }
 
-func (h *held) Stale() bool                          { return h.stale }
-func (h *held) Orphan() (orchestrator.Pending, bool) { return h.orphan, h.orphan.Tool != "" }
-func (h *held) Begin(_ context.Context, p orchestrator.Pending) error {
-	h.p.l.mu.Lock()
-	defer h.p.l.mu.Unlock()
-	p.Holder = h.p.name
-	h.p.l.pending = &p
-	return nil
-}
+func (h *held) Stale() bool { return h.stale }
 func (h *held) Unlock() {
 	l := h.p.l
 	l.mu.Lock()
-	l.holder, l.pending = "", nil
+	l.holder = ""
 	l.version++
 	h.p.seen = l.version
 	l.mu.Unlock()
@@ -103,7 +88,8 @@ func (h *held) Unlock() {
 // shared lock take turns on a run. Each re-reads the journal when the other
 // wrote since it last held the run, so steps are 1..n with no gaps and no
 // repeats; an operator note taken on one is seen by the next step on the
-// other; and a call whose holder died after Begin is recorded as
+// other; and a call whose holder died after beginning it (its
+// call-in-progress record written) is recorded as
 // interrupted before the next call's step.
 func TestSharedRunLock(t *testing.T) {
 	ctx := t.Context()
@@ -140,11 +126,7 @@ func TestSharedRunLock(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	started := time.Now().UTC().Truncate(time.Second)
-	if err := h.Begin(ctx, orchestrator.Pending{Step: 7, Tool: orchestrator.ToolExec, Started: started,
-		Inputs: []orchestrator.PendingInput{{Key: "code", Value: []byte(`"x = 21  # sha256:0123"`)}}}); err != nil {
-		t.Fatal(err)
-	}
+	a.StartStep(ctx, h, run, &orchestrator.ExecOutcome{Code: "x = 21  # sha256:0123"})
 	procA.die()
 	if _, err := bo.List(ctx, run, ""); err != nil {
 		t.Fatal(err)
@@ -158,7 +140,7 @@ func TestSharedRunLock(t *testing.T) {
 			t.Errorf("the interrupted block lacks %q:\n%s", want, got[6].body)
 		}
 	}
-	trace, err := bo.Trace(ctx, run)
+	trace, err := orchestratortest.Trace(ctx, bo, run)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -166,12 +148,9 @@ func TestSharedRunLock(t *testing.T) {
 		t.Errorf("trace of the interrupted step: got %+v, want step 7 failed", trace[6])
 	}
 
-	// A holder that died after recording its call leaves nothing to add.
-	h, err = procB.Lock(ctx, run)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := h.Begin(ctx, orchestrator.Pending{Step: 8, Tool: orchestrator.ToolList, Started: started}); err != nil {
+	// A holder that died after recording its call (its call-in-progress
+	// record names a step the journal has) leaves nothing to add.
+	if _, err = procB.Lock(ctx, run); err != nil {
 		t.Fatal(err)
 	}
 	procB.die()
@@ -184,10 +163,11 @@ func TestSharedRunLock(t *testing.T) {
 }
 
 // TestCrashWithLeaseAndMarker: a replica dies between a call's answer and
-// its verdict, having left both records of the call in progress (the
-// shared lock's Begin and the step-started marker). The next holder, on
-// another replica, records the call as interrupted exactly once, and the
-// replica that died, back again, adds nothing either.
+// its verdict, having left the call-in-progress record in the store's
+// records (the one record of a call in progress; the lock carries none).
+// The next holder, on another replica, records the call as interrupted
+// exactly once, and the replica that died, back again, adds nothing
+// either.
 func TestCrashWithLeaseAndMarker(t *testing.T) {
 	ctx := t.Context()
 	r := newReplicas(t)
@@ -261,7 +241,7 @@ func newReplicas(t *testing.T) replicas {
 	l := newSharedLock()
 	r := replicas{procA: &proc{l: l, name: "replica-a", seen: -1}, procB: &proc{l: l, name: "replica-b", seen: -1}}
 	r.open = func(p *proc) *orchestrator.Orchestrator {
-		o := orchestrator.New(orchestrator.Config{Store: store, Journal: cel.New(store), RunLock: p})
+		o := orchestrator.New(orchestrator.Config{Store: store, Journal: cel.New(store), RunLock: p, Replica: p.name})
 		t.Cleanup(func() { o.Close() })
 		return o
 	}

@@ -5,12 +5,10 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/triadhq/triad/auth"
 	"github.com/triadhq/triad/browser"
 	"github.com/triadhq/triad/browser/replay"
 	"github.com/triadhq/triad/internal/fault"
 	"github.com/triadhq/triad/internal/runid"
-	"github.com/triadhq/triad/internal/safepath"
 	"github.com/triadhq/triad/runfiles"
 	"github.com/triadhq/triad/tmpfs"
 	"github.com/triadhq/triad/wire"
@@ -28,7 +26,7 @@ type SearchOptions struct {
 // replay is on for the run (or the server), the answer comes from the run's
 // recorded records instead of the provider, so a replayed run sees exactly
 // the evidence the original saw.
-func (o *Orchestrator) Search(ctx context.Context, run runid.ID, w wire.SearchRequest, opt SearchOptions) (wire.SearchResponse, error) {
+func (o *Orchestrator) Search(ctx context.Context, run runid.ID, w wire.SearchRequest, opt SearchOptions, opts ...CallOption) (wire.SearchResponse, error) {
 	var out wire.SearchResponse
 	req, err := browser.FromWire(w)
 	if err != nil {
@@ -43,8 +41,9 @@ func (o *Orchestrator) Search(ctx context.Context, run runid.ID, w wire.SearchRe
 	}
 	oc := &SearchOutcome{Query: req.Query, TopK: req.TopK, IncludePage: req.IncludePage, AllowDomains: req.AllowDomains,
 		DateRange: req.DateRange, SaveAs: opt.SaveAs}
-	err = o.call(ctx, run, oc, func(ctx context.Context, s *Step) error {
-		rec, stored, err := o.search(ctx, run, req)
+	err = o.call(ctx, run, oc, opts, func(ctx context.Context, c *call) error {
+		s := c.step
+		rec, stored, err := c.search(ctx, req)
 		if err != nil {
 			return err
 		}
@@ -62,8 +61,8 @@ func (o *Orchestrator) Search(ctx context.Context, run runid.ID, w wire.SearchRe
 		for _, r := range out.Results {
 			urls = append(urls, r.URL)
 		}
-		o.addCitations(run, urls)
-		if err := o.mirrorPut(ctx, run, stored); err != nil {
+		c.r.journal.AddCitations(urls)
+		if err := o.files.put(ctx, run, stored); err != nil {
 			return err
 		}
 		if opt.SaveAs != "" {
@@ -76,7 +75,7 @@ func (o *Orchestrator) Search(ctx context.Context, run runid.ID, w wire.SearchRe
 				return storeErr(err, run, opt.SaveAs)
 			}
 			s.Artifacts = append(s.Artifacts, f)
-			return o.mirrorPut(ctx, run, f)
+			return o.files.put(ctx, run, f)
 		}
 		return nil
 	})
@@ -85,16 +84,16 @@ func (o *Orchestrator) Search(ctx context.Context, run runid.ID, w wire.SearchRe
 
 // search answers req live or from the run's records, and returns the
 // stored record.
-func (o *Orchestrator) search(ctx context.Context, run runid.ID, req browser.Request) (*browser.Record, tmpfs.File, error) {
-	if o.replaying(run) {
-		rec, f, err := o.replayed(ctx, run, req)
-		return rec, f, err
+func (c *call) search(ctx context.Context, req browser.Request) (*browser.Record, tmpfs.File, error) {
+	o, run := c.o, c.run
+	if on, _ := c.r.replaying(o.replay); on {
+		return c.replayed(ctx, req)
 	}
-	if o.search0 == nil {
+	if o.search == nil {
 		return nil, tmpfs.File{}, fault.New(fault.NotConfigured, "no search provider is configured",
 			"set TAVILY_API_KEY (and TRIAD_TAVILY_URL for a proxy) and restart triad")
 	}
-	rec, err := o.search0.Search(ctx, req)
+	rec, err := o.search.Search(ctx, req)
 	if err != nil {
 		if fault.As(err) == nil {
 			err = fault.Wrap(fault.Upstream, err, "the search failed: "+err.Error(), "retry the search")
@@ -123,12 +122,12 @@ func (o *Orchestrator) search(ctx context.Context, run runid.ID, req browser.Req
 	return rec, f, nil
 }
 
-// replayed answers from the run's citations records, in the order the
-// original run made its searches.
-func (o *Orchestrator) replayed(ctx context.Context, run runid.ID, req browser.Request) (*browser.Record, tmpfs.File, error) {
-	o.rmu.Lock()
-	src, other := o.replaySrc[run]
-	o.rmu.Unlock()
+// replayed answers from the run's citations records (or those of the run
+// it replays), in the order the original run made its searches.
+func (c *call) replayed(ctx context.Context, req browser.Request) (*browser.Record, tmpfs.File, error) {
+	o, run := c.o, c.run
+	_, src := c.r.replaying(o.replay)
+	other := !src.IsZero() && src != run
 	if !other {
 		src = run
 	}
@@ -148,9 +147,10 @@ func (o *Orchestrator) replayed(ctx context.Context, run runid.ID, req browser.R
 		}
 	}
 	// Each earlier replayed call of the same request consumed one record.
-	o.rmu.Lock()
-	seen := o.replayCount[run][browser.RequestKey(req)]
-	o.rmu.Unlock()
+	key := browser.RequestKey(req)
+	c.r.mu.Lock()
+	seen := c.r.replayed[key]
+	c.r.mu.Unlock()
 	var rec *browser.Record
 	for i := 0; i <= seen; i++ {
 		if rec, err = rp.Search(ctx, req); err != nil {
@@ -161,12 +161,12 @@ func (o *Orchestrator) replayed(ctx context.Context, run runid.ID, req browser.R
 			return nil, tmpfs.File{}, err
 		}
 	}
-	o.rmu.Lock()
-	if o.replayCount[run] == nil {
-		o.replayCount[run] = map[string]int{}
+	c.r.mu.Lock()
+	if c.r.replayed == nil {
+		c.r.replayed = map[string]int{}
 	}
-	o.replayCount[run][browser.RequestKey(req)]++
-	o.rmu.Unlock()
+	c.r.replayed[key]++
+	c.r.mu.Unlock()
 	b, err := rec.Marshal()
 	if err != nil {
 		return nil, tmpfs.File{}, err
@@ -185,60 +185,13 @@ func (o *Orchestrator) replayed(ctx context.Context, run runid.ID, req browser.R
 	return rec, f, nil
 }
 
-// ReplaySearchesFrom answers run dst's searches from run src's citations
-// records: each search links the record it replays into dst when it is
-// made, at the path src gave it, so dst's files match src's step by step.
-func (o *Orchestrator) ReplaySearchesFrom(dst, src runid.ID) {
-	o.touch(dst)
-	o.rmu.Lock()
-	o.replaySrc[dst] = src
-	o.rmu.Unlock()
-	o.SetReplay(dst, true)
-}
-
-// SetReplay turns replay of recorded searches on or off for one run.
-func (o *Orchestrator) SetReplay(run runid.ID, on bool) {
-	o.touch(run)
-	o.rmu.Lock()
-	defer o.rmu.Unlock()
-	o.replayRuns[run] = on
-	delete(o.replayCount, run)
-}
-
-func (o *Orchestrator) replaying(run runid.ID) bool {
-	o.rmu.Lock()
-	defer o.rmu.Unlock()
-	if on, ok := o.replayRuns[run]; ok {
-		return on
+// replaying reports whether the run's searches replay its records (all
+// runs' do by default when all is set), and whose records.
+func (r *run) replaying(all bool) (bool, runid.ID) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.replay == nil {
+		return all, runid.ID{}
 	}
-	return o.replayAll
-}
-
-// ReplayFrom copies the citations records of run src into run dst and turns
-// replay on for dst, so dst's searches answer as src's did.
-func (o *Orchestrator) ReplayFrom(ctx context.Context, dst, src runid.ID) error {
-	if _, err := o.access(ctx, src, auth.Read, false); err != nil {
-		return err
-	}
-	if _, err := o.access(ctx, dst, auth.Runs, true); err != nil {
-		return err
-	}
-	files, err := o.store.List(ctx, src, runfiles.CitationsDir)
-	if err != nil {
-		return storeErr(err, src, runfiles.CitationsDir)
-	}
-	if len(files) == 0 {
-		return fault.New(fault.NotFound, fmt.Sprintf("run %s has no recorded searches to replay", src),
-			"check the run id; GET /tmp/list?prefix=citations/ with its X-Run-Id shows its records")
-	}
-	for _, f := range files {
-		if _, err := safepath.Clean(f.Path); err != nil {
-			continue
-		}
-		if _, err := o.store.Link(ctx, dst, f.Path, f.SHA256, f.Size); err != nil {
-			return storeErr(err, dst, f.Path)
-		}
-	}
-	o.SetReplay(dst, true)
-	return nil
+	return r.replay.on, r.replay.src
 }

@@ -11,10 +11,11 @@ import (
 	"time"
 
 	"github.com/triadhq/triad/auth"
-	"github.com/triadhq/triad/evaluator"
+	"github.com/triadhq/triad/cel"
 	"github.com/triadhq/triad/internal/fault"
 	"github.com/triadhq/triad/internal/runid"
 	"github.com/triadhq/triad/internal/version"
+	"github.com/triadhq/triad/orchestrator/journal"
 	"github.com/triadhq/triad/orchestrator/kernels"
 	"github.com/triadhq/triad/runfiles"
 	"github.com/triadhq/triad/sandbox"
@@ -49,38 +50,41 @@ const (
 // them, since its kernel was already seeded. The run must be the caller's:
 // Create or OpenRun it first.
 func (o *Orchestrator) SetRunSetup(ctx context.Context, run runid.ID, s wire.RunSetup) (wire.RunSetup, error) {
-	s, err := o.completeSetup(ctx, run, s)
+	st := o.setups
+	s, err := st.complete(ctx, run, s)
 	if err != nil {
 		return s, err
 	}
-	if _, err := o.access(ctx, run, auth.Runs, false); err != nil {
+	r, done := o.runs.use(run)
+	defer done()
+	if _, err := o.access(ctx, r, auth.Runs, false); err != nil {
 		return s, err
 	}
-	held, err := o.lockRun(ctx, run)
+	held, err := o.lockRun(ctx, r)
 	if err != nil {
 		return s, err
 	}
 	defer held.Unlock()
-	old, recorded, err := o.recordedSetup(ctx, run)
+	old, recorded, err := recordedSetup(ctx, st.store, run)
 	if err != nil {
 		return s, err
 	}
 	if recorded {
 		if old.Seed == s.Seed && old.AsOf == s.AsOf && old.Template == s.Template && sameEgress(old.Egress, s.Egress) {
-			o.cacheSetup(run, old)
+			r.cacheSetup(old)
 			return old, nil
 		}
-		if tr, err := o.trace(ctx, run); err != nil {
+		if tr, err := journal.ReadTrace(ctx, o.store, run); err != nil {
 			return s, err
 		} else if len(tr) > 0 {
 			return s, fault.New(fault.Conflict, fmt.Sprintf("run %s was set up with seed %d, as_of %q and template %q, and has made calls", run, old.Seed, old.AsOf, old.Template),
 				fmt.Sprintf("keep seed %d, as_of %q, template %q and its egress for this run, or start a new run with the new values", old.Seed, old.AsOf, old.Template))
 		}
 	}
-	if err := o.writeSetup(ctx, run, s); err != nil {
+	if err := st.write(ctx, run, s); err != nil {
 		return s, err
 	}
-	o.cacheSetup(run, s)
+	r.cacheSetup(s)
 	return s, nil
 }
 
@@ -88,25 +92,13 @@ func (o *Orchestrator) SetRunSetup(ctx context.Context, run runid.ID, s wire.Run
 // without recording anything: a surface checks a setup before it creates
 // the run, so that a refused setup leaves no run behind.
 func (o *Orchestrator) CheckSetup(ctx context.Context, run runid.ID, s wire.RunSetup) error {
-	_, err := o.completeSetup(ctx, run, s)
+	_, err := o.setups.complete(ctx, run, s)
 	return err
 }
 
-// RunSetup returns the run's setup as recorded, and false when the run has
-// no record (it has made no call, or predates run.setup.json).
-func (o *Orchestrator) RunSetup(ctx context.Context, run runid.ID) (wire.RunSetup, bool, error) {
-	if _, err := o.access(ctx, run, auth.Read, false); err != nil {
-		return wire.RunSetup{}, false, err
-	}
-	if err := o.settle(ctx, run); err != nil {
-		return wire.RunSetup{}, false, err
-	}
-	return o.recordedSetup(ctx, run)
-}
-
-// completeSetup validates s and fills in what the server knows: the
-// run's sandbox (template, image, egress) among it.
-func (o *Orchestrator) completeSetup(ctx context.Context, run runid.ID, s wire.RunSetup) (wire.RunSetup, error) {
+// complete validates s and fills in what the server knows: the run's
+// sandbox (template, image, egress) among it.
+func (st setups) complete(ctx context.Context, run runid.ID, s wire.RunSetup) (wire.RunSetup, error) {
 	if s.Seed < 0 || s.Seed > MaxSeed {
 		return s, fault.Badf(fmt.Sprintf("send a seed from 0 to %d", int64(MaxSeed)), "seed %d is out of range", s.Seed)
 	}
@@ -124,10 +116,10 @@ func (o *Orchestrator) completeSetup(ctx context.Context, run runid.ID, s wire.R
 			s.AsOfFrom = defaultAsOfFrom
 		}
 	}
-	if o.kernels != nil {
-		s.Backend, s.Image = o.kernels.Backend(), o.kernels.Image()
+	if st.kernels != nil {
+		s.Backend, s.Image = st.kernels.Backend(), st.kernels.Image()
 	}
-	if err := o.resolveSandbox(ctx, &s); err != nil {
+	if err := st.sb.resolve(ctx, &s); err != nil {
 		return s, err
 	}
 	return s, nil
@@ -153,17 +145,16 @@ func SourceDateEpoch(asOf string) (int64, error) {
 	return t.Unix(), nil
 }
 
-func (o *Orchestrator) cacheSetup(run runid.ID, s wire.RunSetup) {
-	o.touch(run)
-	o.smu.Lock()
-	defer o.smu.Unlock()
-	o.setups[run] = s
+func (r *run) cacheSetup(s wire.RunSetup) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.setup = &s
 }
 
 // recordedSetup reads run.setup.json.
-func (o *Orchestrator) recordedSetup(ctx context.Context, run runid.ID) (wire.RunSetup, bool, error) {
+func recordedSetup(ctx context.Context, store *tmpfs.Store, run runid.ID) (wire.RunSetup, bool, error) {
 	var s wire.RunSetup
-	b, _, err := o.store.ReadAll(ctx, run, runfiles.Setup)
+	b, _, err := store.ReadAll(ctx, run, runfiles.Setup)
 	if errors.Is(err, tmpfs.ErrNotFound) {
 		return s, false, nil
 	}
@@ -176,48 +167,78 @@ func (o *Orchestrator) recordedSetup(ctx context.Context, run runid.ID) (wire.Ru
 	return s, true, nil
 }
 
-func (o *Orchestrator) writeSetup(ctx context.Context, run runid.ID, s wire.RunSetup) error {
+func (st setups) write(ctx context.Context, run runid.ID, s wire.RunSetup) error {
 	b, err := runfiles.MarshalIndent(s)
 	if err != nil {
 		return err
 	}
-	_, err = o.PutInternal(ctx, run, runfiles.Setup, append(b, '\n'))
+	_, err = st.files.write(ctx, run, runfiles.Setup, append(b, '\n'))
 	return err
 }
 
 // runSetup returns the run's setup: the one set or recorded, else the
 // default (seed 0, no as_of), which the run's first call records.
-func (o *Orchestrator) runSetup(ctx context.Context, run runid.ID) (wire.RunSetup, error) {
-	o.smu.Lock()
-	s, ok := o.setups[run]
-	o.smu.Unlock()
-	if ok {
-		return s, nil
+func (st setups) of(ctx context.Context, r *run) (wire.RunSetup, error) {
+	r.mu.Lock()
+	cached := r.setup
+	r.mu.Unlock()
+	if cached != nil {
+		return *cached, nil
 	}
-	s, recorded, err := o.recordedSetup(ctx, run)
+	s, recorded, err := recordedSetup(ctx, st.store, r.id)
 	if err != nil {
 		return s, err
 	}
 	if !recorded {
-		if s, err = o.completeSetup(ctx, run, wire.RunSetup{SeedFrom: defaultSeedFrom}); err != nil {
+		if s, err = st.complete(ctx, r.id, wire.RunSetup{SeedFrom: defaultSeedFrom}); err != nil {
 			return s, err
 		}
 	}
-	o.cacheSetup(run, s)
+	r.cacheSetup(s)
 	return s, nil
+}
+
+// spec is what the run's kernel starts from: its template's image and
+// limits, as its setup chose them.
+func (st setups) spec(ctx context.Context, r *run) (sandbox.Spec, error) {
+	s, err := st.of(ctx, r)
+	if err != nil {
+		return sandbox.Spec{}, err
+	}
+	sb, err := st.sb.of(r.id, s)
+	return sb.spec, err
 }
 
 // ensureSetup records the run's setup if it has no record yet, at its
 // first call, and returns it for the journal's header.
-func (o *Orchestrator) ensureSetup(ctx context.Context, run runid.ID) (wire.RunSetup, error) {
-	s, err := o.runSetup(ctx, run)
+func (st setups) ensure(ctx context.Context, r *run) (wire.RunSetup, error) {
+	s, err := st.of(ctx, r)
 	if err != nil {
 		return s, err
 	}
-	if _, recorded, err := o.recordedSetup(ctx, run); err != nil || recorded {
+	if _, recorded, err := recordedSetup(ctx, st.store, r.id); err != nil || recorded {
 		return s, err
 	}
-	return s, o.writeSetup(ctx, run, s)
+	return s, st.write(ctx, r.id, s)
+}
+
+// header is the run's journal header, written at its first call or note:
+// its recipe and objective as SetRunInfo gave them, and its setup, which
+// is recorded then too, so every journaled run has one.
+func (st setups) header(ctx context.Context, r *run, when time.Time) (cel.Header, error) {
+	r.mu.Lock()
+	h := cel.Header{Run: r.id}
+	if r.header != nil {
+		h = *r.header
+	}
+	r.mu.Unlock()
+	h.Started = when
+	setup, err := st.ensure(ctx, r)
+	if err != nil {
+		return h, err
+	}
+	h.Setup = &setup
+	return h, nil
 }
 
 // setupCell is the cell Triad runs in a run's kernel when the kernel starts
@@ -326,18 +347,18 @@ func pyStr(s string) string {
 // setUpKernel runs the setup cell in a kernel that just started or
 // restarted. A kernel that cannot be set up is dropped: the next call
 // starts a fresh one.
-func (o *Orchestrator) setUpKernel(ctx context.Context, run runid.ID, sess *kernels.Session) error {
-	s, err := o.runSetup(ctx, run)
+func (st setups) setUp(ctx context.Context, r *run, sess *kernels.Session) error {
+	s, err := st.of(ctx, r)
 	if err != nil {
 		return err
 	}
 	err = runSetupCell(ctx, sess.Kernel, setupCell(s))
 	if err != nil {
-		o.kernels.Drop(run)
+		st.kernels.Drop(r.id)
 		return sandboxErr(fmt.Errorf("set up the run's kernel (seed %d): %w", s.Seed, err))
 	}
-	if err := o.setUpEgress(ctx, run, sess.Kernel); err != nil {
-		o.kernels.Drop(run)
+	if err := st.sb.setUp(ctx, r.id, s, sess.Kernel); err != nil {
+		st.kernels.Drop(r.id)
 		if fault.As(err) != nil {
 			return err
 		}
@@ -367,13 +388,13 @@ func runSetupCell(ctx context.Context, k sandbox.Kernel, code string) error {
 // the step whether the cell runs in an interpreter no earlier cell of the
 // run ran in (a new kernel, or one restarted since the last cell): a
 // replay restarts its kernel there too.
-func (o *Orchestrator) prepareKernel(ctx context.Context, run runid.ID, sess *kernels.Session, oc *ExecOutcome) error {
-	o.smu.Lock()
-	oc.Fresh = sess.Fresh || o.fresh[run]
-	delete(o.fresh, run)
-	o.smu.Unlock()
+func (st setups) prepare(ctx context.Context, r *run, sess *kernels.Session, oc *ExecOutcome) error {
+	r.mu.Lock()
+	oc.Fresh = sess.Fresh || r.fresh
+	r.fresh = false
+	r.mu.Unlock()
 	if sess.Fresh {
-		return o.setUpKernel(ctx, run, sess)
+		return st.setUp(ctx, r, sess)
 	}
 	return nil
 }
@@ -381,20 +402,21 @@ func (o *Orchestrator) prepareKernel(ctx context.Context, run runid.ID, sess *ke
 // kernelRestarted sets up a kernel whose interpreter was replaced (a cell
 // that could not be stopped, a death, POST /sandbox/restart): the next
 // cell runs fresh.
-func (o *Orchestrator) kernelRestarted(ctx context.Context, run runid.ID, sess *kernels.Session) error {
-	o.smu.Lock()
-	o.fresh[run] = true
-	o.smu.Unlock()
-	return o.setUpKernel(ctx, run, sess)
+func (st setups) restarted(ctx context.Context, r *run, sess *kernels.Session) error {
+	r.mu.Lock()
+	r.fresh = true
+	r.mu.Unlock()
+	return st.setUp(ctx, r, sess)
 }
 
 // keepCode stores a cell's source as a blob, so a replay can recover it by
 // the hash the trace records. The store write runs beside the cell (it is
 // a durable write, as long as a short cell): the returned wait reports
 // its failure, which fails the call.
-func (o *Orchestrator) keepCode(ctx context.Context, run runid.ID, code string, oc *ExecOutcome) (wait func() error) {
+func (x *cell) keepCode(ctx context.Context) (wait func() error) {
+	o, code, run := x.o, x.in.Code, x.run
 	d := tmpfs.DigestOf([]byte(code))
-	oc.CodeSHA256 = d
+	x.oc.CodeSHA256 = d
 	done := make(chan error, 1)
 	go func() {
 		// A cell run again (the same source) is stored already.
@@ -413,57 +435,12 @@ func (o *Orchestrator) keepCode(ctx context.Context, run runid.ID, code string, 
 	}
 }
 
-// ToolReplay names the step that records a replay's report. It is Triad's
-// own step, not a tool a caller can call.
-const ToolReplay = "triad.replay"
-
-// ReplayOutcome is the part of a replay's report step.
-type ReplayOutcome struct {
-	Report *wire.ReplayReport
-}
-
-// Tool implements Outcome.
-func (r *ReplayOutcome) Tool() string { return ToolReplay }
-
-// Inputs implements Outcome.
-func (r *ReplayOutcome) Inputs() []Input {
-	rep := r.Report
-	return inputs(Input{"original", rep.Original}, Input{"seed", rep.Setup.Replay.Seed}, Input{"as_of", rep.Setup.Replay.AsOf})
-}
-
-// grade fails a replay that did not reproduce every file: the evaluator's
-// verdict then says so on the Step Block.
-func (r *ReplayOutcome) grade(req *evaluator.Request) {
-	if rep := r.Report; !rep.Identical {
-		req.OK = false
-		req.Error = fmt.Sprintf("the replay diverged: %d of %d file(s) differ, first at original step %d",
-			rep.Different, rep.Different+rep.Same, rep.FirstDivergence)
-	}
-}
-
-func (r *ReplayOutcome) describe(s *Step) (did, next []string, failed bool) {
-	rep := r.Report
-	replayed := 0
-	for _, st := range rep.Steps {
-		if st.Replay != 0 {
-			replayed++
-		}
-	}
-	did = append(did, fmt.Sprintf("Replayed %d of %d call(s) of run %s with seed %d", replayed, len(rep.Steps), rep.Original, rep.Setup.Replay.Seed),
-		fmt.Sprintf("Compared %d file(s) the original produced: %d identical, %d different", rep.Same+rep.Different, rep.Same, rep.Different))
-	if rep.Identical {
-		return did, []string{"Every file is identical: the run is reproduced"}, false
-	}
-	next = append(next, fmt.Sprintf("Read %s: the first divergence is at original step %d", runfiles.Reproducibility, rep.FirstDivergence))
-	return did, next, true
-}
-
 // RecordReplay writes a replay's report to artifacts/reproducibility.json
 // through the orchestration path, so the replay's journal has a Step Block
 // for it with the evaluator's verdict, and its trace a line.
 func (o *Orchestrator) RecordReplay(ctx context.Context, run runid.ID, rep *wire.ReplayReport) (wire.FileRef, error) {
 	var ref wire.FileRef
-	err := o.call(ctx, run, &ReplayOutcome{Report: rep}, func(ctx context.Context, s *Step) error {
+	err := o.call(ctx, run, &ReplayOutcome{Report: rep}, nil, func(ctx context.Context, c *call) error {
 		b, err := runfiles.MarshalIndent(rep)
 		if err != nil {
 			return err
@@ -472,9 +449,17 @@ func (o *Orchestrator) RecordReplay(ctx context.Context, run runid.ID, rep *wire
 		if err != nil {
 			return storeErr(err, run, runfiles.Reproducibility)
 		}
-		s.Artifacts = append(s.Artifacts, f)
+		c.step.Artifacts = append(c.step.Artifacts, f)
 		ref = wire.Ref(f)
-		return o.mirrorPut(ctx, run, f)
+		return o.files.put(ctx, run, f)
 	})
 	return ref, err
+}
+
+// setups keep the runs' setups (seed, as_of) and set up their kernels.
+type setups struct {
+	store   *tmpfs.Store
+	kernels *kernels.Manager // nil: no sandbox
+	files   mirror
+	sb      *sandboxes
 }

@@ -4,23 +4,25 @@ import (
 	"bytes"
 	"context"
 	"encoding/base64"
-	"errors"
 	"fmt"
-	"github.com/triadhq/triad/auth"
 	"io"
-	"strings"
+	"log/slog"
 	"unicode/utf8"
 
+	"github.com/triadhq/triad/auth"
+	"github.com/triadhq/triad/cel"
 	"github.com/triadhq/triad/internal/fault"
 	"github.com/triadhq/triad/internal/runid"
 	"github.com/triadhq/triad/internal/safepath"
+	"github.com/triadhq/triad/orchestrator/internal/storeerr"
+	"github.com/triadhq/triad/orchestrator/kernels"
 	"github.com/triadhq/triad/runfiles"
 	"github.com/triadhq/triad/tmpfs"
 	"github.com/triadhq/triad/wire"
 )
 
 // Write is tmp.write.
-func (o *Orchestrator) Write(ctx context.Context, run runid.ID, in wire.WriteRequest) (wire.FileRef, error) {
+func (o *Orchestrator) Write(ctx context.Context, run runid.ID, in wire.WriteRequest, opts ...CallOption) (wire.FileRef, error) {
 	var out wire.FileRef
 	p, err := writable(in.Path)
 	if err != nil {
@@ -47,7 +49,10 @@ func (o *Orchestrator) Write(ctx context.Context, run runid.ID, in wire.WriteReq
 		return out, fault.New(fault.TooLarge, fmt.Sprintf("content is %d bytes; the inline limit is %d", len(data), o.limits.JSONBody),
 			"upload large files with PUT /tmp/files/{path}, which streams")
 	}
-	return o.write(ctx, run, p, bytes.NewReader(data), 0, &TmpOutcome{Op: ToolWrite, Path: p, Bytes: len(data)})
+	err = o.call(ctx, run, &TmpOutcome{Op: ToolWrite, Path: p, Bytes: len(data)}, opts, writeBody(o, run, p, func(ctx context.Context) (tmpfs.File, error) {
+		return o.store.Write(ctx, run, p, bytes.NewReader(data), 0)
+	}, &out))
+	return out, err
 }
 
 // WriteStream is tmp.write for a streamed body: r is hashed and stored as
@@ -58,20 +63,22 @@ func (o *Orchestrator) Write(ctx context.Context, run runid.ID, in wire.WriteReq
 // connection and an upload slot of its tenant (Quotas.Uploads), never the
 // run (see docs/DECISIONS.md, "No client can hold a run"). Who may write
 // and the tenant's stored bytes are checked before a byte is read.
-func (o *Orchestrator) WriteStream(ctx context.Context, run runid.ID, path string, r io.Reader) (wire.FileRef, error) {
+func (o *Orchestrator) WriteStream(ctx context.Context, run runid.ID, path string, r io.Reader, opts ...CallOption) (wire.FileRef, error) {
 	var out wire.FileRef
 	p, err := writable(path)
 	if err != nil {
 		return out, err
 	}
-	ow, err := o.access(ctx, run, auth.Runs, true)
+	rn, done := o.runs.use(run)
+	defer done()
+	ow, err := o.access(ctx, rn, auth.Runs, true)
 	if err == nil {
-		err = o.checkBytes(ctx, ow, 0)
+		err = o.t.CheckBytes(ctx, auth.From(ctx), ow, 0)
 	}
 	if err != nil {
 		return out, err
 	}
-	release, err := o.t.startUpload(ow.Tenant)
+	release, err := o.t.StartUpload(ow.Tenant)
 	if err != nil {
 		return out, err
 	}
@@ -80,49 +87,35 @@ func (o *Orchestrator) WriteStream(ctx context.Context, run runid.ID, path strin
 	if err != nil {
 		return out, storeErr(err, run, p)
 	}
-	return o.linkStored(ctx, run, p, d, n, &TmpOutcome{Op: ToolWrite, Path: p, Streamed: true})
-}
-
-// linkStored is tmp.write's call for bytes already stored: link the blob
-// at p, record it, and copy the file into the run's live kernel.
-func (o *Orchestrator) linkStored(ctx context.Context, run runid.ID, p string, d tmpfs.Digest, n int64, oc *TmpOutcome) (wire.FileRef, error) {
-	var out wire.FileRef
-	err := o.call(ctx, run, oc, func(ctx context.Context, s *Step) error {
-		f, err := o.store.Link(ctx, run, p, d, n)
-		if err != nil {
-			return storeErr(err, run, p)
-		}
-		s.Artifacts = append(s.Artifacts, f)
-		out = wire.Ref(f)
-		return o.mirrorPut(ctx, run, f)
-	})
+	// The call only links the stored blob.
+	err = o.call(ctx, run, &TmpOutcome{Op: ToolWrite, Path: p, Streamed: true}, opts, writeBody(o, run, p, func(ctx context.Context) (tmpfs.File, error) {
+		return o.store.Link(ctx, run, p, d, n)
+	}, &out))
 	return out, err
 }
 
-// write is tmp.write's call: store the bytes, record them, and copy the
-// file into the run's live kernel.
-func (o *Orchestrator) write(ctx context.Context, run runid.ID, p string, r io.Reader, limit int64, oc *TmpOutcome) (wire.FileRef, error) {
-	var out wire.FileRef
-	err := o.call(ctx, run, oc, func(ctx context.Context, s *Step) error {
-		f, err := o.store.Write(ctx, run, p, r, limit)
+// writeBody is tmp.write's call: store the file (put stores or links
+// it), record it, and copy it into the run's live kernel.
+func writeBody(o *Orchestrator, run runid.ID, p string, put func(ctx context.Context) (tmpfs.File, error), out *wire.FileRef) func(ctx context.Context, c *call) error {
+	return func(ctx context.Context, c *call) error {
+		f, err := put(ctx)
 		if err != nil {
 			return storeErr(err, run, p)
 		}
-		s.Artifacts = append(s.Artifacts, f)
-		out = wire.Ref(f)
-		return o.mirrorPut(ctx, run, f)
-	})
-	return out, err
+		c.step.Artifacts = append(c.step.Artifacts, f)
+		*out = wire.Ref(f)
+		return o.files.put(ctx, run, f)
+	}
 }
 
 // Read is tmp.read with the content inline, for files up to the JSON limit.
-func (o *Orchestrator) Read(ctx context.Context, run runid.ID, path string) (wire.ReadResponse, error) {
+func (o *Orchestrator) Read(ctx context.Context, run runid.ID, path string, opts ...CallOption) (wire.ReadResponse, error) {
 	var out wire.ReadResponse
 	p, err := safepath.Clean(path)
 	if err != nil {
 		return out, err
 	}
-	err = o.call(ctx, run, &TmpOutcome{Op: ToolRead, Path: p}, func(ctx context.Context, s *Step) error {
+	err = o.call(ctx, run, &TmpOutcome{Op: ToolRead, Path: p}, opts, func(ctx context.Context, _ *call) error {
 		f, err := o.store.Stat(ctx, run, p)
 		if err != nil {
 			return storeErr(err, run, p)
@@ -152,7 +145,7 @@ func (o *Orchestrator) Read(ctx context.Context, run runid.ID, path string) (wir
 // and returns a reader that verifies the bytes as they stream. The stream
 // itself runs outside the run's lock, so a slow download never holds up the
 // run's next call; blobs are immutable, so that is safe.
-func (o *Orchestrator) Open(ctx context.Context, run runid.ID, path string) (tmpfs.File, *tmpfs.Reader, error) {
+func (o *Orchestrator) Open(ctx context.Context, run runid.ID, path string, opts ...CallOption) (tmpfs.File, *tmpfs.Reader, error) {
 	var (
 		f tmpfs.File
 		r *tmpfs.Reader
@@ -161,7 +154,7 @@ func (o *Orchestrator) Open(ctx context.Context, run runid.ID, path string) (tmp
 	if err != nil {
 		return f, nil, err
 	}
-	err = o.call(ctx, run, &TmpOutcome{Op: ToolRead, Path: p, Streamed: true}, func(ctx context.Context, s *Step) error {
+	err = o.call(ctx, run, &TmpOutcome{Op: ToolRead, Path: p, Streamed: true}, opts, func(ctx context.Context, _ *call) error {
 		var err error
 		f, r, err = o.store.Open(ctx, run, p)
 		if err != nil {
@@ -173,13 +166,13 @@ func (o *Orchestrator) Open(ctx context.Context, run runid.ID, path string) (tmp
 }
 
 // List is tmp.list.
-func (o *Orchestrator) List(ctx context.Context, run runid.ID, prefix string) (wire.ListResponse, error) {
+func (o *Orchestrator) List(ctx context.Context, run runid.ID, prefix string, opts ...CallOption) (wire.ListResponse, error) {
 	out := wire.ListResponse{Files: []wire.FileInfo{}}
 	p, err := safepath.CleanPrefix(prefix)
 	if err != nil {
 		return out, err
 	}
-	err = o.call(ctx, run, &TmpOutcome{Op: ToolList, Prefix: p}, func(ctx context.Context, s *Step) error {
+	err = o.call(ctx, run, &TmpOutcome{Op: ToolList, Prefix: p}, opts, func(ctx context.Context, _ *call) error {
 		files, err := o.store.List(ctx, run, p)
 		if err != nil {
 			return storeErr(err, run, p)
@@ -193,17 +186,17 @@ func (o *Orchestrator) List(ctx context.Context, run runid.ID, prefix string) (w
 }
 
 // Delete is tmp.delete.
-func (o *Orchestrator) Delete(ctx context.Context, run runid.ID, path string) (wire.OK, error) {
+func (o *Orchestrator) Delete(ctx context.Context, run runid.ID, path string, opts ...CallOption) (wire.OK, error) {
 	var out wire.OK
 	p, err := writable(path)
 	if err != nil {
 		return out, err
 	}
-	err = o.call(ctx, run, &TmpOutcome{Op: ToolDelete, Path: p}, func(ctx context.Context, s *Step) error {
+	err = o.call(ctx, run, &TmpOutcome{Op: ToolDelete, Path: p}, opts, func(ctx context.Context, c *call) error {
 		if err := o.store.Delete(ctx, run, p); err != nil {
 			return storeErr(err, run, p)
 		}
-		s.Touched = append(s.Touched, p)
+		c.step.Touched = append(c.step.Touched, p)
 		out.OK = true
 		if o.kernels != nil {
 			if sess := o.kernels.Peek(run); sess != nil {
@@ -231,14 +224,21 @@ func writable(path string) (string, error) {
 	return p, nil
 }
 
-// mirrorPut copies a file just written to the run into its live kernel's
-// working directory, so the next cell can open it: the run's files and the
-// kernel's cwd are one namespace.
-func (o *Orchestrator) mirrorPut(ctx context.Context, run runid.ID, f tmpfs.File) error {
-	if o.kernels == nil {
+// mirror keeps a run's live kernel's working directory in step with the
+// run's files: the run's files and the kernel's cwd are one namespace.
+type mirror struct {
+	store   *tmpfs.Store
+	kernels *kernels.Manager // nil: no sandbox
+	log     *slog.Logger
+}
+
+// put copies a file just written to the run into its live kernel's
+// working directory, so the next cell can open it.
+func (m mirror) put(ctx context.Context, run runid.ID, f tmpfs.File) error {
+	if m.kernels == nil {
 		return nil
 	}
-	sess := o.kernels.Peek(run)
+	sess := m.kernels.Peek(run)
 	if sess == nil {
 		return nil // materialised when the kernel starts
 	}
@@ -249,54 +249,41 @@ func (o *Orchestrator) mirrorPut(ctx context.Context, run runid.ID, f tmpfs.File
 	return nil
 }
 
+// write writes a file Triad keeps in the run for itself, and copies it
+// into the live kernel: not a tool call, and no access check (the caller,
+// inside the core, has the run).
+func (m mirror) write(ctx context.Context, run runid.ID, path string, data []byte) (tmpfs.File, error) {
+	f, err := m.store.WriteBytes(ctx, run, path, data)
+	if err != nil {
+		return f, storeErr(err, run, path)
+	}
+	return f, m.put(ctx, run, f)
+}
+
+// journal brings the live kernel's copies of the journal's files up to
+// date: appended text is appended (when the working directory can), so
+// the cost does not grow with the journal; checkpoints are not copied
+// (see runfiles.IsCheckpoint).
+func (m mirror) journal(ctx context.Context, run runid.ID, writes []cel.Write) {
+	if m.kernels == nil {
+		return
+	}
+	sess := m.kernels.Peek(run)
+	if sess == nil {
+		return // materialised when the kernel starts
+	}
+	for _, w := range writes {
+		var err error
+		if w.Appended != nil {
+			err = sess.Dir.Append(ctx, w.File, w.Prev, w.Appended)
+		} else {
+			err = sess.Dir.Put(ctx, w.File)
+		}
+		if err != nil {
+			m.log.WarnContext(ctx, "mirror journal file", "run", run, "path", w.Path, "err", err)
+		}
+	}
+}
+
 // storeErr turns a tmpfs error into a fault a caller can act on.
-func storeErr(err error, run runid.ID, path string) error {
-	switch {
-	case err == nil:
-		return nil
-	case fault.As(err) != nil:
-		return err
-	case errors.Is(err, tmpfs.ErrNotFound):
-		return fault.Wrap(fault.NotFound, err, fmt.Sprintf("no file %q in run %s", path, run),
-			"tmp.list (GET /tmp/list) shows what the run has; write it first with tmp.write")
-	case errors.Is(err, tmpfs.ErrTooLarge):
-		return fault.Wrap(fault.TooLarge, err, fmt.Sprintf("%q is over the size limit", path),
-			"split the file, or raise the limit with --max-stream-bytes (TRIAD_MAX_STREAM_BYTES)")
-	case errors.Is(err, tmpfs.ErrConflict):
-		return fault.Wrap(fault.Conflict, err, conflictMessage(err),
-			"a path cannot be both a file and a directory; delete the clashing file first or pick another path")
-	case errors.Is(err, tmpfs.ErrUnavailable):
-		return fault.Wrap(fault.StoreUnavailable, err, "the file store does not answer",
-			"retry in a few seconds; if it persists, check the S3 endpoint (TRIAD_S3_ENDPOINT) and GET /healthz")
-	case errors.Is(err, tmpfs.ErrDigestMismatch):
-		return fault.Wrap(fault.Corrupt, err, fmt.Sprintf("the stored bytes of %s do not match their sha256, so they were not served", fileLabel(path)),
-			"write the file again (tmp.write or PUT /tmp/files/{path}): the same bytes restore it")
-	case errors.Is(err, tmpfs.ErrQuarantined):
-		return fault.Wrap(fault.Corrupt, err, fmt.Sprintf("the stored bytes of %s failed their sha256 check and were quarantined (triad fsck or the scrub); they are never served", fileLabel(path)),
-			"write the file again (tmp.write or PUT /tmp/files/{path}): the same bytes restore it")
-	case errors.Is(err, tmpfs.ErrReplaced):
-		return fault.Wrap(fault.Conflict, err, fmt.Sprintf("the stored bytes of %s were stored again while they were being read, so the read stopped", fileLabel(path)),
-			"retry the read: the file's content is unchanged")
-	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
-		return fault.Wrap(fault.Timeout, err, "the request ended before the store answered", "retry the call")
-	default:
-		return fault.Wrap(fault.Internal, err, "file store error", "retry; if it persists, report it with the server log")
-	}
-}
-
-// fileLabel names a file in a message: its path, or "this blob" for a read by
-// hash.
-func fileLabel(path string) string {
-	if path == "" {
-		return "this blob"
-	}
-	return fmt.Sprintf("%q", path)
-}
-
-// conflictMessage keeps the part of a conflict error that names the paths.
-func conflictMessage(err error) string {
-	if _, after, ok := strings.Cut(err.Error(), tmpfs.ErrConflict.Error()+": "); ok {
-		return after
-	}
-	return err.Error()
-}
+func storeErr(err error, run runid.ID, path string) error { return storeerr.Fault(err, run, path) }

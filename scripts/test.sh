@@ -76,8 +76,26 @@ if [ -n "$unformatted" ]; then
 fi
 go vet ./...
 
-step "go test"
-go test -count=1 -timeout 60m "$@" ./...
+# The race detector runs on the packages with goroutines and locks that
+# carry the product's concurrency and pass under it today: the core's
+# kernel manager, workspace and run lock (orchestrator/kernels, workspace,
+# kubelease), the stores (tmpfs/...) and the sandbox's internals (the
+# Jupyter client and its ZMTP reader, the cell runner, output metering,
+# the egress relay). They run once, under -race, instead of once without
+# it. The orchestrator package itself, its replay and the API are not
+# here yet: their tests run wasm kernels and the WASI evaluator in the test
+# process, which miss product deadlines (a cell's 5 min, the evaluator's)
+# under the detector; they join once those deadlines scale for it. See
+# docs/DECISIONS.md, "The race detector in CI".
+race_pkgs="./orchestrator/kernels/ ./orchestrator/workspace/ ./orchestrator/kubelease/ ./tmpfs/... ./sandbox/jupyter/... ./sandbox/internal/..."
+
+step "go test (without the race packages)"
+mapfile -t race_list < <(go list $race_pkgs)
+mapfile -t rest < <(go list ./... | grep -vxF -f <(printf '%s\n' "${race_list[@]}"))
+go test -count=1 -timeout 60m "$@" "${rest[@]}"
+
+step "go test -race ($race_pkgs)"
+go test -race -count=1 -timeout 60m "$@" "${race_list[@]}"
 
 # Fuzz targets, each for a bounded number of inputs (about 25 s each on a
 # quiet machine): the kernel's frame reader (nothing a cell writes to a

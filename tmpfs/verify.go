@@ -172,6 +172,11 @@ func (r *Reader) File(ctx context.Context) (*os.File, error) {
 	return f, nil
 }
 
+// Verify checks the whole blob r reads against its digest, as
+// Store.Verify does: for a caller that serves a range or a HEAD, which the
+// streaming check does not cover.
+func (r *Reader) Verify(ctx context.Context) error { return r.store.Verify(ctx, r.want) }
+
 // Verified reports whether the blob's bytes were known good when it was
 // opened (its fingerprint matched), so reads are not hashed.
 func (r *Reader) Verified() bool { return r.trusted }

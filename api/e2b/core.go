@@ -19,7 +19,7 @@ import (
 type Core interface {
 	// Create starts a sandbox's run as the caller's tenant's: its owner
 	// is decided there, before the sandbox id is handed out.
-	Create(ctx context.Context, run runid.ID) error
+	Create(ctx context.Context, run runid.ID, opts ...orchestrator.RunOption) error
 	// Visible checks that the caller may see a sandbox's run: another
 	// tenant's is not found.
 	Visible(ctx context.Context, run runid.ID) error
@@ -45,13 +45,13 @@ type Core interface {
 	RestartContext(ctx context.Context, run runid.ID, id string) error
 	RemoveContext(ctx context.Context, run runid.ID, id string) error
 	// WriteStream is tmp.write for a streamed body: files.write.
-	WriteStream(ctx context.Context, run runid.ID, path string, r io.Reader) (wire.FileRef, error)
+	WriteStream(ctx context.Context, run runid.ID, path string, r io.Reader, opts ...orchestrator.CallOption) (wire.FileRef, error)
 	// Open is tmp.read for streaming: files.read.
-	Open(ctx context.Context, run runid.ID, path string) (tmpfs.File, *tmpfs.Reader, error)
+	Open(ctx context.Context, run runid.ID, path string, opts ...orchestrator.CallOption) (tmpfs.File, *tmpfs.Reader, error)
 	// List is tmp.list: files.list, exists and getInfo.
-	List(ctx context.Context, run runid.ID, prefix string) (wire.ListResponse, error)
+	List(ctx context.Context, run runid.ID, prefix string, opts ...orchestrator.CallOption) (wire.ListResponse, error)
 	// Delete is tmp.delete: files.remove.
-	Delete(ctx context.Context, run runid.ID, path string) (wire.OK, error)
+	Delete(ctx context.Context, run runid.ID, path string, opts ...orchestrator.CallOption) (wire.OK, error)
 	// Stop ends the run's kernel, keeping its files: a sandbox past its
 	// timeout, or killed.
 	Stop(ctx context.Context, run runid.ID) error

@@ -644,7 +644,7 @@ func TestExecute(t *testing.T) {
 		}
 		run := runid.Must(sb.SandboxID)
 		st := h.stack.Store
-		tr, err := h.stack.Orch.Trace(t.Context(), run)
+		tr, err := h.stack.Trace(t.Context(), run)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -1,15 +1,16 @@
 package mcp
 
 import (
-	"context"
 	"encoding/base64"
 	"fmt"
-	"io"
 	"net/http"
 	"slices"
+	"sync"
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/triadhq/triad/orchestrator"
+	"github.com/triadhq/triad/tmpfs"
 	"github.com/triadhq/triad/wire"
 )
 
@@ -18,55 +19,71 @@ import (
 // clients that pass images to a model generally cannot take it.
 var inlineImages = []string{"image/png", "image/jpeg", "image/gif", "image/webp"}
 
+// shown collects the images a cell shows, as its answer's bundles will
+// hold them (displays after the last clear, then the result): the bytes
+// the kernel sent, decoded, which are the bytes the orchestrator hashed and
+// stored, so the answer's images are inlined without reading them back.
+type shown struct {
+	mu      sync.Mutex
+	display []map[string][]byte
+	result  map[string][]byte
+}
+
+func (sh *shown) add(e orchestrator.ExecEvent) {
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	switch e.Type {
+	case wire.EventDisplay:
+		sh.display = append(sh.display, e.Images)
+	case wire.EventClear:
+		sh.display = nil
+	case wire.EventResult:
+		sh.result = e.Images
+	}
+}
+
 // images returns a cell's images as image content, in output order
 // (display outputs, then the result). The orchestrator stored each image as
-// a run file and left an ImageRef in the bundle; the bytes are read back by
-// digest, through the store's verifying reader. An image that cannot be
-// inlined is described in a text block instead, so the agent knows where it
-// is.
-func (s *Server) images(ctx context.Context, out wire.ExecResponse) []sdk.Content {
-	bundles := out.Display
+// a run file and left a file reference in the bundle; the bytes are the
+// ones the cell showed (shown). An image that cannot be inlined is
+// described in a text block instead, so the agent knows where it is.
+func (s *Server) images(out wire.ExecResponse, sh *shown) []sdk.Content {
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	type shownBundle struct {
+		b   wire.Bundle
+		img map[string][]byte
+	}
+	var bundles []shownBundle
+	for i, b := range out.Display {
+		var img map[string][]byte
+		if i < len(sh.display) {
+			img = sh.display[i]
+		}
+		bundles = append(bundles, shownBundle{b, img})
+	}
 	if out.Result != nil {
-		bundles = append(bundles[:len(bundles):len(bundles)], *out.Result)
+		bundles = append(bundles, shownBundle{*out.Result, sh.result})
 	}
 	var cs []sdk.Content
 	for _, b := range bundles {
 		for _, mime := range inlineImages {
-			ref, ok := b.Data[mime].(wire.FileRef)
+			ref, ok := b.b.Data[mime].(wire.FileRef)
 			if !ok {
 				continue
 			}
-			data, err := s.readImage(ctx, ref)
-			if err != nil {
-				s.log.WarnContext(ctx, "image not inlined", "path", ref.Path, "err", err)
-				cs = append(cs, &sdk.TextContent{Text: fmt.Sprintf("(image %s, %d bytes, sha256 %s, is not inlined: %v; read it with tmp_read)", ref.Path, ref.Size, ref.SHA256, err)})
-				continue
+			data, ok := b.img[mime]
+			switch {
+			case !ok || tmpfs.DigestOf(data) != ref.SHA256:
+				cs = append(cs, &sdk.TextContent{Text: fmt.Sprintf("(image %s, %d bytes, sha256 %s, is not inlined; read it with tmp_read)", ref.Path, ref.Size, ref.SHA256)})
+			case int64(len(data)) > s.maxImage:
+				cs = append(cs, &sdk.TextContent{Text: fmt.Sprintf("(image %s, %d bytes, sha256 %s, is not inlined: it is over the %d-byte inline limit; read it with tmp_read)", ref.Path, ref.Size, ref.SHA256, s.maxImage)})
+			default:
+				cs = append(cs, &sdk.ImageContent{Data: data, MIMEType: mime})
 			}
-			cs = append(cs, &sdk.ImageContent{Data: data, MIMEType: mime})
 		}
 	}
 	return cs
-}
-
-func (s *Server) readImage(ctx context.Context, ref wire.FileRef) ([]byte, error) {
-	if ref.Size > s.maxImage {
-		return nil, fmt.Errorf("it is over the %d-byte inline limit", s.maxImage)
-	}
-	r, err := s.orch.Store().OpenBlob(ctx, ref.SHA256)
-	if err != nil {
-		return nil, err
-	}
-	defer r.Close()
-	// The reader checks the bytes against the digest as they are read;
-	// reading to EOF is what makes that check happen.
-	data, err := io.ReadAll(io.LimitReader(r, s.maxImage+1))
-	if err != nil {
-		return nil, err
-	}
-	if int64(len(data)) > s.maxImage {
-		return nil, fmt.Errorf("it is over the %d-byte inline limit", s.maxImage)
-	}
-	return data, nil
 }
 
 // imageOf returns a binary file read with tmp_read as image content when

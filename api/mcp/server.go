@@ -29,11 +29,34 @@ import (
 	"github.com/triadhq/triad/internal/version"
 	"github.com/triadhq/triad/orchestrator"
 	"github.com/triadhq/triad/recipes/runner"
+	"github.com/triadhq/triad/wire"
 )
+
+// Core is what the MCP surface calls of the orchestrator: the tools,
+// through the one orchestration path, a session's run, created when the
+// session starts, and the journal. *orchestrator.Orchestrator implements
+// it.
+type Core interface {
+	Create(ctx context.Context, run runid.ID, opts ...orchestrator.RunOption) error
+	SetRunSetup(ctx context.Context, run runid.ID, s wire.RunSetup) (wire.RunSetup, error)
+	ExecStream(ctx context.Context, run runid.ID, in wire.ExecRequest, on func(orchestrator.ExecEvent), opts ...orchestrator.CallOption) (wire.ExecResponse, error)
+	Restart(ctx context.Context, run runid.ID) error
+	Search(ctx context.Context, run runid.ID, w wire.SearchRequest, opt orchestrator.SearchOptions, opts ...orchestrator.CallOption) (wire.SearchResponse, error)
+	Write(ctx context.Context, run runid.ID, in wire.WriteRequest, opts ...orchestrator.CallOption) (wire.FileRef, error)
+	Read(ctx context.Context, run runid.ID, path string, opts ...orchestrator.CallOption) (wire.ReadResponse, error)
+	List(ctx context.Context, run runid.ID, prefix string, opts ...orchestrator.CallOption) (wire.ListResponse, error)
+	Delete(ctx context.Context, run runid.ID, path string, opts ...orchestrator.CallOption) (wire.OK, error)
+	Journal(ctx context.Context, run runid.ID) ([]byte, error)
+	Note(ctx context.Context, run runid.ID, text, author string) error
+	Status(ctx context.Context, run runid.ID) (wire.RunView, error)
+	Limits() orchestrator.Limits
+}
+
+var _ Core = (*orchestrator.Orchestrator)(nil)
 
 // Config configures a Server.
 type Config struct {
-	Orchestrator *orchestrator.Orchestrator
+	Orchestrator Core
 	// Recipes runs recipes; nil makes recipe_run answer not_configured.
 	Recipes *runner.Runner
 	Logger  *slog.Logger
@@ -48,7 +71,7 @@ type Config struct {
 
 // Server is the MCP surface.
 type Server struct {
-	orch     *orchestrator.Orchestrator
+	orch     Core
 	recipes  *runner.Runner
 	log      *slog.Logger
 	maxImage int64

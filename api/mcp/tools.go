@@ -300,7 +300,14 @@ func (s *Server) exec(ctx context.Context, req *sdk.CallToolRequest, in execArgs
 	if err != nil {
 		return nil, wire.ExecResponse{}, err
 	}
-	out, err := s.orch.ExecStream(ctx, run, in.ExecRequest, s.progress(ctx, req))
+	sh := &shown{}
+	progress := s.progress(ctx, req)
+	out, err := s.orch.ExecStream(ctx, run, in.ExecRequest, func(e orchestrator.ExecEvent) {
+		sh.add(e)
+		if progress != nil {
+			progress(e)
+		}
+	})
 	if err != nil {
 		return nil, out, err
 	}
@@ -312,7 +319,7 @@ func (s *Server) exec(ctx context.Context, req *sdk.CallToolRequest, in execArgs
 	if err != nil {
 		return nil, out, err
 	}
-	res.Content = append([]sdk.Content{text}, s.images(ctx, out)...)
+	res.Content = append([]sdk.Content{text}, s.images(out, sh)...)
 	return res, out, nil
 }
 

@@ -106,7 +106,11 @@ func runCmd(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	files, err := st.orch.Store().List(context.WithoutCancel(ctx), runid.Must(final.RunID), runfiles.ArtifactsDir)
+	rr, err := st.orch.ReadRun(context.WithoutCancel(ctx), runid.Must(final.RunID))
+	if err != nil {
+		return err
+	}
+	files, err := rr.List(context.WithoutCancel(ctx), runfiles.ArtifactsDir)
 	if err != nil {
 		return err
 	}
@@ -119,7 +123,7 @@ func runCmd(ctx context.Context, args []string) error {
 			out = filepath.Join("triad-out", final.RunID)
 		}
 		for _, f := range files {
-			b, _, err := st.orch.Store().ReadAll(ctx, runid.Must(final.RunID), f.Path)
+			b, _, err := rr.ReadAll(ctx, f.Path)
 			if err != nil {
 				return err
 			}
@@ -130,7 +134,7 @@ func runCmd(ctx context.Context, args []string) error {
 			}
 		}
 		for _, extra := range []string{runfiles.Journal, runfiles.Notebook} {
-			if b, _, err := st.orch.Store().ReadAll(ctx, runid.Must(final.RunID), extra); err == nil {
+			if b, _, err := rr.ReadAll(ctx, extra); err == nil {
 				os.WriteFile(filepath.Join(out, extra), b, 0o644)
 			}
 		}

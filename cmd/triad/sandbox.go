@@ -220,23 +220,25 @@ func openKube(ctx context.Context, c *config, log *slog.Logger) (sandbox.Backend
 // runLock is the run lock the sandbox needs: a Lease per run when kernels
 // are pods that several replicas share, else nil (the orchestrator's
 // in-process lock). The returned func closes it.
-func runLock(c *config, backend sandbox.Backend, log *slog.Logger) (orchestrator.RunLock, func(), error) {
+func runLock(c *config, backend sandbox.Backend, log *slog.Logger) (lock orchestrator.RunLock, replica string, closeLock func(), err error) {
 	kb, ok := backend.(*kube.Backend)
 	if !ok {
-		return nil, func() {}, nil
+		return nil, "", func() {}, nil
 	}
 	rc, err := kube.RestConfig(c.Sandbox.Kubeconfig)
 	if err != nil {
-		return nil, nil, err
+		return nil, "", nil, err
 	}
+	// The replica's name holds its run Leases, and names it in the record
+	// of a call in progress, so a call it was serving when it died says so.
 	l, err := kubelease.New(kubelease.Config{
 		Rest: rc, Namespace: c.Sandbox.KubeNamespace, Owner: c.Sandbox.KubeOwner, Holder: kb.Instance(),
 		Duration: c.Sandbox.KubeLeaseDuration, Wait: c.Sandbox.KubeRunWait, Logger: log,
 	})
 	if err != nil {
-		return nil, nil, err
+		return nil, "", nil, err
 	}
-	return l, func() { l.Close() }, nil
+	return l, kb.Instance(), func() { l.Close() }, nil
 }
 
 // parseBytes reads "2GiB", "512MiB", "2g", "1048576".

@@ -106,7 +106,7 @@ func openStack(ctx context.Context, c *config, log *slog.Logger) (*stack, error)
 		s.Close()
 		return nil, err
 	}
-	lock, closeLock, err := runLock(c, backend, log)
+	lock, replica, closeLock, err := runLock(c, backend, log)
 	if err != nil {
 		s.Close()
 		return nil, err
@@ -114,6 +114,7 @@ func openStack(ctx context.Context, c *config, log *slog.Logger) (*stack, error)
 	s.closes = append(s.closes, closeLock)
 	s.orch = orchestrator.New(orchestrator.Config{
 		RunLock:   lock,
+		Replica:   replica,
 		Store:     store,
 		Kernels:   km,
 		Exec:      orchestrator.ExecConfig{DefaultTimeout: c.Sandbox.CellTimeout, MaxTimeout: c.Sandbox.MaxCellTimeout},

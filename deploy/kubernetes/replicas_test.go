@@ -1,6 +1,7 @@
 package kubernetes_test
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -14,6 +15,7 @@ import (
 	"regexp"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -389,19 +391,33 @@ func TestReplicaKilledMidCell(t *testing.T) {
 	a, b := d.start("a"), d.start("b")
 	run := "killed-" + d.owner
 	a.exec(run, "x = 21")
+	started := make(chan struct{})
 	go func() {
-		// Its answer never comes: A dies.
-		var out wire.ExecResponse
-		req, _ := json.Marshal(wire.ExecRequest{Code: "import time\ny = 5\ntime.sleep(600)"})
+		// Its answer never comes: A dies. The cell says when it runs,
+		// through the streamed form of the call.
+		req, _ := json.Marshal(wire.ExecRequest{Code: "import time\ny = 5\nprint('started', flush=True)\ntime.sleep(600)"})
 		hr, _ := http.NewRequest("POST", a.url+"/sandbox/exec", bytes.NewReader(req))
 		hr.Header.Set("X-Run-Id", run)
-		if resp, err := http.DefaultClient.Do(hr); err == nil {
-			json.NewDecoder(resp.Body).Decode(&out)
-			resp.Body.Close()
+		hr.Header.Set("Accept", "text/event-stream")
+		resp, err := http.DefaultClient.Do(hr)
+		if err != nil {
+			return
 		}
+		defer resp.Body.Close()
+		sc := bufio.NewScanner(resp.Body)
+		for sc.Scan() {
+			if strings.Contains(sc.Text(), "started") {
+				close(started)
+				break
+			}
+		}
+		io.Copy(io.Discard, resp.Body)
 	}()
-	// The cell is running once the run's Lease says a call began.
-	d.waitPending(run)
+	select {
+	case <-started:
+	case <-time.After(2 * time.Minute):
+		t.Fatal("the cell never started")
+	}
 	time.Sleep(2 * time.Second)
 	a.kill()
 	if got := b.exec(run, "x * 2, y"); got != "(42, 5)" {
@@ -417,25 +433,6 @@ func TestReplicaKilledMidCell(t *testing.T) {
 	}
 	b.stop()
 	d.podsGone()
-}
-
-// waitPending waits until the run's Lease records a call in progress.
-func (d *deployment) waitPending(run string) {
-	d.t.Helper()
-	deadline := time.Now().Add(2 * time.Minute)
-	sel := kube.LabelOwner + "=" + d.owner + "," + kube.LabelRun + "=" + kube.RunKey(run)
-	for time.Now().Before(deadline) {
-		list, err := d.c.triadClient.CoordinationV1().Leases(d.c.namespace).List(context.Background(), metav1.ListOptions{LabelSelector: sel})
-		if err == nil {
-			for _, l := range list.Items {
-				if l.Annotations["triad.dev/pending"] != "" {
-					return
-				}
-			}
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	d.t.Fatal("the run's Lease never recorded the call in progress")
 }
 
 // TestRestartAdoption: the only replica is killed with SIGKILL between

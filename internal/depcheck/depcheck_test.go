@@ -38,11 +38,12 @@ var layers = [][]string{
 		"recipes", "recipes/notebook", "recipes/sampledata",
 		"egress", "egress/egresstest", "sandbox/template", "sandbox/template/templatetest"},
 	// 3: the orchestration core.
-	{"orchestrator", "orchestrator/kernels", "orchestrator/workspace", "orchestrator/orchestratortest", "orchestrator/replay", "orchestrator/kubelease", "recipes/runner"},
+	{"orchestrator", "orchestrator/tenancy", "orchestrator/journal", "orchestrator/internal/storeerr",
+		"orchestrator/kernels", "orchestrator/workspace", "orchestrator/orchestratortest", "orchestrator/replay", "orchestrator/kubelease", "recipes/runner"},
 	// 4: surfaces. They share only the wire contract, never each other.
 	{"api", "api/mcp", "api/e2b", "api/e2b/tmpfsrecords", "api/e2b/metarecords", "api/e2b/recordstest", "console"},
 	// 5: binaries and benchmarks: wiring only.
-	{"cmd/triad", "bench/sandbox", "bench/store", "bench/neighbour", "bench/scale", "bench/burst", "deploy/kubernetes"},
+	{"cmd/triad", "bench/sandbox", "bench/store", "bench/neighbour", "bench/scale", "bench/burst", "bench/abexec", "deploy/kubernetes"},
 }
 
 // sameLayer lists the imports allowed within a layer: an implementation
@@ -70,7 +71,9 @@ var sameLayer = map[string][]string{
 	"sandbox/jupyter":                           {"sandbox/jupyter/zmtp"},
 	"sandbox/kube":                              {"sandbox/image", "sandbox/jupyter", "sandbox/jupyter/zmtp", "sandbox/hostdir", "sandbox/internal/jupytercell", "sandbox/internal/relay"},
 	"recipes":                                   {"browser", "recipes/notebook", "recipes/sampledata"},
-	"orchestrator":                              {"orchestrator/kernels", "orchestrator/workspace"},
+	"orchestrator":                              {"orchestrator/tenancy", "orchestrator/journal", "orchestrator/internal/storeerr", "orchestrator/kernels", "orchestrator/workspace"},
+	"orchestrator/tenancy":                      {"orchestrator/internal/storeerr"},
+	"orchestrator/journal":                      {"orchestrator/internal/storeerr"},
 	"orchestrator/kernels":                      {"orchestrator/workspace"},
 	"orchestrator/orchestratortest":             {"orchestrator", "orchestrator/kernels"},
 	"orchestrator/replay":                       {"orchestrator"},
@@ -83,6 +86,7 @@ var sameLayer = map[string][]string{
 	"bench/neighbour":                           nil,
 	"bench/scale":                               nil,
 	"bench/burst":                               nil,
+	"bench/abexec":                              nil,
 }
 
 type pkg struct {

@@ -4,9 +4,9 @@
 // while a long call runs; the other replicas wait for it, up to a bound,
 // and then fail with a fault of kind conflict that names the holder. A
 // replica that dies mid-call stops renewing, its Lease expires, and the
-// next replica takes it over: the call it had begun (written on the Lease
-// by Begin, as an annotation) comes back as the Orphan, and the
-// orchestrator records it as interrupted. Each replica remembers the
+// next replica takes it over, Stale: the call the dead one had begun is in
+// the store's records (package journal's call-in-progress record), and
+// the orchestrator records it as interrupted. Each replica remembers the
 // Lease's resourceVersion as it left it, so a later acquisition that finds
 // another version knows another replica held the run since (Stale).
 // Within one replica, calls on a run queue on a local lock first, so only
@@ -16,7 +16,6 @@ package kubelease
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -37,13 +36,10 @@ import (
 	"github.com/triadhq/triad/sandbox/kube"
 )
 
-// Labels and annotations of run Leases.
+// Labels of run Leases.
 const (
 	labelKind = "triad.dev/kind"
 	kindRun   = "run"
-	// AnnotationPending holds the call in progress (orchestrator.Pending
-	// as JSON) while a holder runs it.
-	AnnotationPending = "triad.dev/pending"
 )
 
 // Defaults of Config.
@@ -237,7 +233,7 @@ func (l *Lock) acquire(wctx, ctx context.Context, run runid.ID) (*held, error) {
 			if err != nil {
 				return nil, l.unavailable(wctx, ctx, run, holder, err)
 			}
-			return l.hold(run, lease, true, orchestrator.Pending{}, false), nil
+			return l.hold(run, lease, true), nil
 		case err != nil:
 			return nil, l.unavailable(wctx, ctx, run, holder, err)
 		}
@@ -261,12 +257,7 @@ func (l *Lock) acquire(wctx, ctx context.Context, run runid.ID) (*held, error) {
 		l.mu.Lock()
 		stale := l.left[run] != lease.ResourceVersion
 		l.mu.Unlock()
-		var orphan orchestrator.Pending
-		hasOrphan := false
 		if cur != "" {
-			if p := lease.Annotations[AnnotationPending]; p != "" && json.Unmarshal([]byte(p), &orphan) == nil {
-				orphan.Holder, hasOrphan = cur, true
-			}
 			l.log.WarnContext(ctx, "taking over a run whose replica stopped renewing its lease", "run", run, "holder", cur)
 			stale = true
 		}
@@ -282,7 +273,6 @@ func (l *Lock) acquire(wctx, ctx context.Context, run runid.ID) (*held, error) {
 			t++
 			lease.Spec.LeaseTransitions = &t
 		}
-		delete(lease.Annotations, AnnotationPending)
 		updated, err := api.Update(wctx, lease, metav1.UpdateOptions{})
 		if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
 			continue
@@ -290,7 +280,7 @@ func (l *Lock) acquire(wctx, ctx context.Context, run runid.ID) (*held, error) {
 		if err != nil {
 			return nil, l.unavailable(wctx, ctx, run, holder, err)
 		}
-		return l.hold(run, updated, stale, orphan, hasOrphan), nil
+		return l.hold(run, updated, stale), nil
 	}
 }
 
@@ -328,23 +318,20 @@ func (l *Lock) newLease(name string, run runid.ID) *coordinationv1.Lease {
 }
 
 // hold starts renewing a Lease this replica took.
-func (l *Lock) hold(run runid.ID, lease *coordinationv1.Lease, stale bool, orphan orchestrator.Pending, hasOrphan bool) *held {
-	h := &held{l: l, run: run, lease: lease, stale: stale, orphan: orphan, hasOrphan: hasOrphan,
-		stop: make(chan struct{}), done: make(chan struct{})}
+func (l *Lock) hold(run runid.ID, lease *coordinationv1.Lease, stale bool) *held {
+	h := &held{l: l, run: run, lease: lease, stale: stale, stop: make(chan struct{}), done: make(chan struct{})}
 	go h.renew()
 	return h
 }
 
 // held is a run Lease this replica holds.
 type held struct {
-	l         *Lock
-	run       runid.ID
-	q         *queue
-	stale     bool
-	orphan    orchestrator.Pending
-	hasOrphan bool
+	l     *Lock
+	run   runid.ID
+	q     *queue
+	stale bool
 
-	mu    sync.Mutex // guards lease: renewals, Begin and Unlock update it
+	mu    sync.Mutex // guards lease: renewals and Unlock update it
 	lease *coordinationv1.Lease
 	lost  bool
 
@@ -353,8 +340,7 @@ type held struct {
 	once sync.Once
 }
 
-func (h *held) Stale() bool                          { return h.stale }
-func (h *held) Orphan() (orchestrator.Pending, bool) { return h.orphan, h.hasOrphan }
+func (h *held) Stale() bool { return h.stale }
 
 // update applies change to the held Lease and writes it; a conflict means
 // another replica took it (this one stopped renewing in time) and is
@@ -380,22 +366,6 @@ func (h *held) update(ctx context.Context, change func(*coordinationv1.Lease)) e
 	return nil
 }
 
-// Begin implements orchestrator.Held: the call goes on the Lease.
-func (h *held) Begin(ctx context.Context, p orchestrator.Pending) error {
-	b, err := json.Marshal(p)
-	if err != nil {
-		return err
-	}
-	return h.update(ctx, func(lease *coordinationv1.Lease) {
-		if lease.Annotations == nil {
-			lease.Annotations = map[string]string{}
-		}
-		lease.Annotations[AnnotationPending] = string(b)
-		now := metav1.NewMicroTime(time.Now())
-		lease.Spec.RenewTime = &now
-	})
-}
-
 // renew keeps the Lease alive every third of its duration until Unlock.
 func (h *held) renew() {
 	defer close(h.done)
@@ -419,8 +389,8 @@ func (h *held) renew() {
 	}
 }
 
-// Unlock implements orchestrator.Held: the Lease is released (no holder,
-// no call in progress) and its new resourceVersion remembered.
+// Unlock implements orchestrator.Held: the Lease is released (no holder)
+// and its new resourceVersion remembered.
 func (h *held) Unlock() {
 	h.once.Do(func() {
 		close(h.stop)
@@ -431,7 +401,6 @@ func (h *held) Unlock() {
 			empty := ""
 			now := metav1.NewMicroTime(time.Now())
 			lease.Spec.HolderIdentity, lease.Spec.RenewTime = &empty, &now
-			delete(lease.Annotations, AnnotationPending)
 		})
 		h.l.mu.Lock()
 		if err == nil {

@@ -92,9 +92,6 @@ func TestTurns(t *testing.T) {
 	if !hb.Stale() {
 		t.Errorf("b's hold after a's: Stale false, want true")
 	}
-	if _, ok := hb.Orphan(); ok {
-		t.Errorf("b found an orphan after a released cleanly")
-	}
 	hb.Unlock()
 	if !a.Changed(ctx, run) {
 		t.Errorf("a.Changed after b held the run: false, want true")
@@ -140,7 +137,10 @@ func TestWaitBound(t *testing.T) {
 }
 
 // TestDeadHolder: a holder that stops renewing mid-call (it died) loses the
-// run when its Lease expires; the next holder gets the call it had begun.
+// run when its Lease expires, and the next holder finds the run stale, so
+// that it reads the run again (and the call the dead one had begun, whose
+// record is in the store's records, is recorded as interrupted: see
+// orchestrator's TestSharedRunLock).
 func TestDeadHolder(t *testing.T) {
 	owner := testOwner(t)
 	cfg := Config{Duration: 2 * time.Second, Wait: time.Minute}
@@ -149,11 +149,6 @@ func TestDeadHolder(t *testing.T) {
 	run := runid.New()
 	h, err := a.Lock(ctx, run)
 	if err != nil {
-		t.Fatal(err)
-	}
-	p := orchestrator.Pending{Step: 3, Tool: orchestrator.ToolExec, Started: time.Now().UTC().Truncate(time.Second),
-		Inputs: []orchestrator.PendingInput{{Key: "code", Value: []byte(`"x * 2"`)}}}
-	if err := h.Begin(ctx, p); err != nil {
 		t.Fatal(err)
 	}
 	// Death: renewals stop, nothing is released.
@@ -168,10 +163,6 @@ func TestDeadHolder(t *testing.T) {
 	defer hb.Unlock()
 	if waited := time.Since(t0); waited < cfg.Duration/2 {
 		t.Errorf("b took the run after %s, before a's lease could expire", waited)
-	}
-	orphan, ok := hb.Orphan()
-	if !ok || orphan.Step != 3 || orphan.Tool != orchestrator.ToolExec || orphan.Holder != "replica-a" || string(orphan.Inputs[0].Value) != `"x * 2"` {
-		t.Errorf("orphan: got %+v, %v, want a's step 3 sandbox.exec", orphan, ok)
 	}
 	if !hb.Stale() {
 		t.Errorf("b after a dead holder: Stale false, want true")

@@ -4,6 +4,7 @@ package orchestratortest
 import (
 	"context"
 	"fmt"
+	"github.com/triadhq/triad/internal/runid"
 	"os"
 	"path/filepath"
 	"sync"
@@ -100,6 +101,21 @@ func (s *Stack) Ctx(t testing.TB) context.Context {
 		ctx = tt.Context()
 	}
 	return auth.With(ctx, s.Principal)
+}
+
+// Trace returns the run's trace records as a reader of the run sees them,
+// with every call that has answered recorded.
+func (s *Stack) Trace(ctx context.Context, run runid.ID) ([]orchestrator.TraceRecord, error) {
+	return Trace(ctx, s.Orch, run)
+}
+
+// Trace returns run's trace records as o's readers see them.
+func Trace(ctx context.Context, o *orchestrator.Orchestrator, run runid.ID) ([]orchestrator.TraceRecord, error) {
+	rr, err := o.ReadRun(ctx, run)
+	if err != nil {
+		return nil, err
+	}
+	return rr.Trace(ctx)
 }
 
 // Close stops the stack as a server stops: kernels, the sandbox backend,

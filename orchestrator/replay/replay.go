@@ -15,7 +15,6 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"regexp"
@@ -55,12 +54,40 @@ var Excluded = []string{
 	runfiles.Reproducibility + " (the replay's own report)",
 }
 
+// Core is what a replay calls of the orchestrator: reads of the
+// original, checked like every read, and the replay's own run, created for
+// the caller and driven through the one orchestration path.
+// *orchestrator.Orchestrator implements it.
+type Core interface {
+	ReadRun(ctx context.Context, run runid.ID) (*orchestrator.RunReader, error)
+	Create(ctx context.Context, run runid.ID, opts ...orchestrator.RunOption) error
+	SetRunSetup(ctx context.Context, run runid.ID, s wire.RunSetup) (wire.RunSetup, error)
+	Write(ctx context.Context, run runid.ID, in wire.WriteRequest, opts ...orchestrator.CallOption) (wire.FileRef, error)
+	WriteStream(ctx context.Context, run runid.ID, path string, r io.Reader, opts ...orchestrator.CallOption) (wire.FileRef, error)
+	Read(ctx context.Context, run runid.ID, path string, opts ...orchestrator.CallOption) (wire.ReadResponse, error)
+	Open(ctx context.Context, run runid.ID, path string, opts ...orchestrator.CallOption) (tmpfs.File, *tmpfs.Reader, error)
+	List(ctx context.Context, run runid.ID, prefix string, opts ...orchestrator.CallOption) (wire.ListResponse, error)
+	Delete(ctx context.Context, run runid.ID, path string, opts ...orchestrator.CallOption) (wire.OK, error)
+	Search(ctx context.Context, run runid.ID, w wire.SearchRequest, opt orchestrator.SearchOptions, opts ...orchestrator.CallOption) (wire.SearchResponse, error)
+	Exec(ctx context.Context, run runid.ID, in wire.ExecRequest, opts ...orchestrator.CallOption) (wire.ExecResponse, error)
+	Restart(ctx context.Context, run runid.ID) error
+	RecordReplay(ctx context.Context, run runid.ID, rep *wire.ReplayReport) (wire.FileRef, error)
+	Note(ctx context.Context, run runid.ID, text, author string) error
+	Finalize(ctx context.Context, run runid.ID, status string) error
+}
+
+var _ Core = (*orchestrator.Orchestrator)(nil)
+
 // Run replays run orig and returns the report it wrote. An error means the
 // replay could not be made (no such run, a cell whose source was not kept,
 // the store down); a replay whose files differ is not an error.
-func Run(ctx context.Context, o *orchestrator.Orchestrator, orig runid.ID, opt Options) (*wire.ReplayReport, error) {
+func Run(ctx context.Context, o Core, orig runid.ID, opt Options) (*wire.ReplayReport, error) {
 	start := time.Now()
-	trace, err := o.Trace(ctx, orig)
+	src, err := o.ReadRun(ctx, orig)
+	if err != nil {
+		return nil, err
+	}
+	trace, err := src.Trace(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -68,10 +95,10 @@ func Run(ctx context.Context, o *orchestrator.Orchestrator, orig runid.ID, opt O
 		return nil, fault.New(fault.NotFound, fmt.Sprintf("run %s has no calls to replay", orig),
 			"check the run id: GET /runs/{id} shows a run's calls")
 	}
-	if err := recoverable(ctx, o, orig, trace); err != nil {
+	if err := recoverable(ctx, src, orig, trace); err != nil {
 		return nil, err
 	}
-	setup0, recorded, err := o.RunSetup(ctx, orig)
+	setup0, recorded, err := src.Setup(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -83,8 +110,9 @@ func Run(ctx context.Context, o *orchestrator.Orchestrator, orig runid.ID, opt O
 		run = runid.New()
 	}
 	// The replay is a new run of the caller's, made before anything can
-	// name it.
-	if err := o.Create(ctx, run); err != nil {
+	// name it, whose searches answer from the original's records.
+	if err := o.Create(ctx, run, orchestrator.WithRunInfo(setup0.Recipe, fmt.Sprintf("Replay run %s (%d calls) and compare every file it produced", orig, len(trace))),
+		orchestrator.ReplaySearches(orig)); err != nil {
 		return nil, err
 	}
 	from := "the original's: replay of " + orig.String()
@@ -105,12 +133,10 @@ func Run(ctx context.Context, o *orchestrator.Orchestrator, orig runid.ID, opt O
 	if opt.AsOf != nil && *opt.AsOf != setup0.AsOf {
 		want.AsOf, want.AsOfFrom = *opt.AsOf, fmt.Sprintf("param: replaced the original's %q", setup0.AsOf)
 	}
-	o.SetRunInfo(run, setup0.Recipe, fmt.Sprintf("Replay run %s (%d calls) and compare every file it produced", orig, len(trace)))
 	setup1, err := o.SetRunSetup(ctx, run, want)
 	if err != nil {
 		return nil, err
 	}
-	o.ReplaySearchesFrom(run, orig)
 
 	rep := &wire.ReplayReport{Format: wire.ReplayFormat, Original: orig.String(), RunID: run.String(),
 		Setup: wire.ReplaySetup{Original: setup0, Replay: setup1}, Excluded: Excluded, Files: []wire.ReplayFile{}}
@@ -122,8 +148,7 @@ func Run(ctx context.Context, o *orchestrator.Orchestrator, orig runid.ID, opt O
 		// The original's label, unchanged: a cell that reads the journal
 		// sees the same Step Blocks but for their times (the header says
 		// the run is a replay).
-		cctx := orchestrator.WithStepInfo(ctx, orchestrator.StepInfo{Label: tr.Label, Receipt: rc})
-		skipped, code, err := call(cctx, o, run, tr)
+		skipped, code, err := call(ctx, o, src, run, tr, orchestrator.WithStep(orchestrator.StepInfo{Label: tr.Label, Receipt: rc}))
 		if ctx.Err() != nil {
 			return nil, fmt.Errorf("replay of run %s stopped at step %d: %w", orig, tr.Step, ctx.Err())
 		}
@@ -143,7 +168,7 @@ func Run(ctx context.Context, o *orchestrator.Orchestrator, orig runid.ID, opt O
 		}
 		rep.Steps = append(rep.Steps, st)
 	}
-	if err := compare(ctx, o, orig, run, trace, steps, rep); err != nil {
+	if err := compare(ctx, o, src, run, trace, steps, rep); err != nil {
 		return nil, err
 	}
 	explain(rep)
@@ -166,8 +191,7 @@ func Run(ctx context.Context, o *orchestrator.Orchestrator, orig runid.ID, opt O
 
 // recoverable checks, before anything is replayed, that every call can be:
 // each cell's source and each written file's bytes are in the store.
-func recoverable(ctx context.Context, o *orchestrator.Orchestrator, orig runid.ID, trace []orchestrator.TraceRecord) error {
-	blobs := o.Store().Blobs()
+func recoverable(ctx context.Context, src *orchestrator.RunReader, orig runid.ID, trace []orchestrator.TraceRecord) error {
 	for _, tr := range trace {
 		var need tmpfs.Digest
 		switch {
@@ -181,8 +205,8 @@ func recoverable(ctx context.Context, o *orchestrator.Orchestrator, orig runid.I
 		default:
 			continue
 		}
-		if _, err := blobs.Stat(ctx, need); err != nil {
-			if errors.Is(err, tmpfs.ErrNotFound) {
+		if err := src.StatTraced(ctx, need); err != nil {
+			if fe := fault.As(err); fe != nil && fe.Kind == fault.NotFound {
 				return fault.Wrap(fault.NotFound, err, fmt.Sprintf("run %s step %d: blob %s is not in the store", orig, tr.Step, need.Short()),
 					"replay the run against the store it was made in (the same --data directory or S3 bucket)")
 			}
@@ -194,7 +218,7 @@ func recoverable(ctx context.Context, o *orchestrator.Orchestrator, orig runid.I
 
 // call makes one recorded call again in run. It returns why the call was
 // not made (skipped), and an exec's source.
-func call(ctx context.Context, o *orchestrator.Orchestrator, run runid.ID, tr orchestrator.TraceRecord) (skipped, code string, err error) {
+func call(ctx context.Context, o Core, src *orchestrator.RunReader, run runid.ID, tr orchestrator.TraceRecord, opt orchestrator.CallOption) (skipped, code string, err error) {
 	in := tr.Inputs
 	switch tr.Tool {
 	case orchestrator.ToolWrite:
@@ -202,13 +226,13 @@ func call(ctx context.Context, o *orchestrator.Orchestrator, run runid.ID, tr or
 			return "a tmp.write that failed keeps no content to write again", "", nil
 		}
 		f := tr.Outputs[0]
-		r, err := o.Store().OpenBlob(ctx, f.SHA256)
+		r, err := src.OpenTraced(ctx, f.SHA256)
 		if err != nil {
 			return "", "", err
 		}
 		defer r.Close()
 		if b, _ := in["streamed"].(bool); b {
-			_, err = o.WriteStream(ctx, run, f.Path, r)
+			_, err = o.WriteStream(ctx, run, f.Path, r, opt)
 			return "", "", err
 		}
 		data, err := io.ReadAll(r)
@@ -223,26 +247,26 @@ func call(ctx context.Context, o *orchestrator.Orchestrator, run runid.ID, tr or
 			e := base64.StdEncoding.EncodeToString(data)
 			w.BytesB64 = &e
 		}
-		_, err = o.Write(ctx, run, w)
+		_, err = o.Write(ctx, run, w, opt)
 		return "", "", err
 	case orchestrator.ToolRead:
 		p, _ := in["path"].(string)
 		if b, _ := in["streamed"].(bool); b {
-			_, r, err := o.Open(ctx, run, p)
+			_, r, err := o.Open(ctx, run, p, opt)
 			if r != nil {
 				r.Close()
 			}
 			return "", "", err
 		}
-		_, err := o.Read(ctx, run, p)
+		_, err := o.Read(ctx, run, p, opt)
 		return "", "", err
 	case orchestrator.ToolList:
 		p, _ := in["prefix"].(string)
-		_, err := o.List(ctx, run, p)
+		_, err := o.List(ctx, run, p, opt)
 		return "", "", err
 	case orchestrator.ToolDelete:
 		p, _ := in["path"].(string)
-		_, err := o.Delete(ctx, run, p)
+		_, err := o.Delete(ctx, run, p, opt)
 		return "", "", err
 	case orchestrator.ToolSearch:
 		var args struct {
@@ -252,7 +276,7 @@ func call(ctx context.Context, o *orchestrator.Orchestrator, run runid.ID, tr or
 		if err := remarshal(in, &args); err != nil {
 			return "", "", err
 		}
-		_, err := o.Search(ctx, run, args.SearchRequest, orchestrator.SearchOptions{SaveAs: args.SaveAs})
+		_, err := o.Search(ctx, run, args.SearchRequest, orchestrator.SearchOptions{SaveAs: args.SaveAs}, opt)
 		return "", "", err
 	case orchestrator.ToolExec:
 		var args struct {
@@ -262,7 +286,7 @@ func call(ctx context.Context, o *orchestrator.Orchestrator, run runid.ID, tr or
 		if err := remarshal(in, &args); err != nil {
 			return "", "", err
 		}
-		b, _, err := readBlob(ctx, o, tr.CodeSHA256)
+		b, _, err := readBlob(ctx, src, tr.CodeSHA256)
 		if err != nil {
 			return "", "", err
 		}
@@ -275,14 +299,14 @@ func call(ctx context.Context, o *orchestrator.Orchestrator, run runid.ID, tr or
 				return "", code, err
 			}
 		}
-		_, err = o.Exec(ctx, run, wire.ExecRequest{Code: code, FilesIn: args.FilesIn, TimeoutS: args.TimeoutS})
+		_, err = o.Exec(ctx, run, wire.ExecRequest{Code: code, FilesIn: args.FilesIn, TimeoutS: args.TimeoutS}, opt)
 		return "", code, err
 	}
 	return fmt.Sprintf("%s is not a call a replay makes again", tr.Tool), "", nil
 }
 
-func readBlob(ctx context.Context, o *orchestrator.Orchestrator, d tmpfs.Digest) ([]byte, int64, error) {
-	r, err := o.Store().OpenBlob(ctx, d)
+func readBlob(ctx context.Context, src *orchestrator.RunReader, d tmpfs.Digest) ([]byte, int64, error) {
+	r, err := src.OpenTraced(ctx, d)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -303,8 +327,12 @@ func remarshal(in map[string]any, v any) error {
 
 // compare fills the report's files and divergences from the two traces and
 // the two runs' files as they stand.
-func compare(ctx context.Context, o *orchestrator.Orchestrator, orig, run runid.ID, trace []orchestrator.TraceRecord, steps map[int]int, rep *wire.ReplayReport) error {
-	replayed, err := o.Trace(ctx, run)
+func compare(ctx context.Context, o Core, src *orchestrator.RunReader, run runid.ID, trace []orchestrator.TraceRecord, steps map[int]int, rep *wire.ReplayReport) error {
+	dst, err := o.ReadRun(ctx, run)
+	if err != nil {
+		return err
+	}
+	replayed, err := dst.Trace(ctx)
 	if err != nil {
 		return err
 	}
@@ -357,11 +385,11 @@ func compare(ctx context.Context, o *orchestrator.Orchestrator, orig, run runid.
 	sort.Strings(paths)
 	for _, p := range paths {
 		f := files[p]
-		a, err := final(ctx, o, orig, p)
+		a, err := final(ctx, src, p)
 		if err != nil {
 			return err
 		}
-		b, err := final(ctx, o, run, p)
+		b, err := final(ctx, dst, p)
 		if err != nil {
 			return err
 		}
@@ -388,9 +416,9 @@ func isCall(tool string) bool {
 }
 
 // final returns a file's hash in a run as it stands, zero when absent.
-func final(ctx context.Context, o *orchestrator.Orchestrator, run runid.ID, p string) (tmpfs.Digest, error) {
-	f, err := o.Store().Stat(ctx, run, p)
-	if errors.Is(err, tmpfs.ErrNotFound) {
+func final(ctx context.Context, rr *orchestrator.RunReader, p string) (tmpfs.Digest, error) {
+	f, err := rr.Stat(ctx, p)
+	if fe := fault.As(err); fe != nil && fe.Kind == fault.NotFound {
 		return tmpfs.Digest{}, nil
 	}
 	return f.SHA256, err

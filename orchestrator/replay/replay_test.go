@@ -1,6 +1,7 @@
 package replay_test
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"slices"
@@ -110,7 +111,11 @@ func checkIdentical(t *testing.T, o *orchestrator.Orchestrator, rep *wire.Replay
 			rep.Identical, rep.Same, rep.Different, rep.FirstDivergence, rep.Why)
 	}
 	run := runid.Must(rep.RunID)
-	b, _, err := o.Store().ReadAll(ctx, run, runfiles.Reproducibility)
+	rr, err := o.ReadRun(ctx, run)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _, err := rr.ReadAll(ctx, runfiles.Reproducibility)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -170,7 +175,7 @@ func TestManualSession(t *testing.T) {
 			t.Errorf("step %+v: want replayed, not diverged", st)
 		}
 	}
-	if st, _, _ := s.Orch.RunSetup(ctx, runid.Must(rep.RunID)); st.Seed != rep.Setup.Original.Seed || st.ReplayOf != orig.String() {
+	if st, _, _ := runSetup(ctx, s.Orch, runid.Must(rep.RunID)); st.Seed != rep.Setup.Original.Seed || st.ReplayOf != orig.String() {
 		t.Errorf("replay setup %+v: want the original's seed %d and replay_of %s", st, rep.Setup.Original.Seed, orig)
 	}
 
@@ -364,4 +369,13 @@ func TestReads(t *testing.T) {
 			t.Errorf("Reads(%q): got %q, want %q", tc.code, got, tc.want)
 		}
 	}
+}
+
+// runSetup reads a run's recorded setup, as its caller.
+func runSetup(ctx context.Context, o *orchestrator.Orchestrator, run runid.ID) (wire.RunSetup, bool, error) {
+	rr, err := o.ReadRun(ctx, run)
+	if err != nil {
+		return wire.RunSetup{}, false, err
+	}
+	return rr.Setup(ctx)
 }

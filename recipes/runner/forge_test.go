@@ -60,7 +60,7 @@ func TestRecipeCannotForgeRecords(t *testing.T) {
 	if b, _, _ := s.Store.ReadAll(ctx, run, runfiles.Journal); strings.Contains(string(b), "## Step 99") {
 		t.Errorf("CEL.md forged:\n%s", b)
 	}
-	tr, err := s.Orch.Trace(ctx, run)
+	tr, err := s.Trace(ctx, run)
 	if err != nil {
 		t.Fatal(err)
 	}

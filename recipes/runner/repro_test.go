@@ -1,6 +1,7 @@
 package runner_test
 
 import (
+	"context"
 	"strings"
 	"testing"
 	"time"
@@ -8,6 +9,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/triadhq/triad/internal/runid"
+	"github.com/triadhq/triad/orchestrator"
 	"github.com/triadhq/triad/orchestrator/orchestratortest"
 	"github.com/triadhq/triad/orchestrator/replay"
 	"github.com/triadhq/triad/recipes"
@@ -66,11 +68,11 @@ func TestRecipesAreReproducible(t *testing.T) {
 			a, took := runRecipe(t, r, s, rc.Name, nil)
 			b, _ := runRecipe(t, r, s, rc.Name, nil)
 			firsts[rc.Name] = a
-			sa, _, err := s.Orch.RunSetup(ctx, a)
+			sa, _, err := runSetup(ctx, s.Orch, a)
 			if err != nil {
 				t.Fatal(err)
 			}
-			sb, _, _ := s.Orch.RunSetup(ctx, b)
+			sb, _, _ := runSetup(ctx, s.Orch, b)
 			if sa.Seed != sb.Seed || sa.AsOf != sb.AsOf || !strings.HasPrefix(sa.SeedFrom, "derived") {
 				t.Errorf("setups differ or the seed was not derived: %+v and %+v", sa, sb)
 			}
@@ -115,10 +117,10 @@ func TestRecipesAreReproducible(t *testing.T) {
 		if !ok {
 			t.Fatal("sales-reallocation did not run")
 		}
-		sa, _, _ := s.Orch.RunSetup(ctx, a)
+		sa, _, _ := runSetup(ctx, s.Orch, a)
 		seed := sa.Seed + 1
 		c, _ := runRecipe(t, r, s, "sales-reallocation", map[string]any{"seed": seed})
-		if sc, _, _ := s.Orch.RunSetup(ctx, c); sc.Seed != seed || sc.SeedFrom != "param" {
+		if sc, _, _ := runSetup(ctx, s.Orch, c); sc.Seed != seed || sc.SeedFrom != "param" {
 			t.Errorf("run with seed %d: setup %+v", seed, sc)
 		}
 		da, dc := deliverables(t, s, a), deliverables(t, s, c)
@@ -146,4 +148,13 @@ func TestRecipesAreReproducible(t *testing.T) {
 			t.Errorf("replay with seed %d: identical=%v why %q; want it to differ and say the seed changed", seed, rep.Identical, rep.Why)
 		}
 	})
+}
+
+// runSetup reads a run's recorded setup, as its caller.
+func runSetup(ctx context.Context, o *orchestrator.Orchestrator, run runid.ID) (wire.RunSetup, bool, error) {
+	rr, err := o.ReadRun(ctx, run)
+	if err != nil {
+		return wire.RunSetup{}, false, err
+	}
+	return rr.Setup(ctx)
 }

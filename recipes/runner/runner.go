@@ -63,9 +63,32 @@ type StepState = wire.RecipeStep
 // Event is a progress event, streamed as Server-Sent Events.
 type Event = wire.RunEvent
 
+// Core is what the runner calls of the orchestrator: the runs it creates
+// or resumes, the tool calls of their steps (through the one orchestration
+// path, with each step's label and expected files), reads of their files,
+// checked like every read, and their bookkeeping. *orchestrator.Orchestrator
+// implements it.
+type Core interface {
+	Create(ctx context.Context, run runid.ID, opts ...orchestrator.RunOption) error
+	OpenRun(ctx context.Context, run runid.ID, opts ...orchestrator.RunOption) error
+	Visible(ctx context.Context, run runid.ID) error
+	ReadRun(ctx context.Context, run runid.ID) (*orchestrator.RunReader, error)
+	Status(ctx context.Context, run runid.ID) (wire.RunView, error)
+	SetRunSetup(ctx context.Context, run runid.ID, s wire.RunSetup) (wire.RunSetup, error)
+	SetRecipeState(ctx context.Context, run runid.ID, recipe, status string)
+	PutInternal(ctx context.Context, run runid.ID, path string, data []byte) (tmpfs.File, error)
+	Exec(ctx context.Context, run runid.ID, in wire.ExecRequest, opts ...orchestrator.CallOption) (wire.ExecResponse, error)
+	Search(ctx context.Context, run runid.ID, w wire.SearchRequest, opt orchestrator.SearchOptions, opts ...orchestrator.CallOption) (wire.SearchResponse, error)
+	Write(ctx context.Context, run runid.ID, in wire.WriteRequest, opts ...orchestrator.CallOption) (wire.FileRef, error)
+	Note(ctx context.Context, run runid.ID, text, author string) error
+	Finalize(ctx context.Context, run runid.ID, status string) error
+}
+
+var _ Core = (*orchestrator.Orchestrator)(nil)
+
 // Config configures a Runner.
 type Config struct {
-	Orchestrator *orchestrator.Orchestrator
+	Orchestrator Core
 	Catalog      *recipes.Catalog
 	// Backend is the sandbox backend's name ("docker" or "wasm"), which
 	// decides whether Docker-only recipes can run; "" means no sandbox.
@@ -76,7 +99,7 @@ type Config struct {
 // Runner runs recipes in the background and reports on them.
 type Runner struct {
 	c   Config
-	o   *orchestrator.Orchestrator
+	o   Core
 	log *slog.Logger
 
 	ctx    context.Context // the runner's lifetime: runs outlive requests
@@ -353,7 +376,9 @@ func (r *Runner) execute(ctx context.Context, p *prepared) {
 		r.mu.Unlock()
 	}()
 	st := &p.state
-	r.o.SetRunInfo(run, p.plan.Recipe.Name, st.Objective)
+	if err := r.o.OpenRun(ctx, run, orchestrator.WithRunInfo(p.plan.Recipe.Name, st.Objective)); err != nil {
+		r.log.Error("name the run's recipe and objective in its journal", "run", run, "err", err)
+	}
 	st.Status = Running
 	r.update(ctx, run, st, Event{Type: "run", Status: Running})
 
@@ -467,7 +492,7 @@ func (r *Runner) seed(ctx context.Context, run runid.ID, p *prepared) error {
 	for _, in := range p.plan.Recipe.Inputs {
 		data, given := p.inputs[in.Name]
 		if !given {
-			if _, err := r.o.Store().Stat(ctx, run, in.Path); err == nil {
+			if _, err := r.stat(ctx, run, in.Path); err == nil {
 				continue
 			}
 			if in.Default == "" {
@@ -489,9 +514,9 @@ func (r *Runner) seed(ctx context.Context, run runid.ID, p *prepared) error {
 			b64 := base64.StdEncoding.EncodeToString(data)
 			req.BytesB64 = &b64
 		}
-		wctx := orchestrator.WithStepInfo(ctx, orchestrator.StepInfo{Label: fmt.Sprintf("Seeded recipe input %s", in.Name),
+		info := orchestrator.WithStep(orchestrator.StepInfo{Label: fmt.Sprintf("Seeded recipe input %s", in.Name),
 			Expected: []evaluator.Expect{{Path: in.Path}}})
-		if _, err := r.o.Write(wctx, run, req); err != nil {
+		if _, err := r.o.Write(ctx, run, req, info); err != nil {
 			return err
 		}
 	}
@@ -512,7 +537,7 @@ func (r *Runner) inputData(ctx context.Context, run runid.ID, exists bool, rec *
 		err := tmpfs.ErrNotFound
 		var b []byte
 		if exists {
-			b, _, err = r.o.Store().ReadAll(ctx, run, in.Path)
+			b, err = r.readAll(ctx, run, in.Path)
 		}
 		switch {
 		case err == nil:
@@ -541,7 +566,7 @@ func (r *Runner) step(ctx context.Context, run runid.ID, plan *recipes.Plan, i i
 	} else {
 		info.Next = []string{"Read the deliverables under artifacts/ (artifacts/index.json lists them)"}
 	}
-	ctx = orchestrator.WithStepInfo(ctx, info)
+	opt := orchestrator.WithStep(info)
 	switch s.Kind {
 	case recipes.KindExec:
 		in := wire.ExecRequest{Code: s.Code}
@@ -549,7 +574,7 @@ func (r *Runner) step(ctx context.Context, run runid.ID, plan *recipes.Plan, i i
 			t := s.Timeout.Seconds()
 			in.TimeoutS = &t
 		}
-		out, err := r.o.Exec(ctx, run, in)
+		out, err := r.o.Exec(ctx, run, in, opt)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -567,15 +592,15 @@ func (r *Runner) step(ctx context.Context, run runid.ID, plan *recipes.Plan, i i
 		}
 		return res, produced, nil
 	case recipes.KindSearch:
-		_, err := r.o.Search(ctx, run, s.Search.Wire(), orchestrator.SearchOptions{SaveAs: s.SaveAs})
+		_, err := r.o.Search(ctx, run, s.Search.Wire(), orchestrator.SearchOptions{SaveAs: s.SaveAs}, opt)
 		if err != nil {
 			return nil, nil, err
 		}
-		f, err := r.o.Store().Stat(ctx, run, s.SaveAs)
+		f, err := r.stat(ctx, run, s.SaveAs)
 		return nil, map[string]string{s.SaveAs: f.SHA256.String()}, err
 	case recipes.KindWrite:
 		text := s.Write.Text
-		ref, err := r.o.Write(ctx, run, wire.WriteRequest{Path: s.Write.Path, Text: &text})
+		ref, err := r.o.Write(ctx, run, wire.WriteRequest{Path: s.Write.Path, Text: &text}, opt)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -587,7 +612,11 @@ func (r *Runner) step(ctx context.Context, run runid.ID, plan *recipes.Plan, i i
 // key is the step's resume key: its definition plus the run's files
 // before it.
 func (r *Runner) key(ctx context.Context, run runid.ID, plan *recipes.Plan, s *recipes.Step, exclude map[string]bool) (string, error) {
-	files, err := r.o.Store().List(ctx, run, "")
+	rr, err := r.o.ReadRun(ctx, run)
+	if err != nil {
+		return "", err
+	}
+	files, err := rr.List(ctx, "")
 	if err != nil {
 		return "", err
 	}
@@ -611,7 +640,7 @@ func (r *Runner) outputs(ctx context.Context, run runid.ID, s *recipes.Step) (ma
 	out := map[string]string{}
 	var missing []string
 	for _, o := range s.Outputs {
-		f, err := r.o.Store().Stat(ctx, run, o.Path)
+		f, err := r.stat(ctx, run, o.Path)
 		if err != nil || f.Size == 0 {
 			missing = append(missing, o.Path)
 			continue
@@ -626,7 +655,7 @@ func (r *Runner) outputs(ctx context.Context, run runid.ID, s *recipes.Step) (ma
 
 func (r *Runner) outputsPresent(ctx context.Context, run runid.ID, want map[string]string) bool {
 	for p, sha := range want {
-		f, err := r.o.Store().Stat(ctx, run, p)
+		f, err := r.stat(ctx, run, p)
 		if err != nil || f.SHA256.String() != sha {
 			return false
 		}
@@ -649,6 +678,12 @@ func evaluation(rc *orchestrator.Receipt) string {
 // update saves the state and tells subscribers.
 func (r *Runner) update(ctx context.Context, run runid.ID, st *State, e Event) {
 	e.RunID, e.Time = run.String(), time.Now().UTC()
+	// Stored first, then shown: a reader that sees the new state finds
+	// run.json and the run index saying the same.
+	if err := r.save(ctx, run, *st); err != nil {
+		r.log.Error("save run state", "run", run, "err", err)
+	}
+	r.o.SetRecipeState(ctx, run, st.Recipe, st.Status)
 	r.mu.Lock()
 	a := r.active[run]
 	if a != nil {
@@ -661,10 +696,6 @@ func (r *Runner) update(ctx context.Context, run runid.ID, st *State, e Event) {
 		}
 	}
 	r.mu.Unlock()
-	if err := r.save(ctx, run, *st); err != nil {
-		r.log.Error("save run state", "run", run, "err", err)
-	}
-	r.o.SetRecipeState(ctx, run, st.Recipe, st.Status)
 }
 
 func (r *Runner) save(ctx context.Context, run runid.ID, st State) error {
@@ -676,15 +707,33 @@ func (r *Runner) save(ctx context.Context, run runid.ID, st State) error {
 	return err
 }
 
-// isNotFound reports whether err is a not_found fault.
+// stat returns a file of the run, read as the run's caller (an access
+// checked like every read).
+func (r *Runner) stat(ctx context.Context, run runid.ID, path string) (tmpfs.File, error) {
+	rr, err := r.o.ReadRun(ctx, run)
+	if err != nil {
+		return tmpfs.File{}, err
+	}
+	return rr.Stat(ctx, path)
+}
+
+// readAll reads a file of the run whole, as the run's caller.
+func (r *Runner) readAll(ctx context.Context, run runid.ID, path string) ([]byte, error) {
+	rr, err := r.o.ReadRun(ctx, run)
+	if err != nil {
+		return nil, err
+	}
+	b, _, err := rr.ReadAll(ctx, path)
+	return b, err
+}
+
 func isNotFound(err error) bool {
 	fe := fault.As(err)
 	return fe != nil && fe.Kind == fault.NotFound
 }
 
-// load reads the run's recorded state, if it has one.
 func (r *Runner) load(ctx context.Context, run runid.ID) (State, bool, error) {
-	b, _, err := r.o.Store().ReadAll(ctx, run, StatePath)
+	b, err := r.readAll(ctx, run, StatePath)
 	if errors.Is(err, tmpfs.ErrNotFound) {
 		return State{}, false, nil
 	}

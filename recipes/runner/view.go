@@ -5,15 +5,16 @@ import (
 
 	"github.com/triadhq/triad/internal/fault"
 	"github.com/triadhq/triad/internal/runid"
-	"github.com/triadhq/triad/orchestrator"
 	"github.com/triadhq/triad/wire"
 )
 
 // View is the one function that builds a run's view, for every surface:
-// the journal's view of every call (orchestrator.Status), with the recipe
+// the journal's view of every call (the orchestrator's Status), with the recipe
 // run's state on top when the run is a recipe run. r may be nil (a server
 // without recipes). A run that neither knows is not found.
-func View(ctx context.Context, o *orchestrator.Orchestrator, r *Runner, run runid.ID) (wire.RunView, error) {
+func View(ctx context.Context, o interface {
+	Status(ctx context.Context, run runid.ID) (wire.RunView, error)
+}, r *Runner, run runid.ID) (wire.RunView, error) {
 	var rs *State
 	if r != nil {
 		st, err := r.Status(ctx, run)

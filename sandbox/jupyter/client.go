@@ -92,6 +92,7 @@ type Client struct {
 	wg        sync.WaitGroup
 
 	shutdownSent chan struct{} // closed when Shutdown sent its request, so the EOF that follows reads as a shutdown
+	shutDown     bool          // the kernel died after shutdownSent; set by markDead before dead is closed
 	shutdownOnce sync.Once
 }
 
@@ -334,6 +335,7 @@ func (c *Client) markDead(cause error) {
 	c.deadOnce.Do(func() {
 		select {
 		case <-c.shutdownSent:
+			c.shutDown = true
 			c.deadErr = fmt.Errorf("%w: shut down on request (%v)", ErrKernelDead, cause)
 		default:
 			c.deadErr = fmt.Errorf("%w: %w", ErrKernelDead, cause)
@@ -460,6 +462,15 @@ func (c *Client) request(ctx context.Context, name string, conn *zmtp.Conn, msgT
 	case m := <-w.reply:
 		return m, nil
 	case <-c.dead:
+		// A reply that arrived before the death is the answer: select
+		// picks at random among ready cases, and a kernel that exits
+		// right after replying (shutdown_reply) is dead by the time a
+		// slow waiter looks.
+		select {
+		case m := <-w.reply:
+			return m, nil
+		default:
+		}
 		return message{}, fmt.Errorf("%s: %w", msgType, c.Err())
 	case <-c.closing:
 		return message{}, ErrClosed
@@ -489,6 +500,13 @@ func (c *Client) Shutdown(ctx context.Context, restart bool) error {
 	m, err := c.request(ctx, "control", c.control, "shutdown_request", struct {
 		Restart bool `json:"restart"`
 	}{restart}, func() { c.shutdownOnce.Do(func() { close(c.shutdownSent) }) })
+	if err != nil && errors.Is(err, ErrKernelDead) && c.shutDown {
+		// The kernel exited after the request went out, and its
+		// sockets closed before the reply was read: it did what it was
+		// asked. (c.shutDown is set before dead is closed, which the
+		// request observed.)
+		return nil
+	}
 	if err != nil {
 		return err
 	}

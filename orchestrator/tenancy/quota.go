@@ -1,0 +1,236 @@
+package tenancy
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/triadhq/triad/auth"
+	"github.com/triadhq/triad/internal/fault"
+	"github.com/triadhq/triad/internal/runid"
+	"github.com/triadhq/triad/orchestrator/internal/storeerr"
+	"github.com/triadhq/triad/tmpfs"
+)
+
+// checkRunsPerHour counts the tenant's runs started in the last hour from
+// the newest page of its index.
+func (t *Tenancy) checkRunsPerHour(ctx context.Context, p auth.Principal) error {
+	limit := t.q.RunsPerHour
+	if limit <= 0 || p.IsOperator() {
+		return nil
+	}
+	keys, err := t.meta.ListMeta(ctx, runsPrefix(p.Tenant), "", limit)
+	if err != nil {
+		return storeerr.Fault(err, runid.ID{}, "")
+	}
+	since := time.Now().Add(-time.Hour)
+	n := 0
+	var oldest time.Time
+	for _, k := range keys {
+		if c, ok := createdOf(k); ok && c.After(since) {
+			n++
+			oldest = c
+		}
+	}
+	if n < limit {
+		return nil
+	}
+	t.refused("runs_per_hour")
+	return fault.New(fault.Quota,
+		fmt.Sprintf("tenant %s started %d runs in the last hour, its limit (runs per hour)", p.Tenant, n),
+		fmt.Sprintf("keep working in a run you have (its X-Run-Id), or start one after %s; the operator can raise --quota-runs-per-hour (TRIAD_QUOTA_RUNS_PER_HOUR)",
+			oldest.Add(time.Hour).UTC().Format(time.RFC3339)))
+}
+
+// usageKey names a tenant's usage record.
+func usageKey(tenant string) string { return "tenants/" + tenant + "/usage" }
+
+type usageRec struct {
+	Bytes int64 `json:"bytes"`
+}
+
+// CheckBytes refuses a call by p that would take the run's tenant (ow's)
+// over its stored-bytes quota: already over, or over with add more bytes.
+func (t *Tenancy) CheckBytes(ctx context.Context, p auth.Principal, ow Owner, add int64) error {
+	limit := t.q.StoredBytes
+	if limit <= 0 || p.IsOperator() {
+		return nil
+	}
+	used, err := t.used(ctx, ow.Tenant)
+	if err != nil {
+		return err
+	}
+	t.mu.Lock()
+	used += t.delta[ow.Tenant]
+	t.mu.Unlock()
+	if used < limit && used+add <= limit {
+		return nil
+	}
+	t.refused("stored_bytes")
+	return fault.New(fault.Quota,
+		fmt.Sprintf("tenant %s stores %d bytes; this call would take it past its stored-bytes quota of %d", ow.Tenant, used+add, limit),
+		"delete files you no longer need (tmp.delete), or ask the operator to raise --quota-stored-bytes (TRIAD_QUOTA_STORED_BYTES)")
+}
+
+// used reads a tenant's stored bytes, trusted for a second.
+func (t *Tenancy) used(ctx context.Context, tenant string) (int64, error) {
+	t.mu.Lock()
+	u, ok := t.usage[tenant]
+	t.mu.Unlock()
+	if ok && time.Since(u.at) < time.Second {
+		return u.bytes, nil
+	}
+	b, _, err := t.meta.GetMeta(ctx, usageKey(tenant))
+	var rec usageRec
+	switch {
+	case errors.Is(err, tmpfs.ErrNotFound):
+	case err != nil:
+		return 0, storeerr.Fault(err, runid.ID{}, "")
+	default:
+		json.Unmarshal(b, &rec)
+	}
+	t.setUsage(tenant, rec.Bytes)
+	return rec.Bytes, nil
+}
+
+func (t *Tenancy) setUsage(tenant string, n int64) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if len(t.usage) >= maxCached {
+		clear(t.usage)
+	}
+	t.usage[tenant] = usageAt{bytes: n, at: time.Now()}
+}
+
+// addUsage adds delta to a tenant's usage with a conditional write, so
+// replicas updating at once lose no update.
+func (t *Tenancy) addUsage(ctx context.Context, tenant string, delta int64) error {
+	for range 20 {
+		b, v, err := t.meta.GetMeta(ctx, usageKey(tenant))
+		var rec usageRec
+		cond := tmpfs.Cond{IfVersion: v}
+		switch {
+		case errors.Is(err, tmpfs.ErrNotFound):
+			cond = tmpfs.Cond{IfAbsent: true}
+		case err != nil:
+			return err
+		default:
+			json.Unmarshal(b, &rec)
+		}
+		rec.Bytes = max(rec.Bytes+delta, 0)
+		nb, _ := json.Marshal(rec)
+		if _, err := t.meta.PutMeta(ctx, usageKey(tenant), nb, cond); errors.Is(err, tmpfs.ErrPrecondition) {
+			continue
+		} else if err != nil {
+			return err
+		}
+		t.setUsage(tenant, rec.Bytes)
+		return nil
+	}
+	return errors.New("usage: too many concurrent writers")
+}
+
+// ReserveKernel counts a kernel a call of p is about to start for run
+// (ow's) against the tenant's concurrent-kernels quota, and returns the
+// release to call when the start is over (the live kernel then counts by
+// itself). live lists the tenants of the runs whose kernels are live, by
+// run; it is called only when the quota applies.
+func (t *Tenancy) ReserveKernel(p auth.Principal, ow Owner, live func() map[runid.ID]string) (func(), error) {
+	limit := t.q.Kernels
+	if limit <= 0 || p.IsOperator() {
+		return func() {}, nil
+	}
+	mine := map[runid.ID]bool{}
+	for r, tenant := range live() {
+		if tenant == ow.Tenant {
+			mine[r] = true
+		}
+	}
+	run := ow.Run
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for r := range t.starts[ow.Tenant] {
+		mine[r] = true
+	}
+	if !mine[run] && len(mine) >= limit {
+		t.refused("kernels")
+		return nil, fault.New(fault.Quota,
+			fmt.Sprintf("tenant %s has %d kernels live, its limit of concurrent kernels", ow.Tenant, len(mine)),
+			"keep working in a run whose kernel is live, or wait until one is stopped after it sits idle (--idle-ttl); the operator can raise --quota-kernels (TRIAD_QUOTA_KERNELS)")
+	}
+	if t.starts[ow.Tenant] == nil {
+		t.starts[ow.Tenant] = map[runid.ID]int{}
+	}
+	t.starts[ow.Tenant][run]++
+	return func() {
+		t.mu.Lock()
+		defer t.mu.Unlock()
+		if t.starts[ow.Tenant][run]--; t.starts[ow.Tenant][run] <= 0 {
+			delete(t.starts[ow.Tenant], run)
+		}
+		if len(t.starts[ow.Tenant]) == 0 {
+			delete(t.starts, ow.Tenant)
+		}
+	}, nil
+}
+
+func blobMarker(tenant string, d tmpfs.Digest) string {
+	return "tenants/" + tenant + "/blobs/" + d.String()
+}
+
+// markBlobs notes that the tenant holds these files' blobs, once each.
+func (t *Tenancy) markBlobs(ctx context.Context, tenant string, files []tmpfs.File) {
+	for _, f := range files {
+		k := blobMarker(tenant, f.SHA256)
+		t.mu.Lock()
+		_, done := t.marked[k]
+		t.mu.Unlock()
+		if done {
+			continue
+		}
+		_, err := t.meta.PutMeta(ctx, k, []byte("{}"), tmpfs.Cond{IfAbsent: true})
+		if err != nil && !errors.Is(err, tmpfs.ErrPrecondition) {
+			t.log.WarnContext(ctx, "mark a tenant's blob", "tenant", tenant, "err", err)
+			continue
+		}
+		t.mu.Lock()
+		if len(t.marked) >= maxCached {
+			clear(t.marked)
+		}
+		t.marked[k] = struct{}{}
+		t.mu.Unlock()
+	}
+}
+
+// Holds reports whether some run of the tenant has held blob d. Markers
+// are written in the background; a miss writes what is pending and looks
+// again.
+func (t *Tenancy) Holds(ctx context.Context, tenant string, d tmpfs.Digest) bool {
+	if _, _, err := t.meta.GetMeta(ctx, blobMarker(tenant, d)); err == nil {
+		return true
+	}
+	t.Flush(ctx)
+	_, _, err := t.meta.GetMeta(ctx, blobMarker(tenant, d))
+	return err == nil
+}
+
+// StartUpload counts one more streamed upload in flight for tenant, within
+// its quota; release ends it.
+func (t *Tenancy) StartUpload(tenant string) (release func(), err error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.q.Uploads > 0 && t.uploads[tenant] >= t.q.Uploads {
+		return nil, fault.New(fault.Quota, fmt.Sprintf("tenant %s has %d uploads in flight, its limit", tenant, t.q.Uploads),
+			"wait for one to finish, then send this one again")
+	}
+	t.uploads[tenant]++
+	return func() {
+		t.mu.Lock()
+		defer t.mu.Unlock()
+		if t.uploads[tenant]--; t.uploads[tenant] <= 0 {
+			delete(t.uploads, tenant)
+		}
+	}, nil
+}
