@@ -828,6 +828,9 @@ func TestConsole(t *testing.T) {
 		}
 		var v runView
 		s.api(t, s.keyA, "GET", "/runs/"+recipeRun, "", nil, &v)
+		// The listing above is a call of the run too: its step reaches
+		// the page by the event stream, after the run's own steps.
+		a.until(time.Minute, fmt.Sprintf(`document.querySelectorAll('#timeline li').length >= %d`, len(v.Steps)), "the timeline to show every step of the run")
 		final := eval[[]int](a, `[...document.querySelectorAll('#timeline li')].map(li => Number(li.dataset.step))`)
 		if len(final) != len(v.Steps) || len(final) < 8 {
 			shown := eval[[]string](a, `[...document.querySelectorAll('#timeline li')].map(li => li.dataset.step + ' ' + li.querySelector('.step-tool').textContent + ' ' + (li.querySelector('.step-label')?.textContent || ''))`)
