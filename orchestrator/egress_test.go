@@ -56,6 +56,9 @@ func newEgressStack(t testing.TB, backend string) *egressStack {
 func (s *egressStack) newRun(t testing.TB, tmpl string, eg *wire.EgressPolicy) runid.ID {
 	t.Helper()
 	run := runid.New()
+	if err := s.Orch.Create(s.Ctx(t), run); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := s.Orch.SetRunSetup(s.Ctx(t), run, wire.RunSetup{Template: tmpl, Egress: eg}); err != nil {
 		t.Fatal(err)
 	}

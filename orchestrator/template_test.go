@@ -35,6 +35,9 @@ func testTemplateRunAndReplay(t *testing.T, backend string) {
 	s := orchestratortest.New(t, orchestratortest.Options{Sandbox: backend, Warm: 1, Templates: set})
 	ctx := s.Ctx(t)
 	run := runid.New()
+	if err := s.Orch.Create(ctx, run); err != nil {
+		t.Fatal(err)
+	}
 	st, err := s.Orch.SetRunSetup(ctx, run, wire.RunSetup{Template: templatetest.Tiny})
 	if err != nil {
 		t.Fatal(err)
