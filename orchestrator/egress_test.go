@@ -295,11 +295,18 @@ except OSError as e:
 // within narrows it, and the narrowed run is refused what it left out.
 func TestEgressChoice(t *testing.T) {
 	s := newEgressStack(t, "docker")
-	_, err := s.Orch.SetRunSetup(s.Ctx(t), runid.New(), wire.RunSetup{Template: "nope"})
+	fresh := func() runid.ID {
+		run := runid.New()
+		if err := s.Orch.Create(s.Ctx(t), run); err != nil {
+			t.Fatal(err)
+		}
+		return run
+	}
+	_, err := s.Orch.SetRunSetup(s.Ctx(t), fresh(), wire.RunSetup{Template: "nope"})
 	if fe := fault.As(err); fe == nil || fe.Kind != fault.BadInput || !strings.Contains(fe.Suggestion, "default, net") {
 		t.Errorf("unknown template: %v, want bad input naming default and net", err)
 	}
-	_, err = s.Orch.SetRunSetup(s.Ctx(t), runid.New(), wire.RunSetup{Template: netTemplate, Egress: &wire.EgressPolicy{Allow: []wire.EgressRule{{Host: egresstest.Denied}}}})
+	_, err = s.Orch.SetRunSetup(s.Ctx(t), fresh(), wire.RunSetup{Template: netTemplate, Egress: &wire.EgressPolicy{Allow: []wire.EgressRule{{Host: egresstest.Denied}}}})
 	if fe := fault.As(err); fe == nil || fe.Kind != fault.Forbidden || !errors.Is(err, egress.ErrOutside) {
 		t.Errorf("beyond the template: %v, want forbidden", err)
 	}
