@@ -7,6 +7,7 @@ import (
 	"os"
 	"runtime"
 	"runtime/debug"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"sync"
@@ -71,6 +72,18 @@ func TestRunMemory(t *testing.T) {
 	many(t, &fast, 300, memoryRuns)
 	drained()
 	rss1, fds1 := rss(t), fds(t)
+	if p := os.Getenv("TRIAD_HEAP_PROFILE"); p != "" {
+		// What is kept, by allocation site: go tool pprof -inuse_space -top.
+		f, err := os.Create(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		runtime.GC()
+		if err := pprof.WriteHeapProfile(f); err != nil {
+			t.Fatal(err)
+		}
+		f.Close()
+	}
 	t.Logf("RSS %d MiB before %d short runs, %d MiB after they went idle (%+d MiB); open files %d, then %d",
 		rss0>>20, memoryRuns, rss1>>20, (rss1-rss0)>>20, fds0, fds1)
 	if rss1-rss0 > 50<<20 {

@@ -16,8 +16,9 @@ type usageTable struct {
 	m  map[runid.ID]int64
 }
 
-// maxUsage bounds the table; past it, it starts over.
-const maxUsage = 100000
+// maxUsage bounds the table; past it, it starts over (a miss lists the
+// run once). One entry per run asked about, so it grows with runs.
+const maxUsage = 1 << 14
 
 // Usage returns the bytes the run's files hold, each file counted at its
 // size (a blob two paths share counts twice). The first call for a run

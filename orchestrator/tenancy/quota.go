@@ -196,7 +196,7 @@ func (t *Tenancy) markBlobs(ctx context.Context, tenant string, files []tmpfs.Fi
 			continue
 		}
 		t.mu.Lock()
-		if len(t.marked) >= maxCached {
+		if len(t.marked) >= maxMarked {
 			clear(t.marked)
 		}
 		t.marked[k] = struct{}{}

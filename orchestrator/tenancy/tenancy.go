@@ -127,6 +127,11 @@ type usageAt struct {
 // maxCached bounds each cache; past it, the cache starts over.
 const maxCached = 100000
 
+// maxMarked bounds the blob markers known written. It is one entry per
+// blob a tenant ever held, so it grows with work, not with tenants: kept
+// small, since a miss costs one conditional metadata write.
+const maxMarked = 1 << 13
+
 // New returns a Tenancy and starts its background writer.
 func New(c Config) *Tenancy {
 	if c.Logger == nil {

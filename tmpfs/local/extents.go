@@ -51,6 +51,11 @@ type chainState struct {
 	state  []byte
 }
 
+// maxChains bounds the chains kept in memory; past it they start over. A
+// chain not kept resumes from its last ref on disk, at the end of the same
+// extent (resume), so forgetting costs one small read, never a copy.
+const maxChains = 1 << 12
+
 // extents keeps the chains this process has appended to.
 type extents struct {
 	mu     sync.Mutex
@@ -132,6 +137,9 @@ func (b *Blobs) Append(ctx context.Context, base tmpfs.Digest, baseSize int64, t
 		return tmpfs.Digest{}, 0, err
 	}
 	b.ext.mu.Lock()
+	if len(b.ext.chains) >= maxChains {
+		clear(b.ext.chains)
+	}
 	b.ext.chains[key] = next
 	b.ext.mu.Unlock()
 	return d, next.size, nil

@@ -64,8 +64,9 @@ type fingerprints struct {
 }
 
 // maxFingerprints bounds the in-memory cache; past it the cache starts
-// over and the files answer.
-const maxFingerprints = 1 << 16
+// over and the files answer. One entry per blob read, so it grows with
+// work: kept small (TestRunMemory), a miss costs one small file read.
+const maxFingerprints = 1 << 13
 
 // racyWindow is how old a ctime must be before its fingerprint is trusted
 // on a file system whose timestamps may not move on a change made within
