@@ -180,6 +180,11 @@ func (o *Orchestrator) Status(ctx context.Context, run runid.ID) (wire.RunView, 
 	if err := o.settle(ctx, run); err != nil {
 		return st, err
 	}
+	if s, ok, err := o.recordedSetup(ctx, run); err != nil {
+		return st, err
+	} else if ok && s.Backend != "" {
+		st.Sandbox = &wire.RunSandbox{Backend: s.Backend, Runtime: s.Runtime, Image: s.Image}
+	}
 	trace, err := o.trace(ctx, run)
 	if err != nil {
 		return st, err

@@ -107,7 +107,7 @@ func (o *Orchestrator) completeSetup(run runid.ID, s wire.RunSetup) (wire.RunSet
 		}
 	}
 	if o.kernels != nil {
-		s.Backend, s.Image = o.kernels.Backend(), o.kernels.Image()
+		s.Backend, s.Image, s.Runtime = o.kernels.Backend(), o.kernels.Image(), o.kernels.Runtime()
 	}
 	return s, nil
 }

@@ -25,6 +25,7 @@ import (
 type sandboxConfig struct {
 	Backend        string
 	Image          string
+	DockerRuntime  string
 	Memory         string
 	CPUs           float64
 	Pids           int64
@@ -50,6 +51,7 @@ type sandboxConfig struct {
 
 func (c *sandboxConfig) flags(f *flagSet) {
 	f.str(&c.Backend, "sandbox", "auto", "sandbox backend: docker, wasm, kube, auto (docker when an engine answers, else wasm) or none")
+	f.str(&c.DockerRuntime, "docker-runtime", docker.RuntimeAuto, "OCI runtime of Docker kernels: runsc (gVisor, a second kernel between a cell and the host's), runc (the host's kernel behind Triad's seccomp profile), or auto (runsc when the engine has it, else runc; scripts/gvisor.sh docker registers it)")
 	f.str(&c.Image, "image", "", "sandbox image for --sandbox docker (default: the tag this build derives from its package list, built on first use)")
 	f.str(&c.Memory, "memory", "2GiB", "memory per kernel, swap included")
 	f.float(&c.CPUs, "cpus", 1, "CPUs per kernel")
@@ -76,6 +78,11 @@ func (c *sandboxConfig) validate() error {
 	case "docker", "wasm", "kube", "auto", "none":
 	default:
 		return fmt.Errorf("--sandbox %q: want docker, wasm, kube, auto or none", c.Backend)
+	}
+	switch c.DockerRuntime {
+	case docker.RuntimeRunsc, docker.RuntimeRunc, docker.RuntimeAuto:
+	default:
+		return fmt.Errorf("--docker-runtime %q: want runsc, runc or auto", c.DockerRuntime)
 	}
 	if c.Backend == "kube" {
 		if c.KubeNamespace == "" {
@@ -173,6 +180,7 @@ func openDocker(ctx context.Context, c *config, log *slog.Logger, progress io.Wr
 	cli.Close()
 	return docker.New(ctx, docker.Config{
 		Image:          tag,
+		Runtime:        c.Sandbox.DockerRuntime,
 		WorkRoot:       filepath.Join(c.Data, "work", "docker"),
 		Defaults:       c.Sandbox.limits(),
 		CellTimeout:    c.Sandbox.CellTimeout,

@@ -46,3 +46,10 @@ func (s *Buffer) String() string {
 	defer s.mu.Unlock()
 	return s.b.String()
 }
+
+// DockerRuntime is the OCI runtime tests run Docker kernels under:
+// TRIAD_DOCKER_RUNTIME ("runc", "runsc" or "auto"), as `triad serve`
+// reads it; "" (unset) is auto, runsc when the engine has it.
+// scripts/test.sh runs the suites that must hold under both runtimes once
+// with each.
+func DockerRuntime() string { return os.Getenv("TRIAD_DOCKER_RUNTIME") }

@@ -15,6 +15,7 @@ import (
 	"github.com/triadhq/triad/browser/tavilytest"
 	"github.com/triadhq/triad/cel"
 	"github.com/triadhq/triad/evaluator"
+	"github.com/triadhq/triad/internal/testenv"
 	"github.com/triadhq/triad/metrics"
 	"github.com/triadhq/triad/orchestrator"
 	"github.com/triadhq/triad/orchestrator/kernels"
@@ -226,7 +227,7 @@ func Docker(t testing.TB, workRoot string) *docker.Backend {
 // kernel manager before the backend it starts kernels from.
 func newDocker(t testing.TB, workRoot string, grace time.Duration) *docker.Backend {
 	t.Helper()
-	b, err := docker.New(context.Background(), docker.Config{Image: Image(t), WorkRoot: workRoot, InterruptGrace: grace})
+	b, err := docker.New(context.Background(), docker.Config{Image: Image(t), WorkRoot: workRoot, InterruptGrace: grace, Runtime: testenv.DockerRuntime()})
 	if err != nil {
 		t.Fatal(err)
 	}
