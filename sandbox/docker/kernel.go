@@ -242,8 +242,9 @@ func (k *Kernel) hostConfig() *container.HostConfig {
 			PidsLimit: &pids,
 			Ulimits:   ulimits,
 		},
-		// Under host memory pressure the sandbox dies before Triad does.
-		OomScoreAdj: 500,
+		// Under host memory pressure the sandbox dies before Triad does
+		// (under gVisor, raiseOOMScores completes it).
+		OomScoreAdj: oomScoreAdj,
 		// tini as PID 1 reaps the orphans a cell leaves (a fork bomb's
 		// children, daemonised subprocesses); with the kernel as PID 1 they
 		// would stay zombies holding pids until the next restart. The
@@ -331,6 +332,9 @@ func (k *Kernel) boot(ctx context.Context) error {
 		return k.bootError(ctx, bctx, fmt.Errorf("wait for kernel: %w", err))
 	}
 	k.phase("ready", &t)
+	if k.parent == nil && b.runtime == RuntimeRunsc {
+		k.raiseOOMScores(ctx)
+	}
 	if k.parent == nil && !k.sharesRaised {
 		if err := k.raiseCPUShares(ctx); err != nil {
 			c.Close()
