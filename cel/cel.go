@@ -146,7 +146,7 @@ func FormatHeader(h Header) string {
 		if s.Backend != "" {
 			sb := inline(s.Backend)
 			switch s.Runtime {
-			case "runsc":
+			case "runsc", "gvisor":
 				sb += " under gVisor (runsc: a second kernel between the cell and the host's)"
 			case "runc":
 				sb += " under runc (the host's kernel, behind Triad's seccomp profile)"

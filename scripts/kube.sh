@@ -48,6 +48,8 @@ ISOLATION_COMMENT=triad-kube-pod-isolation
 KERNEL_NS=triad-kernels TRIAD_NS=triad TRIAD_SA=triad
 BASE_MANIFESTS=(00-namespaces.yaml 10-rbac.yaml 20-networkpolicy.yaml)
 COMPONENTS=(containerd etcd kube-apiserver kube-controller-manager kube-scheduler kubelet)
+# Triad's seccomp profile as the kernel pods name it (a Localhost profile).
+SECCOMP_PROFILE=triad-kernel.json
 
 T0=$(date +%s.%N)
 since() { awk -v a="$T0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1fs", b - a }'; }
@@ -350,6 +352,22 @@ disabled_plugins = ["io.containerd.internal.v1.tracing", "io.containerd.snapshot
       [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
         SystemdCgroup = false
         Root = "$RUN/runc"
+    # gVisor (the "gvisor" RuntimeClass): scripts/gvisor.sh's shim and
+    # runsc, with Triad's seccomp profile applied inside the sandbox too
+    # (oci-seccomp) and no network but the sandbox's own loopback.
+    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runsc]
+      runtime_type = "io.containerd.runsc.v1"
+      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runsc.options]
+        TypeUrl = "io.containerd.runsc.v1.options"
+        ConfigPath = "$ETC/runsc.toml"
+EOF
+  write_if_changed "$ETC/runsc.toml" <<EOF
+binary_name = "$GVISOR_BIN/runsc"
+root = "$RUN/runsc"
+[runsc_config]
+  platform = "systrap"
+  network = "none"
+  oci-seccomp = "true"
 EOF
   # Pods get an address on an isolated bridge and no route anywhere: no
   # gateway, no masquerade, so neither the apiserver nor the internet is
@@ -367,11 +385,42 @@ EOF
     die "net.bridge.bridge-nf-call-iptables is not 1 and cannot be set: pods on $BRIDGE could reach each other"
   iptables -C FORWARD -i "$BRIDGE" -o "$BRIDGE" -m comment --comment "$ISOLATION_COMMENT" -j DROP 2>/dev/null ||
     iptables -I FORWARD -i "$BRIDGE" -o "$BRIDGE" -m comment --comment "$ISOLATION_COMMENT" -j DROP
-  start containerd containerd --config "$ETC/containerd.toml"
+  # A containerd that runs with an older configuration (a cluster started
+  # before gVisor was added, or with another runsc) is restarted; its
+  # shims, and so the pods, keep running.
+  shim_wrapper
+  local key
+  key=$(cat "$ETC/containerd.toml" "$ETC/runsc.toml" "$RUN/shim/containerd-shim-runsc-v1" | sha256sum | cut -c1-16)
+  if running containerd && [ "$(cat "$RUN/containerd.key" 2>/dev/null)" != "$key" ]; then
+    log "containerd's configuration changed; restarting it"
+    stop containerd
+  fi
+  # The runsc shim is found on containerd's PATH, behind shim_wrapper.
+  start containerd env PATH="$RUN/shim:$PATH" containerd --config "$ETC/containerd.toml"
+  echo "$key" >"$RUN/containerd.key"
   wait_for containerd 30 ctr --address "$SOCK" version
   if ! has_image "$PAUSE_IMAGE"; then
     ctr_ images import "$KDIR/pause/pause.tar" >/dev/null
   fi
+}
+
+# shim_wrapper puts a containerd-shim-runsc-v1 on containerd's PATH that
+# runs gVisor's and, for its "start" action, hands containerd 1.6 the
+# address alone: gVisor's shim is built on containerd 2's shim library,
+# whose start prints containerd 2's JSON bootstrap parameters, which
+# containerd 1.6 (Debian 12's) would dial as an address. Every other action
+# runs the shim unchanged.
+shim_wrapper() {
+  mkdir -p "$RUN/shim"
+  write_if_changed "$RUN/shim/containerd-shim-runsc-v1" <<EOF
+#!/bin/sh
+case "\$*" in
+*" start") out=\$("$GVISOR_BIN/containerd-shim-runsc-v1" "\$@") || exit
+  printf '%s\\n' "\$out" | sed -n 's/^{.*"address":"\([^"]*\)".*}\$/\1/p; t; p' | tr -d '\\n' ;;
+*) exec "$GVISOR_BIN/containerd-shim-runsc-v1" "\$@" ;;
+esac
+EOF
+  chmod 755 "$RUN/shim/containerd-shim-runsc-v1"
 }
 
 # --- etcd and the control plane ------------------------------------------
@@ -488,6 +537,31 @@ import_image() {
   has_image "$ref" || die "containerd did not keep $ref after the import"
 }
 
+# --- Triad's seccomp profile and the gvisor RuntimeClass --------------------
+# install_seccomp puts Triad's seccomp profile, in the OCI form containerd
+# reads, where the kubelet finds Localhost profiles (<root-dir>/seccomp).
+install_seccomp() {
+  local dir=$RUN/kubelet/seccomp
+  mkdir -p "$dir"
+  triad image seccomp | write_if_changed "$dir/$SECCOMP_PROFILE"
+}
+
+# apply_runtime_class makes the "gvisor" RuntimeClass, handled by the
+# containerd runtime "runsc" configured above.
+apply_runtime_class() {
+  if [ "$(K get runtimeclass gvisor -o jsonpath='{.handler}' 2>/dev/null)" != runsc ]; then
+    log "RuntimeClass gvisor (handler runsc)"
+    K apply -f - >/dev/null <<EOF
+apiVersion: node.k8s.io/v1
+kind: RuntimeClass
+metadata:
+  name: gvisor
+  labels: {app.kubernetes.io/part-of: triad}
+handler: runsc
+EOF
+  fi
+}
+
 # --- namespaces, RBAC and Triad's identity ---------------------------------
 manifests_key() { (cd "$REPO/deploy/kubernetes" && cat "${BASE_MANIFESTS[@]}") | sha256sum | cut -c1-16; }
 
@@ -529,6 +603,7 @@ export TRIAD_KUBE_ADMIN_KUBECONFIG=$ETC/admin.kubeconfig
 export TRIAD_KUBECTL=$BIN/kubectl
 export TRIAD_KUBE_NAMESPACE=$KERNEL_NS
 export TRIAD_KUBE_IMAGE=$(triad image tag)
+export TRIAD_KUBE_SECCOMP_PROFILE=$SECCOMP_PROFILE
 EOF
 }
 
@@ -536,6 +611,7 @@ cmd_up() {
   need_root "scripts/kube.sh up"
   need_pkgs
   build
+  GVISOR_BIN=$("$REPO/scripts/gvisor.sh" install)
   with_lock "$CACHE/cluster.lock" up_locked
   log "cluster up in $(since): admin KUBECONFIG=$ETC/admin.kubeconfig, Triad's KUBECONFIG=$ETC/triad.kubeconfig, kubectl $BIN/kubectl"
   print_env
@@ -549,7 +625,9 @@ up_locked() {
   start_control_plane
   start_kubelet
   import_image
+  install_seccomp
   apply_base
+  apply_runtime_class
 }
 
 cmd_build() {
@@ -646,7 +724,7 @@ down_locked() {
   fi
   stop containerd
   local pid
-  for pid in $(pgrep -f "containerd-shim-runc-v2 .*-address $SOCK" 2>/dev/null); do
+  for pid in $(pgrep -f "containerd-shim-run(c-v2|sc-v1) .*-address $SOCK" 2>/dev/null); do
     log "killing leftover shim $pid"
     kill -KILL "$pid" 2>/dev/null || true
   done

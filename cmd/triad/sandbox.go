@@ -41,6 +41,7 @@ type sandboxConfig struct {
 	KubeNamespace     string
 	KubeImage         string
 	KubeRuntimeClass  string
+	KubeSeccomp       string
 	Kubeconfig        string
 	KubeOwner         string
 	KubeRunWait       time.Duration
@@ -66,7 +67,8 @@ func (c *sandboxConfig) flags(f *flagSet) {
 	f.int64(&c.StartShares, "kernel-start-cpu-shares", docker.NormalCPUShares, "CPU weight (cpu.shares, 2 to 1024) of a Docker kernel until it answers, so that starts yield to running cells; 1024, the normal weight, leaves starts unweighted (admission, --kernel-starts, is what spares running cells by default)")
 	f.str(&c.KubeNamespace, "kube-namespace", "triad-kernels", "namespace of the kernel pods, their NetworkPolicy and Leases, for --sandbox kube")
 	f.str(&c.KubeImage, "kube-image", "", "sandbox image as the cluster's nodes pull it, for --sandbox kube (default: `triad image tag`, imported into the nodes' runtime)")
-	f.str(&c.KubeRuntimeClass, "kube-runtime-class", "", "RuntimeClass of kernel pods, e.g. gvisor (default: the cluster's default runtime)")
+	f.str(&c.KubeRuntimeClass, "kube-runtime-class", "", "RuntimeClass of kernel pods, e.g. gvisor (default: the cluster's default runtime); deploy/kubernetes sets gvisor")
+	f.str(&c.KubeSeccomp, "kube-seccomp-profile", kube.DefaultSeccompProfile, "kernel pods' Localhost seccomp profile, under the kubelet's seccomp directory (install `triad image seccomp` there on every node); empty: the runtime's default profile")
 	f.str(&c.Kubeconfig, "kubeconfig", "", "kubeconfig for --sandbox kube (default: the in-cluster ServiceAccount, else $KUBECONFIG or ~/.kube/config)")
 	f.str(&c.KubeOwner, "kube-owner", "triad", "name of this Triad deployment on the cluster: replicas with the same name share kernel pods, the warm pool and run Leases")
 	f.duration(&c.KubeRunWait, "kube-run-wait", 5*time.Minute, "how long a call waits for a run another replica is serving before failing with kind conflict")
@@ -207,6 +209,7 @@ func openKube(ctx context.Context, c *config, log *slog.Logger) (sandbox.Backend
 		Namespace:      sc.KubeNamespace,
 		Image:          img,
 		RuntimeClass:   sc.KubeRuntimeClass,
+		SeccompProfile: sc.KubeSeccomp,
 		Owner:          sc.KubeOwner,
 		Warm:           sc.Warm,
 		IdleTTL:        sc.IdleTTL,

@@ -53,8 +53,10 @@ type Backend struct {
 }
 
 var (
-	_ sandbox.Backend = (*Backend)(nil)
-	_ sandbox.Pool    = (*Backend)(nil)
+	_ sandbox.Backend  = (*Backend)(nil)
+	_ sandbox.Pool     = (*Backend)(nil)
+	_ sandbox.Imager   = (*Backend)(nil)
+	_ sandbox.Runtimer = (*Backend)(nil)
 )
 
 // New connects to the API server, makes sure the namespace's deny-all
@@ -114,12 +116,20 @@ func New(ctx context.Context, cfg Config) (*Backend, error) {
 	go b.heartbeat()
 	go b.fill()
 	go b.sweep()
-	b.log.InfoContext(ctx, "kube sandbox ready", "namespace", cfg.Namespace, "image", cfg.Image, "owner", cfg.Owner, "warm", cfg.Warm, "runtime_class", cfg.RuntimeClass)
+	b.log.InfoContext(ctx, "kube sandbox ready", "namespace", cfg.Namespace, "image", cfg.Image, "owner", cfg.Owner, "warm", cfg.Warm, "runtime_class", cfg.RuntimeClass, "seccomp", cfg.SeccompProfile)
 	return b, nil
 }
 
 // Name implements sandbox.Backend.
 func (b *Backend) Name() string { return "kube" }
+
+// Image implements sandbox.Imager: the sandbox image as the nodes pull it.
+func (b *Backend) Image() string { return b.cfg.Image }
+
+// Runtime implements sandbox.Runtimer: the kernel pods' RuntimeClass
+// ("gvisor"), or "" for the cluster's default runtime, which Triad cannot
+// see.
+func (b *Backend) Runtime() string { return b.cfg.RuntimeClass }
 
 // Instance returns this replica's name (Config.Instance).
 func (b *Backend) Instance() string { return b.cfg.Instance }

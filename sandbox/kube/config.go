@@ -34,6 +34,9 @@ const (
 	// without renewal: past it, the replica counts as gone and its warm
 	// pods as orphans.
 	DefaultInstanceTTL = 15 * time.Second
+	// DefaultSeccompProfile is where scripts/kube.sh installs Triad's
+	// seccomp profile on a node, as a Localhost profile names it.
+	DefaultSeccompProfile = "triad-kernel.json"
 )
 
 // Config configures a Backend. Rest, Namespace and Image are required.
@@ -52,8 +55,16 @@ type Config struct {
 	// IfNotPresent.
 	PullPolicy corev1.PullPolicy
 	// RuntimeClass, when set, runs kernel pods under that RuntimeClass
-	// (gVisor's "gvisor", say).
+	// (gVisor's "gvisor", say). Such pods are reached through exec
+	// sessions, not port-forward (see dialerFor).
 	RuntimeClass string
+	// SeccompProfile, when set, is the kernel pods' Localhost seccomp
+	// profile: a path under the kubelet's seccomp directory holding
+	// Triad's profile in OCI form (`triad image seccomp` prints it;
+	// scripts/kube.sh installs it as DefaultSeccompProfile). Empty means
+	// the runtime's default profile (RuntimeDefault), which allows
+	// io_uring and does not refuse what Triad's does.
+	SeccompProfile string
 	// Owner names the Triad deployment in LabelOwner: the replicas of one
 	// deployment share pods, warm pool and Leases; two deployments in one
 	// namespace leave each other alone. Empty means "triad".

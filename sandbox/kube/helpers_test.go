@@ -75,6 +75,15 @@ func (c *cluster) config(t testing.TB, cfg kube.Config) kube.Config {
 		t.Fatal(err)
 	}
 	cfg.Rest, cfg.Namespace, cfg.Image = rc, c.namespace, c.image
+	// The runtime and profile triad serve would use on this cluster
+	// (scripts/kube.sh env; scripts/test.sh runs the kube suites under
+	// runc and under gVisor).
+	if cfg.RuntimeClass == "" {
+		cfg.RuntimeClass = os.Getenv("TRIAD_KUBE_RUNTIME_CLASS")
+	}
+	if cfg.SeccompProfile == "" {
+		cfg.SeccompProfile = os.Getenv("TRIAD_KUBE_SECCOMP_PROFILE")
+	}
 	if cfg.Owner == "" {
 		cfg.Owner = owner(t)
 	}

@@ -193,7 +193,7 @@ func (b *Backend) podSpec(l sandbox.Limits, state string, labels, annotations ma
 				RunAsUser:      &uid,
 				RunAsGroup:     &gid,
 				FSGroup:        &gid,
-				SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+				SeccompProfile: b.seccomp(),
 			},
 			Containers: []corev1.Container{{
 				Name:            kernelContainer,
@@ -238,6 +238,15 @@ func (b *Backend) podSpec(l sandbox.Limits, state string, labels, annotations ma
 		pod.Spec.RuntimeClassName = &rc
 	}
 	return pod
+}
+
+// seccomp is the pods' seccomp profile: Triad's, installed on the node as
+// a Localhost profile, or the runtime's default.
+func (b *Backend) seccomp() *corev1.SeccompProfile {
+	if p := b.cfg.SeccompProfile; p != "" {
+		return &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeLocalhost, LocalhostProfile: &p}
+	}
+	return &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault}
 }
 
 // containerState returns the pod's status of the named container.
