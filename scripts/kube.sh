@@ -46,8 +46,8 @@ ISOLATION_COMMENT=triad-kube-pod-isolation
 # Namespaces and identities are those of deploy/kubernetes; its test checks
 # that these stay in step with the manifests.
 KERNEL_NS=triad-kernels TRIAD_NS=triad TRIAD_SA=triad
-BASE_MANIFESTS=(00-namespaces.yaml 10-rbac.yaml 20-networkpolicy.yaml)
-COMPONENTS=(containerd etcd kube-apiserver kube-controller-manager kube-scheduler kubelet)
+BASE_MANIFESTS=(00-namespaces.yaml 10-rbac.yaml 15-csidriver.yaml 20-networkpolicy.yaml)
+COMPONENTS=(containerd csi-workdir etcd kube-apiserver kube-controller-manager kube-scheduler kubelet)
 # Triad's seccomp profile as the kernel pods name it (a Localhost profile).
 SECCOMP_PROFILE=triad-kernel.json
 
@@ -466,6 +466,25 @@ start_control_plane() {
     --bind-address 127.0.0.1 --leader-elect=false --profiling=false --authentication-skip-lookup
 }
 
+# --- Triad's CSI node plugin -------------------------------------------------
+# start_csi_workdir runs `triad csi-workdir` (sandbox/kube/csi) as a host
+# process beside the kubelet, as a DaemonSet would on a real cluster
+# (deploy/kubernetes/50-csi-workdir.yaml): it gives each kernel pod a
+# working directory of exactly its disk limit. A plugin built from other
+# sources is restarted; pods keep their mounted volumes.
+start_csi_workdir() {
+  local bin=$RUN/bin/triad key
+  mkdir -p "$RUN/bin" "$RUN/csi"
+  (cd "$REPO" && go build -o "$bin.partial" ./cmd/triad) && mv "$bin.partial" "$bin"
+  key=$(sha256sum "$bin" | cut -c1-16)
+  if running csi-workdir && [ "$(cat "$RUN/csi-workdir.key" 2>/dev/null)" != "$key" ]; then
+    log "triad csi-workdir changed; restarting it"
+    stop csi-workdir
+  fi
+  start csi-workdir "$bin" csi-workdir --node "$NODE" --kubelet-dir "$RUN/kubelet" --state "$RUN/csi"
+  echo "$key" >"$RUN/csi-workdir.key"
+}
+
 # --- kubelet ---------------------------------------------------------------
 start_kubelet() {
   # The kubelet (protectKernelDefaults false) rewrites these; down puts the
@@ -604,6 +623,7 @@ export TRIAD_KUBECTL=$BIN/kubectl
 export TRIAD_KUBE_NAMESPACE=$KERNEL_NS
 export TRIAD_KUBE_IMAGE=$(triad image tag)
 export TRIAD_KUBE_SECCOMP_PROFILE=$SECCOMP_PROFILE
+export TRIAD_KUBE_WORK_DRIVER=workdir.triad.dev
 EOF
 }
 
@@ -623,6 +643,7 @@ up_locked() {
   start_containerd
   start_etcd
   start_control_plane
+  start_csi_workdir
   start_kubelet
   import_image
   install_seccomp
@@ -710,6 +731,7 @@ down_locked() {
   fi
   # 2. The control plane, then etcd.
   stop kubelet
+  stop csi-workdir # after the kubelet, which unpublishes volumes as pods go
   if [ -f "$RUN/var-lib-kubelet.ours" ]; then rm -rf --one-file-system /var/lib/kubelet; fi
   stop kube-scheduler kube-controller-manager kube-apiserver
   stop etcd

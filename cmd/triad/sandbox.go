@@ -19,6 +19,7 @@ import (
 	"github.com/triadhq/triad/sandbox/docker"
 	"github.com/triadhq/triad/sandbox/image"
 	"github.com/triadhq/triad/sandbox/kube"
+	"github.com/triadhq/triad/sandbox/kube/csi"
 )
 
 // sandboxConfig holds the sandbox flags.
@@ -42,6 +43,7 @@ type sandboxConfig struct {
 	KubeImage         string
 	KubeRuntimeClass  string
 	KubeSeccomp       string
+	KubeWorkDriver    string
 	Kubeconfig        string
 	KubeOwner         string
 	KubeRunWait       time.Duration
@@ -69,6 +71,7 @@ func (c *sandboxConfig) flags(f *flagSet) {
 	f.str(&c.KubeImage, "kube-image", "", "sandbox image as the cluster's nodes pull it, for --sandbox kube (default: `triad image tag`, imported into the nodes' runtime)")
 	f.str(&c.KubeRuntimeClass, "kube-runtime-class", "", "RuntimeClass of kernel pods, e.g. gvisor (default: the cluster's default runtime); deploy/kubernetes sets gvisor")
 	f.str(&c.KubeSeccomp, "kube-seccomp-profile", kube.DefaultSeccompProfile, "kernel pods' Localhost seccomp profile, under the kubelet's seccomp directory (install `triad image seccomp` there on every node); empty: the runtime's default profile")
+	f.str(&c.KubeWorkDriver, "kube-work-driver", csi.DriverName, "CSI driver of kernel pods' working directories: Triad's node plugin (`triad csi-workdir` on every node) gives each a volume of exactly --disk, refusing writes past it; empty: an emptyDir, whose size the kubelet enforces only by evicting the pod afterwards")
 	f.str(&c.Kubeconfig, "kubeconfig", "", "kubeconfig for --sandbox kube (default: the in-cluster ServiceAccount, else $KUBECONFIG or ~/.kube/config)")
 	f.str(&c.KubeOwner, "kube-owner", "triad", "name of this Triad deployment on the cluster: replicas with the same name share kernel pods, the warm pool and run Leases")
 	f.duration(&c.KubeRunWait, "kube-run-wait", 5*time.Minute, "how long a call waits for a run another replica is serving before failing with kind conflict")
@@ -210,6 +213,7 @@ func openKube(ctx context.Context, c *config, log *slog.Logger) (sandbox.Backend
 		Image:          img,
 		RuntimeClass:   sc.KubeRuntimeClass,
 		SeccompProfile: sc.KubeSeccomp,
+		WorkDriver:     sc.KubeWorkDriver,
 		Owner:          sc.KubeOwner,
 		Warm:           sc.Warm,
 		IdleTTL:        sc.IdleTTL,

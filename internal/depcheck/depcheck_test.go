@@ -20,7 +20,7 @@ const module = "github.com/triadhq/triad/"
 var layers = [][]string{
 	// 0: leaf helpers.
 	{"auth", "bench/internal/benchenv", "internal/crashpoint", "internal/fault", "internal/runid", "internal/keyedmutex", "internal/dockerarchive", "internal/safepath", "internal/version", "internal/testenv",
-		"internal/miniotest", "internal/procmem", "internal/depcheck", "recipes/sampledata/internal/gen", "recipes/sampledata/internal/regen"},
+		"internal/miniotest", "internal/procmem", "internal/depcheck", "sandbox/internal/loopfs", "recipes/sampledata/internal/gen", "recipes/sampledata/internal/regen"},
 	// 1: the contract and the seams: wire types, the records' names, and
 	// the interfaces the tools implement.
 	{"wire", "runfiles", "tmpfs", "sandbox", "sandbox/internal/emit",
@@ -33,7 +33,7 @@ var layers = [][]string{
 		"tmpfs/local", "tmpfs/s3", "tmpfs/tmpfstest",
 		"sandbox/docker", "sandbox/image", "sandbox/image/imagetest", "sandbox/jupyter", "sandbox/jupyter/zmtp",
 		"sandbox/jupyter/jupytertest", "sandbox/wasm",
-		"sandbox/hostdir", "sandbox/sandboxtest", "sandbox/kube", "sandbox/internal/jupytercell",
+		"sandbox/hostdir", "sandbox/sandboxtest", "sandbox/kube", "sandbox/kube/csi", "sandbox/internal/jupytercell",
 		"cel", "evaluator",
 		"recipes", "recipes/notebook", "recipes/sampledata"},
 	// 3: the orchestration core.
@@ -63,7 +63,7 @@ var sameLayer = map[string][]string{
 	"sandbox/image/imagetest":                   {"sandbox/image"},
 	"sandbox/wasm":                              {"sandbox/hostdir"},
 	"sandbox/jupyter":                           {"sandbox/jupyter/zmtp"},
-	"sandbox/kube":                              {"sandbox/image", "sandbox/jupyter", "sandbox/jupyter/zmtp", "sandbox/hostdir", "sandbox/internal/jupytercell"},
+	"sandbox/kube":                              {"sandbox/image", "sandbox/jupyter", "sandbox/jupyter/zmtp", "sandbox/hostdir", "sandbox/internal/jupytercell", "sandbox/kube/csi"},
 	"recipes":                                   {"browser", "recipes/notebook", "recipes/sampledata"},
 	"orchestrator":                              {"orchestrator/kernels", "orchestrator/workspace"},
 	"orchestrator/kernels":                      {"orchestrator/workspace"},

@@ -22,6 +22,7 @@ import (
 	"github.com/triadhq/triad/internal/fault"
 	"github.com/triadhq/triad/internal/testenv"
 	"github.com/triadhq/triad/sandbox"
+	"github.com/triadhq/triad/sandbox/internal/loopfs"
 	"github.com/triadhq/triad/sandbox/sandboxtest"
 )
 
@@ -570,16 +571,11 @@ func TestCloseIsFinal(t *testing.T) {
 
 func mounted(t *testing.T, path string) bool {
 	t.Helper()
-	data, err := os.ReadFile("/proc/self/mounts")
+	ok, err := loopfs.Mounted(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, line := range strings.Split(string(data), "\n") {
-		if f := strings.Fields(line); len(f) > 1 && unescapeMount(f[1]) == path {
-			return true
-		}
-	}
-	return false
+	return ok
 }
 
 func dockerClient(t *testing.T) *client.Client {

@@ -65,6 +65,14 @@ type Config struct {
 	// the runtime's default profile (RuntimeDefault), which allows
 	// io_uring and does not refuse what Triad's does.
 	SeccompProfile string
+	// WorkDriver, when set, names the CSI driver of the kernels' working
+	// directories: csi.DriverName, Triad's node plugin (sandbox/kube/csi),
+	// which must run on every node, gives each pod a volume of exactly
+	// its disk limit. Empty means an emptyDir with a size limit, which the
+	// kubelet enforces only by evicting the pod after the bytes are
+	// written (see docs/DECISIONS.md, "The kube working directory's
+	// quota").
+	WorkDriver string
 	// Owner names the Triad deployment in LabelOwner: the replicas of one
 	// deployment share pods, warm pool and Leases; two deployments in one
 	// namespace leave each other alone. Empty means "triad".

@@ -84,6 +84,9 @@ func (c *cluster) config(t testing.TB, cfg kube.Config) kube.Config {
 	if cfg.SeccompProfile == "" {
 		cfg.SeccompProfile = os.Getenv("TRIAD_KUBE_SECCOMP_PROFILE")
 	}
+	if cfg.WorkDriver == "" {
+		cfg.WorkDriver = os.Getenv("TRIAD_KUBE_WORK_DRIVER")
+	}
 	if cfg.Owner == "" {
 		cfg.Owner = owner(t)
 	}

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -70,6 +71,10 @@ while True:
                 v = v[os.write(1, v):]
 `
 
+// errRefused means the relay ran in the pod and nothing listened on the
+// port.
+var errRefused = errors.New("connection refused in the pod")
+
 // relay opens one exec session per connection.
 type relay struct {
 	b   *Backend
@@ -78,13 +83,24 @@ type relay struct {
 
 func (r *relay) Close() error { return nil } // every connection owns its session
 
-// Dial runs relayProgram for port in the pod's agent container and
+// Dial runs relayProgram for port in the pod's agent container (in the
+// kernel container when the agent's is gone, as startAgent does) and
 // returns once it has connected.
 func (r *relay) Dial(ctx context.Context, port int) (net.Conn, error) {
+	c, err := r.dialIn(ctx, port, agentContainer)
+	if err != nil && ctx.Err() == nil && !errors.Is(err, errRefused) {
+		if c2, err2 := r.dialIn(ctx, port, kernelContainer); err2 == nil {
+			return c2, nil
+		}
+	}
+	return c, err
+}
+
+func (r *relay) dialIn(ctx context.Context, port int, container string) (net.Conn, error) {
 	b := r.b
 	req := b.cs.CoreV1().RESTClient().Post().Resource("pods").Namespace(b.cfg.Namespace).Name(r.pod).SubResource("exec").
 		VersionedParams(&corev1.PodExecOptions{
-			Container: agentContainer,
+			Container: container,
 			Command:   []string{"python3", "-S", "-c", relayProgram, strconv.Itoa(port)},
 			Stdin:     true, Stdout: true, Stderr: true,
 		}, scheme.ParameterCodec)
@@ -116,7 +132,10 @@ func (r *relay) Dial(ctx context.Context, port int) (net.Conn, error) {
 			return nil, fmt.Errorf("relay to pod %s port %d: %w", r.pod, port, context.Cause(ctx))
 		}
 		<-c.done
-		if s := c.stderr.String(); s != "" {
+		if s := c.stderr.String(); strings.HasPrefix(s, "connect to ") {
+			// The relay ran; nothing listens on the port (yet).
+			return nil, fmt.Errorf("relay to pod %s port %d: %w: %s", r.pod, port, errRefused, s)
+		} else if s != "" {
 			return nil, fmt.Errorf("relay to pod %s port %d: %s", r.pod, port, s)
 		}
 		return nil, fmt.Errorf("relay to pod %s port %d: %w", r.pod, port, err)
