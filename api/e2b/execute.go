@@ -1,7 +1,6 @@
 package e2b
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -10,7 +9,6 @@ import (
 	"strings"
 	"sync"
 	"time"
-	"unicode/utf8"
 
 	"github.com/triadhq/triad/internal/fault"
 	"github.com/triadhq/triad/internal/runid"
@@ -83,12 +81,10 @@ func (s *Server) execute(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	code := *in.Code
-	if len(sb.Envs) > 0 || len(in.EnvVars) > 0 {
-		var err error
-		if code, err = withEnvs(sb.Envs, in.EnvVars, code); err != nil {
-			return err
-		}
-	}
+	// The sandbox's envs are set once per interpreter, the call's for this
+	// cell only; their values go to the kernel in Triad's setup cells, so
+	// neither the cell's kept source nor its journal ever holds them.
+	env := orchestrator.WithEnv(orchestrator.CellEnv{Kernel: sb.Envs, Call: in.EnvVars})
 	ctx := r.Context()
 	w.Header().Set("Content-Type", "application/x-ndjson")
 	w.WriteHeader(http.StatusOK)
@@ -122,7 +118,7 @@ func (s *Server) execute(w http.ResponseWriter, r *http.Request) error {
 			case wire.EventResult:
 				lw.line(liveResult(e.Data, true))
 			}
-		})
+		}, env)
 	if err != nil {
 		fe, _ := classify(err)
 		lw.line(errorLine{Type: "error", Name: string(fe.Kind), Value: sdkMessage(fe), Traceback: ""})
@@ -130,9 +126,6 @@ func (s *Server) execute(w http.ResponseWriter, r *http.Request) error {
 		return nil
 	}
 	writeEnd(lw, out)
-	if len(in.EnvVars) > 0 {
-		s.resetEnvs(context.WithoutCancel(ctx), sb, ctxID, in.EnvVars)
-	}
 	return nil
 }
 
@@ -245,89 +238,6 @@ func liveResult(data map[string]json.RawMessage, main bool) map[string]any {
 	return out
 }
 
-// withEnvs prefixes code with the sandbox's and the call's environment
-// variables. The sandbox's are set once per kernel (a marker survives until
-// the kernel restarts), the call's every time; resetEnvs undoes those after
-// the cell. The first line is a comment that repeats the cell's own first
-// line, so the journal's code summary shows the cell and never a value.
-func withEnvs(sandbox, call map[string]string, code string) (string, error) {
-	sj, err := pyJSON(sandbox)
-	if err != nil {
-		return "", err
-	}
-	cj, err := pyJSON(call)
-	if err != nil {
-		return "", err
-	}
-	first, _, _ := strings.Cut(strings.TrimSpace(code), "\n")
-	first = shorten(first, 80)
-	return "# " + first + "  [e2b: environment variables set first, values not journaled]\n" +
-		"exec(" + pyStr(fmt.Sprintf(envPrelude, sj, cj)) + ")\n" + code, nil
-}
-
-// envPrelude is run by exec so that the cell's own code keeps its line
-// count short of one (the exec line) and no helper name leaks.
-const envPrelude = `import json as __e2b_json, os as __e2b_os
-if not globals().get("__e2b_envs_set"):
-    __e2b_os.environ.update(__e2b_json.loads(%s))
-    __e2b_envs_set = True
-__e2b_os.environ.update(__e2b_json.loads(%s))
-del __e2b_json, __e2b_os`
-
-// pyJSON returns m as JSON inside a Python string literal.
-func pyJSON(m map[string]string) (string, error) {
-	if m == nil {
-		m = map[string]string{}
-	}
-	b, err := json.Marshal(m)
-	if err != nil {
-		return "", err
-	}
-	return pyStr(string(b)), nil
-}
-
-// pyStr quotes s as a Python string literal: a JSON string is one (Go
-// escapes every control character, and <, > and & as \u escapes, all of
-// which Python reads the same way).
-func pyStr(s string) string {
-	b, _ := json.Marshal(s) // a string always marshals
-	return string(b)
-}
-
-// resetEnvs restores, after a cell, the variables the call set: to the
-// sandbox's value, or unset. It is its own sandbox.exec, as E2B's server
-// resets them in a separate execution.
-func (s *Server) resetEnvs(ctx context.Context, sb Sandbox, ctxID string, call map[string]string) {
-	restore := map[string]string{}
-	var unset []string
-	for k := range call {
-		if v, ok := sb.Envs[k]; ok {
-			restore[k] = v
-		} else {
-			unset = append(unset, k)
-		}
-	}
-	rj, err := pyJSON(restore)
-	if err != nil {
-		return
-	}
-	uj, err := json.Marshal(unset)
-	if err != nil {
-		return
-	}
-	code := "# e2b: reset this call's environment variables\n" +
-		"exec(" + pyStr(fmt.Sprintf(envReset, rj, uj)) + ")\n"
-	if _, err := s.c.Core.ExecStream(ctx, sb.ID, wire.ExecRequest{Code: code, Context: ctxID}, nil); err != nil {
-		s.log.ErrorContext(ctx, "reset per-call environment variables", "sandbox", sb.ID, "err", err)
-	}
-}
-
-const envReset = `import json as __e2b_json, os as __e2b_os
-__e2b_os.environ.update(__e2b_json.loads(%s))
-for __e2b_k in %s:
-    __e2b_os.environ.pop(__e2b_k, None)
-del __e2b_json, __e2b_os`
-
 // hasContext reports whether the sandbox's run has the code context id.
 func (s *Server) hasContext(run runid.ID, id string) bool {
 	for _, c := range s.c.Core.Contexts(run) {
@@ -419,17 +329,6 @@ func (s *Server) contextRemove(w http.ResponseWriter, r *http.Request) error {
 	}
 	w.WriteHeader(http.StatusOK)
 	return nil
-}
-
-// shorten cuts s to at most n bytes on a rune boundary, marking the cut.
-func shorten(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	for n > 0 && !utf8.RuneStart(s[n]) {
-		n--
-	}
-	return s[:n] + "…"
 }
 
 // seconds is d as the wire's optional timeout_s.

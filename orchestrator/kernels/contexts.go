@@ -13,16 +13,17 @@ import (
 )
 
 // NewContext makes a code context for the run: an interpreter in the
-// run's kernel (started if need be) that begins its cells in cwd, a path
-// relative to the run's files. Callers serialize it with Acquire per run.
-func (m *Manager) NewContext(ctx context.Context, run runid.ID, cwd string) (Context, error) {
+// run's kernel (started from spec if need be) that begins its cells in
+// cwd, a path relative to the run's files. Callers serialize it with
+// Acquire per run.
+func (m *Manager) NewContext(ctx context.Context, run runid.ID, cwd string, spec sandbox.Spec) (Context, error) {
 	m.mu.Lock()
 	n := len(m.contexts[run])
 	m.mu.Unlock()
 	if n >= m.c.MaxContexts {
 		return Context{}, fmt.Errorf("run %s has %d contexts: %w", run, n, ErrTooManyContexts)
 	}
-	s, err := m.Acquire(ctx, run)
+	s, err := m.Acquire(ctx, run, spec)
 	if err != nil {
 		return Context{}, err
 	}

@@ -34,7 +34,7 @@ type dialer interface {
 // Kubernetes").
 func (b *Backend) dialerFor(pod string) dialer {
 	if b.cfg.RuntimeClass != "" {
-		return &relay{b: b, pod: pod}
+		return &execRelay{b: b, pod: pod}
 	}
 	return b.forward(pod)
 }
@@ -75,18 +75,18 @@ while True:
 // port.
 var errRefused = errors.New("connection refused in the pod")
 
-// relay opens one exec session per connection.
-type relay struct {
+// execRelay opens one exec session per connection.
+type execRelay struct {
 	b   *Backend
 	pod string
 }
 
-func (r *relay) Close() error { return nil } // every connection owns its session
+func (r *execRelay) Close() error { return nil } // every connection owns its session
 
 // Dial runs relayProgram for port in the pod's agent container (in the
 // kernel container when the agent's is gone, as startAgent does) and
 // returns once it has connected.
-func (r *relay) Dial(ctx context.Context, port int) (net.Conn, error) {
+func (r *execRelay) Dial(ctx context.Context, port int) (net.Conn, error) {
 	c, err := r.dialIn(ctx, port, agentContainer)
 	if err != nil && ctx.Err() == nil && !errors.Is(err, errRefused) {
 		if c2, err2 := r.dialIn(ctx, port, kernelContainer); err2 == nil {
@@ -96,7 +96,7 @@ func (r *relay) Dial(ctx context.Context, port int) (net.Conn, error) {
 	return c, err
 }
 
-func (r *relay) dialIn(ctx context.Context, port int, container string) (net.Conn, error) {
+func (r *execRelay) dialIn(ctx context.Context, port int, container string) (net.Conn, error) {
 	b := r.b
 	req := b.cs.CoreV1().RESTClient().Post().Resource("pods").Namespace(b.cfg.Namespace).Name(r.pod).SubResource("exec").
 		VersionedParams(&corev1.PodExecOptions{
