@@ -46,7 +46,7 @@ ISOLATION_COMMENT=triad-kube-pod-isolation
 # Namespaces and identities are those of deploy/kubernetes; its test checks
 # that these stay in step with the manifests.
 KERNEL_NS=triad-kernels TRIAD_NS=triad TRIAD_SA=triad
-BASE_MANIFESTS=(00-namespaces.yaml 10-rbac.yaml 15-csidriver.yaml 20-networkpolicy.yaml)
+BASE_MANIFESTS=(00-namespaces.yaml 10-rbac.yaml 12-runtimeclass.yaml 15-csidriver.yaml 20-networkpolicy.yaml)
 COMPONENTS=(containerd csi-workdir etcd kube-apiserver kube-controller-manager kube-scheduler kubelet)
 # Triad's seccomp profile as the kernel pods name it (a Localhost profile).
 SECCOMP_PROFILE=triad-kernel.json
@@ -469,7 +469,7 @@ start_control_plane() {
 # --- Triad's CSI node plugin -------------------------------------------------
 # start_csi_workdir runs `triad csi-workdir` (sandbox/kube/csi) as a host
 # process beside the kubelet, as a DaemonSet would on a real cluster
-# (deploy/kubernetes/50-csi-workdir.yaml): it gives each kernel pod a
+# (deploy/kubernetes/README.md, "The nodes"): it gives each kernel pod a
 # working directory of exactly its disk limit. A plugin built from other
 # sources is restarted; pods keep their mounted volumes.
 start_csi_workdir() {
@@ -556,29 +556,13 @@ import_image() {
   has_image "$ref" || die "containerd did not keep $ref after the import"
 }
 
-# --- Triad's seccomp profile and the gvisor RuntimeClass --------------------
+# --- Triad's seccomp profile ------------------------------------------------
 # install_seccomp puts Triad's seccomp profile, in the OCI form containerd
 # reads, where the kubelet finds Localhost profiles (<root-dir>/seccomp).
 install_seccomp() {
   local dir=$RUN/kubelet/seccomp
   mkdir -p "$dir"
   triad image seccomp | write_if_changed "$dir/$SECCOMP_PROFILE"
-}
-
-# apply_runtime_class makes the "gvisor" RuntimeClass, handled by the
-# containerd runtime "runsc" configured above.
-apply_runtime_class() {
-  if [ "$(K get runtimeclass gvisor -o jsonpath='{.handler}' 2>/dev/null)" != runsc ]; then
-    log "RuntimeClass gvisor (handler runsc)"
-    K apply -f - >/dev/null <<EOF
-apiVersion: node.k8s.io/v1
-kind: RuntimeClass
-metadata:
-  name: gvisor
-  labels: {app.kubernetes.io/part-of: triad}
-handler: runsc
-EOF
-  fi
 }
 
 # --- namespaces, RBAC and Triad's identity ---------------------------------
@@ -622,6 +606,7 @@ export TRIAD_KUBE_ADMIN_KUBECONFIG=$ETC/admin.kubeconfig
 export TRIAD_KUBECTL=$BIN/kubectl
 export TRIAD_KUBE_NAMESPACE=$KERNEL_NS
 export TRIAD_KUBE_IMAGE=$(triad image tag)
+export TRIAD_KUBE_RUNTIME_CLASS=gvisor
 export TRIAD_KUBE_SECCOMP_PROFILE=$SECCOMP_PROFILE
 export TRIAD_KUBE_WORK_DRIVER=workdir.triad.dev
 export TRIAD_KUBE_CONTAINERD=$SOCK
@@ -649,7 +634,6 @@ up_locked() {
   import_image
   install_seccomp
   apply_base
-  apply_runtime_class
 }
 
 cmd_build() {

@@ -21,6 +21,13 @@ scripts/host-deps.sh
 step "Docker engine"
 scripts/docker.sh
 
+step "gVisor (scripts/gvisor.sh: runsc and its containerd shim, cached; runsc registered with the engine)"
+# Docker kernels run under runsc by default (--docker-runtime auto) and
+# Kubernetes kernels under the gvisor RuntimeClass (scripts/kube.sh env sets
+# TRIAD_KUBE_RUNTIME_CLASS=gvisor), as deploy/kubernetes runs them. A
+# missing runsc fails CI rather than quietly testing runc alone.
+scripts/gvisor.sh docker >/dev/null
+
 step "sandbox image"
 go run ./cmd/triad image build
 
@@ -73,8 +80,16 @@ if [ -n "$unformatted" ]; then
 fi
 go vet ./...
 
-step "go test"
+step "go test (kernels under gVisor: Docker's runsc, Kubernetes' gvisor RuntimeClass)"
 go test -count=1 -timeout 60m "$@" ./...
+
+# The jail, limits and conformance suites of both backends once more under
+# runc (the host's kernel behind Triad's seccomp profile): every rule must
+# hold under either runtime. TestEscape runs both runtimes itself, so it
+# runs once, above.
+step "go test of sandbox/docker and sandbox/kube under runc"
+TRIAD_DOCKER_RUNTIME=runc TRIAD_KUBE_RUNTIME_CLASS= \
+  go test -count=1 -timeout 40m -skip '^TestEscape$' "$@" ./sandbox/docker ./sandbox/kube
 
 # Fuzz targets, each for a bounded number of inputs (about 25 s each on a
 # quiet machine): the kernel's frame reader (nothing a cell writes to a

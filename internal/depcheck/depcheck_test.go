@@ -42,7 +42,7 @@ var layers = [][]string{
 	// 4: surfaces. They share only the wire contract, never each other.
 	{"api", "api/mcp", "api/e2b", "api/e2b/tmpfsrecords", "api/e2b/metarecords", "api/e2b/recordstest", "console"},
 	// 5: binaries and benchmarks: wiring only.
-	{"cmd/triad", "bench/sandbox", "bench/store", "bench/neighbour", "bench/scale", "bench/burst", "deploy/kubernetes"},
+	{"cmd/triad", "bench/sandbox", "bench/store", "bench/neighbour", "bench/scale", "bench/burst", "bench/gvisor", "deploy/kubernetes"},
 }
 
 // sameLayer lists the imports allowed within a layer: an implementation
@@ -79,6 +79,7 @@ var sameLayer = map[string][]string{
 	"recipes/sampledata/internal/regen":         {"recipes/sampledata/internal/gen"},
 	"cmd/triad":                                 nil,
 	"bench/sandbox":                             nil,
+	"bench/gvisor":                              nil,
 	"bench/store":                               nil,
 	"bench/neighbour":                           nil,
 	"bench/scale":                               nil,

@@ -234,6 +234,8 @@ func (b *Backend) resolveRuntime(ctx context.Context) error {
 		b.runtime = RuntimeRunc
 		if hasRunsc {
 			b.runtime = RuntimeRunsc
+		} else {
+			b.log.WarnContext(ctx, "the docker engine has no runtime runsc, so kernels run under runc, on the host's kernel behind Triad's seccomp profile; register gVisor with `scripts/gvisor.sh docker` (or pass --docker-runtime runc to say so)")
 		}
 	case RuntimeRunsc:
 		if !hasRunsc {

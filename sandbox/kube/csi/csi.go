@@ -14,8 +14,8 @@
 // The plugin registers itself with the kubelet through the plugin
 // registration socket (the node-driver-registrar's job, done here, so the
 // plugin is one process). It runs as root on every node: scripts/kube.sh
-// starts it beside the kubelet, and deploy/kubernetes's README says how to
-// run it as a DaemonSet.
+// starts it beside the kubelet, and deploy/kubernetes/README.md says how to
+// run it on other clusters ("The nodes").
 package csi
 
 import (
