@@ -155,6 +155,15 @@ func FormatHeader(h Header) string {
 		fmt.Fprintf(&w, "- **As of:** %s (%s): SOURCE_DATE_EPOCH=%d\n", asOf, inline(s.AsOfFrom), s.SourceDateEpoch)
 		if s.Backend != "" {
 			sb := inline(s.Backend)
+			switch s.Runtime {
+			case "runsc", "gvisor":
+				sb += " under gVisor (runsc: a second kernel between the cell and the host's)"
+			case "runc":
+				sb += " under runc (the host's kernel, behind Triad's seccomp profile)"
+			case "":
+			default:
+				sb += " under runtime " + inline(s.Runtime)
+			}
 			if s.Template != "" {
 				sb += ", template " + codeSpan(s.Template)
 			}

@@ -68,7 +68,7 @@ func TestFormatGolden(t *testing.T) {
 	t.Run("header_setup", func(t *testing.T) {
 		golden(t, "header_setup.md", cel.FormatHeader(cel.Header{Run: runid.Must("r-2"), Started: when, Recipe: "sales-reallocation",
 			Setup: &wire.RunSetup{Seed: 1234567, SeedFrom: "derived from the recipe, its params and its inputs", AsOf: "2025-06-30",
-				AsOfFrom: "the latest date in input leads", SourceDateEpoch: 1751241600, Backend: "docker", Image: "triad-sandbox:c8128650f7f9",
+				AsOfFrom: "the latest date in input leads", SourceDateEpoch: 1751241600, Backend: "docker", Runtime: "runsc", Image: "triad-sandbox:c8128650f7f9",
 				ReplayOf: "r-1"}}))
 	})
 	t.Run("note", func(t *testing.T) {

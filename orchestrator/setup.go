@@ -117,7 +117,7 @@ func (st setups) complete(ctx context.Context, run runid.ID, s wire.RunSetup) (w
 		}
 	}
 	if st.kernels != nil {
-		s.Backend, s.Image = st.kernels.Backend(), st.kernels.Image()
+		s.Backend, s.Image, s.Runtime = st.kernels.Backend(), st.kernels.Image(), st.kernels.Runtime()
 	}
 	if err := st.sb.resolve(ctx, &s); err != nil {
 		return s, err

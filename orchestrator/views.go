@@ -291,6 +291,9 @@ func (rr *RunReader) Status(ctx context.Context) (wire.RunView, error) {
 	}
 	if s, ok, err := rr.Setup(ctx); err == nil && ok {
 		st.Template, st.ImageDigest, st.Egress = s.Template, s.ImageDigest, s.Egress
+		if s.Backend != "" {
+			st.Sandbox = &wire.RunSandbox{Backend: s.Backend, Runtime: s.Runtime, Image: s.Image}
+		}
 	}
 	if b, _, err := rr.o.store.ReadAll(ctx, rr.run, runfiles.Index); err == nil {
 		var idx struct {

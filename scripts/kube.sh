@@ -46,8 +46,10 @@ ISOLATION_COMMENT=triad-kube-pod-isolation
 # Namespaces and identities are those of deploy/kubernetes; its test checks
 # that these stay in step with the manifests.
 KERNEL_NS=triad-kernels TRIAD_NS=triad TRIAD_SA=triad
-BASE_MANIFESTS=(00-namespaces.yaml 10-rbac.yaml 20-networkpolicy.yaml)
-COMPONENTS=(containerd etcd kube-apiserver kube-controller-manager kube-scheduler kubelet)
+BASE_MANIFESTS=(00-namespaces.yaml 10-rbac.yaml 12-runtimeclass.yaml 15-csidriver.yaml 20-networkpolicy.yaml)
+COMPONENTS=(containerd csi-workdir etcd kube-apiserver kube-controller-manager kube-scheduler kubelet)
+# Triad's seccomp profile as the kernel pods name it (a Localhost profile).
+SECCOMP_PROFILE=triad-kernel.json
 
 T0=$(date +%s.%N)
 since() { awk -v a="$T0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1fs", b - a }'; }
@@ -350,6 +352,22 @@ disabled_plugins = ["io.containerd.internal.v1.tracing", "io.containerd.snapshot
       [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
         SystemdCgroup = false
         Root = "$RUN/runc"
+    # gVisor (the "gvisor" RuntimeClass): scripts/gvisor.sh's shim and
+    # runsc, with Triad's seccomp profile applied inside the sandbox too
+    # (oci-seccomp) and no network but the sandbox's own loopback.
+    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runsc]
+      runtime_type = "io.containerd.runsc.v1"
+      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runsc.options]
+        TypeUrl = "io.containerd.runsc.v1.options"
+        ConfigPath = "$ETC/runsc.toml"
+EOF
+  write_if_changed "$ETC/runsc.toml" <<EOF
+binary_name = "$GVISOR_BIN/runsc"
+root = "$RUN/runsc"
+[runsc_config]
+  platform = "systrap"
+  network = "none"
+  oci-seccomp = "true"
 EOF
   # Pods get an address on an isolated bridge and no route anywhere: no
   # gateway, no masquerade, so neither the apiserver nor the internet is
@@ -367,11 +385,42 @@ EOF
     die "net.bridge.bridge-nf-call-iptables is not 1 and cannot be set: pods on $BRIDGE could reach each other"
   iptables -C FORWARD -i "$BRIDGE" -o "$BRIDGE" -m comment --comment "$ISOLATION_COMMENT" -j DROP 2>/dev/null ||
     iptables -I FORWARD -i "$BRIDGE" -o "$BRIDGE" -m comment --comment "$ISOLATION_COMMENT" -j DROP
-  start containerd containerd --config "$ETC/containerd.toml"
+  # A containerd that runs with an older configuration (a cluster started
+  # before gVisor was added, or with another runsc) is restarted; its
+  # shims, and so the pods, keep running.
+  shim_wrapper
+  local key
+  key=$(cat "$ETC/containerd.toml" "$ETC/runsc.toml" "$RUN/shim/containerd-shim-runsc-v1" | sha256sum | cut -c1-16)
+  if running containerd && [ "$(cat "$RUN/containerd.key" 2>/dev/null)" != "$key" ]; then
+    log "containerd's configuration changed; restarting it"
+    stop containerd
+  fi
+  # The runsc shim is found on containerd's PATH, behind shim_wrapper.
+  start containerd env PATH="$RUN/shim:$PATH" containerd --config "$ETC/containerd.toml"
+  echo "$key" >"$RUN/containerd.key"
   wait_for containerd 30 ctr --address "$SOCK" version
   if ! has_image "$PAUSE_IMAGE"; then
     ctr_ images import "$KDIR/pause/pause.tar" >/dev/null
   fi
+}
+
+# shim_wrapper puts a containerd-shim-runsc-v1 on containerd's PATH that
+# runs gVisor's and, for its "start" action, hands containerd 1.6 the
+# address alone: gVisor's shim is built on containerd 2's shim library,
+# whose start prints containerd 2's JSON bootstrap parameters, which
+# containerd 1.6 (Debian 12's) would dial as an address. Every other action
+# runs the shim unchanged.
+shim_wrapper() {
+  mkdir -p "$RUN/shim"
+  write_if_changed "$RUN/shim/containerd-shim-runsc-v1" <<EOF
+#!/bin/sh
+case "\$*" in
+*" start") out=\$("$GVISOR_BIN/containerd-shim-runsc-v1" "\$@") || exit
+  printf '%s\\n' "\$out" | sed -n 's/^{.*"address":"\([^"]*\)".*}\$/\1/p; t; p' | tr -d '\\n' ;;
+*) exec "$GVISOR_BIN/containerd-shim-runsc-v1" "\$@" ;;
+esac
+EOF
+  chmod 755 "$RUN/shim/containerd-shim-runsc-v1"
 }
 
 # --- etcd and the control plane ------------------------------------------
@@ -415,6 +464,25 @@ start_control_plane() {
     --kubeconfig "$ETC/scheduler.kubeconfig" \
     --authentication-kubeconfig "$ETC/scheduler.kubeconfig" --authorization-kubeconfig "$ETC/scheduler.kubeconfig" \
     --bind-address 127.0.0.1 --leader-elect=false --profiling=false --authentication-skip-lookup
+}
+
+# --- Triad's CSI node plugin -------------------------------------------------
+# start_csi_workdir runs `triad csi-workdir` (sandbox/kube/csi) as a host
+# process beside the kubelet, as a DaemonSet would on a real cluster
+# (deploy/kubernetes/README.md, "The nodes"): it gives each kernel pod a
+# working directory of exactly its disk limit. A plugin built from other
+# sources is restarted; pods keep their mounted volumes.
+start_csi_workdir() {
+  local bin=$RUN/bin/triad key
+  mkdir -p "$RUN/bin" "$RUN/csi"
+  (cd "$REPO" && go build -o "$bin.partial" ./cmd/triad) && mv "$bin.partial" "$bin"
+  key=$(sha256sum "$bin" | cut -c1-16)
+  if running csi-workdir && [ "$(cat "$RUN/csi-workdir.key" 2>/dev/null)" != "$key" ]; then
+    log "triad csi-workdir changed; restarting it"
+    stop csi-workdir
+  fi
+  start csi-workdir "$bin" csi-workdir --node "$NODE" --kubelet-dir "$RUN/kubelet" --state "$RUN/csi"
+  echo "$key" >"$RUN/csi-workdir.key"
 }
 
 # --- kubelet ---------------------------------------------------------------
@@ -488,6 +556,15 @@ import_image() {
   has_image "$ref" || die "containerd did not keep $ref after the import"
 }
 
+# --- Triad's seccomp profile ------------------------------------------------
+# install_seccomp puts Triad's seccomp profile, in the OCI form containerd
+# reads, where the kubelet finds Localhost profiles (<root-dir>/seccomp).
+install_seccomp() {
+  local dir=$RUN/kubelet/seccomp
+  mkdir -p "$dir"
+  triad image seccomp | write_if_changed "$dir/$SECCOMP_PROFILE"
+}
+
 # --- namespaces, RBAC and Triad's identity ---------------------------------
 manifests_key() { (cd "$REPO/deploy/kubernetes" && cat "${BASE_MANIFESTS[@]}") | sha256sum | cut -c1-16; }
 
@@ -529,6 +606,9 @@ export TRIAD_KUBE_ADMIN_KUBECONFIG=$ETC/admin.kubeconfig
 export TRIAD_KUBECTL=$BIN/kubectl
 export TRIAD_KUBE_NAMESPACE=$KERNEL_NS
 export TRIAD_KUBE_IMAGE=$(triad image tag)
+export TRIAD_KUBE_RUNTIME_CLASS=gvisor
+export TRIAD_KUBE_SECCOMP_PROFILE=$SECCOMP_PROFILE
+export TRIAD_KUBE_WORK_DRIVER=workdir.triad.dev
 export TRIAD_KUBE_CONTAINERD=$SOCK
 EOF
 }
@@ -537,6 +617,7 @@ cmd_up() {
   need_root "scripts/kube.sh up"
   need_pkgs
   build
+  GVISOR_BIN=$("$REPO/scripts/gvisor.sh" install)
   with_lock "$CACHE/cluster.lock" up_locked
   log "cluster up in $(since): admin KUBECONFIG=$ETC/admin.kubeconfig, Triad's KUBECONFIG=$ETC/triad.kubeconfig, kubectl $BIN/kubectl"
   print_env
@@ -548,8 +629,10 @@ up_locked() {
   start_containerd
   start_etcd
   start_control_plane
+  start_csi_workdir
   start_kubelet
   import_image
+  install_seccomp
   apply_base
 }
 
@@ -633,6 +716,7 @@ down_locked() {
   fi
   # 2. The control plane, then etcd.
   stop kubelet
+  stop csi-workdir # after the kubelet, which unpublishes volumes as pods go
   if [ -f "$RUN/var-lib-kubelet.ours" ]; then rm -rf --one-file-system /var/lib/kubelet; fi
   stop kube-scheduler kube-controller-manager kube-apiserver
   stop etcd
@@ -647,7 +731,7 @@ down_locked() {
   fi
   stop containerd
   local pid
-  for pid in $(pgrep -f "containerd-shim-runc-v2 .*-address $SOCK" 2>/dev/null); do
+  for pid in $(pgrep -f "containerd-shim-run(c-v2|sc-v1) .*-address $SOCK" 2>/dev/null); do
     log "killing leftover shim $pid"
     kill -KILL "$pid" 2>/dev/null || true
   done

@@ -21,6 +21,13 @@ scripts/host-deps.sh
 step "Docker engine"
 scripts/docker.sh
 
+step "gVisor (scripts/gvisor.sh: runsc and its containerd shim, cached; runsc registered with the engine)"
+# Docker kernels run under runsc by default (--docker-runtime auto) and
+# Kubernetes kernels under the gvisor RuntimeClass (scripts/kube.sh env sets
+# TRIAD_KUBE_RUNTIME_CLASS=gvisor), as deploy/kubernetes runs them. A
+# missing runsc fails CI rather than quietly testing runc alone.
+scripts/gvisor.sh docker >/dev/null
+
 step "sandbox image"
 go run ./cmd/triad image build
 
@@ -89,13 +96,21 @@ go vet ./...
 # docs/DECISIONS.md, "The race detector in CI".
 race_pkgs="./orchestrator/kernels/ ./orchestrator/workspace/ ./orchestrator/kubelease/ ./tmpfs/... ./sandbox/jupyter/... ./sandbox/internal/..."
 
-step "go test (without the race packages)"
+step "go test (without the race packages; kernels under gVisor: Docker's runsc, Kubernetes' gvisor RuntimeClass)"
 mapfile -t race_list < <(go list $race_pkgs)
 mapfile -t rest < <(go list ./... | grep -vxF -f <(printf '%s\n' "${race_list[@]}"))
 go test -count=1 -timeout 60m "$@" "${rest[@]}"
 
 step "go test -race ($race_pkgs)"
 go test -race -count=1 -timeout 60m "$@" "${race_list[@]}"
+
+# The jail, limits and conformance suites of both backends once more under
+# runc (the host's kernel behind Triad's seccomp profile): every rule must
+# hold under either runtime. TestEscape runs both runtimes itself, so it
+# runs once, above.
+step "go test of sandbox/docker and sandbox/kube under runc"
+TRIAD_DOCKER_RUNTIME=runc TRIAD_KUBE_RUNTIME_CLASS= \
+  go test -count=1 -timeout 40m -skip '^TestEscape$' "$@" ./sandbox/docker ./sandbox/kube
 
 # Fuzz targets, each for a bounded number of inputs (about 25 s each on a
 # quiet machine): the kernel's frame reader (nothing a cell writes to a

@@ -24,9 +24,12 @@ type RunSetup struct {
 	SourceDateEpoch int64 `json:"source_date_epoch"`
 	// PythonHashSeed is PYTHONHASHSEED, fixed for every kernel.
 	PythonHashSeed int `json:"python_hash_seed"`
-	// Backend and Image name the sandbox the run's cells ran in.
+	// Backend and Image name the sandbox the run's cells ran in; Runtime
+	// names the OCI runtime that separated them from the host's kernel:
+	// "runsc" (gVisor, a second kernel) or "runc" ("" for wasm).
 	Backend string `json:"backend,omitempty"`
 	Image   string `json:"image,omitempty"`
+	Runtime string `json:"runtime,omitempty"`
 	// Template is the sandbox template the run's kernels start from
 	// ("default" when the run named none), and ImageDigest the engine's
 	// id of its image ("sha256:…"), when the backend reports one.

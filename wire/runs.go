@@ -70,6 +70,9 @@ type RunView struct {
 	Finished    *time.Time     `json:"finished,omitempty"`
 	// StartedBy is who started the run: its key and tenant.
 	StartedBy *Caller `json:"started_by,omitempty"`
+	// Sandbox is what the run's cells run in, as its setup recorded it
+	// at its first call; absent before then.
+	Sandbox *RunSandbox `json:"sandbox,omitempty"`
 	// Template, ImageDigest and Egress are the run's sandbox: its
 	// template, the digest of the image its kernels run, and its egress
 	// policy (absent: it reaches nothing).
@@ -79,6 +82,17 @@ type RunView struct {
 	// Name and Tags label the run (PATCH /runs/{id}).
 	Name string   `json:"name,omitempty"`
 	Tags []string `json:"tags,omitempty"`
+}
+
+// RunSandbox names the sandbox a run's cells run in.
+type RunSandbox struct {
+	// Backend is "docker", "kube" or "wasm".
+	Backend string `json:"backend"`
+	// Runtime is the OCI runtime between a cell and the host's kernel:
+	// "runsc" (gVisor, a second kernel) or "runc"; absent for wasm.
+	Runtime string `json:"runtime,omitempty"`
+	// Image is the sandbox image (a tag, or the python.wasm build).
+	Image string `json:"image,omitempty"`
 }
 
 // StepStatus is one journaled call of a run.

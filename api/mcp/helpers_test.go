@@ -24,6 +24,7 @@ import (
 	"github.com/triadhq/triad/browser/tavily"
 	"github.com/triadhq/triad/browser/tavilytest"
 	"github.com/triadhq/triad/cel"
+	"github.com/triadhq/triad/internal/testenv"
 	"github.com/triadhq/triad/orchestrator"
 	"github.com/triadhq/triad/orchestrator/kernels"
 	"github.com/triadhq/triad/orchestrator/orchestratortest"
@@ -147,7 +148,7 @@ func sandboxImage(t testing.TB) string {
 func dockerBackend(t testing.TB) *docker.Backend {
 	t.Helper()
 	tag := sandboxImage(t)
-	b, err := docker.New(context.Background(), docker.Config{Image: tag, WorkRoot: filepath.Join(t.TempDir(), "work")})
+	b, err := docker.New(context.Background(), docker.Config{Image: tag, WorkRoot: filepath.Join(t.TempDir(), "work"), Runtime: testenv.DockerRuntime()})
 	if err != nil {
 		t.Fatalf("docker.New: %v", err)
 	}

@@ -19,6 +19,7 @@ import (
 
 	"github.com/triadhq/triad/cel"
 	"github.com/triadhq/triad/internal/fault"
+	"github.com/triadhq/triad/internal/testenv"
 	"github.com/triadhq/triad/orchestrator"
 	"github.com/triadhq/triad/orchestrator/kernels"
 	"github.com/triadhq/triad/runfiles"
@@ -63,7 +64,7 @@ func stdioChild(tag string) int {
 	}
 	defer idx.Close()
 	store := tmpfs.New(blobs, idx, log)
-	b, err := docker.New(context.Background(), docker.Config{Image: tag, WorkRoot: filepath.Join(dir, "work"), Logger: log})
+	b, err := docker.New(context.Background(), docker.Config{Image: tag, WorkRoot: filepath.Join(dir, "work"), Logger: log, Runtime: testenv.DockerRuntime()})
 	if err != nil {
 		return fail(err)
 	}

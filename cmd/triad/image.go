@@ -5,15 +5,17 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime"
 	"strings"
 
 	"github.com/docker/docker/client"
 
+	"github.com/triadhq/triad/sandbox/docker"
 	"github.com/triadhq/triad/sandbox/image"
 	"github.com/triadhq/triad/sandbox/template"
 )
 
-const imageUsage = "usage: triad image build [--force] [--template NAME --templates DIR] | triad image tag [--image server] [--template NAME --templates DIR] | triad image export [--image sandbox|server] [--template NAME --templates DIR] --format docker-archive [-o FILE]"
+const imageUsage = "usage: triad image build [--force] [--template NAME --templates DIR] | triad image tag [--image server] [--template NAME --templates DIR] | triad image export [--image sandbox|server] [--template NAME --templates DIR] --format docker-archive [-o FILE] | triad image seccomp [--arch amd64]"
 
 // imageCmd is "triad image build|tag|export".
 func imageCmd(ctx context.Context, args []string) error {
@@ -53,6 +55,21 @@ func imageCmd(ctx context.Context, args []string) error {
 		return imageBuild(ctx, args[1:])
 	case "export":
 		return imageExport(ctx, args[1:])
+	case "seccomp":
+		// Triad's seccomp profile in the OCI form a Kubernetes node
+		// installs as the kernels' Localhost profile (scripts/kube.sh
+		// does; deploy/kubernetes/README.md says how elsewhere).
+		fs := newFlagSet("image seccomp")
+		arch := fs.String("arch", runtime.GOARCH, "the nodes' architecture, as Go names it")
+		if err := fs.Parse(args[1:]); err != nil {
+			return err
+		}
+		b, err := docker.SeccompOCI(*arch)
+		if err != nil {
+			return err
+		}
+		_, err = fmt.Printf("%s\n", b)
+		return err
 	}
 	return fmt.Errorf("%s", imageUsage)
 }

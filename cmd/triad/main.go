@@ -56,6 +56,11 @@ Usage:
   triad image export [--image sandbox|server] --format docker-archive [-o FILE]
                           write the sandbox image, or Triad's own (this static
                           binary), as an archive for ctr/docker load
+  triad image seccomp     print Triad's seccomp profile as a Kubernetes node installs it
+                          (a Localhost profile, for --kube-seccomp-profile)
+  triad csi-workdir --node NAME [--kubelet-dir DIR] [--state DIR]
+                          serve the CSI node plugin that gives kernel pods working
+                          directories of a fixed size (as root, on every node)
   triad version           print the version
 
 Run "triad COMMAND -h" for a command's flags. Every flag has a TRIAD_* twin
@@ -87,6 +92,8 @@ func main() {
 		err = recipesCmd(ctx, os.Args[2:])
 	case "image":
 		err = imageCmd(ctx, os.Args[2:])
+	case "csi-workdir":
+		err = csiCmd(ctx, os.Args[2:])
 	case "eval-worker":
 		err = evalWorkerCmd(ctx, os.Args[2:])
 	case "version", "--version", "-v":

@@ -21,6 +21,7 @@ import (
 	"github.com/triadhq/triad/sandbox/docker"
 	"github.com/triadhq/triad/sandbox/image"
 	"github.com/triadhq/triad/sandbox/kube"
+	"github.com/triadhq/triad/sandbox/kube/csi"
 	"github.com/triadhq/triad/sandbox/template"
 )
 
@@ -28,6 +29,7 @@ import (
 type sandboxConfig struct {
 	Backend        string
 	Image          string
+	DockerRuntime  string
 	Memory         string
 	CPUs           float64
 	Pids           int64
@@ -43,6 +45,8 @@ type sandboxConfig struct {
 	KubeNamespace     string
 	KubeImage         string
 	KubeRuntimeClass  string
+	KubeSeccomp       string
+	KubeWorkDriver    string
 	Kubeconfig        string
 	KubeOwner         string
 	KubeRunWait       time.Duration
@@ -56,6 +60,7 @@ type sandboxConfig struct {
 
 func (c *sandboxConfig) flags(f *flagSet) {
 	f.str(&c.Backend, "sandbox", "auto", "sandbox backend: docker, wasm, kube, auto (docker when an engine answers, else wasm) or none")
+	f.str(&c.DockerRuntime, "docker-runtime", docker.RuntimeAuto, "OCI runtime of Docker kernels: runsc (gVisor, a second kernel between a cell and the host's), runc (the host's kernel behind Triad's seccomp profile), or auto (runsc when the engine has it, else runc; scripts/gvisor.sh docker registers it)")
 	f.str(&c.Image, "image", "", "sandbox image for --sandbox docker (default: the tag this build derives from its package list, built on first use)")
 	f.str(&c.Memory, "memory", "2GiB", "memory per kernel, swap included")
 	f.float(&c.CPUs, "cpus", 1, "CPUs per kernel")
@@ -70,7 +75,9 @@ func (c *sandboxConfig) flags(f *flagSet) {
 	f.int64(&c.StartShares, "kernel-start-cpu-shares", docker.NormalCPUShares, "CPU weight (cpu.shares, 2 to 1024) of a Docker kernel until it answers, so that starts yield to running cells; 1024, the normal weight, leaves starts unweighted (admission, --kernel-starts, is what spares running cells by default)")
 	f.str(&c.KubeNamespace, "kube-namespace", "triad-kernels", "namespace of the kernel pods, their NetworkPolicy and Leases, for --sandbox kube")
 	f.str(&c.KubeImage, "kube-image", "", "sandbox image as the cluster's nodes pull it, for --sandbox kube (default: `triad image tag`, imported into the nodes' runtime)")
-	f.str(&c.KubeRuntimeClass, "kube-runtime-class", "", "RuntimeClass of kernel pods, e.g. gvisor (default: the cluster's default runtime)")
+	f.str(&c.KubeRuntimeClass, "kube-runtime-class", "", "RuntimeClass of kernel pods, e.g. gvisor (default: the cluster's default runtime); deploy/kubernetes sets gvisor")
+	f.str(&c.KubeSeccomp, "kube-seccomp-profile", kube.DefaultSeccompProfile, "kernel pods' Localhost seccomp profile, under the kubelet's seccomp directory (install `triad image seccomp` there on every node); empty: the runtime's default profile")
+	f.str(&c.KubeWorkDriver, "kube-work-driver", csi.DriverName, "CSI driver of kernel pods' working directories: Triad's node plugin (`triad csi-workdir` on every node) gives each a volume of exactly --disk, refusing writes past it; empty: an emptyDir, whose size the kubelet enforces only by evicting the pod afterwards")
 	f.str(&c.Kubeconfig, "kubeconfig", "", "kubeconfig for --sandbox kube (default: the in-cluster ServiceAccount, else $KUBECONFIG or ~/.kube/config)")
 	f.str(&c.KubeOwner, "kube-owner", "triad", "name of this Triad deployment on the cluster: replicas with the same name share kernel pods, the warm pool and run Leases")
 	f.duration(&c.KubeRunWait, "kube-run-wait", 5*time.Minute, "how long a call waits for a run another replica is serving before failing with kind conflict")
@@ -84,6 +91,11 @@ func (c *sandboxConfig) validate() error {
 	case "docker", "wasm", "kube", "auto", "none":
 	default:
 		return fmt.Errorf("--sandbox %q: want docker, wasm, kube, auto or none", c.Backend)
+	}
+	switch c.DockerRuntime {
+	case docker.RuntimeRunsc, docker.RuntimeRunc, docker.RuntimeAuto:
+	default:
+		return fmt.Errorf("--docker-runtime %q: want runsc, runc or auto", c.DockerRuntime)
 	}
 	if c.Backend == "kube" {
 		if c.KubeNamespace == "" {
@@ -181,6 +193,7 @@ func openDocker(ctx context.Context, c *config, log *slog.Logger, progress io.Wr
 	cli.Close()
 	return docker.New(ctx, docker.Config{
 		Image:          tag,
+		Runtime:        c.Sandbox.DockerRuntime,
 		WorkRoot:       filepath.Join(c.Data, "work", "docker"),
 		Defaults:       c.Sandbox.limits(),
 		CellTimeout:    c.Sandbox.CellTimeout,
@@ -207,6 +220,8 @@ func openKube(ctx context.Context, c *config, log *slog.Logger) (sandbox.Backend
 		Namespace:      sc.KubeNamespace,
 		Image:          img,
 		RuntimeClass:   sc.KubeRuntimeClass,
+		SeccompProfile: sc.KubeSeccomp,
+		WorkDriver:     sc.KubeWorkDriver,
 		Owner:          sc.KubeOwner,
 		Warm:           sc.Warm,
 		IdleTTL:        sc.IdleTTL,

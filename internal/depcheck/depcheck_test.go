@@ -20,7 +20,7 @@ const module = "github.com/triadhq/triad/"
 var layers = [][]string{
 	// 0: leaf helpers.
 	{"auth", "bench/internal/benchenv", "internal/compress", "internal/crashpoint", "internal/fault", "internal/runid", "internal/keyedmutex", "internal/dockerarchive", "internal/safepath", "internal/version", "internal/testenv",
-		"internal/miniotest", "internal/procmem", "internal/apifuzz", "internal/bodyread", "internal/depcheck", "recipes/sampledata/internal/gen", "recipes/sampledata/internal/regen"},
+		"internal/miniotest", "internal/procmem", "internal/apifuzz", "internal/bodyread", "internal/depcheck", "sandbox/internal/loopfs", "recipes/sampledata/internal/gen", "recipes/sampledata/internal/regen"},
 	// 1: the contract and the seams: wire types, the records' names, and
 	// the interfaces the tools implement.
 	{"wire", "runfiles", "tmpfs", "sandbox", "sandbox/internal/emit",
@@ -33,7 +33,7 @@ var layers = [][]string{
 		"tmpfs/local", "tmpfs/s3", "tmpfs/tmpfstest",
 		"sandbox/docker", "sandbox/image", "sandbox/image/imagetest", "sandbox/jupyter", "sandbox/jupyter/zmtp",
 		"sandbox/jupyter/jupytertest", "sandbox/wasm",
-		"sandbox/hostdir", "sandbox/sandboxtest", "sandbox/kube", "sandbox/internal/jupytercell", "sandbox/internal/relay",
+		"sandbox/hostdir", "sandbox/sandboxtest", "sandbox/kube", "sandbox/kube/csi", "sandbox/internal/jupytercell", "sandbox/internal/relay",
 		"cel", "evaluator",
 		"recipes", "recipes/notebook", "recipes/sampledata",
 		"egress", "egress/egresstest", "sandbox/template", "sandbox/template/templatetest"},
@@ -43,7 +43,7 @@ var layers = [][]string{
 	// 4: surfaces. They share only the wire contract, never each other.
 	{"api", "api/mcp", "api/e2b", "api/e2b/tmpfsrecords", "api/e2b/metarecords", "api/e2b/recordstest", "console"},
 	// 5: binaries and benchmarks: wiring only.
-	{"cmd/triad", "bench/sandbox", "bench/store", "bench/neighbour", "bench/scale", "bench/burst", "bench/abexec", "deploy/kubernetes"},
+	{"cmd/triad", "bench/sandbox", "bench/store", "bench/neighbour", "bench/scale", "bench/burst", "bench/abexec", "bench/gvisor", "deploy/kubernetes"},
 }
 
 // sameLayer lists the imports allowed within a layer: an implementation
@@ -69,7 +69,7 @@ var sameLayer = map[string][]string{
 	"sandbox/template/templatetest":             {"sandbox/template", "sandbox/image", "sandbox/image/imagetest", "egress/egresstest"},
 	"sandbox/wasm":                              {"sandbox/hostdir"},
 	"sandbox/jupyter":                           {"sandbox/jupyter/zmtp"},
-	"sandbox/kube":                              {"sandbox/image", "sandbox/jupyter", "sandbox/jupyter/zmtp", "sandbox/hostdir", "sandbox/internal/jupytercell", "sandbox/internal/relay"},
+	"sandbox/kube":                              {"sandbox/image", "sandbox/jupyter", "sandbox/jupyter/zmtp", "sandbox/hostdir", "sandbox/internal/jupytercell", "sandbox/internal/relay", "sandbox/kube/csi"},
 	"recipes":                                   {"browser", "recipes/notebook", "recipes/sampledata"},
 	"orchestrator":                              {"orchestrator/tenancy", "orchestrator/journal", "orchestrator/internal/storeerr", "orchestrator/kernels", "orchestrator/workspace"},
 	"orchestrator/tenancy":                      {"orchestrator/internal/storeerr"},
@@ -82,6 +82,7 @@ var sameLayer = map[string][]string{
 	"recipes/sampledata/internal/regen":         {"recipes/sampledata/internal/gen"},
 	"cmd/triad":                                 nil,
 	"bench/sandbox":                             nil,
+	"bench/gvisor":                              nil,
 	"bench/store":                               nil,
 	"bench/neighbour":                           nil,
 	"bench/scale":                               nil,

@@ -48,6 +48,13 @@ func (s *Buffer) String() string {
 	return s.b.String()
 }
 
+// DockerRuntime is the OCI runtime tests run Docker kernels under:
+// TRIAD_DOCKER_RUNTIME ("runc", "runsc" or "auto"), as `triad serve`
+// reads it; "" (unset) is auto, runsc when the engine has it.
+// scripts/test.sh runs the suites that must hold under both runtimes once
+// with each.
+func DockerRuntime() string { return os.Getenv("TRIAD_DOCKER_RUNTIME") }
+
 // Golden compares got with the golden file at path; with update it
 // rewrites the file instead. A difference fails the test with the first
 // lines that differ and the command that accepts the change.

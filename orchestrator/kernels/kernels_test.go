@@ -73,7 +73,9 @@ func kubeBackend(t *testing.T, idle time.Duration) sandbox.Backend {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	b, err := kube.New(ctx, kube.Config{Rest: rc, Namespace: ns, Image: image, Owner: strings.Trim(owner, "-."), IdleTTL: idle,
-		Defaults: sandbox.Limits{MemoryBytes: 512 << 20, DiskBytes: 256 << 20}, MemoryRequest: 64 << 20, CPURequest: 0.05, TmpSize: 64 << 20,
+		RuntimeClass: os.Getenv("TRIAD_KUBE_RUNTIME_CLASS"), SeccompProfile: os.Getenv("TRIAD_KUBE_SECCOMP_PROFILE"),
+		WorkDriver: os.Getenv("TRIAD_KUBE_WORK_DRIVER"),
+		Defaults:   sandbox.Limits{MemoryBytes: 512 << 20, DiskBytes: 256 << 20}, MemoryRequest: 64 << 20, CPURequest: 0.05, TmpSize: 64 << 20,
 		Logger: slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelInfo}))})
 	if err != nil {
 		t.Fatalf("kube.New: %v", err)

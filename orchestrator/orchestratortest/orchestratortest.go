@@ -273,7 +273,7 @@ func Docker(t testing.TB, workRoot string) *docker.Backend {
 // kernel manager before the backend it starts kernels from.
 func newDocker(t testing.TB, workRoot string, grace time.Duration) *docker.Backend {
 	t.Helper()
-	b, err := docker.New(context.Background(), docker.Config{Image: Image(t), WorkRoot: workRoot, InterruptGrace: grace})
+	b, err := docker.New(context.Background(), docker.Config{Image: Image(t), WorkRoot: workRoot, InterruptGrace: grace, Runtime: testenv.DockerRuntime()})
 	if err != nil {
 		t.Fatal(err)
 	}

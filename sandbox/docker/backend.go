@@ -63,6 +63,17 @@ const (
 	DefaultStartCPUShares = 128
 )
 
+// Runtimes of Config.Runtime.
+const (
+	// RuntimeRunc is the engine's runc: containers on the host's kernel.
+	RuntimeRunc = "runc"
+	// RuntimeRunsc is gVisor, registered with the engine under this name
+	// (scripts/gvisor.sh docker does it).
+	RuntimeRunsc = "runsc"
+	// RuntimeAuto is runsc when the engine has it, else runc.
+	RuntimeAuto = "auto"
+)
+
 // Config configures a Backend. Image and WorkRoot are required.
 type Config struct {
 	// Image is the sandbox image reference, e.g. image.Tag().
@@ -101,6 +112,12 @@ type Config struct {
 	// Either way the kernel's CPU limit (Limits.CPUs) holds from the
 	// start. See docs/DECISIONS.md, "Kernel start CPU weight".
 	StartCPUShares int64
+	// Runtime is the OCI runtime the kernels' containers run under, as the
+	// engine names it: RuntimeRunc (the host's kernel behind Triad's
+	// seccomp profile), RuntimeRunsc (gVisor: a second kernel between the
+	// cell and the host's), or RuntimeAuto or "" for runsc when the
+	// engine has it and runc otherwise. See docs/DECISIONS.md, "gVisor".
+	Runtime string
 	// Instance names this Triad instance in a label, for operators.
 	Instance string
 	// Labels are extra container labels.
@@ -119,6 +136,7 @@ type Backend struct {
 	quota   quotaFS
 	quotaOK bool // loop-mounted quotas work here
 	lock    *os.File
+	runtime string // RuntimeRunc or RuntimeRunsc, resolved by open
 
 	mu      sync.Mutex
 	kernels map[*Kernel]struct{}
@@ -126,8 +144,9 @@ type Backend struct {
 }
 
 var (
-	_ sandbox.Backend = (*Backend)(nil)
-	_ sandbox.Imager  = (*Backend)(nil)
+	_ sandbox.Backend  = (*Backend)(nil)
+	_ sandbox.Imager   = (*Backend)(nil)
+	_ sandbox.Runtimer = (*Backend)(nil)
 )
 
 // New connects to the Docker engine (DOCKER_HOST and friends, with API
@@ -165,6 +184,9 @@ func (b *Backend) open(ctx context.Context) error {
 	if _, err := b.cli.Ping(pctx); err != nil {
 		return fmt.Errorf("docker engine does not answer (start dockerd): %w: %w", sandbox.ErrUnavailable, err)
 	}
+	if err := b.resolveRuntime(pctx); err != nil {
+		return err
+	}
 	if _, err := b.cli.ImageInspect(pctx, b.cfg.Image); err != nil {
 		if cerrdefs.IsNotFound(err) {
 			return fmt.Errorf("sandbox image %s is not in the engine (run `triad image build`): %w", b.cfg.Image, sandbox.ErrUnavailable)
@@ -199,7 +221,43 @@ func (b *Backend) open(ctx context.Context) error {
 	return nil
 }
 
+// resolveRuntime settles Config.Runtime against the runtimes the engine
+// has registered.
+func (b *Backend) resolveRuntime(ctx context.Context) error {
+	info, err := b.cli.Info(ctx)
+	if err != nil {
+		return fmt.Errorf("docker engine info: %w: %w", sandbox.ErrUnavailable, err)
+	}
+	_, hasRunsc := info.Runtimes[RuntimeRunsc]
+	switch want := b.cfg.Runtime; want {
+	case RuntimeAuto:
+		b.runtime = RuntimeRunc
+		if hasRunsc {
+			b.runtime = RuntimeRunsc
+		} else {
+			b.log.WarnContext(ctx, "the docker engine has no runtime runsc, so kernels run under runc, on the host's kernel behind Triad's seccomp profile; register gVisor with `scripts/gvisor.sh docker` (or pass --docker-runtime runc to say so)")
+		}
+	case RuntimeRunsc:
+		if !hasRunsc {
+			return fmt.Errorf("the docker engine has no runtime %q (register gVisor with `scripts/gvisor.sh docker`, or choose runc): %w", want, sandbox.ErrUnavailable)
+		}
+		b.runtime = want
+	case "runsc-debug":
+		b.runtime = want
+	default:
+		b.runtime = RuntimeRunc
+	}
+	return nil
+}
+
 func (cfg Config) withDefaults() (Config, error) {
+	switch cfg.Runtime {
+	case "":
+		cfg.Runtime = RuntimeAuto
+	case RuntimeAuto, RuntimeRunc, RuntimeRunsc, "runsc-debug":
+	default:
+		return cfg, fmt.Errorf("docker backend: Runtime %q: want %s, %s or %s", cfg.Runtime, RuntimeRunsc, RuntimeRunc, RuntimeAuto)
+	}
 	if cfg.Image == "" {
 		return cfg, errors.New("docker backend: Config.Image is required")
 	}
@@ -265,6 +323,10 @@ func (b *Backend) Name() string { return "docker" }
 // Image is the sandbox image every kernel runs, recorded per run so a
 // replay can tell when it ran on another image.
 func (b *Backend) Image() string { return b.cfg.Image }
+
+// Runtime implements sandbox.Runtimer: the OCI runtime every kernel runs
+// under, "runc" or "runsc".
+func (b *Backend) Runtime() string { return b.runtime }
 
 // Quota reports whether working directories carry a real disk quota (a
 // loop-mounted ext4 image) rather than being plain directories.

@@ -68,14 +68,22 @@ func (h cellHooks) Cut(ctx context.Context) error {
 }
 
 // Died waits for the engine to record the exit and asks it why.
+// diedWait bounds how long Died waits for the engine to record the exit of
+// a kernel whose sockets closed.
+const diedWait = 30 * time.Second
+
 func (h cellHooks) Died(ctx context.Context) string {
 	k := h.k
 	// The sockets can report EOF before the engine has recorded the exit;
-	// give it a moment so the reason (OOMKilled, the exit code) is known.
+	// give it time so the reason (OOMKilled, the exit code) is known. A
+	// gVisor sandbox takes seconds to wind down on a busy host (its gofer
+	// and Sentry go one after the other), so the wait is long; it ends at
+	// once when the exit is recorded, and only a kernel that closed its
+	// sockets and lives on waits it out, to be reported as not answering.
 	select {
 	case <-k.exited:
 	case <-k.violated():
-	case <-time.After(5 * time.Second):
+	case <-time.After(diedWait):
 	}
 	reason := k.deathReason(ctx)
 	k.b.log.WarnContext(ctx, "sandbox kernel died", "kernel", k.ID(), "owner", k.owner, "reason", reason)

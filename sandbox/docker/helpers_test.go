@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/triadhq/triad/internal/testenv"
 	"github.com/triadhq/triad/sandbox"
 	"github.com/triadhq/triad/sandbox/image/imagetest"
 )
@@ -20,6 +21,9 @@ func sandboxImage(t testing.TB) string { return imagetest.Tag(t) }
 func newBackend(t testing.TB, cfg Config) *Backend {
 	t.Helper()
 	cfg.Image = sandboxImage(t)
+	if cfg.Runtime == "" {
+		cfg.Runtime = testenv.DockerRuntime()
+	}
 	if cfg.WorkRoot == "" {
 		cfg.WorkRoot = t.TempDir()
 	}

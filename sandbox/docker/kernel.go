@@ -228,7 +228,23 @@ func (k *Kernel) containerConfig() *container.Config {
 func (k *Kernel) hostConfig() *container.HostConfig {
 	b := k.b
 	pids := k.limits.Pids
+	// A segfaulting cell would otherwise drop a core file into /work,
+	// eating the run's quota.
+	ulimits := []*units.Ulimit{{Name: "core", Soft: 0, Hard: 0}}
+	if b.runtime == RuntimeRunsc {
+		// Under gVisor the host's pids cgroup counts the Sentry's own
+		// threads and its systrap stubs, not the cell's processes: at the
+		// cell's limit it would kill the whole sandbox. The cell's limit is
+		// gVisor's RLIMIT_NPROC instead, which its kernel counts per
+		// sandbox (every process and thread, all run as one uid) and
+		// answers with EAGAIN, as the cgroup does under runc; the host
+		// cgroup stays as a backstop with room for the Sentry. See
+		// docs/DECISIONS.md, "gVisor: limits".
+		ulimits = append(ulimits, &units.Ulimit{Name: "nproc", Soft: pids, Hard: pids})
+		pids = RunscHostPids(pids)
+	}
 	return &container.HostConfig{
+		Runtime:        b.runtime,
 		NetworkMode:    "none",
 		CapDrop:        []string{"ALL"},
 		SecurityOpt:    []string{"no-new-privileges", seccompOpt},
@@ -249,12 +265,11 @@ func (k *Kernel) hostConfig() *container.HostConfig {
 			// yields to the cells of running kernels.
 			CPUShares: b.cfg.StartCPUShares,
 			PidsLimit: &pids,
-			// A segfaulting cell would otherwise drop a core file into
-			// /work, eating the run's quota.
-			Ulimits: []*units.Ulimit{{Name: "core", Soft: 0, Hard: 0}},
+			Ulimits:   ulimits,
 		},
-		// Under host memory pressure the sandbox dies before Triad does.
-		OomScoreAdj: 500,
+		// Under host memory pressure the sandbox dies before Triad does
+		// (under gVisor, raiseOOMScores completes it).
+		OomScoreAdj: oomScoreAdj,
 		// tini as PID 1 reaps the orphans a cell leaves (a fork bomb's
 		// children, daemonised subprocesses); with the kernel as PID 1 they
 		// would stay zombies holding pids until the next restart. The
@@ -266,6 +281,14 @@ func (k *Kernel) hostConfig() *container.HostConfig {
 		RestartPolicy: container.RestartPolicy{Name: container.RestartPolicyDisabled},
 	}
 }
+
+// RunscHostPids is the host pids cgroup limit of a gVisor sandbox whose
+// cell may have pids processes and threads: gVisor runs each of the cell's
+// threads on a host thread of a systrap stub process, beside the Sentry's
+// own (measured: 380 host tasks for 250 of the cell's), so the host limit
+// leaves four per cell task and 256 for the Sentry, and only a runaway
+// Sentry meets it.
+func RunscHostPids(pids int64) int64 { return 4*pids + 256 }
 
 // boot starts the kernel's interpreter with a fresh connection file, dials
 // it and waits until it answers: the (created or exited) container for a
@@ -334,6 +357,9 @@ func (k *Kernel) boot(ctx context.Context) error {
 		return k.bootError(ctx, bctx, fmt.Errorf("wait for kernel: %w", err))
 	}
 	k.phase("ready", &t)
+	if k.parent == nil && b.runtime == RuntimeRunsc {
+		k.raiseOOMScores(ctx)
+	}
 	if k.parent == nil && !k.sharesRaised {
 		if err := k.raiseCPUShares(ctx); err != nil {
 			c.Close()

@@ -229,3 +229,66 @@ print(int(np.arange(10).sum()))`)), "sub\n6\nhello\n45"; got != want {
 	}
 
 }
+
+// TestSeccompOCI: the profile as a Kubernetes node installs it (OCI form,
+// resolved for a pod with no capabilities) allows nothing a capability
+// gates (unshare, mount, setns; clone only without namespace flags),
+// answers clone3 with ENOSYS and refuses Triad's denied calls with EPERM.
+func TestSeccompOCI(t *testing.T) {
+	t.Parallel()
+	b, err := SeccompOCI("amd64")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var p struct {
+		DefaultAction string   `json:"defaultAction"`
+		Architectures []string `json:"architectures"`
+		Syscalls      []struct {
+			Names    []string          `json:"names"`
+			Action   string            `json:"action"`
+			ErrnoRet *uint             `json:"errnoRet"`
+			Args     []json.RawMessage `json:"args"`
+		} `json:"syscalls"`
+	}
+	if err := json.Unmarshal(b, &p); err != nil {
+		t.Fatal(err)
+	}
+	if p.DefaultAction != "SCMP_ACT_ERRNO" || !slices.Equal(p.Architectures, []string{"SCMP_ARCH_X86_64", "SCMP_ARCH_X86", "SCMP_ARCH_X32"}) {
+		t.Errorf("default %s, architectures %v", p.DefaultAction, p.Architectures)
+	}
+	rules := func(name string) (allow, allowIf int, errno []uint) {
+		for _, r := range p.Syscalls {
+			if !slices.Contains(r.Names, name) {
+				continue
+			}
+			switch {
+			case r.Action == "SCMP_ACT_ALLOW" && len(r.Args) == 0:
+				allow++
+			case r.Action == "SCMP_ACT_ALLOW":
+				allowIf++
+			case r.Action == "SCMP_ACT_ERRNO" && r.ErrnoRet != nil:
+				errno = append(errno, *r.ErrnoRet)
+			}
+		}
+		return
+	}
+	for _, n := range []string{"unshare", "mount", "setns", "sethostname", "chroot", "reboot", "syslog"} {
+		if a, ai, _ := rules(n); a+ai > 0 {
+			t.Errorf("%s is allowed (%d rules, %d with arguments); no capability is held", n, a, ai)
+		}
+	}
+	if a, ai, _ := rules("clone"); a != 0 || ai != 1 {
+		t.Errorf("clone: %d unconditional and %d argument rules, want only the one without namespace flags", a, ai)
+	}
+	if _, _, e := rules("clone3"); !slices.Equal(e, []uint{38}) {
+		t.Errorf("clone3: errnos %v, want ENOSYS (38), so that glibc falls back to clone", e)
+	}
+	for _, n := range seccompDenied {
+		if a, ai, e := rules(n); a+ai > 0 || !slices.Equal(e, []uint{1}) {
+			t.Errorf("%s: allowed by %d rules, errnos %v; want EPERM only", n, a+ai, e)
+		}
+	}
+	if a, _, _ := rules("arch_prctl"); a != 1 {
+		t.Errorf("arch_prctl (amd64 only): %d allow rules, want 1", a)
+	}
+}

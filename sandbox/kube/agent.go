@@ -58,11 +58,28 @@ type agent struct {
 }
 
 // startAgent opens a session into the agent container of pod and waits
-// for the agent's greeting.
+// for the agent's greeting. When that fails (the agent container is gone:
+// a cell killed every process its uid may signal, the agent's sleep with
+// them) the session runs in the kernel container instead, which mounts the
+// same working directory: the pod stays usable while its kernel lives, as
+// a Docker kernel does when a cell kills every other process. (The
+// runtimes word a missing container too many ways to match on.)
 func (b *Backend) startAgent(ctx context.Context, pod string) (*agent, error) {
+	a, err := b.startAgentIn(ctx, pod, agentContainer)
+	if err != nil && ctx.Err() == nil {
+		var err2 error
+		if a, err2 = b.startAgentIn(ctx, pod, kernelContainer); err2 == nil {
+			b.log.InfoContext(ctx, "the pod's agent container is gone; reaching the working directory through the kernel container", "pod", pod, "err", err)
+			return a, nil
+		}
+	}
+	return a, err
+}
+
+func (b *Backend) startAgentIn(ctx context.Context, pod, container string) (*agent, error) {
 	req := b.cs.CoreV1().RESTClient().Post().Resource("pods").Namespace(b.cfg.Namespace).Name(pod).SubResource("exec").
 		VersionedParams(&corev1.PodExecOptions{
-			Container: agentContainer,
+			Container: container,
 			Command:   []string{"python3", "-c", agentBootstrap},
 			Stdin:     true, Stdout: true, Stderr: true,
 		}, scheme.ParameterCodec)
@@ -109,6 +126,10 @@ func (b *Backend) startAgent(ctx context.Context, pod string) (*agent, error) {
 	return a, nil
 }
 
+// errSession marks a failure of the session itself (it ended, or its
+// stream is out of step), as opposed to a request the agent refused.
+var errSession = errors.New("session failed")
+
 // failure explains why a session could not be used.
 func (a *agent) failure(ctx context.Context, err error) error {
 	if ctx.Err() != nil {
@@ -116,10 +137,10 @@ func (a *agent) failure(ctx context.Context, err error) error {
 	}
 	select {
 	case <-a.done:
-		return fmt.Errorf("pod file agent: %w", a.err)
+		return fmt.Errorf("pod file agent: %w (%w)", a.err, errSession)
 	default:
 	}
-	return fmt.Errorf("pod file agent: %w", err)
+	return fmt.Errorf("pod file agent: %w (%w)", err, errSession)
 }
 
 // close ends the session: stdin's end makes the agent exit, which ends

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/url"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -53,8 +54,10 @@ type Backend struct {
 }
 
 var (
-	_ sandbox.Backend = (*Backend)(nil)
-	_ sandbox.Pool    = (*Backend)(nil)
+	_ sandbox.Backend  = (*Backend)(nil)
+	_ sandbox.Pool     = (*Backend)(nil)
+	_ sandbox.Imager   = (*Backend)(nil)
+	_ sandbox.Runtimer = (*Backend)(nil)
 )
 
 // New connects to the API server, makes sure the namespace's deny-all
@@ -88,6 +91,9 @@ func New(ctx context.Context, cfg Config) (*Backend, error) {
 	if err := b.ensureNetworkPolicy(pctx); err != nil {
 		return nil, err
 	}
+	if err := b.admitted(pctx); err != nil {
+		return nil, err
+	}
 	if err := b.renewInstance(pctx); err != nil {
 		return nil, fmt.Errorf("register instance lease: %w: %w", sandbox.ErrUnavailable, err)
 	}
@@ -114,12 +120,40 @@ func New(ctx context.Context, cfg Config) (*Backend, error) {
 	go b.heartbeat()
 	go b.fill()
 	go b.sweep()
-	b.log.InfoContext(ctx, "kube sandbox ready", "namespace", cfg.Namespace, "image", cfg.Image, "owner", cfg.Owner, "warm", cfg.Warm, "runtime_class", cfg.RuntimeClass)
+	b.log.InfoContext(ctx, "kube sandbox ready", "namespace", cfg.Namespace, "image", cfg.Image, "owner", cfg.Owner, "warm", cfg.Warm, "runtime_class", cfg.RuntimeClass, "seccomp", cfg.SeccompProfile)
 	return b, nil
+}
+
+// admitted asks the API server to admit a kernel pod without making it
+// (a server-side dry run), so that a pod the cluster would refuse every
+// time (a RuntimeClass that does not exist, as when gVisor is not
+// installed; a pod the namespace's Pod Security level refuses) fails
+// triad serve at startup with what to do, not every run's first cell.
+// What only a node finds out (a runtime handler or seccomp profile it
+// lacks, a CSI driver not running on it) shows when a kernel starts.
+func (b *Backend) admitted(ctx context.Context) error {
+	pod := b.podSpec(b.cfg.Defaults, b.cfg.Image, b.labels(b.cfg.Defaults, ""), nil)
+	_, err := b.cs.CoreV1().Pods(b.cfg.Namespace).Create(ctx, pod, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+	switch {
+	case err == nil:
+		return nil
+	case b.cfg.RuntimeClass != "" && strings.Contains(err.Error(), "RuntimeClass"):
+		return fmt.Errorf("the cluster refuses kernel pods under RuntimeClass %q (install gVisor and its RuntimeClass, deploy/kubernetes/README.md, or run kernels under the cluster's default runtime with --kube-runtime-class=''): %w: %w", b.cfg.RuntimeClass, sandbox.ErrUnavailable, err)
+	default:
+		return fmt.Errorf("the cluster refuses a kernel pod (a dry run in namespace %s): %w: %w", b.cfg.Namespace, sandbox.ErrUnavailable, err)
+	}
 }
 
 // Name implements sandbox.Backend.
 func (b *Backend) Name() string { return "kube" }
+
+// Image implements sandbox.Imager: the sandbox image as the nodes pull it.
+func (b *Backend) Image() string { return b.cfg.Image }
+
+// Runtime implements sandbox.Runtimer: the kernel pods' RuntimeClass
+// ("gvisor"), or "" for the cluster's default runtime, which Triad cannot
+// see.
+func (b *Backend) Runtime() string { return b.cfg.RuntimeClass }
 
 // Instance returns this replica's name (Config.Instance).
 func (b *Backend) Instance() string { return b.cfg.Instance }

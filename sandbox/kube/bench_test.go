@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/triadhq/triad/internal/testenv"
 	"github.com/triadhq/triad/sandbox"
 	"github.com/triadhq/triad/sandbox/docker"
 	"github.com/triadhq/triad/sandbox/kube"
@@ -79,7 +80,7 @@ func BenchmarkExec(b *testing.B) {
 	c := needCluster(b)
 	kb := c.newBackend(b, kube.Config{})
 	ctx := context.Background()
-	db, err := docker.New(ctx, docker.Config{Image: c.image, WorkRoot: filepath.Join(b.TempDir(), "work")})
+	db, err := docker.New(ctx, docker.Config{Image: c.image, WorkRoot: filepath.Join(b.TempDir(), "work"), Runtime: testenv.DockerRuntime()})
 	if err != nil {
 		b.Fatalf("docker backend (the Docker engine and the sandbox image are needed for the baseline): %v", err)
 	}

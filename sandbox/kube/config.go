@@ -34,6 +34,9 @@ const (
 	// without renewal: past it, the replica counts as gone and its warm
 	// pods as orphans.
 	DefaultInstanceTTL = 15 * time.Second
+	// DefaultSeccompProfile is where scripts/kube.sh installs Triad's
+	// seccomp profile on a node, as a Localhost profile names it.
+	DefaultSeccompProfile = "triad-kernel.json"
 )
 
 // Config configures a Backend. Rest, Namespace and Image are required.
@@ -52,8 +55,24 @@ type Config struct {
 	// IfNotPresent.
 	PullPolicy corev1.PullPolicy
 	// RuntimeClass, when set, runs kernel pods under that RuntimeClass
-	// (gVisor's "gvisor", say).
+	// (gVisor's "gvisor", say). Such pods are reached through exec
+	// sessions, not port-forward (see dialerFor).
 	RuntimeClass string
+	// SeccompProfile, when set, is the kernel pods' Localhost seccomp
+	// profile: a path under the kubelet's seccomp directory holding
+	// Triad's profile in OCI form (`triad image seccomp` prints it;
+	// scripts/kube.sh installs it as DefaultSeccompProfile). Empty means
+	// the runtime's default profile (RuntimeDefault), which allows
+	// io_uring and does not refuse what Triad's does.
+	SeccompProfile string
+	// WorkDriver, when set, names the CSI driver of the kernels' working
+	// directories: csi.DriverName, Triad's node plugin (sandbox/kube/csi),
+	// which must run on every node, gives each pod a volume of exactly
+	// its disk limit. Empty means an emptyDir with a size limit, which the
+	// kubelet enforces only by evicting the pod after the bytes are
+	// written (see docs/DECISIONS.md, "The kube working directory's
+	// quota").
+	WorkDriver string
 	// Owner names the Triad deployment in LabelOwner: the replicas of one
 	// deployment share pods, warm pool and Leases; two deployments in one
 	// namespace leave each other alone. Empty means "triad".

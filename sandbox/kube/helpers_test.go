@@ -67,6 +67,10 @@ func owner(t testing.TB) string {
 	return strings.Trim(fmt.Sprintf("t%d-%s-%d", os.Getpid()%10000, name, owners.Add(1)), "-.")
 }
 
+// runtimeDefault, as a test's Config.RuntimeClass, asks for the cluster's
+// default runtime (runc) whatever TRIAD_KUBE_RUNTIME_CLASS says.
+const runtimeDefault = "-"
+
 // config is a backend configuration for the test cluster.
 func (c *cluster) config(t testing.TB, cfg kube.Config) kube.Config {
 	t.Helper()
@@ -75,6 +79,21 @@ func (c *cluster) config(t testing.TB, cfg kube.Config) kube.Config {
 		t.Fatal(err)
 	}
 	cfg.Rest, cfg.Namespace, cfg.Image = rc, c.namespace, c.image
+	// The runtime and profile triad serve would use on this cluster
+	// (scripts/kube.sh env; scripts/test.sh runs the kube suites under
+	// runc and under gVisor).
+	switch cfg.RuntimeClass {
+	case "":
+		cfg.RuntimeClass = os.Getenv("TRIAD_KUBE_RUNTIME_CLASS")
+	case runtimeDefault:
+		cfg.RuntimeClass = ""
+	}
+	if cfg.SeccompProfile == "" {
+		cfg.SeccompProfile = os.Getenv("TRIAD_KUBE_SECCOMP_PROFILE")
+	}
+	if cfg.WorkDriver == "" {
+		cfg.WorkDriver = os.Getenv("TRIAD_KUBE_WORK_DRIVER")
+	}
 	if cfg.Owner == "" {
 		cfg.Owner = owner(t)
 	}

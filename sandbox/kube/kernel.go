@@ -50,7 +50,7 @@ type podConn struct {
 	amu   sync.Mutex
 	agent *agent // re-opened when its session ended
 
-	fwd    *forwarder
+	fwd    dialer
 	client *jupyter.Client // nil while the kernel is down
 	info   jupyter.ConnInfo
 	limits sandbox.Limits
@@ -145,7 +145,7 @@ func (pc *podConn) close() {
 func (b *Backend) connect(ctx context.Context, name string, adopt bool, l sandbox.Limits) (*podConn, error) {
 	ctx, cancel := context.WithTimeout(ctx, bootTimeout)
 	defer cancel()
-	pc := &podConn{b: b, name: name, watch: b.watchPod(name), fwd: b.forward(name), limits: l}
+	pc := &podConn{b: b, name: name, watch: b.watchPod(name), fwd: b.dialerFor(name), limits: l}
 	ok := false
 	defer func() {
 		if !ok {

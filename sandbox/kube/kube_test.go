@@ -3,6 +3,7 @@ package kube_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"slices"
 	"strings"
@@ -59,6 +60,7 @@ try:
     root = "writable"
 except OSError as e:
     root = e.strerror
+rootro = any(l.split()[1] == "/" and "ro" in l.split()[3].split(",") for l in open("/proc/self/mounts"))
 capeff = [l.split()[1] for l in open("/proc/self/status") if l.startswith("CapEff")][0]
 host = os.environ.get("KUBERNETES_SERVICE_HOST", "10.96.0.1")
 threads, stop = 0, threading.Event()
@@ -70,7 +72,7 @@ except RuntimeError:
     pass
 stop.set()
 json.dumps({
-    "uid": os.getuid(), "capeff": capeff, "root": root,
+    "uid": os.getuid(), "capeff": capeff, "root": root, "rootro": rootro,
     "internet": reach(("1.1.1.1", 443)), "apiserver": reach((host, 443)),
     "token": os.path.exists("/var/run/secrets/kubernetes.io/serviceaccount/token"),
     "service_env": [k for k in os.environ if k.endswith("_SERVICE_HOST") and k != "KUBERNETES_SERVICE_HOST"],
@@ -79,6 +81,7 @@ json.dumps({
 	var j struct {
 		UID                 int
 		CapEff, Root        string
+		RootRO              bool
 		Internet, Apiserver string
 		Token               bool
 		ServiceEnv          []string `json:"service_env"`
@@ -94,8 +97,11 @@ json.dumps({
 	if j.CapEff != "0000000000000000" {
 		t.Errorf("CapEff: got %s, want 0", j.CapEff)
 	}
-	if j.Root != "Read-only file system" {
-		t.Errorf("writing /: got %q, want Read-only file system", j.Root)
+	// The root is mounted read-only. Writing to it fails with EROFS under
+	// runc; gVisor checks the directory's permissions first and answers
+	// EACCES (the uid does not own /), on the same read-only mount.
+	if !j.RootRO || (j.Root != "Read-only file system" && j.Root != "Permission denied") {
+		t.Errorf("writing /: got %q (mounted read-only: %v), want it refused on a read-only mount", j.Root, j.RootRO)
 	}
 	if j.Internet != "unreachable" || j.Apiserver != "unreachable" {
 		t.Errorf("network: 1.1.1.1 %s, API server %s; want both unreachable", j.Internet, j.Apiserver)
@@ -112,14 +118,28 @@ json.dumps({
 	}
 }
 
-// TestDiskLimit: a cell that writes past the working directory's size
-// limit gets its pod evicted by the kubelet, and the cell's result is
-// kernel_died with the eviction as the reason; the next cell runs in a
-// fresh kernel.
+// TestDiskLimit: a cell that writes past the working directory's size. With
+// Triad's CSI driver (what triad serve and CI use) the write fails with
+// ENOSPC at the limit and the kernel keeps its state, as on Docker; with a
+// plain emptyDir the kubelet evicts the pod afterwards, and the cell's
+// result is kernel_died with the eviction as the reason.
 func TestDiskLimit(t *testing.T) {
 	c := needCluster(t)
 	b := c.newBackend(t, kube.Config{Defaults: sandbox.Limits{DiskBytes: 64 << 20}})
 	k := startKernel(t, b, sandbox.Spec{Owner: "disk"})
+	if c.config(t, kube.Config{}).WorkDriver != "" {
+		value(t, k, "x = 7\nx")
+		res, col := run(t, k, fillCell(128), 5*time.Minute)
+		var mib int
+		var tag string
+		if _, err := fmt.Sscan(col.Stdout.String(), &tag, &mib); !res.OK || err != nil || tag != "ENOSPC" || mib > 64 {
+			t.Fatalf("128 MiB into 64 MiB: got ok=%v %+v stdout=%q, want ENOSPC within 64 MiB", res.OK, res.Error, col.Stdout.String())
+		}
+		if got := value(t, k, "import os; os.remove('fill.bin'); open('small', 'wb').write(b'1' * (1 << 20)); x * 6"); got != "42" {
+			t.Errorf("after ENOSPC: got %s, want 42 (state kept, space back)", got)
+		}
+		return
+	}
 	// 128 MiB into a 64 MiB directory; then wait for the kubelet, which
 	// measures volumes every few seconds.
 	res, col := run(t, k, `import os, time
@@ -137,6 +157,185 @@ time.sleep(300)`, 5*time.Minute)
 	}
 	if got := value(t, k, "1 + 1"); got != "2" {
 		t.Errorf("after the eviction: got %s, want 2", got)
+	}
+}
+
+// fillCell writes up to mib MiB into fill.bin and prints "ENOSPC n" or
+// "WROTE n" with the MiB it wrote.
+func fillCell(mib int) string {
+	return fmt.Sprintf(`import errno, os
+n = 0
+try:
+    with open("fill.bin", "wb") as f:
+        for _ in range(%d):
+            f.write(b"\1" * (1 << 20)); f.flush(); os.fsync(f.fileno()); n += 1
+    print("WROTE", n)
+except OSError as e:
+    print("ENOSPC" if e.errno == errno.ENOSPC else e, n)`, mib)
+}
+
+// TestDiskFillLeavesOthersAlone: one run fills its working directory to
+// the limit and keeps it full; meanwhile another run's new kernel starts
+// and answers as usual, and the node never reports DiskPressure. (Before
+// Triad's CSI driver, such a run wrote past its limit until the kubelet
+// noticed, and the node's DiskPressure taint kept every tenant's new
+// kernels from starting for minutes.)
+func TestDiskFillLeavesOthersAlone(t *testing.T) {
+	c := needCluster(t)
+	if c.config(t, kube.Config{}).WorkDriver == "" {
+		testenv.Missing(t, `TRIAD_KUBE_WORK_DRIVER (eval "$(scripts/kube.sh env)" sets it)`)
+	}
+	node := c.admin(t)
+	pressure := make(chan string, 1)
+	watchCtx, stopWatch := context.WithCancel(t.Context())
+	var watched sync.WaitGroup
+	watched.Add(1)
+	go func() { // every second until the test ends: any DiskPressure is a failure
+		defer watched.Done()
+		defer close(pressure)
+		for {
+			nodes, err := node.CoreV1().Nodes().List(watchCtx, metav1.ListOptions{})
+			if err == nil {
+				for _, n := range nodes.Items {
+					for _, cond := range n.Status.Conditions {
+						if cond.Type == corev1.NodeDiskPressure && cond.Status == corev1.ConditionTrue {
+							pressure <- n.Name + ": " + cond.Message
+							return
+						}
+					}
+				}
+			}
+			select {
+			case <-watchCtx.Done():
+				return
+			case <-time.After(time.Second):
+			}
+		}
+	}()
+	b := c.newBackend(t, kube.Config{Defaults: sandbox.Limits{DiskBytes: 256 << 20}})
+	filler := startKernel(t, b, sandbox.Spec{Owner: "filler"})
+	res, col := run(t, filler, fillCell(4096), 10*time.Minute)
+	var mib int
+	var tag string
+	if _, err := fmt.Sscan(col.Stdout.String(), &tag, &mib); !res.OK || err != nil || tag != "ENOSPC" || mib > 256 {
+		t.Fatalf("filling 256 MiB: got ok=%v %+v stdout=%q, want ENOSPC within 256 MiB", res.OK, res.Error, col.Stdout.String())
+	}
+	// The filler's directory stays full while another run starts.
+	other := startKernel(t, b, sandbox.Spec{Owner: "bystander"})
+	if got := value(t, other, "open('ok', 'w').write('fine'); 6 * 7"); got != "42" {
+		t.Errorf("another run's new kernel during the fill: got %s, want 42", got)
+	}
+	stopWatch()
+	watched.Wait()
+	if p, ok := <-pressure; ok {
+		t.Errorf("node DiskPressure during the fill: %s", p)
+	}
+}
+
+// admin returns a cluster-admin client, for what Triad's identity may not
+// read (nodes).
+func (c *cluster) admin(t *testing.T) *kubernetes.Clientset {
+	t.Helper()
+	adminKC := os.Getenv("TRIAD_KUBE_ADMIN_KUBECONFIG")
+	if adminKC == "" {
+		testenv.Missing(t, `TRIAD_KUBE_ADMIN_KUBECONFIG (eval "$(scripts/kube.sh up)" sets it)`)
+	}
+	rc, err := kube.RestConfig(adminKC)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cs, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cs
+}
+
+// TestIOUringRefused: with Triad's profile as the pods' Localhost seccomp
+// profile, io_uring_setup and the other calls Triad refuses fail with EPERM
+// in a kernel pod, under runc and under gVisor alike (where the Sentry
+// applies the profile: oci-seccomp). RuntimeDefault would allow io_uring.
+func TestIOUringRefused(t *testing.T) {
+	c := needCluster(t)
+	if c.config(t, kube.Config{}).SeccompProfile == "" {
+		testenv.Missing(t, `TRIAD_KUBE_SECCOMP_PROFILE (eval "$(scripts/kube.sh env)" sets it)`)
+	}
+	b := c.newBackend(t, kube.Config{})
+	k := startKernel(t, b, sandbox.Spec{Owner: "uring"})
+	got := value(t, k, `import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
+out = []
+for name, nr, args in [("io_uring_setup", 425, (1, 0)), ("io_uring_enter", 426, (0, 0, 0, 0, 0)), ("keyctl", 250, (0, -3, 0, 0, 0)),
+                       ("userfaultfd", 323, (0,)), ("bpf", 321, (0, 0, 0)), ("unshare", 272, (0x10000000,))]:
+    ctypes.set_errno(0)
+    r = libc.syscall(ctypes.c_long(nr), *[ctypes.c_long(a) for a in args])
+    out.append(name + " " + (os.strerror(ctypes.get_errno()) if r == -1 else "succeeded"))
+"; ".join(out)`)
+	got = strings.Trim(got, "'")
+	want := "io_uring_setup Operation not permitted; io_uring_enter Operation not permitted; keyctl Operation not permitted; userfaultfd Operation not permitted; bpf Operation not permitted; unshare Operation not permitted"
+	if got != want {
+		t.Errorf("got %q, want %q", got, want)
+	}
+}
+
+// TestKillInit: a cell that kills the pod's init (the pause process, PID
+// 1 of the pod's shared process namespace) takes the whole pod down; the
+// cell answers kernel_died and the run's next cell runs in a fresh kernel,
+// as on Docker. (The run's files come back from the store: the core puts
+// them into a working directory that lost them, sandbox.Losable.)
+func TestKillInit(t *testing.T) {
+	c := needCluster(t)
+	b := c.newBackend(t, kube.Config{})
+	k := startKernel(t, b, sandbox.Spec{Owner: "killinit"})
+	value(t, k, "x = 5\nopen('kept.txt', 'w').write('kept')\nx")
+	res, col := run(t, k, "import os, signal, time\nos.kill(1, signal.SIGKILL)\nos.kill(1, signal.SIGTERM)\ntime.sleep(120)", 3*time.Minute)
+	if res.OK || res.Error == nil || res.Error.Kind != sandbox.KindKernelDied || !res.Restarted {
+		t.Fatalf("got ok=%v %+v restarted=%v stdout=%q, want kernel_died with a fresh kernel", res.OK, res.Error, res.Restarted, col.Stdout.String())
+	}
+	t.Logf("reason: %s", res.Error.Reason)
+	if got := value(t, k, "1 + 1"); got != "2" {
+		t.Errorf("next cell: got %s, want 2", got)
+	}
+	if r, _ := run(t, k, "x", time.Minute); r.OK || r.Error == nil || r.Error.Ename != "NameError" {
+		t.Errorf("x after the pod died: got %+v, want NameError (a fresh kernel)", r.Error)
+	}
+}
+
+// TestKillEveryOtherProcess: a cell kills every process its uid may signal
+// (kill -1), the agent container's and, under gVisor, the relays' among
+// them, while the kernel lives. The pod's working directory stays
+// reachable (through the kernel container when the agent's is gone), and
+// the cell either ends normally with the kernel's state kept (runc) or
+// answers kernel_died with a fresh kernel (gVisor, whose relays died);
+// never an error that leaves the run stuck.
+func TestKillEveryOtherProcess(t *testing.T) {
+	c := needCluster(t)
+	b := c.newBackend(t, kube.Config{})
+	k := startKernel(t, b, sandbox.Spec{Owner: "killall"})
+	value(t, k, "x = 5\nx")
+	res, col := run(t, k, "import os, signal\nos.kill(-1, signal.SIGKILL)\n'survived'", 2*time.Minute)
+	switch {
+	case res.OK:
+		if got := value(t, k, "x + 1"); got != "6" {
+			t.Errorf("the kernel after the cell: got %s, want 6 (state kept)", got)
+		}
+	case res.Error != nil && res.Error.Kind == sandbox.KindKernelDied && res.Restarted:
+		t.Logf("kernel_died: %s", res.Error.Reason)
+	default:
+		t.Fatalf("got ok=%v %+v restarted=%v stdout=%q, want the cell to end or kernel_died with a fresh kernel", res.OK, res.Error, res.Restarted, col.Stdout.String())
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	if _, err := k.Files().Put(ctx, "after.txt", strings.NewReader("ok")); err != nil {
+		t.Fatalf("working directory after kill -1: %v", err)
+	}
+	l, err := k.Files().Scan(ctx)
+	if err != nil || !slices.ContainsFunc(l.Files, func(e sandbox.Entry) bool { return e.Path == "after.txt" }) {
+		t.Fatalf("scan after kill -1: %+v, %v", l, err)
+	}
+	if got := value(t, k, "open('after.txt').read()"); got != "'ok'" {
+		t.Errorf("the next cell: got %s, want 'ok'", got)
 	}
 }
 

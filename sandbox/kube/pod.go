@@ -17,6 +17,7 @@ import (
 	"github.com/triadhq/triad/sandbox"
 	"github.com/triadhq/triad/sandbox/image"
 	"github.com/triadhq/triad/sandbox/internal/relay"
+	"github.com/triadhq/triad/sandbox/kube/csi"
 )
 
 // Labels and annotations of the objects this package makes. Values of
@@ -202,7 +203,7 @@ func (b *Backend) podSpec(l sandbox.Limits, img string, labels, annotations map[
 				RunAsUser:      &uid,
 				RunAsGroup:     &gid,
 				FSGroup:        &gid,
-				SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+				SeccompProfile: b.seccomp(),
 			},
 			Containers: []corev1.Container{{
 				Name:            kernelContainer,
@@ -236,7 +237,7 @@ func (b *Backend) podSpec(l sandbox.Limits, img string, labels, annotations map[
 				},
 			}},
 			Volumes: []corev1.Volume{
-				{Name: "work", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{SizeLimit: work}}},
+				{Name: "work", VolumeSource: b.workVolume(l, work, uid, gid)},
 				{Name: "tmp", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{Medium: corev1.StorageMediumMemory, SizeLimit: tmp}}},
 				{Name: "run", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{Medium: corev1.StorageMediumMemory, SizeLimit: &runDir}}},
 			},
@@ -247,6 +248,31 @@ func (b *Backend) podSpec(l sandbox.Limits, img string, labels, annotations map[
 		pod.Spec.RuntimeClassName = &rc
 	}
 	return pod
+}
+
+// workVolume is the working directory's volume: with a WorkDriver, an
+// inline volume of that CSI driver (sandbox/kube/csi), sized and owned by
+// the kernel, whose writes past the size fail with ENOSPC; without one, an
+// emptyDir whose size limit the kubelet enforces by evicting the pod once
+// it notices.
+func (b *Backend) workVolume(l sandbox.Limits, size *resource.Quantity, uid, gid int64) corev1.VolumeSource {
+	if d := b.cfg.WorkDriver; d != "" {
+		return corev1.VolumeSource{CSI: &corev1.CSIVolumeSource{Driver: d, VolumeAttributes: map[string]string{
+			csi.AttrSize: strconv.FormatInt(l.DiskBytes, 10),
+			csi.AttrUID:  strconv.FormatInt(uid, 10),
+			csi.AttrGID:  strconv.FormatInt(gid, 10),
+		}}}
+	}
+	return corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{SizeLimit: size}}
+}
+
+// seccomp is the pods' seccomp profile: Triad's, installed on the node as
+// a Localhost profile, or the runtime's default.
+func (b *Backend) seccomp() *corev1.SeccompProfile {
+	if p := b.cfg.SeccompProfile; p != "" {
+		return &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeLocalhost, LocalhostProfile: &p}
+	}
+	return &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault}
 }
 
 // containerState returns the pod's status of the named container.

@@ -10,6 +10,7 @@ import (
 	"sort"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/triadhq/triad/internal/safepath"
 	"github.com/triadhq/triad/sandbox"
@@ -93,12 +94,60 @@ func (w *workDir) Put(ctx context.Context, p string, r io.Reader) (sandbox.Entry
 	if err != nil {
 		return sandbox.Entry{}, err
 	}
+	var e sandbox.Entry
+	err = w.withAgent(ctx, func(a *agent, again bool) error {
+		if again {
+			// Only a body that can start over is sent again.
+			rs, ok := r.(io.Seeker)
+			if !ok {
+				return errNoRetry
+			}
+			if _, err := rs.Seek(0, io.SeekStart); err != nil {
+				return errNoRetry
+			}
+		}
+		var err error
+		e, err = w.put(ctx, a, p, r)
+		return err
+	})
+	return e, w.closed(err)
+}
+
+// errNoRetry stops withAgent from trying again.
+var errNoRetry = errors.New("not retried")
+
+// withAgent runs op with the pod's file agent. A session that a cell ended
+// since its last use (killing the agent's process) is only found out when
+// a request fails on it; op then runs once more (again true) on a new
+// session, which startAgent opens wherever the working directory can
+// still be reached. Every request is safe to repeat: a put commits only
+// when it was read whole.
+func (w *workDir) withAgent(ctx context.Context, op func(a *agent, again bool) error) error {
 	a, err := w.agent(ctx)
 	if err != nil {
-		return sandbox.Entry{}, err
+		return err
 	}
-	e, err := w.put(ctx, a, p, r)
-	return e, w.closed(err)
+	err = op(a, false)
+	if !errors.Is(err, errSession) || ctx.Err() != nil || w.k.isClosing() {
+		return err
+	}
+	select {
+	case <-a.done: // the session ended: not the request's fault
+	case <-time.After(2 * time.Second):
+		return err
+	}
+	a2, err2 := w.agent(ctx)
+	if err2 != nil || a2 == a {
+		if err2 != nil {
+			err = fmt.Errorf("%w; a new session failed too: %w", err, err2)
+		}
+		return err
+	}
+	w.k.b.log.InfoContext(ctx, "the pod's file agent session had ended; retried on a new one", "kernel", w.k.ID(), "err", err)
+	if rerr := op(a2, true); !errors.Is(rerr, errNoRetry) {
+		return rerr
+	}
+	return err
 }
 
 func (w *workDir) put(ctx context.Context, a *agent, p string, r io.Reader) (sandbox.Entry, error) {
@@ -158,11 +207,12 @@ func (w *workDir) Remove(ctx context.Context, p string) error {
 	if err != nil {
 		return err
 	}
-	a, err := w.agent(ctx)
-	if err != nil {
+	var rep agentReply
+	err = w.withAgent(ctx, func(a *agent, _ bool) error {
+		var err error
+		rep, err = a.call(ctx, map[string]string{"op": "remove", "path": p})
 		return err
-	}
-	rep, err := a.call(ctx, map[string]string{"op": "remove", "path": p})
+	})
 	if err != nil {
 		return w.closed(err)
 	}
@@ -175,11 +225,12 @@ func (w *workDir) Remove(ctx context.Context, p string) error {
 // Scan implements sandbox.WorkDir.
 func (w *workDir) Scan(ctx context.Context) (sandbox.Listing, error) {
 	defer w.k.use()()
-	a, err := w.agent(ctx)
-	if err != nil {
-		return sandbox.Listing{Quota: w.k.limits.DiskBytes}, err
-	}
-	l, err := w.scan(ctx, a)
+	l := sandbox.Listing{Quota: w.k.limits.DiskBytes}
+	err := w.withAgent(ctx, func(a *agent, _ bool) error {
+		var err error
+		l, err = w.scan(ctx, a)
+		return err
+	})
 	return l, w.closed(err)
 }
 
@@ -280,11 +331,13 @@ func (w *workDir) Open(ctx context.Context, p string) (io.ReadCloser, sandbox.En
 	if err != nil {
 		return nil, sandbox.Entry{}, err
 	}
-	a, err := w.agent(ctx)
-	if err != nil {
-		return nil, sandbox.Entry{}, err
-	}
-	r, e, err := w.open(ctx, a, p)
+	var r io.ReadCloser
+	var e sandbox.Entry
+	err = w.withAgent(ctx, func(a *agent, _ bool) error {
+		var err error
+		r, e, err = w.open(ctx, a, p)
+		return err
+	})
 	return r, e, w.closed(err)
 }
 

@@ -3,8 +3,9 @@
 // A cell runs in the kernel's process, which holds the kernel's end of every
 // connection a client made to its sockets. Cell finds those ends the way an
 // attacker would: among the sockets in /proc/self/fd, an accepted connection
-// is named after its listener (getsockname), and SO_PEERCRED tells the
-// host's connections from the kernel's own. It writes raw bytes to them,
+// is named after its listener (getsockname; under gVisor's --host-uds, a
+// host connection names it as its peer), and SO_PEERCRED tells the host's
+// connections from the kernel's own. It writes raw bytes to them,
 // interleaved with nothing: it waits for the kernel's own output to drain
 // first and prints nothing itself.
 package jupytertest
@@ -58,6 +59,11 @@ for _i in range(8):
 		panic("jupytertest: unknown attack " + string(a))
 	}
 	return fmt.Sprintf(`import os, select, socket, struct, time
+def _peer(s):
+    try:
+        return s.getpeername()
+    except OSError:
+        return None
 def _host_ends(path):
     fds = []
     for name in os.listdir("/proc/self/fd"):
@@ -69,10 +75,12 @@ def _host_ends(path):
         except OSError:
             continue
         try:
-            # An accepted connection is named after its listener; the
-            # listener itself accepts; and the kernel's own connections to
-            # its sockets have the kernel as their peer.
-            if s.family != socket.AF_UNIX or s.getsockname() != path:
+            # An accepted connection is named after its listener (under
+            # gVisor's --host-uds, a connection from the host names the
+            # listener as its peer instead); the listener itself accepts;
+            # and the kernel's own connections to its sockets have the
+            # kernel as their peer.
+            if s.family != socket.AF_UNIX or path not in (s.getsockname(), _peer(s)):
                 continue
             if s.getsockopt(socket.SOL_SOCKET, socket.SO_ACCEPTCONN):
                 continue
