@@ -94,6 +94,24 @@ type Verdict struct {
 	Hygiene      float64 `json:"hygiene"`
 	Critique     string  `json:"critique"`
 	Error        string  `json:"error,omitempty"`
+	// Ungraded is set by the journal, never by the rubric: the evaluator
+	// could not grade the step (it did not answer in time, its
+	// interpreter died), so the step has no verdict yet, neither PASS nor
+	// FAIL, and is graded again in the background. Critique says why.
+	// See docs/DECISIONS.md, "Ungraded steps and the regrade".
+	Ungraded bool `json:"ungraded,omitempty"`
+}
+
+// Word is the verdict as every surface shows it: "PASS", "FAIL" or
+// "UNGRADED".
+func (v Verdict) Word() string {
+	switch {
+	case v.Ungraded:
+		return "UNGRADED"
+	case v.Pass:
+		return "PASS"
+	}
+	return "FAIL"
 }
 
 // Config configures an Evaluator.
