@@ -57,7 +57,7 @@ type NoteRequest struct {
 type RunView struct {
 	RunID     string       `json:"run_id" doc:"The run."`
 	Status    string       `json:"status" doc:"open for a run of tool calls; queued, running, succeeded or failed for a recipe run."`
-	Steps     []StepStatus `json:"steps" doc:"One entry per tool call, in order, with the evaluator's verdict (PASS or FAIL) and score."`
+	Steps     []StepStatus `json:"steps" doc:"One entry per tool call, in order, with the evaluator's verdict (PASS, FAIL, or UNGRADED while the evaluator could not grade it yet: it is graded again in the background) and score."`
 	Artifacts []IndexEntry `json:"artifacts" doc:"The run's artifact index (artifacts/index.json)."`
 	// The recipe run's fields, for a recipe run.
 	Recipe      string         `json:"recipe,omitempty"`
