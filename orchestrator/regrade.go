@@ -166,8 +166,10 @@ func (g *regrader) regrade(ctx context.Context, id runid.ID) int {
 			continue
 		}
 		o.files.journal(ctx, id, writes)
-		g.publish(ctx, r, p.Step)
+		// The run index first: a subscriber told of the verdict finds
+		// the index saying the same.
 		g.note(ctx, r, v)
+		g.publish(ctx, r, p.Step)
 	}
 	g.mu.Lock()
 	if ch, ok := g.graded[id]; ok && len(pending) > left {

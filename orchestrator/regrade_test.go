@@ -3,55 +3,16 @@ package orchestrator_test
 import (
 	"bufio"
 	"bytes"
-	"context"
 	"encoding/json"
-	"io"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/triadhq/triad/evaluator"
 	"github.com/triadhq/triad/internal/runid"
 	"github.com/triadhq/triad/orchestrator/orchestratortest"
 	"github.com/triadhq/triad/runfiles"
 	"github.com/triadhq/triad/wire"
 )
-
-// stall is the tests' fault hook on the evaluator: while on, every
-// interpreter it starts takes requests and never answers, as an evaluator
-// starved of CPU would not; Close ends it. It is a wrapper the test puts
-// around the real interpreter, not a sleep in the product.
-type stall struct {
-	on      atomic.Bool
-	started atomic.Int64 // stalled interpreters started
-}
-
-func (st *stall) wrap(next evaluator.Interpreter) evaluator.Interpreter {
-	return evaluator.InterpreterFunc(func(ctx context.Context, script []byte, dir string) (evaluator.Process, error) {
-		if !st.on.Load() {
-			return next.Start(ctx, script, dir)
-		}
-		st.started.Add(1)
-		r, w := io.Pipe()
-		return &stalled{r: r, w: w}, nil
-	})
-}
-
-// stalled is an interpreter that never answers.
-type stalled struct {
-	r    *io.PipeReader
-	w    *io.PipeWriter
-	once sync.Once
-}
-
-func (p *stalled) Stdin() io.Writer  { return io.Discard }
-func (p *stalled) Stdout() io.Reader { return p.r }
-func (p *stalled) Close() error {
-	p.once.Do(func() { p.w.Close() })
-	return nil
-}
 
 // evalLines reads evaluations.jsonl as written, line by line.
 func evalLines(t *testing.T, s *orchestratortest.Stack, run runid.ID) []map[string]any {
@@ -77,10 +38,10 @@ func evalLines(t *testing.T, s *orchestratortest.Stack, run runid.ID) []map[stri
 // with the evaluator stalled, and checks the step is UNGRADED, never
 // FAIL, in CEL.md, evaluations.jsonl, the trace, the run's status and its
 // calls.
-func ungradedStep(t *testing.T, s *orchestratortest.Stack, st *stall, run runid.ID) {
+func ungradedStep(t *testing.T, s *orchestratortest.Stack, st *orchestratortest.Stall, run runid.ID) {
 	t.Helper()
 	ctx := s.Ctx(t)
-	st.on.Store(true)
+	st.Set(true)
 	if _, err := s.Orch.Write(ctx, run, wire.WriteRequest{Path: "kpis.csv", Text: text("channel,cac\nads,12\nseo,8\n")}); err != nil {
 		t.Fatal(err)
 	}
@@ -88,7 +49,7 @@ func ungradedStep(t *testing.T, s *orchestratortest.Stack, st *stall, run runid.
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st.started.Load() == 0 {
+	if st.Started() == 0 {
 		t.Fatal("the evaluator's interpreter was never asked: the step did not reach the fault hook")
 	}
 	if len(view.Steps) != 1 || view.Steps[0].Evaluation != "UNGRADED" {
@@ -171,8 +132,8 @@ func gradedLate(t *testing.T, s *orchestratortest.Stack, run runid.ID) {
 // FAIL; the background regrade grades it once the evaluator answers, and
 // the run's feed tells its subscribers.
 func TestUngradedThenGraded(t *testing.T) {
-	st := &stall{}
-	s := orchestratortest.New(t, orchestratortest.Options{EvalFault: st.wrap, EvalTimeout: 2 * time.Second})
+	st := &orchestratortest.Stall{}
+	s := orchestratortest.New(t, orchestratortest.Options{EvalFault: st.Wrap, EvalTimeout: 2 * time.Second})
 	ctx := s.Ctx(t)
 	run := runid.New()
 	if err := s.Orch.Create(ctx, run); err != nil {
@@ -184,7 +145,7 @@ func TestUngradedThenGraded(t *testing.T) {
 	}
 	defer cancel()
 	ungradedStep(t, s, st, run)
-	st.on.Store(false) // the evaluator answers again
+	st.Set(false) // the evaluator answers again
 	for u := range feed {
 		if u.Call != nil && u.Call.Verdict != "UNGRADED" {
 			t.Fatalf("feed: got call %+v, want UNGRADED", u.Call)
@@ -204,8 +165,8 @@ func TestUngradedThenGraded(t *testing.T) {
 // reading the run (GET /runs/{id}) queues it.
 func TestUngradedAcrossRestart(t *testing.T) {
 	dir := t.TempDir()
-	st := &stall{}
-	s1 := orchestratortest.New(t, orchestratortest.Options{Dir: dir, EvalFault: st.wrap, EvalTimeout: 2 * time.Second})
+	st := &orchestratortest.Stall{}
+	s1 := orchestratortest.New(t, orchestratortest.Options{Dir: dir, EvalFault: st.Wrap, EvalTimeout: 2 * time.Second})
 	run := runid.New()
 	ungradedStep(t, s1, st, run)
 	s1.Close() // still stalled: the step is ungraded when the process ends
