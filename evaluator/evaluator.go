@@ -36,6 +36,14 @@ import (
 //go:embed evaluator.py
 var Script []byte
 
+// ErrRubric is the rubric's own answer that it could not grade a request
+// (its "error" field): the same request gets the same answer, so grading
+// it again is no use. Every other error of Evaluate (no interpreter free
+// before ctx ended, no answer before the deadline, an interpreter that died
+// or would not start) says nothing of the step: its caller leaves the step
+// ungraded and asks again later.
+var ErrRubric = errors.New("the evaluator's rubric could not grade the step")
+
 // Interpreter starts a jailed Python program.
 type Interpreter interface {
 	// Start runs script in a fresh interpreter that sees dir read-only at
@@ -320,7 +328,7 @@ func (e *Evaluator) interpret(ctx context.Context, run runid.ID, req Request) (V
 		return Verdict{}, err
 	}
 	if v.Error != "" {
-		return v, fmt.Errorf("evaluator: %s", v.Error)
+		return v, fmt.Errorf("%w: %s", ErrRubric, v.Error)
 	}
 	return v, nil
 }

@@ -195,8 +195,8 @@ func (o *Orchestrator) Close() error {
 		o.sb.close()
 		o.stopAll()
 		o.commands.Wait()
+		o.regrade.close() // its steps stay ungraded, to be found again
 		o.recording.Wait()
-		o.regrade.close()
 		o.runs.close()
 	})
 	return o.t.Close()

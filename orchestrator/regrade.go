@@ -171,8 +171,10 @@ func (g *regrader) regrade(ctx context.Context, id runid.ID) int {
 		g.note(ctx, r, v)
 		g.publish(ctx, r, p.Step)
 	}
+	// Waiters look again whatever happened: another process may have
+	// graded the steps.
 	g.mu.Lock()
-	if ch, ok := g.graded[id]; ok && len(pending) > left {
+	if ch, ok := g.graded[id]; ok {
 		close(ch)
 		delete(g.graded, id)
 	}
@@ -224,6 +226,12 @@ func (o *Orchestrator) Graded(ctx context.Context, id runid.ID, step int) (evalu
 	}
 	g := o.regrade
 	for {
+		v, ok, err := o.j.Verdict(ctx, id, step)
+		if err != nil || !ok || !v.Ungraded {
+			return verdictOf(id, step, v, ok, err)
+		}
+		// Registered before looking again, so a regrade in between is
+		// not missed.
 		g.mu.Lock()
 		ch, ok := g.graded[id]
 		if !ok {
@@ -231,15 +239,8 @@ func (o *Orchestrator) Graded(ctx context.Context, id runid.ID, step int) (evalu
 			g.graded[id] = ch
 		}
 		g.mu.Unlock()
-		v, ok, err := o.j.Verdict(ctx, id, step)
-		if err != nil {
-			return v, err
-		}
-		if !ok {
-			return v, fault.New(fault.NotFound, fmt.Sprintf("run %s has no verdict for step %d", id, step), "look at the run's steps with GET /runs/{id}")
-		}
-		if !v.Ungraded {
-			return v, nil
+		if v, ok, err = o.j.Verdict(ctx, id, step); err != nil || !ok || !v.Ungraded {
+			return verdictOf(id, step, v, ok, err)
 		}
 		g.add(id)
 		select {
@@ -248,4 +249,11 @@ func (o *Orchestrator) Graded(ctx context.Context, id runid.ID, step int) (evalu
 			return v, fault.Wrap(fault.Timeout, ctx.Err(), "the step is still ungraded: the evaluator has not answered yet", "ask again later; the step is graded again in the background")
 		}
 	}
+}
+
+func verdictOf(id runid.ID, step int, v evaluator.Verdict, ok bool, err error) (evaluator.Verdict, error) {
+	if err == nil && !ok {
+		err = fault.New(fault.NotFound, fmt.Sprintf("run %s has no verdict for step %d", id, step), "look at the run's steps with GET /runs/{id}")
+	}
+	return v, err
 }

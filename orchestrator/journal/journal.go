@@ -294,7 +294,8 @@ func (j *Journal) request(ctx context.Context, c *Cache, s *Step, si Info) evalu
 // grade asks the evaluator for a verdict. It never fails: an evaluator
 // that cannot answer (it did not answer in time, its interpreter died)
 // leaves the step ungraded, never FAIL, since that says nothing of the
-// step; the step is graded again in the background (Regrade). See
+// step (only the rubric's own refusal, evaluator.ErrRubric, which grading
+// again would repeat, is a FAIL that says so); the step is graded again in the background (Regrade). See
 // docs/DECISIONS.md, "Ungraded steps and the regrade".
 func (j *Journal) grade(ctx context.Context, run runid.ID, req evaluator.Request) evaluator.Verdict {
 	if j.eval == nil {
@@ -302,6 +303,12 @@ func (j *Journal) grade(ctx context.Context, run runid.ID, req evaluator.Request
 	}
 	t0 := time.Now()
 	v, err := j.eval.Evaluate(ctx, run, req)
+	if errors.Is(err, evaluator.ErrRubric) {
+		// The rubric's answer, which grading again would repeat.
+		j.evaluated("fail", time.Since(t0))
+		j.log.ErrorContext(ctx, "evaluator", "run", run, "err", err)
+		return evaluator.Verdict{Critique: "The evaluator could not grade this step: " + err.Error()}
+	}
 	if err != nil {
 		j.evaluated("ungraded", time.Since(t0))
 		j.log.WarnContext(ctx, "evaluator could not grade a step; it will be graded again", "run", run, "err", err)
