@@ -131,7 +131,8 @@ func (s *Server) runGet(w http.ResponseWriter, r *http.Request) error {
 // it is); every run's then has a "call" event for each journaled call so
 // far and each one after (its id is the step number: a client that
 // reconnects with Last-Event-ID gets only the calls it missed), and a
-// "journal" event for each note and summary. A recipe run's "step" and
+// "journal" event for each note and summary, and a "verdict" event (the
+// call again, with its verdict) when a call that was UNGRADED is graded. A recipe run's "step" and
 // "run" events report its progress, and its stream ends with "end" (the
 // final state) when it ends; a manual run's stream lasts until the client
 // leaves.
@@ -197,6 +198,8 @@ func (s *Server) runEvents(w http.ResponseWriter, r *http.Request) error {
 			switch {
 			case u.Call != nil:
 				call(u.Call)
+			case u.Verdict != nil:
+				sse.send("verdict", u.Verdict)
 			case u.Journal != nil:
 				sse.send("journal", u.Journal)
 			}
@@ -211,6 +214,8 @@ func (s *Server) runEvents(w http.ResponseWriter, r *http.Request) error {
 							drained = true
 						} else if u.Call != nil {
 							call(u.Call)
+						} else if u.Verdict != nil {
+							sse.send("verdict", u.Verdict)
 						} else if u.Journal != nil {
 							sse.send("journal", u.Journal)
 						}

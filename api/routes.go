@@ -211,7 +211,7 @@ func (s *Server) table() []*route {
 		{Methods: patch, Path: "/runs/{id}", Scope: auth.Runs, PathParams: []param{runIDParam}, Summary: "Name or tag a run (absent fields are left as they are); the answer is the run as GET /runs lists it", Body: wire.RunLabels{}, Answer: wire.RunSummary{}, h: s.runLabels},
 		{Methods: get, Path: "/runs/{id}", Scope: auth.Read, PathParams: []param{runIDParam}, Summary: "A run: its steps, verdicts, artifacts, recipe state and who started it", Answer: wire.RunView{}, h: s.runGet},
 		{Methods: get, Path: "/runs/{id}/events", Scope: auth.Read, PathParams: []param{runIDParam}, Summary: "A run's progress as Server-Sent Events: a call event (wire.CallEvent, id = step) for every journaled call so far and each one after, " +
-			"a journal event for each note and summary; a recipe run's stream also has state (first), step and run events, and ends with end", AnswerType: "text/event-stream", h: s.runEvents},
+			"a verdict event (the call again) when an UNGRADED call gets its late verdict, a journal event for each note and summary; a recipe run's stream also has state (first), step and run events, and ends with end", AnswerType: "text/event-stream", h: s.runEvents},
 		{Methods: get, Path: "/runs/{id}/files", Scope: auth.Read, PathParams: []param{runIDParam}, Summary: "Every file of a run with the call that produced it, for people (not a tool call: not journaled)", Answer: wire.RunFiles{}, h: s.runFiles},
 		{Methods: getHd, Path: "/runs/{id}/files/{path:.+}", Scope: auth.Read, PathParams: []param{runIDParam, pathParam}, Summary: "A run file's bytes for a person to preview or download (not a tool call: not journaled); " +
 			"served with nosniff and, every type but PDF, Content-Security-Policy: sandbox", Query: []param{

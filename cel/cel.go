@@ -41,10 +41,21 @@ type Evaluation struct {
 	Evidence     float64
 	Hygiene      float64
 	Critique     string
+	// Ungraded is a step the evaluator could not grade (it did not
+	// answer in time): neither PASS nor FAIL. Its verdict comes later, in
+	// a late verdict section (FormatLate). Critique says why.
+	Ungraded bool
 }
 
 // Line renders the verdict for the Evaluation line.
 func (e Evaluation) Line() string {
+	if e.Ungraded {
+		s := "UNGRADED — the evaluator could not grade this step yet; it is graded again and its verdict appended to this journal"
+		if c := strings.TrimSpace(e.Critique); c != "" {
+			s += ". " + inline(c)
+		}
+		return s
+	}
 	v := "FAIL"
 	if e.Pass {
 		v = "PASS"
@@ -119,6 +130,26 @@ func Format(b Block) string {
 		fmt.Fprintf(&w, "- [ ] %s\n", inline(n))
 	}
 	fmt.Fprintf(&w, "**Evaluation (by Evaluator):** %s\n", b.Eval.Line())
+	return w.String()
+}
+
+// Late is the verdict of a step that was ungraded when its Step Block
+// was written, appended when the evaluator graded it again. The journal
+// is append-only: the Step Block keeps its UNGRADED line, and a reader
+// takes the late verdict for step N as the step's verdict.
+type Late struct {
+	N    int
+	Tool string
+	When time.Time
+	Eval Evaluation
+}
+
+// FormatLate renders a late verdict section.
+func FormatLate(l Late) string {
+	var w strings.Builder
+	fmt.Fprintf(&w, "\n### Late verdict of Step %d: %s\n", l.N, l.Tool)
+	fmt.Fprintf(&w, "**When:** %s\n", l.When.UTC().Format(time.RFC3339))
+	fmt.Fprintf(&w, "**Evaluation (by Evaluator):** %s\n", l.Eval.Line())
 	return w.String()
 }
 
@@ -238,11 +269,13 @@ func FormatNote(n Note) string {
 
 // Summary closes a run.
 type Summary struct {
-	When      time.Time
-	Status    string
-	Steps     int
-	Passed    int
-	Failed    int
+	When   time.Time
+	Status string
+	Steps  int
+	Passed int
+	Failed int
+	// Ungraded counts the steps still without a verdict.
+	Ungraded  int
 	Artifacts []Artifact
 }
 
@@ -253,7 +286,11 @@ func FormatSummary(s Summary) string {
 	if s.Status != "" {
 		fmt.Fprintf(&w, "**Status:** %s\n", s.Status)
 	}
-	fmt.Fprintf(&w, "**Steps:** %d (%d PASS, %d FAIL)\n**Artifacts:**\n", s.Steps, s.Passed, s.Failed)
+	fmt.Fprintf(&w, "**Steps:** %d (%d PASS, %d FAIL", s.Steps, s.Passed, s.Failed)
+	if s.Ungraded > 0 {
+		fmt.Fprintf(&w, ", %d UNGRADED", s.Ungraded)
+	}
+	w.WriteString(")\n**Artifacts:**\n")
 	if len(s.Artifacts) == 0 {
 		w.WriteString("- (none)\n")
 	}
@@ -319,7 +356,7 @@ var (
 	// summaryRE matches the summary section as FormatSummary writes it.
 	summaryRE = regexp.MustCompile(`(?m)^## Summary\n\*\*When:\*\* \S+\n(?:\*\*Status:\*\* (.*)\n)?\*\*Steps:\*\* (\d+) `)
 	// sectionRE matches the start of any section a Journal appends.
-	sectionRE = regexp.MustCompile(`(?m)^(?:## Step \d+: |### Operator note|## Summary\n)`)
+	sectionRE = regexp.MustCompile(`(?m)^(?:## Step \d+: |### Operator note|### Late verdict|## Summary\n)`)
 )
 
 func (j *Journal) state(ctx context.Context, run runid.ID) (*state, error) {
@@ -472,6 +509,25 @@ func (j *Journal) Finalize(ctx context.Context, run runid.ID, s Summary) ([]Writ
 		return nil, err
 	}
 	st.summary = &summaryMark{status: s.Status, steps: s.Steps}
+	return files, nil
+}
+
+// AppendLate appends the late verdict of a step graded after its Step
+// Block was written (FormatLate). It is no step: the next Step Block's
+// number and notes are unchanged.
+func (j *Journal) AppendLate(ctx context.Context, run runid.ID, l Late) ([]Write, error) {
+	st, err := j.state(ctx, run)
+	if err != nil {
+		return nil, err
+	}
+	if l.N < 1 || l.N > st.steps {
+		return nil, fmt.Errorf("journal of run %s: late verdict of step %d, which it does not have", run, l.N)
+	}
+	files, err := j.append(ctx, run, "", FormatLate(l))
+	if err != nil {
+		return nil, err
+	}
+	st.summary = nil
 	return files, nil
 }
 

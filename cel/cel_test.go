@@ -228,3 +228,52 @@ func TestFinalizeOnce(t *testing.T) {
 		t.Fatalf("after a step, finalize appended nothing: %d summaries", summaries(j))
 	}
 }
+
+// An ungraded step's Evaluation line says UNGRADED and why, never FAIL;
+// its late verdict is a section of its own, which numbers no step: the
+// next Step Block's number is unchanged, in this process and another, and
+// a summary after it is news.
+func TestUngradedAndLate(t *testing.T) {
+	line := cel.Evaluation{Ungraded: true, Critique: "evaluator did not answer in time"}.Line()
+	if !strings.HasPrefix(line, "UNGRADED — ") || !strings.Contains(line, "did not answer in time") || strings.Contains(line, "FAIL") {
+		t.Errorf("ungraded line: got %q", line)
+	}
+	ctx := t.Context()
+	b, _ := local.NewBlobs(t.TempDir())
+	x, _ := local.NewIndex(t.TempDir())
+	t.Cleanup(func() { x.Close() })
+	store := tmpfs.New(b, x, nil)
+	j := cel.New(store)
+	run := runid.New()
+	when := time.Date(2026, 11, 28, 8, 0, 0, 0, time.UTC)
+	if _, err := j.Start(ctx, cel.Header{Run: run, Started: when}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := j.Append(ctx, run, cel.Block{N: 1, Tool: "tmp.write", When: when, Eval: cel.Evaluation{Ungraded: true}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := j.AppendLate(ctx, run, cel.Late{N: 2, Tool: "tmp.write", When: when}); err == nil {
+		t.Error("a late verdict of a step the journal does not have was appended")
+	}
+	if _, err := j.Finalize(ctx, run, cel.Summary{When: when, Steps: 1, Ungraded: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := j.AppendLate(ctx, run, cel.Late{N: 1, Tool: "tmp.write", When: when, Eval: cel.Evaluation{Pass: true, Score: 1}}); err != nil {
+		t.Fatal(err)
+	}
+	text, _ := j.Read(ctx, run)
+	want := "\n### Late verdict of Step 1: tmp.write\n**When:** 2026-11-28T08:00:00Z\n**Evaluation (by Evaluator):** PASS — score=1.00"
+	if !strings.Contains(string(text), want) || !strings.Contains(string(text), "(0 PASS, 0 FAIL, 1 UNGRADED)") {
+		t.Errorf("journal: got\n%s\nwant the summary's UNGRADED count and %q", text, want)
+	}
+	for _, jj := range []*cel.Journal{j, cel.New(store)} {
+		if n, _, err := jj.Next(ctx, run); err != nil || n != 2 {
+			t.Errorf("next step after a late verdict: got %d %v, want 2", n, err)
+		}
+	}
+	// Another process reads the late verdict as the journal's last
+	// section: the summary before it is not the last word.
+	if files, err := cel.New(store).Finalize(ctx, run, cel.Summary{When: when, Steps: 1, Passed: 1}); err != nil || len(files) == 0 {
+		t.Errorf("a summary after a late verdict: got %d files %v, want it appended", len(files), err)
+	}
+}

@@ -171,13 +171,17 @@ func (t *runLinks) rewrite(dest []byte) []byte {
 // verdictRE matches the evaluator's line as goldmark renders it. Caller
 // text cannot produce it: the journal escapes * and < in caller text, so
 // only Triad's own "**Evaluation (by Evaluator):**" renders as <strong>.
-var verdictRE = regexp.MustCompile(`<strong>Evaluation \(by Evaluator\):</strong> (PASS|FAIL) `)
+var verdictRE = regexp.MustCompile(`<strong>Evaluation \(by Evaluator\):</strong> (PASS|FAIL|UNGRADED) `)
 
-// badges turns the evaluator's verdicts into badges.
+// badges turns the evaluator's verdicts into badges: UNGRADED (the
+// evaluator could not answer yet) has its own, never FAIL's.
 func badges(html []byte) []byte {
 	return verdictRE.ReplaceAllFunc(html, func(m []byte) []byte {
 		v := "FAIL"
-		if bytes.Contains(m, []byte("PASS")) {
+		switch {
+		case bytes.Contains(m, []byte("UNGRADED")):
+			v = "UNGRADED"
+		case bytes.Contains(m, []byte("PASS")):
 			v = "PASS"
 		}
 		return []byte(`<strong>Evaluation (by Evaluator):</strong> <span class="badge badge-` + strings.ToLower(v) + `">` + v + `</span> `)

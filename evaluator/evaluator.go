@@ -20,7 +20,9 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -33,6 +35,14 @@ import (
 //
 //go:embed evaluator.py
 var Script []byte
+
+// ErrRubric is the rubric's own answer that it could not grade a request
+// (its "error" field): the same request gets the same answer, so grading
+// it again is no use. Every other error of Evaluate (no interpreter free
+// before ctx ended, no answer before the deadline, an interpreter that died
+// or would not start) says nothing of the step: its caller leaves the step
+// ungraded and asks again later.
+var ErrRubric = errors.New("the evaluator's rubric could not grade the step")
 
 // Interpreter starts a jailed Python program.
 type Interpreter interface {
@@ -94,6 +104,24 @@ type Verdict struct {
 	Hygiene      float64 `json:"hygiene"`
 	Critique     string  `json:"critique"`
 	Error        string  `json:"error,omitempty"`
+	// Ungraded is set by the journal, never by the rubric: the evaluator
+	// could not grade the step (it did not answer in time, its
+	// interpreter died), so the step has no verdict yet, neither PASS nor
+	// FAIL, and is graded again in the background. Critique says why.
+	// See docs/DECISIONS.md, "Ungraded steps and the regrade".
+	Ungraded bool `json:"ungraded,omitempty"`
+}
+
+// Word is the verdict as every surface shows it: "PASS", "FAIL" or
+// "UNGRADED".
+func (v Verdict) Word() string {
+	switch {
+	case v.Ungraded:
+		return "UNGRADED"
+	case v.Pass:
+		return "PASS"
+	}
+	return "FAIL"
 }
 
 // Config configures an Evaluator.
@@ -120,10 +148,21 @@ type Config struct {
 	// HeavyInterpreters is how many interpreters grade the other steps,
 	// at once (1). Each rests after a step as long as the step took.
 	HeavyInterpreters int
-	// Timeout bounds one evaluation once an interpreter has taken it (10
-	// s); the wait for a free interpreter is bounded by the caller's ctx.
+	// Timeout is the floor of one evaluation's deadline (10 s), which
+	// starts once an interpreter has taken it: the wait for a free
+	// interpreter is bounded by the caller's ctx, never by this. The
+	// deadline grows with measured latency: DeadlineFactor times the
+	// p99 of the lane's recent evaluations, when that is more, at most
+	// MaxTimeout. A step whose deadline passes is left ungraded and
+	// graded again, never failed; see docs/DECISIONS.md, "Ungraded steps
+	// and the regrade".
 	Timeout time.Duration
-	Logger  *slog.Logger
+	// DeadlineFactor is the multiple of the recent p99 (4).
+	DeadlineFactor float64
+	// MaxTimeout bounds the deadline however slow the lane has been (2
+	// min): past it the interpreter is taken to be hung, and restarted.
+	MaxTimeout time.Duration
+	Logger     *slog.Logger
 }
 
 // Evaluator grades steps on interpreters of its own, in two lanes: one
@@ -146,6 +185,55 @@ type Evaluator struct {
 type lane struct {
 	slots chan *interp
 	paced bool
+	lat   latencies
+}
+
+// latencyWindow is how many of a lane's last evaluations its deadline is
+// sized from.
+const latencyWindow = 128
+
+// latencies are a lane's last evaluations' durations, answered or not (a
+// timed-out one counts as its deadline: a lane that keeps missing
+// deadlines widens them).
+type latencies struct {
+	mu   sync.Mutex
+	ring [latencyWindow]time.Duration
+	n    int // how many recorded, all time
+}
+
+func (l *latencies) add(d time.Duration) {
+	l.mu.Lock()
+	l.ring[l.n%latencyWindow] = d
+	l.n++
+	l.mu.Unlock()
+}
+
+// p99 is the 99th percentile of the window, 0 before any evaluation.
+func (l *latencies) p99() time.Duration {
+	l.mu.Lock()
+	k := min(l.n, latencyWindow)
+	w := make([]time.Duration, k)
+	copy(w, l.ring[:k])
+	l.mu.Unlock()
+	if k == 0 {
+		return 0
+	}
+	slices.Sort(w)
+	return w[(k*99+99)/100-1]
+}
+
+// deadline is how long the lane's next evaluation may take once it has
+// an interpreter.
+func (e *Evaluator) deadline(l *lane) time.Duration {
+	d := time.Duration(float64(l.lat.p99()) * e.c.DeadlineFactor)
+	return min(max(d, e.c.Timeout), e.c.MaxTimeout)
+}
+
+// Deadlines returns the light and heavy lanes' current deadlines, and
+// their recent p99 latencies (for metrics and the measurement in
+// docs/DECISIONS.md).
+func (e *Evaluator) Deadlines() (light, heavy, lightP99, heavyP99 time.Duration) {
+	return e.deadline(e.light), e.deadline(e.heavy), e.light.lat.p99(), e.heavy.lat.p99()
 }
 
 // interp is one interpreter of a lane.
@@ -182,6 +270,12 @@ func New(c Config) (*Evaluator, error) {
 	}
 	if c.Timeout == 0 {
 		c.Timeout = 10 * time.Second
+	}
+	if c.DeadlineFactor <= 0 {
+		c.DeadlineFactor = 4
+	}
+	if c.MaxTimeout < c.Timeout {
+		c.MaxTimeout = max(2*time.Minute, c.Timeout)
 	}
 	if err := os.MkdirAll(c.Dir, 0o755); err != nil {
 		return nil, err
@@ -234,7 +328,7 @@ func (e *Evaluator) interpret(ctx context.Context, run runid.ID, req Request) (V
 		return Verdict{}, err
 	}
 	if v.Error != "" {
-		return v, fmt.Errorf("evaluator: %s", v.Error)
+		return v, fmt.Errorf("%w: %s", ErrRubric, v.Error)
 	}
 	return v, nil
 }
@@ -262,7 +356,7 @@ func (e *Evaluator) stage(ctx context.Context, dir string, a Artifact) error {
 
 // roundTrip waits for an interpreter of lane l, sends it one request line
 // and reads one verdict line, restarting the interpreter once if it is dead
-// or does not answer within Config.Timeout.
+// or does not answer within its deadline (Evaluator.deadline).
 func (e *Evaluator) roundTrip(ctx context.Context, l *lane, line []byte) (Verdict, error) {
 	var it *interp
 	select {
@@ -284,8 +378,11 @@ func (e *Evaluator) roundTrip(ctx context.Context, l *lane, line []byte) (Verdic
 	}
 	// The timeout starts now: a wait for the interpreter is no part of
 	// this step's evaluation, and must not leave it too little time.
-	ctx, cancel := context.WithTimeout(ctx, e.c.Timeout)
+	limit := e.deadline(l)
+	ctx, cancel := context.WithTimeout(ctx, limit)
 	defer cancel()
+	t0 := time.Now()
+	defer func() { l.lat.add(min(time.Since(t0), limit)) }()
 	var lastErr error
 	for attempt := 0; attempt < 2; attempt++ {
 		if it.proc == nil {

@@ -21,14 +21,14 @@ var (
 )
 
 // newEvaluator runs the real rubric on the embedded WASI interpreter.
-func newEvaluator(t *testing.T) (*evaluator.Evaluator, *tmpfs.Store) {
+func newEvaluator(t testing.TB) (*evaluator.Evaluator, *tmpfs.Store) {
 	t.Helper()
 	return newEvaluatorWith(t, nil)
 }
 
 // newEvaluatorWith is newEvaluator with the config adjusted by edit, if
 // not nil, before New.
-func newEvaluatorWith(t *testing.T, edit func(*evaluator.Config)) (*evaluator.Evaluator, *tmpfs.Store) {
+func newEvaluatorWith(t testing.TB, edit func(*evaluator.Config)) (*evaluator.Evaluator, *tmpfs.Store) {
 	t.Helper()
 	backendOnce.Do(func() {
 		backend, backendErr = wasm.New(context.Background(), wasm.Config{CacheDir: "/tmp/triad-test-wazero-cache"})

@@ -71,7 +71,7 @@ func New() *Metrics {
 		Help: "How long a kernel takes to start and answer.", Buckets: prometheus.ExponentialBuckets(0.05, 2, 10)}, []string{"backend"})
 	m.cellsRunning = prometheus.NewGauge(prometheus.GaugeOpts{Name: "triad_cells_running", Help: "Cells running now."})
 	m.evaluations = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "triad_evaluations_total",
-		Help: "Evaluator verdicts: pass, fail, or error (the evaluator could not grade)."}, []string{"verdict"})
+		Help: "Evaluator verdicts: pass, fail, or ungraded (the evaluator could not answer in time; the step is graded again, and its late verdict counted as pass or fail)."}, []string{"verdict"})
 	m.evalLatency = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "triad_evaluation_duration_seconds",
 		Help: "Evaluator latency per step.", Buckets: prometheus.ExponentialBuckets(0.005, 2.5, 10)})
 	m.storeOps = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "triad_store_operations_total",

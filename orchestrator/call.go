@@ -199,6 +199,9 @@ func (o *Orchestrator) record(ctx context.Context, r *run, ow tenancy.Owner, s *
 		} else {
 			o.files.journal(ctx, r.id, writes)
 			r.publish(Update{Call: &ev})
+			if s.Verdict != nil && s.Verdict.Ungraded {
+				o.regrade.add(r.id)
+			}
 		}
 	}
 	r.mu.Lock()
@@ -214,13 +217,14 @@ func (o *Orchestrator) record(ctx context.Context, r *run, ow tenancy.Owner, s *
 		if sum.Objective == "" {
 			sum.Objective = objective
 		}
-		if s.Verdict != nil {
-			sum.LastVerdict = "FAIL"
-			sum.Failed++
-			if s.Verdict.Pass {
-				sum.LastVerdict = "PASS"
+		if v := s.Verdict; v != nil {
+			sum.LastVerdict = v.Word()
+			switch {
+			case v.Ungraded: // counted when the regrade grades it
+			case v.Pass:
 				sum.Passed++
-				sum.Failed--
+			default:
+				sum.Failed++
 			}
 		}
 	})
@@ -304,6 +308,12 @@ func (o *Orchestrator) lockRun(ctx context.Context, r *run) (Held, error) {
 			ow = tenancy.Owner{Run: r.id}
 		}
 		o.record(wctx, r, ow, it.Step, it.N, nil, it.Who, it.Info)
+	}
+	// Steps a process left ungraded (this one before a restart, or
+	// another replica) are graded again: their requests are in
+	// evaluations.jsonl.
+	if p, err := o.j.Ungraded(wctx, r.id); err == nil && len(p) > 0 {
+		o.regrade.add(r.id)
 	}
 	return h, nil
 }

@@ -11,10 +11,12 @@ import (
 
 // Update is one change to a run's records as Subscribe delivers it:
 // exactly one of Call (a journaled call, published by record once its
-// Step Block and trace line are written) and Journal (a note or the
-// summary).
+// Step Block and trace line are written), Verdict (the late verdict of a
+// call that was ungraded: the call again, with its verdict now) and
+// Journal (a note or the summary).
 type Update struct {
 	Call    *wire.CallEvent
+	Verdict *wire.CallEvent
 	Journal *wire.JournalEvent
 }
 

@@ -9,7 +9,7 @@ type Metrics interface {
 	// ToolCall is one finished tool call: its tool, its outcome ("ok",
 	// "error" or the error's kind), and how long it took.
 	ToolCall(tool, outcome string, d time.Duration)
-	// Evaluated is one verdict ("pass", "fail" or "error") and the
+	// Evaluated is one verdict ("pass", "fail" or "ungraded") and the
 	// evaluator's latency.
 	Evaluated(verdict string, d time.Duration)
 	// Search is one live search: "ok", or the kind of its upstream error.

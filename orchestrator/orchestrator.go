@@ -58,6 +58,10 @@ type Orchestrator struct {
 	stopAll   context.CancelFunc
 	closeOnce sync.Once
 
+	// regrade grades ungraded steps again in the background; nil
+	// without a journal.
+	regrade *regrader
+
 	ownerLookups countingLookups
 	// sb is the runs' sandboxes: templates, and the egress sessions of
 	// runs whose kernels reach the network (egress.go).
@@ -158,6 +162,7 @@ func New(c Config) *Orchestrator {
 	if c.Journal != nil {
 		o.j = journal.New(journal.Config{Store: c.Store, CEL: c.Journal, Evaluator: c.Evaluator, Logger: c.Logger, Metrics: jm,
 			Holder: c.Replica})
+		o.regrade = newRegrader(o)
 	}
 	// A run idle in the table stays while its kernel is live (the
 	// session knows the working directory) or its index entry is still
@@ -190,6 +195,7 @@ func (o *Orchestrator) Close() error {
 		o.sb.close()
 		o.stopAll()
 		o.commands.Wait()
+		o.regrade.close() // its steps stay ungraded, to be found again
 		o.recording.Wait()
 		o.runs.close()
 	})

@@ -98,9 +98,12 @@ func (o *Orchestrator) Finalize(ctx context.Context, run runid.ID, status string
 	}
 	sum := cel.Summary{When: time.Now().UTC(), Status: status, Steps: len(trace)}
 	for _, t := range trace {
-		if t.Eval != nil && t.Eval.Pass {
+		switch {
+		case t.Eval != nil && t.Eval.Ungraded:
+			sum.Ungraded++
+		case t.Eval != nil && t.Eval.Pass:
 			sum.Passed++
-		} else {
+		default:
 			sum.Failed++
 		}
 	}
@@ -282,9 +285,9 @@ func (rr *RunReader) Status(ctx context.Context) (wire.RunView, error) {
 	for _, t := range trace {
 		ss := wire.StepStatus{Step: t.Step, Tool: t.Tool, OK: t.OK, DurationMs: t.ElapsedMs, Label: t.Label, Evaluation: "FAIL"}
 		if t.Eval != nil {
-			ss.Score = t.Eval.Score
-			if t.Eval.Pass {
-				ss.Evaluation = "PASS"
+			ss.Score, ss.Evaluation = t.Eval.Score, t.Eval.Word()
+			if t.Eval.Ungraded {
+				rr.o.regrade.add(rr.run)
 			}
 		}
 		st.Steps = append(st.Steps, ss)

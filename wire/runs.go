@@ -57,7 +57,7 @@ type NoteRequest struct {
 type RunView struct {
 	RunID     string       `json:"run_id" doc:"The run."`
 	Status    string       `json:"status" doc:"open for a run of tool calls; queued, running, succeeded or failed for a recipe run."`
-	Steps     []StepStatus `json:"steps" doc:"One entry per tool call, in order, with the evaluator's verdict (PASS or FAIL) and score."`
+	Steps     []StepStatus `json:"steps" doc:"One entry per tool call, in order, with the evaluator's verdict (PASS, FAIL, or UNGRADED while the evaluator could not grade it yet: it is graded again in the background) and score."`
 	Artifacts []IndexEntry `json:"artifacts" doc:"The run's artifact index (artifacts/index.json)."`
 	// The recipe run's fields, for a recipe run.
 	Recipe      string         `json:"recipe,omitempty"`
@@ -97,9 +97,11 @@ type RunSandbox struct {
 
 // StepStatus is one journaled call of a run.
 type StepStatus struct {
-	Step       int     `json:"step"`
-	Tool       string  `json:"tool"`
-	OK         bool    `json:"ok"`
+	Step int    `json:"step"`
+	Tool string `json:"tool"`
+	OK   bool   `json:"ok"`
+	// Evaluation is "PASS", "FAIL" or "UNGRADED" (the evaluator could
+	// not grade the step yet; it is graded again in the background).
 	Evaluation string  `json:"evaluation"`
 	Score      float64 `json:"score"`
 	DurationMs int64   `json:"duration_ms"`
@@ -170,7 +172,9 @@ type RecipeStep struct {
 	Produced   map[string]string `json:"produced,omitempty"`
 	DurationMs int64             `json:"duration_ms,omitempty"`
 	Error      string            `json:"error,omitempty"`
-	// Evaluation is the evaluator's verdict on the step's last tool call.
+	// Evaluation is the evaluator's verdict on the step's last tool call
+	// ("PASS 0.92"); a step the evaluator could not grade waits for its
+	// regrade, and says "UNGRADED" only if the run ended first.
 	Evaluation string `json:"evaluation,omitempty"`
 }
 
@@ -279,11 +283,14 @@ type RunSummary struct {
 	Recipe    string `json:"recipe,omitempty"`
 	Objective string `json:"objective,omitempty"`
 	Steps     int    `json:"steps"`
-	// Passed and Failed count the evaluator's verdicts on the run's calls.
+	// Passed and Failed count the evaluator's verdicts on the run's calls;
+	// an UNGRADED call counts in neither until it is graded.
 	Passed int `json:"passed"`
 	Failed int `json:"failed"`
 	// LastVerdict is the evaluator's verdict on the run's last call
-	// ("PASS" or "FAIL"), empty before the first call.
+	// ("PASS", "FAIL", or "UNGRADED" while the evaluator has not been
+	// able to grade it: it is graded again in the background), empty
+	// before the first call.
 	LastVerdict string    `json:"last_verdict,omitempty"`
 	Created     time.Time `json:"created"`
 	// Updated is the time of the run's last call or status change: a
@@ -410,7 +417,9 @@ type CallEvent struct {
 	// Outputs are the files the call created or changed.
 	Outputs []FileRef `json:"outputs"`
 	// Verdict is the evaluator's: "PASS" or "FAIL", with its score and
-	// its critique line.
+	// its critique line; or "UNGRADED" when the evaluator could not grade
+	// the call yet (the critique says why), never a FAIL. The late
+	// verdict comes as a "verdict" event.
 	Verdict  string  `json:"verdict"`
 	Score    float64 `json:"score"`
 	Critique string  `json:"critique,omitempty"`

@@ -86,7 +86,7 @@ type Server struct {
 // instructions tell the client's model how the tools fit together.
 const instructions = `Triad gives you three tools: a persistent Python sandbox (sandbox_exec), web search (browser_search) and run-scoped files (tmp_write, tmp_read, tmp_list, tmp_delete).
 Everything you do in this MCP session is one run: the kernel keeps its variables between sandbox_exec calls, and files you write are in the cell's working directory. Pass run_id to work in another run instead.
-After every call Triad appends a Step Block to the run's journal, CEL.md, with an evaluator's verdict; read it with journal_read and add a note with journal_note.
+After every call Triad appends a Step Block to the run's journal, CEL.md, with an evaluator's verdict (PASS or FAIL; UNGRADED when the evaluator could not answer in time, never a FAIL: the step is graded again and its late verdict appended); read it with journal_read and add a note with journal_note.
 Failures come back as results with isError and a JSON body {"error":{"kind","message","suggestion"}}: follow the suggestion. A cell that raises also comes back with isError, with the full sandbox.exec answer (ok:false, error, traceback) as structured content.`
 
 // New returns a Server with every tool registered.

@@ -1,6 +1,8 @@
 package main_test
 
 import (
+	"bufio"
+	"context"
 	"fmt"
 	"io"
 	"net/http"
@@ -15,8 +17,12 @@ import (
 	"github.com/triadhq/triad/internal/runid"
 )
 
-// gradeCSV writes a CSV in run through s and fails t unless the step's
-// Step Block carries the rubric's PASS over that one file.
+// gradeCSV writes a CSV in run through s and fails t unless the step
+// gets the rubric's PASS over that one file: on its Step Block, or, when
+// the evaluator could not answer in time on a loaded machine (the step is
+// UNGRADED), in the late verdict the background regrade appends. It waits
+// for that verdict's event, never for a time; an UNGRADED step is never
+// taken for a FAIL.
 func gradeCSV(t *testing.T, s *server, run, path string) {
 	t.Helper()
 	req, _ := http.NewRequest("POST", s.url+"/tmp/write", strings.NewReader(`{"path":"`+path+`","text":"a,b\n1,2\n"}`))
@@ -33,19 +39,73 @@ func gradeCSV(t *testing.T, s *server, run, path string) {
 		t.Errorf("tmp.write %s: %d %s", path, resp.StatusCode, b)
 		return
 	}
-	req, _ = http.NewRequest("GET", s.url+"/cel", nil)
-	req.Header.Set("X-Run-Id", run)
-	if resp, err = s.do(req); err != nil {
+	// Follow the run before reading its journal, so a late verdict that
+	// comes in between is not missed.
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	req, _ = http.NewRequestWithContext(ctx, "GET", s.url+"/runs/"+run+"/events", nil)
+	events, err := s.do(req)
+	if err != nil {
 		t.Error(err)
 		return
 	}
-	b, _ = io.ReadAll(resp.Body)
-	resp.Body.Close()
-	blocks := strings.Split(string(b), "\n## Step ")
+	defer events.Body.Close()
+	cel := readCEL(t, s, run)
+	blocks := strings.Split(cel, "\n## Step ")
 	last := blocks[len(blocks)-1]
-	if !strings.Contains(last, path) || !strings.Contains(last, "**Evaluation (by Evaluator):** PASS") || !strings.Contains(last, "1 artifact") {
-		t.Errorf("the step writing %s has no rubric verdict over it:\n%s", path, last)
+	if !strings.Contains(last, path) {
+		t.Errorf("the last Step Block is not the step writing %s:\n%s", path, last)
+		return
 	}
+	n, _, _ := strings.Cut(last, ":")
+	verdict := last
+	if strings.Contains(last, "**Evaluation (by Evaluator):** UNGRADED") {
+		late := "\n### Late verdict of Step " + n + ":"
+		if !strings.Contains(cel, late) {
+			waitVerdict(t, events.Body, n)
+			cel = readCEL(t, s, run)
+		}
+		_, verdict, _ = strings.Cut(cel, late)
+	}
+	if !strings.Contains(verdict, "**Evaluation (by Evaluator):** PASS") || !strings.Contains(verdict, "1 artifact") {
+		t.Errorf("the step writing %s has no rubric verdict over it:\n%s", path, verdict)
+	}
+}
+
+// readCEL reads run's CEL.md through s.
+func readCEL(t *testing.T, s *server, run string) string {
+	t.Helper()
+	req, _ := http.NewRequest("GET", s.url+"/cel", nil)
+	req.Header.Set("X-Run-Id", run)
+	resp, err := s.do(req)
+	if err != nil {
+		t.Error(err)
+		return ""
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	return string(b)
+}
+
+// waitVerdict reads a run's event stream until the "verdict" event of
+// step n.
+func waitVerdict(t *testing.T, r io.Reader, n string) {
+	t.Helper()
+	sc := bufio.NewScanner(r)
+	sc.Buffer(nil, 1<<20)
+	event := ""
+	for sc.Scan() {
+		line := sc.Text()
+		switch {
+		case strings.HasPrefix(line, "event: "):
+			event = strings.TrimPrefix(line, "event: ")
+		case strings.HasPrefix(line, "data: ") && event == "verdict":
+			if strings.Contains(line, `"step":`+n+`,`) {
+				return
+			}
+		}
+	}
+	t.Errorf("the event stream ended before the late verdict of step %s: %v", n, sc.Err())
 }
 
 // TestEvalWorkersShareData: two servers on one --data grade at the same

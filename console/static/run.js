@@ -20,7 +20,8 @@ function chips() {
   if (!v) return;
   const st = recipeState?.status || v.status;
   const passed = [...steps.values()].filter((li) => li.classList.contains('v-pass')).length;
-  const failed = steps.size - passed;
+  const ungraded = [...steps.values()].filter((li) => li.classList.contains('v-ungraded')).length;
+  const failed = steps.size - passed - ungraded;
   const start = v.created ? new Date(v.created).getTime() : null;
   const last = [...steps.values()].pop();
   let end = v.finished ? new Date(v.finished).getTime() : last ? Number(last.dataset.end) : start;
@@ -29,7 +30,8 @@ function chips() {
     badge(st),
     el('span', {}, v.recipe ? el('b', { text: v.recipe }) : el('b', { text: 'manual run' })),
     el('span', {}, el('b', { text: String(steps.size) }), steps.size === 1 ? ' step' : ' steps'),
-    el('span', { class: 'counts' }, el('span', { class: 'p', text: `✓ ${passed} PASS` }), ' ', el('span', { class: 'f', text: `✗ ${failed} FAIL` })),
+    el('span', { class: 'counts' }, el('span', { class: 'p', text: `✓ ${passed} PASS` }), ' ', el('span', { class: 'f', text: `✗ ${failed} FAIL` }),
+      ungraded ? el('span', { class: 'u', text: ` … ${ungraded} UNGRADED` }) : null),
     v.created ? el('span', {}, 'created ', time(v.created)) : null,
     start ? el('span', {}, 'took ', el('b', { text: fmtDur(end - start) })) : null,
     v.started_by ? el('span', {}, 'by ', el('b', { text: v.started_by.name || v.started_by.key_id || 'operator' })) : null,
@@ -81,7 +83,9 @@ function shortValue(v) {
 
 function addCall(c, live) {
   if (steps.has(c.step)) return;
-  const verdict = c.verdict === 'PASS' ? 'pass' : 'fail';
+  // UNGRADED: the evaluator could not answer yet; the step is graded
+  // again and a "verdict" event replaces it. Never shown as a FAIL.
+  const verdict = c.verdict === 'PASS' ? 'pass' : c.verdict === 'UNGRADED' ? 'ungraded' : 'fail';
   const inputs = Object.entries(c.inputs || {}).map(([k, v]) => `${k}=${shortValue(v)}`).join(' · ');
   const outs = c.outputs || [];
   // A cell in a new interpreter after earlier cells: they left no
@@ -142,6 +146,18 @@ function connect() {
     }
   });
   es.addEventListener('journal', () => soon(refreshCEL));
+  // The late verdict of a call that was UNGRADED: the call again.
+  es.addEventListener('verdict', (e) => {
+    const c = JSON.parse(e.data);
+    const old = steps.get(c.step);
+    if (old) {
+      steps.delete(c.step);
+      old.remove();
+    }
+    addCall(c, false);
+    chips();
+    soon(refreshCEL);
+  });
   es.addEventListener('step', (e) => {
     const ev = JSON.parse(e.data);
     const s = recipeState?.steps?.find((x) => x.id === ev.id || x.n === ev.step);

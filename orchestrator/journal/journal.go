@@ -39,8 +39,8 @@ import (
 
 // Metrics receives the evaluator's verdicts; nil records none.
 type Metrics interface {
-	// Evaluated is one verdict ("pass", "fail" or "error") and the
-	// evaluator's latency.
+	// Evaluated is one verdict ("pass", "fail" or "ungraded": the
+	// evaluator could not answer) and the evaluator's latency.
 	Evaluated(verdict string, d time.Duration)
 }
 
@@ -141,18 +141,24 @@ func (j *Journal) Record(ctx context.Context, r Recording) ([]cel.Write, wire.Ca
 	if err != nil {
 		return nil, wire.CallEvent{}, err
 	}
-	verdict := j.evaluate(ctx, r.Cache, s, r.Info)
+	req := j.request(ctx, r.Cache, s, r.Info)
+	verdict := j.grade(ctx, run, req)
 	wrote, err := j.cel.Append(ctx, run, stepBlock(s, r.Info, r.N, r.Notes, verdict))
 	if err != nil {
 		return nil, wire.CallEvent{}, err
 	}
 	writes = append(writes, wrote...)
 
-	ev, _ := runfiles.Marshal(struct {
-		Step int    `json:"step"`
-		Tool string `json:"tool"`
-		*evaluator.Verdict
-	}{r.N, s.Outcome.Tool(), &verdict})
+	el := EvalLine{Step: r.N, Tool: s.Outcome.Tool(), Verdict: verdict}
+	if verdict.Ungraded {
+		// Kept so that whichever process holds the run next can grade
+		// the step again, after a restart too.
+		el.Request = &req
+	}
+	ev, err := runfiles.Marshal(el)
+	if err != nil {
+		return nil, wire.CallEvent{}, err
+	}
 	tr := traceRecord(s, r.Info, r.N, verdict)
 	tr.KeyID, tr.Tenant = r.Who.KeyID, r.Who.Tenant
 	line, err := runfiles.Marshal(tr)
@@ -261,12 +267,11 @@ func citesEvidence(arts []tmpfs.File) bool {
 	return false
 }
 
-// evaluate grades s. It never fails: an evaluator that cannot answer yields
-// a FAIL verdict that says so, so no Evaluation line is left pending.
-// The request holds what the step touched and what the rubric reads of
-// the run (datasets for a report, the expected artifacts a step did not
-// write itself), never a listing of the whole run.
-func (j *Journal) evaluate(ctx context.Context, c *Cache, s *Step, si Info) evaluator.Verdict {
+// request is what the evaluator needs to grade s. It holds what the
+// step touched and what the rubric reads of the run (datasets for a
+// report, the expected artifacts a step did not write itself), never a
+// listing of the whole run.
+func (j *Journal) request(ctx context.Context, c *Cache, s *Step, si Info) evaluator.Request {
 	req := evalRequest(s, si)
 	if citesEvidence(s.Artifacts) {
 		if ds, err := j.datasets(ctx, c, s.Run); err == nil {
@@ -283,15 +288,31 @@ func (j *Journal) evaluate(ctx context.Context, c *Cache, s *Step, si Info) eval
 		}
 	}
 	req.CitationURLs = j.citationURLs(ctx, c, s.Run)
+	return req
+}
+
+// grade asks the evaluator for a verdict. It never fails: an evaluator
+// that cannot answer (it did not answer in time, its interpreter died)
+// leaves the step ungraded, never FAIL, since that says nothing of the
+// step (only the rubric's own refusal, evaluator.ErrRubric, which grading
+// again would repeat, is a FAIL that says so); the step is graded again in the background (Regrade). See
+// docs/DECISIONS.md, "Ungraded steps and the regrade".
+func (j *Journal) grade(ctx context.Context, run runid.ID, req evaluator.Request) evaluator.Verdict {
 	if j.eval == nil {
 		return evaluator.Verdict{Critique: "No evaluator is configured."}
 	}
 	t0 := time.Now()
-	v, err := j.eval.Evaluate(ctx, s.Run, req)
-	if err != nil {
-		j.evaluated("error", time.Since(t0))
-		j.log.ErrorContext(ctx, "evaluator", "run", s.Run, "err", err)
+	v, err := j.eval.Evaluate(ctx, run, req)
+	if errors.Is(err, evaluator.ErrRubric) {
+		// The rubric's answer, which grading again would repeat.
+		j.evaluated("fail", time.Since(t0))
+		j.log.ErrorContext(ctx, "evaluator", "run", run, "err", err)
 		return evaluator.Verdict{Critique: "The evaluator could not grade this step: " + err.Error()}
+	}
+	if err != nil {
+		j.evaluated("ungraded", time.Since(t0))
+		j.log.WarnContext(ctx, "evaluator could not grade a step; it will be graded again", "run", run, "err", err)
+		return evaluator.Verdict{Ungraded: true, Critique: "The evaluator could not grade this step: " + err.Error()}
 	}
 	verdict := "fail"
 	if v.Pass {
@@ -436,6 +457,7 @@ func ReadTrace(ctx context.Context, store *tmpfs.Store, run runid.ID) ([]TraceRe
 		return nil, storeerr.Fault(err, run, runfiles.Trace)
 	}
 	var out []TraceRecord
+	ungraded := false
 	sc := bufio.NewScanner(bytes.NewReader(b))
 	sc.Buffer(make([]byte, 1<<20), 64<<20)
 	for sc.Scan() {
@@ -443,7 +465,23 @@ func ReadTrace(ctx context.Context, store *tmpfs.Store, run runid.ID) ([]TraceRe
 		if err := json.Unmarshal(sc.Bytes(), &t); err != nil {
 			return nil, fmt.Errorf("trace of run %s: %w", run, err)
 		}
+		ungraded = ungraded || t.Eval != nil && t.Eval.Ungraded
 		out = append(out, t)
 	}
-	return out, sc.Err()
+	if err := sc.Err(); err != nil || !ungraded {
+		return out, err
+	}
+	// A step ungraded when its trace line was written may have its
+	// verdict since, in evaluations.jsonl (the trace is append-only).
+	latest, err := readEvaluations(ctx, store, run)
+	if err != nil {
+		return nil, err
+	}
+	for i, t := range out {
+		if e, ok := latest[t.Step]; ok && t.Eval != nil && t.Eval.Ungraded {
+			v := e.Verdict
+			out[i].Eval = &v
+		}
+	}
+	return out, nil
 }

@@ -175,8 +175,7 @@ func stepBlock(s *Step, si Info, n int, notes []cel.Note, v evaluator.Verdict) c
 		did = append(did, fmt.Sprintf("Saw operator note: “%s”", strings.TrimSpace(nt.Text)))
 	}
 	b := cel.Block{N: n, Tool: s.Outcome.Tool(), When: s.Started, Did: did, Next: next,
-		Eval: cel.Evaluation{Pass: v.Pass, Score: v.Score, Completeness: v.Completeness,
-			Correctness: v.Correctness, Evidence: v.Evidence, Hygiene: v.Hygiene, Critique: v.Critique}}
+		Eval: celEval(v)}
 	for _, in := range s.Outcome.Inputs() {
 		b.Input = append(b.Input, cel.KV{Key: in.Key, Value: inputText(in.Value)})
 	}
@@ -288,7 +287,7 @@ func traceRecord(s *Step, si Info, n int, v evaluator.Verdict) TraceRecord {
 // CallEvent is a trace record as a run's feed shows it.
 func CallEvent(tr TraceRecord) wire.CallEvent {
 	e := wire.CallEvent{Step: tr.Step, Tool: tr.Tool, Label: tr.Label, Started: tr.Started, DurationMs: tr.ElapsedMs,
-		OK: tr.OK, Inputs: tr.Inputs, Outputs: tr.Outputs, Verdict: "FAIL", FreshKernel: tr.FreshKernel}
+		OK: tr.OK, Inputs: tr.Inputs, Outputs: tr.Outputs, Verdict: evaluator.Verdict{}.Word(), FreshKernel: tr.FreshKernel}
 	if e.Inputs == nil {
 		e.Inputs = map[string]any{}
 	}
@@ -299,10 +298,7 @@ func CallEvent(tr TraceRecord) wire.CallEvent {
 		e.Error = tr.Error.Kind + ": " + tr.Error.Message
 	}
 	if v := tr.Eval; v != nil {
-		e.Score, e.Critique = v.Score, v.Critique
-		if v.Pass {
-			e.Verdict = "PASS"
-		}
+		e.Score, e.Critique, e.Verdict = v.Score, v.Critique, v.Word()
 	}
 	return e
 }

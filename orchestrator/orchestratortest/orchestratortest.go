@@ -72,6 +72,11 @@ type Options struct {
 	Templates   *template.Set
 	Egress      *egress.Proxy
 	EgressTrust []byte
+	// EvalFault, when set, wraps the evaluator's interpreter: a test's
+	// fault hook (an evaluator made slow, say). EvalTimeout is the
+	// evaluator's Config.Timeout (0 its default).
+	EvalFault   func(evaluator.Interpreter) evaluator.Interpreter
+	EvalTimeout time.Duration
 }
 
 // Stack is an assembled orchestrator and its parts.
@@ -208,12 +213,13 @@ func New(t testing.TB, o Options) *Stack {
 	if evalErr != nil {
 		t.Fatal(evalErr)
 	}
-	ev, err := evaluator.New(evaluator.Config{
-		Interpreter: evaluator.InterpreterFunc(func(ctx context.Context, script []byte, dir string) (evaluator.Process, error) {
-			return evalWasm.StartProgram(ctx, script, dir)
-		}),
-		Store: s.Store, Dir: filepath.Join(s.Dir, "eval"),
+	var interp evaluator.Interpreter = evaluator.InterpreterFunc(func(ctx context.Context, script []byte, dir string) (evaluator.Process, error) {
+		return evalWasm.StartProgram(ctx, script, dir)
 	})
+	if o.EvalFault != nil {
+		interp = o.EvalFault(interp)
+	}
+	ev, err := evaluator.New(evaluator.Config{Interpreter: interp, Store: s.Store, Dir: filepath.Join(s.Dir, "eval"), Timeout: o.EvalTimeout})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -82,6 +82,9 @@ type Core interface {
 	Write(ctx context.Context, run runid.ID, in wire.WriteRequest, opts ...orchestrator.CallOption) (wire.FileRef, error)
 	Note(ctx context.Context, run runid.ID, text, author string) error
 	Finalize(ctx context.Context, run runid.ID, status string) error
+	// Graded waits for the verdict of a step the evaluator could not
+	// grade yet (UNGRADED), which the orchestrator grades again.
+	Graded(ctx context.Context, run runid.ID, step int) (evaluator.Verdict, error)
 }
 
 var _ Core = (*orchestrator.Orchestrator)(nil)
@@ -466,7 +469,7 @@ func (r *Runner) execute(ctx context.Context, p *prepared) {
 		ss.Produced = produced
 		ss.DurationMs = time.Since(t0).Milliseconds()
 		results[i] = res
-		ss.Evaluation = evaluation(rc)
+		ss.Evaluation = r.evaluation(ctx, run, rc)
 		if err == nil {
 			ss.Outputs, err = r.outputs(ctx, run, step)
 		}
@@ -664,15 +667,26 @@ func (r *Runner) outputsPresent(ctx context.Context, run runid.ID, want map[stri
 }
 
 // evaluation renders the verdict the orchestration path recorded for a
-// step's last tool call.
-func evaluation(rc *orchestrator.Receipt) string {
+// step's last tool call. A step the evaluator could not grade yet waits
+// for its regrade (Core.Graded): an infrastructure hiccup never counts as
+// the step's FAIL. Only the run's own end (ctx) stops the wait, and the
+// step then shows UNGRADED.
+func (r *Runner) evaluation(ctx context.Context, run runid.ID, rc *orchestrator.Receipt) string {
 	if rc.Step == 0 {
 		return "" // the step made no tool call that was recorded
 	}
-	if rc.Verdict.Pass {
-		return fmt.Sprintf("PASS %.2f", rc.Verdict.Score)
+	v := rc.Verdict
+	if v.Ungraded {
+		if g, err := r.o.Graded(ctx, run, rc.Step); err == nil {
+			v = g
+		} else {
+			r.log.Warn("wait for a step's verdict", "run", run, "step", rc.Step, "err", err)
+		}
 	}
-	return fmt.Sprintf("FAIL %.2f", rc.Verdict.Score)
+	if v.Ungraded {
+		return "UNGRADED"
+	}
+	return fmt.Sprintf("%s %.2f", v.Word(), v.Score)
 }
 
 // update saves the state and tells subscribers.
