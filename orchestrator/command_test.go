@@ -193,11 +193,11 @@ func TestContexts(t *testing.T) {
 				}
 				return out.Result.Data["text/plain"]
 			}
-			a, err := s.Orch.NewContext(ctx, run, "")
+			a, err := s.Orch.NewContext(ctx, run, "", "")
 			if err != nil {
 				t.Fatal(err)
 			}
-			b, err := s.Orch.NewContext(ctx, run, "sub")
+			b, err := s.Orch.NewContext(ctx, run, "sub", "")
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -84,7 +84,7 @@ func (o *Orchestrator) ExecStream(ctx context.Context, run runid.ID, in wire.Exe
 	err := o.call(ctx, run, oc, func(ctx context.Context, s *Step) error {
 		kept := o.keepCode(ctx, run, in.Code, oc)
 		var err error
-		if in.Language == wire.LanguageBash {
+		if in.Language == wire.LanguageBash && in.Context == "" {
 			out, err = o.command1(ctx, run, in, timeout, s, oc, on)
 		} else {
 			out, err = o.exec1(ctx, run, in, timeout, s, oc, on)
@@ -110,8 +110,8 @@ func (o *Orchestrator) execTimeout(in wire.ExecRequest) time.Duration {
 func (o *Orchestrator) execOutcome(in wire.ExecRequest, timeout time.Duration) *ExecOutcome {
 	oc := &ExecOutcome{Code: codeSummary(in.Code), TimeoutS: timeout.Seconds(), FilesIn: in.FilesIn, Timeout: timeout,
 		Context: in.Context, Cwd: in.Cwd}
-	if in.Language == wire.LanguageBash {
-		oc.Language = wire.LanguageBash
+	oc.Language = in.Language
+	if in.Language == wire.LanguageBash && in.Context == "" {
 		oc.EnvKeys = slices.Sorted(maps.Keys(in.Env))
 	}
 	return oc
@@ -121,35 +121,8 @@ func (o *Orchestrator) validateExec(run runid.ID, in *wire.ExecRequest) error {
 	if strings.TrimSpace(in.Code) == "" {
 		return fault.New(fault.BadInput, "code is empty", "send Python source in code (or the command, with language bash)")
 	}
-	switch in.Language {
-	case "", wire.LanguagePython:
-		in.Language = ""
-		if in.Env != nil || in.Cwd != "" {
-			return fault.New(fault.BadInput, "env and cwd apply to bash commands only",
-				"in a Python cell set os.environ and call os.chdir, or send language \"bash\"")
-		}
-		if in.Context != "" && !o.kernels.HasContext(run, in.Context) {
-			return fault.New(fault.NotFound, fmt.Sprintf("run %s has no context %q", run, in.Context),
-				"create the context first, or omit context to use the run's kernel")
-		}
-	case wire.LanguageBash:
-		if in.Context != "" {
-			return fault.New(fault.BadInput, "a bash command runs in the run's kernel container, not in a context",
-				"omit context for a bash command")
-		}
-		if in.Cwd != "" {
-			c, err := safepath.Clean(in.Cwd)
-			if err != nil {
-				fe := fault.As(err)
-				return fault.Badf("cwd is a directory of the run's files: "+fe.Suggestion, "cwd: %s", fe.Message)
-			}
-			in.Cwd = c
-		}
-		if err := validEnv(in.Env); err != nil {
-			return err
-		}
-	default:
-		return fault.Badf("omit language or send \"python\"; send \"bash\" for a command in the kernel's container", "language %q is not supported", in.Language)
+	if err := o.validateLanguage(run, in); err != nil {
+		return err
 	}
 	if in.TimeoutS != nil && !(*in.TimeoutS > 0) {
 		return fault.Badf("send timeout_s > 0, or omit it for the server default", "timeout_s is %v; it must be positive", *in.TimeoutS)
@@ -166,6 +139,74 @@ func (o *Orchestrator) validateExec(run runid.ID, in *wire.ExecRequest) error {
 		if f.Path == "" {
 			return fault.Badf("set path to a run file or to sha256:<hex>", "files_in[%d].path is empty", i)
 		}
+	}
+	return nil
+}
+
+// validateLanguage settles which interpreter runs the cell (see
+// wire.ExecRequest.Language and Context): afterwards in.Language is ""
+// for Python, "bash" with an empty Context for a command, and otherwise
+// the cell's language with Context naming a context of that language or
+// the language itself (its default interpreter).
+func (o *Orchestrator) validateLanguage(run runid.ID, in *wire.ExecRequest) error {
+	lang := in.Language
+	if lang == wire.LanguagePython {
+		lang = ""
+	}
+	if lang != "" && !slices.Contains(wire.Languages, lang) {
+		return fault.Badf("send one of "+strings.Join(wire.Languages, ", ")+", or omit language for Python",
+			"language %q is not supported", in.Language)
+	}
+	switch {
+	case in.Context == "" || in.Context == wire.LanguagePython && lang == "":
+		in.Context = ""
+		if lang != "" && lang != wire.LanguageBash {
+			in.Context = lang // the language's default interpreter
+		}
+	case slices.Contains(wire.Languages, in.Context):
+		// A language's default interpreter, named.
+		if lang == "" {
+			lang = in.Context
+		}
+		if lang != in.Context {
+			return fault.Badf("omit context, or name an interpreter of language "+lang,
+				"context %q is the default %s interpreter, not a %s one", in.Context, in.Context, lang)
+		}
+		if lang == wire.LanguagePython {
+			lang, in.Context = "", ""
+		}
+	default:
+		c, ok := o.kernels.Context(run, in.Context)
+		if !ok {
+			return fault.New(fault.NotFound, fmt.Sprintf("run %s has no context %q", run, in.Context),
+				"create the context first, or omit context to use the run's kernel")
+		}
+		cl := c.Language
+		if cl == wire.LanguagePython {
+			cl = ""
+		}
+		if in.Language != "" && lang != cl {
+			return fault.Badf("omit language to run the cell in the context's, or name another context",
+				"context %s runs %s, not %s", in.Context, c.Language, in.Language)
+		}
+		lang = cl
+	}
+	in.Language = lang
+	if lang == wire.LanguageBash && in.Context == "" {
+		// A command.
+		if in.Cwd != "" {
+			c, err := safepath.Clean(in.Cwd)
+			if err != nil {
+				fe := fault.As(err)
+				return fault.Badf("cwd is a directory of the run's files: "+fe.Suggestion, "cwd: %s", fe.Message)
+			}
+			in.Cwd = c
+		}
+		return validEnv(in.Env)
+	}
+	if in.Env != nil || in.Cwd != "" {
+		return fault.New(fault.BadInput, "env and cwd apply to bash commands only",
+			"set the environment and directory in the cell itself, or send language \"bash\" without a context")
 	}
 	return nil
 }
@@ -218,7 +259,13 @@ func (o *Orchestrator) exec1(ctx context.Context, run runid.ID, in wire.ExecRequ
 		return out, err
 	}
 	k, fresh := sess.Kernel, false
-	if in.Context != "" {
+	switch {
+	case in.Context == "":
+	case in.Context == in.Language:
+		if k, fresh, err = o.kernels.LanguageKernel(ctx, run, sess, in.Language); err != nil {
+			return out, contextErr(err, run, in.Context)
+		}
+	default:
 		if k, fresh, err = o.kernels.ContextKernel(ctx, run, sess, in.Context); err != nil {
 			return out, contextErr(err, run, in.Context)
 		}
@@ -362,6 +409,9 @@ func contextErr(err error, run runid.ID, id string) error {
 	case errors.Is(err, kernels.ErrNoContext):
 		return fault.Wrap(fault.NotFound, err, fmt.Sprintf("run %s has no context %q", run, id),
 			"create the context first, or omit context to use the run's kernel")
+	case errors.Is(err, kernels.ErrNoLanguage):
+		return fault.Wrap(fault.Unsupported, err, "this sandbox backend has no kernel for that language: "+err.Error(),
+			"run Python, or start triad with --sandbox docker, whose image has the R, JavaScript, TypeScript and bash kernels")
 	case errors.Is(err, kernels.ErrNoContexts):
 		return fault.Wrap(fault.Unsupported, err, "this sandbox backend runs one interpreter per run",
 			"omit context, or start triad with --sandbox docker or wasm")
@@ -423,10 +473,21 @@ func (o *Orchestrator) keepStream(ctx context.Context, run runid.ID, sp *spool, 
 // binaryMIME are the bundle types stored as files instead of inlined.
 var binaryMIME = map[string]string{"image/png": "png", "image/jpeg": "jpg", "image/gif": "gif", "image/svg+xml": "svg", "application/pdf": "pdf"}
 
+// jsonFileMIME are the JSON-valued bundle types stored as files (their
+// JSON as sent) instead of inlined: a chart's data and a DataFrame's can be
+// large, and like images they are artifacts of the cell, addressed by hash.
+var jsonFileMIME = map[string]string{wire.ChartMIME: "chart.json", wire.DataMIME: "data.json"}
+
 func (o *Orchestrator) shapeBundle(b sandbox.Bundle, name string, keep func(string, []byte) (tmpfs.File, error), images map[string][]byte) (wire.Bundle, bool) {
 	out := wire.Bundle{Data: map[string]any{}, Metadata: b.Metadata}
 	truncated := false
 	for mime, raw := range b.Data {
+		if ext, ok := jsonFileMIME[mime]; ok {
+			if f, err := keep(name+"."+ext, raw); err == nil {
+				out.Data[mime] = wire.Ref(f)
+				continue
+			}
+		}
 		if ext, ok := binaryMIME[mime]; ok {
 			var s string
 			if err := json.Unmarshal(raw, &s); err == nil {
@@ -581,9 +642,16 @@ func (o *Orchestrator) Stop(ctx context.Context, run runid.ID) error {
 // starts afresh on its next cell, and the answer says it was restarted.
 // Making, restarting and removing a context are steps of the journal
 // (tool sandbox.context).
-func (o *Orchestrator) NewContext(ctx context.Context, run runid.ID, cwd string) (wire.Context, error) {
+func (o *Orchestrator) NewContext(ctx context.Context, run runid.ID, cwd, language string) (wire.Context, error) {
 	if o.kernels == nil {
 		return wire.Context{}, fault.New(fault.NotConfigured, "no sandbox backend is configured", "start triad with --sandbox docker, wasm or auto")
+	}
+	if language == "" {
+		language = wire.LanguagePython
+	}
+	if !slices.Contains(wire.Languages, language) {
+		return wire.Context{}, fault.Badf("send one of "+strings.Join(wire.Languages, ", ")+", or omit language for Python",
+			"language %q is not supported", language)
 	}
 	if cwd != "" {
 		c, err := safepath.Clean(cwd)
@@ -594,9 +662,9 @@ func (o *Orchestrator) NewContext(ctx context.Context, run runid.ID, cwd string)
 		cwd = c
 	}
 	var out wire.Context
-	oc := &ContextOutcome{Op: ContextCreate, Cwd: cwd, Backend: o.kernels.Backend()}
+	oc := &ContextOutcome{Op: ContextCreate, Cwd: cwd, Language: language, Backend: o.kernels.Backend()}
 	err := o.call(ctx, run, oc, func(ctx context.Context, s *Step) error {
-		c, err := o.kernels.NewContext(ctx, run, cwd)
+		c, err := o.kernels.NewContext(ctx, run, cwd, language)
 		if err != nil {
 			return contextErr(err, run, "")
 		}
@@ -607,7 +675,7 @@ func (o *Orchestrator) NewContext(ctx context.Context, run runid.ID, cwd string)
 }
 
 func wireContext(c kernels.Context) wire.Context {
-	return wire.Context{ID: c.ID, Language: wire.LanguagePython, Cwd: c.Cwd, Created: c.Created}
+	return wire.Context{ID: c.ID, Language: c.Language, Cwd: c.Cwd, Created: c.Created}
 }
 
 // Contexts lists the run's code contexts, oldest first.

@@ -140,7 +140,8 @@ type ExecOutcome struct {
 	Refused []string
 	Timeout time.Duration
 
-	// Language is "bash" for a command, empty for a Python cell.
+	// Language is the cell's language ("r", "javascript", ...), "bash"
+	// for a command or a bash cell, empty for a Python cell.
 	Language string
 	// Context is the code context that ran the cell, empty for the run's
 	// kernel.
@@ -205,8 +206,10 @@ func (e *ExecOutcome) grade(req *evaluator.Request) {
 func (e *ExecOutcome) describe(s *Step) (did, next []string, failed bool) {
 	what := fmt.Sprintf("Ran a Python cell in the %s kernel", e.Backend)
 	switch {
+	case e.Context != "" && e.Context == e.Language:
+		what = fmt.Sprintf("Ran a %s cell in the run's %s kernel, in the %s sandbox", languageName(e.Language), languageName(e.Language), e.Backend)
 	case e.Context != "":
-		what = fmt.Sprintf("Ran a Python cell in context %s of the %s kernel", e.Context, e.Backend)
+		what = fmt.Sprintf("Ran a %s cell in context %s of the %s kernel", languageName(e.Language), e.Context, e.Backend)
 	case e.Phase == PhaseStart:
 		what = fmt.Sprintf("Started bash command #%d in the %s kernel's container; it runs without holding the run, and its end is a step of its own", e.Command, e.Backend)
 	case e.Phase == PhaseEnd:
@@ -257,11 +260,27 @@ const (
 type ContextOutcome struct {
 	Op string
 	// ID is the context; empty (on restart) is the run's kernel.
-	ID      string
-	Cwd     string
-	Backend string
+	ID       string
+	Cwd      string
+	Language string
+	Backend  string
 	// Done is true when the operation succeeded.
 	Done bool
+}
+
+// languageName names a cell's language in the journal: "" is Python.
+func languageName(l string) string {
+	switch l {
+	case "", wire.LanguagePython:
+		return "Python"
+	case wire.LanguageR:
+		return "R"
+	case wire.LanguageJavaScript:
+		return "JavaScript"
+	case wire.LanguageTypeScript:
+		return "TypeScript"
+	}
+	return l
 }
 
 // Tool implements Outcome.
@@ -269,7 +288,11 @@ func (c *ContextOutcome) Tool() string { return ToolContext }
 
 // Inputs implements Outcome.
 func (c *ContextOutcome) Inputs() []Input {
-	return inputs(Input{"op", c.Op}, Input{"context", c.ID}, Input{"cwd", c.Cwd})
+	lang := c.Language
+	if lang == wire.LanguagePython {
+		lang = "" // the default goes unsaid, as in earlier journals
+	}
+	return inputs(Input{"op", c.Op}, Input{"context", c.ID}, Input{"language", lang}, Input{"cwd", c.Cwd})
 }
 
 func (c *ContextOutcome) grade(req *evaluator.Request) {}
@@ -284,7 +307,7 @@ func (c *ContextOutcome) describe(s *Step) (did, next []string, failed bool) {
 	}
 	switch {
 	case c.Op == ContextCreate:
-		did = append(did, fmt.Sprintf("Started context %s: an interpreter of its own in the run's %s sandbox, its cells starting in %s", c.ID, c.Backend, where))
+		did = append(did, fmt.Sprintf("Started context %s: a %s interpreter of its own in the run's %s sandbox, its cells starting in %s", c.ID, languageName(c.Language), c.Backend, where))
 	case c.Op == ContextRestart && c.ID == "":
 		what := "Restarted the run's kernel: its variables are gone; the files stay"
 		if c.Backend == "docker" {

@@ -154,6 +154,32 @@ type Contexts interface {
 	NewContext(ctx context.Context, cwd string) (Kernel, error)
 }
 
+// Languages is a Kernel that can start contexts whose interpreter is
+// another language's Jupyter kernel (R's IRkernel, Deno's for JavaScript
+// and TypeScript, a bash kernel): an optional ability, found by type
+// assertion. Such a context is like one from Contexts.NewContext (the
+// same sandbox, jail, limits and working directory), with the same Kernel
+// contract, except that a Cell's Code is in its language and Result.Threads
+// is always nil. See "Kernels in more languages" in docs/DECISIONS.md.
+type Languages interface {
+	// Languages lists the languages NewLanguageContext starts, from
+	// LanguageR, LanguageBash, LanguageJavaScript and LanguageTypeScript.
+	Languages() []string
+	// NewLanguageContext starts an interpreter of language that begins in
+	// cwd, as Contexts.NewContext does. A language the kernel does not
+	// list fails with ErrLanguage.
+	NewLanguageContext(ctx context.Context, cwd, language string) (Kernel, error)
+}
+
+// The languages of kernels. LanguagePython is every Kernel's own.
+const (
+	LanguagePython     = "python"
+	LanguageR          = "r"
+	LanguageBash       = "bash"
+	LanguageJavaScript = "javascript"
+	LanguageTypeScript = "typescript"
+)
+
 // Commander is a Kernel that can run commands in its sandbox, under the same
 // jail as its cells: an optional ability, found by type assertion. A
 // backend whose sandbox has no processes (wasm) does not implement it.
@@ -467,6 +493,9 @@ var (
 	// regular file (a symlink, a FIFO, a device, a directory), which is
 	// never read or replaced; skip it.
 	ErrNotRegular = errors.New("sandbox: not a regular file")
+	// ErrLanguage means the kernel cannot start an interpreter of the
+	// language asked for; use one it lists, or another backend.
+	ErrLanguage = errors.New("sandbox: language not supported by this kernel")
 	// ErrStale means a WorkDir file is no longer the one the caller last
 	// saw (a cell changed it); write it whole instead.
 	ErrStale = errors.New("sandbox: file changed since it was last seen")

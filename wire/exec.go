@@ -7,18 +7,31 @@ import (
 
 // ExecRequest is sandbox.exec's input.
 type ExecRequest struct {
-	// Code is the Python source of the cell, or for language bash the
-	// script bash runs (bash -l -c).
+	// Code is the cell's source in its language, or for a bash command
+	// the script bash runs (bash -l -c).
 	Code string `json:"code"`
-	// Language is "python" (the default when absent) or "bash": a command
-	// in the run's kernel container, under the same jail as its cells,
-	// where the sandbox backend supports commands (docker).
+	// Language is the cell's language: "python" (the default when absent,
+	// or the language of the context named), "r", "javascript",
+	// "typescript" or "bash". Each runs in a Jupyter kernel in the run's
+	// sandbox, under the same jail and limits as Python: R's IRkernel,
+	// Deno's kernel for JavaScript and TypeScript, a bash kernel. A
+	// language other than Python runs in the run's default interpreter of
+	// that language (made on first use, its variables kept from cell to
+	// cell) unless context names one of its contexts. "bash" without a
+	// context is a command instead: `bash -l -c code` in the run's kernel
+	// container, with env and cwd, answering its exit code; with context
+	// "bash" it runs in the run's bash kernel. Languages other than Python
+	// need a backend with kernels for them (docker); the others answer
+	// unsupported.
 	Language string `json:"language,omitempty"`
-	// Context names the code context whose interpreter runs the cell; empty
-	// is the run's kernel. Python only.
+	// Context names the interpreter that runs the cell: empty is the
+	// run's kernel (Python) or the language's default interpreter; an id
+	// from sandbox.context is that code context (of its own language); a
+	// language's name ("python", "r", "javascript", "typescript", "bash")
+	// is that language's default interpreter.
 	Context string `json:"context,omitempty"`
 	// Env are environment variables for a bash command, added to the
-	// sandbox's. Bash only: a Python cell sets os.environ itself.
+	// sandbox's. Bash commands only: a cell sets its environment itself.
 	Env map[string]string `json:"env,omitempty"`
 	// Cwd is where a bash command starts: a run path (a directory of the
 	// run's files), empty for their root. Bash only.
@@ -43,8 +56,9 @@ type ExecResponse struct {
 	OK     bool   `json:"ok"`
 	Stdout string `json:"stdout"`
 	Stderr string `json:"stderr"`
-	// Display are the cell's display_data bundles. Images are stored as
-	// run files and appear as FileRefs.
+	// Display are the cell's display_data bundles. Images, charts and
+	// data (ChartMIME, DataMIME) are stored as run files and appear as
+	// FileRefs.
 	Display []Bundle `json:"display"`
 	// Result is the execute_result bundle: the value of the last expression.
 	Result   *Bundle    `json:"result,omitempty"`
@@ -77,11 +91,17 @@ type ExecResponse struct {
 	BackgroundThreads []string `json:"background_threads,omitempty"`
 }
 
-// The languages of ExecRequest.
+// The languages of ExecRequest and Context.
 const (
-	LanguagePython = "python"
-	LanguageBash   = "bash"
+	LanguagePython     = "python"
+	LanguageBash       = "bash"
+	LanguageR          = "r"
+	LanguageJavaScript = "javascript"
+	LanguageTypeScript = "typescript"
 )
+
+// Languages are the languages of ExecRequest, Python first.
+var Languages = []string{LanguagePython, LanguageR, LanguageJavaScript, LanguageTypeScript, LanguageBash}
 
 // RefusedFile is a file a cell wrote that Triad did not store.
 type RefusedFile struct {
@@ -98,6 +118,18 @@ type KernelInfo struct {
 	// variables are gone.
 	Restarted bool `json:"restarted"`
 }
+
+// The MIME types of Triad's own rich displays, which Python kernels add
+// beside a figure's PNG and a DataFrame's HTML: a matplotlib figure as
+// structured chart data (type line, scatter, bar, pie, box_and_whisker,
+// superchart or unknown, with titles, labels, units, ticks, scales and
+// elements, in E2B's schema), and a pandas DataFrame as {column: [values]}.
+// In an ExecResponse each is stored as a JSON run file and given as a
+// FileRef, like an image; a streamed ExecEvent carries it inline.
+const (
+	ChartMIME = "application/vnd.triad.chart+json"
+	DataMIME  = "application/vnd.triad.data+json"
+)
 
 // Bundle is a MIME bundle as returned to callers: text types as strings,
 // JSON types as JSON, and images as a FileRef to the stored bytes.
@@ -158,7 +190,8 @@ const (
 // variables, its own current directory) in the run's sandbox, beside the
 // run's kernel. ExecRequest.Context names it.
 type Context struct {
-	ID       string `json:"id"`
+	ID string `json:"id"`
+	// Language is its interpreter's: one of Languages.
 	Language string `json:"language"`
 	// Cwd is where its cells start: a directory of the run's files, ""
 	// for their root.

@@ -25,7 +25,7 @@ type Core interface {
 	// run's code contexts: createCodeContext, listCodeContexts,
 	// restartCodeContext (the empty id restarts the run's kernel) and
 	// removeCodeContext.
-	NewContext(ctx context.Context, run runid.ID, cwd string) (wire.Context, error)
+	NewContext(ctx context.Context, run runid.ID, cwd, language string) (wire.Context, error)
 	Contexts(run runid.ID) []wire.Context
 	RestartContext(ctx context.Context, run runid.ID, id string) error
 	RemoveContext(ctx context.Context, run runid.ID, id string) error

@@ -6,7 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -67,25 +69,29 @@ func (s *Server) execute(w http.ResponseWriter, r *http.Request) error {
 	if in.ContextID != "" && in.Language != "" {
 		return fault.New(fault.BadInput, "only one of context_id and language may be given", "send the context, or the language, not both")
 	}
-	switch strings.ToLower(strings.TrimSpace(in.Language)) {
-	case "", "python", "py":
-	default:
-		return fault.New(fault.Unsupported, fmt.Sprintf("language %q is not supported: Triad's kernels run Python", in.Language), "omit language, or send python")
+	lang, err := language(in.Language)
+	if err != nil {
+		return err
 	}
+	// A language other than Python runs in the run's default interpreter
+	// of it, whose context id is the language (wire.ExecRequest.Context).
 	ctxID := ""
+	if lang != wire.LanguagePython {
+		ctxID = lang
+	}
 	if in.ContextID != "" && in.ContextID != DefaultContext {
-		if !s.hasContext(sb.ID, in.ContextID) {
+		c, ok := s.context(sb.ID, in.ContextID)
+		if !ok {
 			return contextNotFound(in.ContextID)
 		}
-		ctxID = in.ContextID
+		ctxID, lang = c.ID, c.Language
 	}
 	if err := validEnvs(in.EnvVars); err != nil {
 		return err
 	}
 	code := *in.Code
 	if len(sb.Envs) > 0 || len(in.EnvVars) > 0 {
-		var err error
-		if code, err = withEnvs(sb.Envs, in.EnvVars, code); err != nil {
+		if code, err = withEnvs(lang, sb.Envs, in.EnvVars, code); err != nil {
 			return err
 		}
 	}
@@ -112,7 +118,7 @@ func (s *Server) execute(w http.ResponseWriter, r *http.Request) error {
 	// The cell has no deadline of its own beyond the server's maximum: the
 	// SDK's timeoutMs is never sent, it aborts the request, and a request
 	// that ends interrupts the cell (docs/e2b-protocol.md §4).
-	out, err := s.c.Core.ExecStream(ctx, sb.ID, wire.ExecRequest{Code: code, Context: ctxID, TimeoutS: seconds(24 * time.Hour)},
+	out, err := s.c.Core.ExecStream(ctx, sb.ID, wire.ExecRequest{Code: code, Language: lang, Context: ctxID, TimeoutS: seconds(24 * time.Hour)},
 		func(e orchestrator.ExecEvent) {
 			switch e.Type {
 			case wire.EventStdout, wire.EventStderr:
@@ -131,9 +137,31 @@ func (s *Server) execute(w http.ResponseWriter, r *http.Request) error {
 	}
 	writeEnd(lw, out)
 	if len(in.EnvVars) > 0 {
-		s.resetEnvs(context.WithoutCancel(ctx), sb, ctxID, in.EnvVars)
+		s.resetEnvs(context.WithoutCancel(ctx), sb, lang, ctxID, in.EnvVars)
 	}
 	return nil
+}
+
+// language maps the SDKs' language names onto Triad's (wire.Languages).
+// Java has no kernel here: none can be built offline (docs/e2b.md).
+func language(name string) (string, error) {
+	switch n := strings.ToLower(strings.TrimSpace(name)); n {
+	case "", "python", "py", "python3":
+		return wire.LanguagePython, nil
+	case "js", "javascript", "node", "deno":
+		return wire.LanguageJavaScript, nil
+	case "ts", "typescript":
+		return wire.LanguageTypeScript, nil
+	case "r":
+		return wire.LanguageR, nil
+	case "bash", "sh", "shell":
+		return wire.LanguageBash, nil
+	case "java":
+		return "", fault.New(fault.Unsupported, "language \"java\" is not supported: Triad's sandbox image has no Java kernel (none can be built without Maven Central)",
+			"run the code in python, js, ts, r or bash")
+	}
+	return "", fault.New(fault.Unsupported, fmt.Sprintf("language %q is not supported", name),
+		"send python, js, ts, r or bash")
 }
 
 // lineWriter writes JSON lines and flushes each. It is safe for
@@ -216,6 +244,8 @@ var mimeKeys = map[string]string{
 	"text/plain": "text", "text/html": "html", "text/markdown": "markdown", "image/svg+xml": "svg",
 	"image/png": "png", "image/jpeg": "jpeg", "application/pdf": "pdf", "text/latex": "latex",
 	"application/json": "json", "application/javascript": "javascript", "e2b/data": "data", "e2b/chart": "chart",
+	// Triad's own chart and data displays (sandbox/image/python/triad_display.py).
+	wire.ChartMIME: "chart", wire.DataMIME: "data",
 }
 
 // liveResult turns a kernel's bundle data into an E2B result line, each
@@ -245,12 +275,28 @@ func liveResult(data map[string]json.RawMessage, main bool) map[string]any {
 	return out
 }
 
-// withEnvs prefixes code with the sandbox's and the call's environment
-// variables. The sandbox's are set once per kernel (a marker survives until
-// the kernel restarts), the call's every time; resetEnvs undoes those after
-// the cell. The first line is a comment that repeats the cell's own first
-// line, so the journal's code summary shows the cell and never a value.
-func withEnvs(sandbox, call map[string]string, code string) (string, error) {
+// withEnvs prefixes code, a cell in lang, with the sandbox's and the call's
+// environment variables, set as E2B's server sets them: the sandbox's once
+// per Python interpreter (a marker survives until it restarts) and before
+// every cell in the other languages, the call's every time; resetEnvs undoes
+// the call's after the cell. The first line is a comment that repeats the
+// cell's own first line, so the journal's code summary shows the cell and
+// never a value.
+func withEnvs(lang string, sandbox, call map[string]string, code string) (string, error) {
+	first, _, _ := strings.Cut(strings.TrimSpace(code), "\n")
+	first = shorten(first, 80)
+	comment := "# " + first + "  [e2b: environment variables set first, values not journaled]\n"
+	if lang != wire.LanguagePython {
+		all := maps.Clone(sandbox)
+		if all == nil {
+			all = map[string]string{}
+		}
+		maps.Copy(all, call)
+		if lang == wire.LanguageJavaScript || lang == wire.LanguageTypeScript {
+			comment = "//" + comment[1:]
+		}
+		return comment + setEnvs(lang, all, nil) + code, nil
+	}
 	sj, err := pyJSON(sandbox)
 	if err != nil {
 		return "", err
@@ -259,11 +305,59 @@ func withEnvs(sandbox, call map[string]string, code string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	first, _, _ := strings.Cut(strings.TrimSpace(code), "\n")
-	first = shorten(first, 80)
-	return "# " + first + "  [e2b: environment variables set first, values not journaled]\n" +
-		"exec(" + pyStr(fmt.Sprintf(envPrelude, sj, cj)) + ")\n" + code, nil
+	return comment + "exec(" + pyStr(fmt.Sprintf(envPrelude, sj, cj)) + ")\n" + code, nil
 }
+
+// setEnvs is code in lang (not Python) that sets the variables in set and
+// removes those in unset, one line, printing nothing.
+func setEnvs(lang string, set map[string]string, unset []string) string {
+	keys := slices.Sorted(maps.Keys(set))
+	var b strings.Builder
+	switch lang {
+	case wire.LanguageR:
+		if len(keys) > 0 {
+			b.WriteString("invisible(Sys.setenv(")
+			for i, k := range keys {
+				if i > 0 {
+					b.WriteString(", ")
+				}
+				fmt.Fprintf(&b, "%s = %s", pyStr(k), pyStr(set[k]))
+			}
+			b.WriteString("))")
+		}
+		if len(unset) > 0 {
+			if b.Len() > 0 {
+				b.WriteString("; ")
+			}
+			b.WriteString("invisible(Sys.unsetenv(c(")
+			for i, k := range unset {
+				if i > 0 {
+					b.WriteString(", ")
+				}
+				b.WriteString(pyStr(k))
+			}
+			b.WriteString(")))")
+		}
+	case wire.LanguageJavaScript, wire.LanguageTypeScript:
+		for _, k := range keys {
+			fmt.Fprintf(&b, "Deno.env.set(%s, %s); ", pyStr(k), pyStr(set[k]))
+		}
+		for _, k := range unset {
+			fmt.Fprintf(&b, "Deno.env.delete(%s); ", pyStr(k))
+		}
+	case wire.LanguageBash:
+		for _, k := range keys {
+			fmt.Fprintf(&b, "export %s=%s; ", shQuote(k), shQuote(set[k]))
+		}
+		for _, k := range unset {
+			fmt.Fprintf(&b, "unset %s; ", shQuote(k))
+		}
+	}
+	return b.String() + "\n"
+}
+
+// shQuote quotes s for bash as one word.
+func shQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
 
 // envPrelude is run by exec so that the cell's own code keeps its line
 // count short of one (the exec line) and no helper name leaks.
@@ -288,7 +382,7 @@ func pyJSON(m map[string]string) (string, error) {
 
 // pyStr quotes s as a Python string literal: a JSON string is one (Go
 // escapes every control character, and <, > and & as \u escapes, all of
-// which Python reads the same way).
+// which Python reads the same way). R and JavaScript read it alike.
 func pyStr(s string) string {
 	b, _ := json.Marshal(s) // a string always marshals
 	return string(b)
@@ -297,7 +391,7 @@ func pyStr(s string) string {
 // resetEnvs restores, after a cell, the variables the call set: to the
 // sandbox's value, or unset. It is its own sandbox.exec, as E2B's server
 // resets them in a separate execution.
-func (s *Server) resetEnvs(ctx context.Context, sb Sandbox, ctxID string, call map[string]string) {
+func (s *Server) resetEnvs(ctx context.Context, sb Sandbox, lang, ctxID string, call map[string]string) {
 	restore := map[string]string{}
 	var unset []string
 	for k := range call {
@@ -307,17 +401,27 @@ func (s *Server) resetEnvs(ctx context.Context, sb Sandbox, ctxID string, call m
 			unset = append(unset, k)
 		}
 	}
-	rj, err := pyJSON(restore)
-	if err != nil {
-		return
+	slices.Sort(unset)
+	var code string
+	if lang != wire.LanguagePython {
+		comment := "# e2b: reset this call's environment variables\n"
+		if lang == wire.LanguageJavaScript || lang == wire.LanguageTypeScript {
+			comment = "//" + comment[1:]
+		}
+		code = comment + setEnvs(lang, restore, unset)
+	} else {
+		rj, err := pyJSON(restore)
+		if err != nil {
+			return
+		}
+		uj, err := json.Marshal(unset)
+		if err != nil {
+			return
+		}
+		code = "# e2b: reset this call's environment variables\n" +
+			"exec(" + pyStr(fmt.Sprintf(envReset, rj, uj)) + ")\n"
 	}
-	uj, err := json.Marshal(unset)
-	if err != nil {
-		return
-	}
-	code := "# e2b: reset this call's environment variables\n" +
-		"exec(" + pyStr(fmt.Sprintf(envReset, rj, uj)) + ")\n"
-	if _, err := s.c.Core.ExecStream(ctx, sb.ID, wire.ExecRequest{Code: code, Context: ctxID}, nil); err != nil {
+	if _, err := s.c.Core.ExecStream(ctx, sb.ID, wire.ExecRequest{Code: code, Language: lang, Context: ctxID}, nil); err != nil {
 		s.log.ErrorContext(ctx, "reset per-call environment variables", "sandbox", sb.ID, "err", err)
 	}
 }
@@ -328,14 +432,14 @@ for __e2b_k in %s:
     __e2b_os.environ.pop(__e2b_k, None)
 del __e2b_json, __e2b_os`
 
-// hasContext reports whether the sandbox's run has the code context id.
-func (s *Server) hasContext(run runid.ID, id string) bool {
+// context returns the sandbox's run's code context id.
+func (s *Server) context(run runid.ID, id string) (wire.Context, bool) {
 	for _, c := range s.c.Core.Contexts(run) {
 		if c.ID == id {
-			return true
+			return c, true
 		}
 	}
-	return false
+	return wire.Context{}, false
 }
 
 // contextNotFound is the 404 the code interpreter SDK reads as its
@@ -368,10 +472,9 @@ func (s *Server) contextCreate(w http.ResponseWriter, r *http.Request) error {
 	if err := s.decodeLoose(w, r, &in, true); err != nil {
 		return err
 	}
-	switch strings.ToLower(strings.TrimSpace(in.Language)) {
-	case "", "python", "py":
-	default:
-		return fault.New(fault.Unsupported, fmt.Sprintf("language %q is not supported: Triad's contexts run Python", in.Language), "omit language, or send python")
+	lang, err := language(in.Language)
+	if err != nil {
+		return err
 	}
 	cwd := ""
 	if in.Cwd != "" {
@@ -381,7 +484,7 @@ func (s *Server) contextCreate(w http.ResponseWriter, r *http.Request) error {
 		}
 		cwd = p
 	}
-	c, err := s.c.Core.NewContext(r.Context(), sandboxOf(r.Context()).ID, cwd)
+	c, err := s.c.Core.NewContext(r.Context(), sandboxOf(r.Context()).ID, cwd, lang)
 	if err != nil {
 		return err
 	}
