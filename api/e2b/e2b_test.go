@@ -744,8 +744,8 @@ func TestExecute(t *testing.T) {
 		if got := value(a.ID, "v"); got != "a" {
 			t.Errorf("v in a: got %v, want a", got)
 		}
-		if got := value(c.ID, "v, cwd"); got != "('c', '/work/sub')" {
-			t.Errorf("v, cwd in c: got %v, want ('c', '/work/sub')", got)
+		if got := value(c.ID, "v, cwd"); got != "('c', '/home/user/sub')" {
+			t.Errorf("v, cwd in c: got %v, want ('c', '/home/user/sub')", got)
 		}
 		if got := value(e2b.DefaultContext, "v"); got != "NameError" {
 			t.Errorf("v in the default context: got %v, want NameError", got)
@@ -828,7 +828,7 @@ func TestCommands(t *testing.T) {
 	})
 	t.Run("envs", func(t *testing.T) {
 		_, out, errOut, end := run(t, `echo "$GREETING $WHO" >&2; pwd`, map[string]string{"WHO": "world"})
-		if end.GetExitCode() != 0 || errOut != "hello world\n" || out != "/work\n" {
+		if end.GetExitCode() != 0 || errOut != "hello world\n" || out != "/home/user\n" {
 			t.Fatalf("got stdout %q stderr %q end %v", out, errOut, end)
 		}
 	})

@@ -161,9 +161,9 @@ func ptr[T any](v T) *T { return &v }
 
 var (
 	execIn = map[string]string{
-		"code":            "Python source of the cell (the value of its last expression comes back in result), or with language bash the script bash runs.",
-		"language":        `Optional: "python" (the default) or "bash": a command in the run's kernel container, under the same jail, on the docker sandbox. exit_code is then in the answer.`,
-		"context":         "Optional: the id of a code context of the run (an interpreter of its own, made through the E2B surface); omitted means the run's kernel. Python only.",
+		"code":            "Source of the cell in its language (the value of its last expression comes back in result), or for a bash command the script bash runs.",
+		"language":        `Optional: "python" (the default), "r", "javascript", "typescript" or "bash". R, JavaScript and TypeScript cells run in the run's own interpreter of that language (variables kept between cells), under the same jail, on the docker sandbox. "bash" without context is a command in the run's kernel container (exit_code is then in the answer); with context "bash" it runs in the run's bash kernel.`,
+		"context":         "Optional: the id of a code context of the run (an interpreter of its own, made through the E2B surface), or a language's name for the run's default interpreter of it; omitted means the run's kernel, or the language's default interpreter.",
 		"env":             "Optional, bash only: environment variables for the command.",
 		"cwd":             "Optional, bash only: the directory of the run's files the command starts in.",
 		"files_in":        "Optional: files to place in the working directory before the cell runs.",
