@@ -176,6 +176,10 @@ type backend struct {
 	m *Metrics
 }
 
+// Unwrap implements sandbox.Wrapper: the backend's optional abilities (its
+// own warm pool, its image and runtime) stay visible through the wrapper.
+func (b *backend) Unwrap() sandbox.Backend { return b.Backend }
+
 func (b *backend) Start(ctx context.Context, spec sandbox.Spec) (sandbox.Kernel, error) {
 	t0 := time.Now()
 	k, err := b.Backend.Start(ctx, spec)

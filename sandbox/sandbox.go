@@ -38,6 +38,63 @@ type Backend interface {
 	Close() error
 }
 
+// Pool is a Backend that keeps its own warm pool of ready kernels: an
+// optional ability, found with Ability. The kernel manager asks for it and,
+// when the backend has one, keeps no pool of its own: Start already hands
+// out a pooled kernel, and a pool above the backend would hand out kernels
+// without asking the backend whether the run already has one elsewhere (a
+// Kubernetes pod another replica serves). See "The warm pool is the
+// backend's when it has one" in docs/DECISIONS.md.
+type Pool interface {
+	Backend
+	// Pooled returns how many ready kernels this process holds in the
+	// backend's pool.
+	Pooled() int
+}
+
+// Imager is a Backend whose kernels all run one named image: an optional
+// ability, found with Ability. Image is what runs record of their sandbox
+// (a Docker image tag, the python.wasm build).
+type Imager interface {
+	Backend
+	Image() string
+}
+
+// Runtimer is a Backend whose kernels run under a named container runtime:
+// an optional ability, found with Ability. Runtime names it as the run's
+// records show it, "runc" or "runsc" (gVisor): what separates a cell from
+// the host's kernel.
+type Runtimer interface {
+	Backend
+	Runtime() string
+}
+
+// Wrapper is a Backend that wraps another (to count or time its calls)
+// and passes the inner one's optional abilities on through Unwrap.
+type Wrapper interface {
+	Backend
+	Unwrap() Backend
+}
+
+// Ability returns b, or the first backend b wraps (Wrapper), that has the
+// optional ability T, as errors.As finds an error of a type: a wrapper need
+// not re-implement every ability of what it wraps, and cannot claim one
+// its inner backend lacks.
+func Ability[T Backend](b Backend) (T, bool) {
+	for b != nil {
+		if t, ok := b.(T); ok {
+			return t, true
+		}
+		w, ok := b.(Wrapper)
+		if !ok {
+			break
+		}
+		b = w.Unwrap()
+	}
+	var zero T
+	return zero, false
+}
+
 // Spec describes the kernel a caller wants.
 type Spec struct {
 	// Owner labels the kernel (a run id) so that a restarted server can

@@ -13,7 +13,6 @@ import (
 	"github.com/triadhq/triad/recipes"
 	"github.com/triadhq/triad/recipes/runner"
 	"github.com/triadhq/triad/runfiles"
-	"github.com/triadhq/triad/sandbox/kube"
 	"github.com/triadhq/triad/tmpfs"
 )
 
@@ -68,19 +67,12 @@ func openStack(ctx context.Context, c *config, log *slog.Logger) (*stack, error)
 	var km *kernels.Manager
 	if backend != nil {
 		s.closes = append(s.closes, func() { backend.Close() })
-		warm := c.Sandbox.Warm
-		if _, ok := backend.(*kube.Backend); ok {
-			// The pods' warm pool is the backend's, shared by all replicas;
-			// a pool here would hand out kernels without asking whether
-			// the run already has a pod on another replica.
-			warm = 0
-		}
 		counted := backend
 		if c.metrics != nil {
 			counted = c.metrics.Backend(backend)
 		}
 		starts := c.Sandbox.startsFor(backend.Name())
-		km = kernels.New(kernels.Config{Backend: counted, Store: store, Warm: warm, Starts: starts, IdleTTL: c.Sandbox.IdleTTL,
+		km = kernels.New(kernels.Config{Backend: counted, Store: store, Warm: c.Sandbox.Warm, Starts: starts, IdleTTL: c.Sandbox.IdleTTL,
 			Limits: c.Sandbox.limits(), Protect: runfiles.IsKept, Omit: runfiles.IsCheckpoint, Logger: log})
 		if c.metrics != nil {
 			c.metrics.Kernels(backend.Name(), km.Live, km.Pooled)

@@ -7,6 +7,7 @@ package testenv
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"sync"
 	"testing"
@@ -45,4 +46,50 @@ func (s *Buffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
+}
+
+// Golden compares got with the golden file at path; with update it
+// rewrites the file instead. A difference fails the test with the first
+// lines that differ and the command that accepts the change.
+func Golden(t testing.TB, path string, got []byte, update bool) {
+	t.Helper()
+	if update {
+		if err := os.WriteFile(path, got, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (run the test with -update to create it)", err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Errorf("%s is out of date: review the change, then run go test -run '^%s$' -update in its package and commit the file\n%s",
+			path, t.Name(), lineDiff(want, got))
+	}
+}
+
+// lineDiff shows the lines where want and got differ (the first 20).
+func lineDiff(want, got []byte) string {
+	wl, gl := bytes.Split(want, []byte("\n")), bytes.Split(got, []byte("\n"))
+	var out bytes.Buffer
+	shown := 0
+	for i := 0; i < len(wl) || i < len(gl); i++ {
+		var w, g []byte
+		if i < len(wl) {
+			w = wl[i]
+		}
+		if i < len(gl) {
+			g = gl[i]
+		}
+		if bytes.Equal(w, g) {
+			continue
+		}
+		fmt.Fprintf(&out, "line %d:\n- %s\n+ %s\n", i+1, w, g)
+		if shown++; shown == 20 {
+			out.WriteString("...\n")
+			break
+		}
+	}
+	return out.String()
 }

@@ -32,7 +32,9 @@ import (
 type Config struct {
 	Backend sandbox.Backend
 	Store   *tmpfs.Store
-	// Warm is how many ready kernels the pool keeps (0 disables it).
+	// Warm is how many ready kernels the pool keeps (0 disables it). A
+	// backend with its own pool (sandbox.Pool) keeps its kernels itself,
+	// and the manager none: Warm is then ignored.
 	Warm int
 	// Starts is how many kernels may be starting at once; runs beyond it
 	// wait their turn in arrival order. 0 means no limit: every run's
@@ -114,9 +116,12 @@ type Session struct {
 
 // Manager maps runs to kernels.
 type Manager struct {
-	c     Config
-	log   *slog.Logger
-	pool  chan sandbox.Kernel
+	c    Config
+	log  *slog.Logger
+	pool chan sandbox.Kernel
+	// owned is the backend's own pool (sandbox.Pool), nil when the
+	// manager keeps the pool.
+	owned sandbox.Pool
 	admit *admission
 
 	mu       sync.Mutex
@@ -136,7 +141,11 @@ func New(c Config) *Manager {
 	if c.MaxContexts <= 0 {
 		c.MaxContexts = 4
 	}
-	m := &Manager{c: c, log: c.Logger, sessions: map[runid.ID]*Session{}, contexts: map[runid.ID][]*contextState{},
+	owned, ok := sandbox.Ability[sandbox.Pool](c.Backend)
+	if ok {
+		c.Warm = 0
+	}
+	m := &Manager{owned: owned, c: c, log: c.Logger, sessions: map[runid.ID]*Session{}, contexts: map[runid.ID][]*contextState{},
 		stop: make(chan struct{}), pool: make(chan sandbox.Kernel, max(c.Warm, 0)), admit: newAdmission(c.Starts)}
 	if c.Warm > 0 {
 		m.done.Add(1)
@@ -155,8 +164,17 @@ func (m *Manager) Backend() string { return m.c.Backend.Name() }
 // Image returns what the backend names its kernels' image (a Docker image
 // tag, the python.wasm build), or "" when it names none.
 func (m *Manager) Image() string {
-	if im, ok := m.c.Backend.(interface{ Image() string }); ok {
+	if im, ok := sandbox.Ability[sandbox.Imager](m.c.Backend); ok {
 		return im.Image()
+	}
+	return ""
+}
+
+// Runtime returns the container runtime the backend's kernels run under
+// ("runc", "runsc"), or "" when it names none (wasm).
+func (m *Manager) Runtime() string {
+	if r, ok := sandbox.Ability[sandbox.Runtimer](m.c.Backend); ok {
+		return r.Runtime()
 	}
 	return ""
 }
@@ -303,8 +321,14 @@ func (m *Manager) Runs() []runid.ID {
 // (Config.Starts).
 func (m *Manager) Waiting() int { return m.admit.waiting() }
 
-// Pooled returns the number of ready kernels in the pool.
-func (m *Manager) Pooled() int { return len(m.pool) }
+// Pooled returns the number of ready kernels in the pool: the manager's,
+// or the backend's own (sandbox.Pool).
+func (m *Manager) Pooled() int {
+	if m.owned != nil {
+		return m.owned.Pooled()
+	}
+	return len(m.pool)
+}
 
 // fill keeps the pool topped up.
 func (m *Manager) fill() {

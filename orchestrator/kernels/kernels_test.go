@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/triadhq/triad/internal/runid"
 	"github.com/triadhq/triad/internal/testenv"
+	"github.com/triadhq/triad/metrics"
 	"github.com/triadhq/triad/orchestrator/kernels"
 	"github.com/triadhq/triad/orchestrator/orchestratortest"
 	"github.com/triadhq/triad/orchestrator/workspace"
@@ -104,6 +106,7 @@ type recorder struct {
 	sandbox.Backend
 	mu      sync.Mutex
 	started []sandbox.Kernel
+	owner   map[sandbox.Kernel]string
 }
 
 func (r *recorder) Start(ctx context.Context, spec sandbox.Spec) (sandbox.Kernel, error) {
@@ -111,9 +114,28 @@ func (r *recorder) Start(ctx context.Context, spec sandbox.Spec) (sandbox.Kernel
 	if err == nil {
 		r.mu.Lock()
 		r.started = append(r.started, k)
+		if r.owner == nil {
+			r.owner = map[sandbox.Kernel]string{}
+		}
+		r.owner[k] = spec.Owner
 		r.mu.Unlock()
 	}
 	return k, err
+}
+
+// Unwrap implements sandbox.Wrapper, so that the recorded backend's
+// abilities (a kube backend's own pool) stay visible.
+func (r *recorder) Unwrap() sandbox.Backend { return r.Backend }
+
+// owners returns the Spec.Owner of every kernel started, in order.
+func (r *recorder) owners() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var o []string
+	for _, k := range r.started {
+		o = append(o, r.owner[k])
+	}
+	return o
 }
 
 // first returns the first n kernels started.
@@ -180,6 +202,38 @@ func TestPoolAndMaterialise(t *testing.T) {
 	waitFor(t, "the pool to refill", func() bool { return m.Pooled() == 2 })
 	if m.Live() != 1 {
 		t.Fatalf("live = %d, want 1", m.Live())
+	}
+}
+
+// ownPool is a real backend that says it keeps its own warm pool
+// (sandbox.Pool), as sandbox/kube does.
+type ownPool struct {
+	sandbox.Backend
+	pooled int
+}
+
+func (p *ownPool) Pooled() int { return p.pooled }
+
+// A backend with its own pool is asked for it, through a wrapper like
+// metrics' as triad serve has: the manager keeps no pool beside it (every
+// kernel it starts is for a run, whatever Warm says), and Pooled reports
+// the backend's.
+func TestBackendOwnPool(t *testing.T) {
+	store, dir := newStore(t)
+	rec := &recorder{Backend: &ownPool{Backend: backends["wasm"](t, dir), pooled: 7}}
+	m := kernels.New(kernels.Config{Backend: metrics.New().Backend(rec), Store: store, Warm: 2})
+	if got := m.Pooled(); got != 7 {
+		t.Fatalf("Pooled() = %d, want the backend's 7", got)
+	}
+	run := runid.New()
+	s, err := m.Acquire(t.Context(), run)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.Release(s)
+	m.Close() // waits for a pool filler, had there been one
+	if got, want := rec.owners(), []string{run.String()}; !slices.Equal(got, want) {
+		t.Fatalf("kernels started for owners %q, want only %q (no warm kernel beside the backend's pool)", got, want)
 	}
 }
 

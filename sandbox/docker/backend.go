@@ -125,7 +125,10 @@ type Backend struct {
 	closed  bool
 }
 
-var _ sandbox.Backend = (*Backend)(nil)
+var (
+	_ sandbox.Backend = (*Backend)(nil)
+	_ sandbox.Imager  = (*Backend)(nil)
+)
 
 // New connects to the Docker engine (DOCKER_HOST and friends, with API
 // version negotiation), checks the image is present, takes ownership of

@@ -25,4 +25,14 @@
 // (OOMKilled, the exit code, an eviction for exceeding the working
 // directory's size), and a restart moves the kernel to a fresh pod with its
 // files. See docs/DECISIONS.md, "Kubernetes".
+//
+// The files follow those concerns: backend.go opens, starts and closes;
+// config.go is Config; pod.go is the pod's spec and how its status reads;
+// watch.go follows pods through the informer; claim.go creates, claims
+// and deletes them; pool.go is this replica's part of the warm pool
+// (sandbox.Pool); replicas.go is the instance Leases that say which
+// replicas live; sweep.go deletes what none will use; network.go is the
+// deny-all NetworkPolicy; kernel.go, execute.go, forward.go, agent.go and
+// workdir.go are one kernel: its pod connection, cells, the Jupyter
+// port-forward, and its working directory through the agent.
 package kube

@@ -136,7 +136,10 @@ type Backend struct {
 	leaked   bool // an instance did not stop: the runtime must stay open
 }
 
-var _ sandbox.Backend = (*Backend)(nil)
+var (
+	_ sandbox.Backend = (*Backend)(nil)
+	_ sandbox.Imager  = (*Backend)(nil)
+)
 
 // New compiles the embedded interpreter and returns a Backend ready to start
 // kernels. With a warm CacheDir this takes well under a second; cold, a few
