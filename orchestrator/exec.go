@@ -678,6 +678,23 @@ func wireContext(c kernels.Context) wire.Context {
 	return wire.Context{ID: c.ID, Language: c.Language, Cwd: c.Cwd, Created: c.Created}
 }
 
+// Languages lists the languages sandbox.exec runs on this server: Python,
+// and those the backend's kernels have (wire.Languages order). bash is
+// always there as a command where the backend runs commands.
+func (o *Orchestrator) Languages() []string {
+	out := []string{wire.LanguagePython}
+	if o.kernels == nil {
+		return out
+	}
+	have := o.kernels.Languages()
+	for _, l := range wire.Languages[1:] {
+		if slices.Contains(have, l) {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
 // Contexts lists the run's code contexts, oldest first.
 func (o *Orchestrator) Contexts(run runid.ID) []wire.Context {
 	out := []wire.Context{}

@@ -69,6 +69,14 @@ type Runtimer interface {
 	Runtime() string
 }
 
+// Polyglot is a Backend whose kernels implement Languages: an optional
+// ability, found with Ability. Languages lists what every kernel's
+// Languages does, so a caller can tell before any kernel starts.
+type Polyglot interface {
+	Backend
+	Languages() []string
+}
+
 // Wrapper is a Backend that wraps another (to count or time its calls)
 // and passes the inner one's optional abilities on through Unwrap.
 type Wrapper interface {

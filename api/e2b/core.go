@@ -27,6 +27,9 @@ type Core interface {
 	// removeCodeContext.
 	NewContext(ctx context.Context, run runid.ID, cwd, language string) (wire.Context, error)
 	Contexts(run runid.ID) []wire.Context
+	// Languages lists the languages the sandbox's kernels run, Python
+	// first: each has a default context.
+	Languages() []string
 	RestartContext(ctx context.Context, run runid.ID, id string) error
 	RemoveContext(ctx context.Context, run runid.ID, id string) error
 	// WriteStream is tmp.write for a streamed body: files.write.

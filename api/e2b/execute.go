@@ -79,7 +79,15 @@ func (s *Server) execute(w http.ResponseWriter, r *http.Request) error {
 	if lang != wire.LanguagePython {
 		ctxID = lang
 	}
-	if in.ContextID != "" && in.ContextID != DefaultContext {
+	switch {
+	case in.ContextID == "" || in.ContextID == DefaultContext:
+	case slices.Contains(s.c.Core.Languages(), in.ContextID):
+		// A language's default context (listCodeContexts shows them).
+		ctxID, lang = in.ContextID, in.ContextID
+		if lang == wire.LanguagePython {
+			ctxID = ""
+		}
+	default:
 		c, ok := s.context(sb.ID, in.ContextID)
 		if !ok {
 			return contextNotFound(in.ContextID)
@@ -453,9 +461,13 @@ func toContextJSON(c wire.Context) contextJSON {
 }
 
 // contextsList is listCodeContexts: the default context (the run's
-// kernel) and the run's own.
+// kernel), each other language's default context (its id is the
+// language's name), and the run's own.
 func (s *Server) contextsList(w http.ResponseWriter, r *http.Request) error {
 	out := []contextJSON{defaultContext()}
+	for _, l := range s.c.Core.Languages()[1:] {
+		out = append(out, contextJSON{ID: l, Language: l, Cwd: Home})
+	}
 	for _, c := range s.c.Core.Contexts(sandboxOf(r.Context()).ID) {
 		out = append(out, toContextJSON(c))
 	}

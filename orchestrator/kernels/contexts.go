@@ -76,15 +76,10 @@ func (m *Manager) startContext(ctx context.Context, k sandbox.Kernel, cwd, langu
 }
 
 // Languages lists the languages whose interpreters the backend's kernels
-// start besides Python, as far as a live kernel of the run tells; nil when
-// none runs or it starts none.
-func (m *Manager) Languages(run runid.ID) []string {
-	s := m.Peek(run)
-	if s == nil {
-		return nil
-	}
-	if ls, ok := s.Kernel.(sandbox.Languages); ok {
-		return ls.Languages()
+// start besides Python (sandbox.Polyglot); nil when they start none.
+func (m *Manager) Languages() []string {
+	if p, ok := sandbox.Ability[sandbox.Polyglot](m.c.Backend); ok {
+		return p.Languages()
 	}
 	return nil
 }

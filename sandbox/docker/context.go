@@ -64,7 +64,13 @@ var languageKernels = map[string]string{
 }
 
 // Languages implements sandbox.Languages.
-func (k *Kernel) Languages() []string {
+func (k *Kernel) Languages() []string { return k.b.Languages() }
+
+var _ sandbox.Polyglot = (*Backend)(nil)
+
+// Languages implements sandbox.Polyglot: the image's kernels besides
+// Python's.
+func (b *Backend) Languages() []string {
 	return []string{sandbox.LanguageR, sandbox.LanguageBash, sandbox.LanguageJavaScript, sandbox.LanguageTypeScript}
 }
 
