@@ -18,7 +18,8 @@
 # imports to the npm SDKs pinned in scripts/e2b-suites/package-lock.json
 # (the same e2b and @e2b/code-interpreter as e2e/e2b), except in the SDK's
 # own unit tests, which mock its internals and keep its source
-# (scripts/e2b-suites/classify.mjs says which). Which files run:
+# (scripts/e2b-suites/classify.mjs says which) and run without
+# E2B_API_URL and E2B_SANDBOX_URL: they mock E2B's default addresses. Which files run:
 #   code-interpreter/js   tests/**/*.test.ts except tests/runtimes
 #   E2B/packages/js-sdk   tests/sandbox/**/*.test.ts (sandbox, files, commands, git, pty)
 # Files run one at a time (a sandbox per test on a shared machine); each
@@ -132,7 +133,11 @@ cmd_run() {
 		i=$((i + 1))
 		echo "e2b-suites.sh: $name, $(printf '%s\n' "$part" | wc -l) files with the SDK from $mode" >&2
 		# vitest exits non-zero when a test fails: the report says which.
-		E2B_SUITE_ROOT=$suite E2B_SUITE_SDK=$sdk E2B_SUITE_MODE=$mode E2B_SUITE_FILES=$part \
+		# The SDK's unit tests mock the network (msw) at E2B's own default
+		# addresses, so they run without our endpoint variables.
+		local unset=()
+		[ "$mode" = src ] && unset=(-u E2B_API_URL -u E2B_SANDBOX_URL)
+		env "${unset[@]}" "E2B_SUITE_ROOT=$suite" "E2B_SUITE_SDK=$sdk" "E2B_SUITE_MODE=$mode" "E2B_SUITE_FILES=$part" \
 			node "$nm/vitest/vitest.mjs" run --config "$RUNNER/vitest.config.mjs" \
 			--no-file-parallelism --reporter=default --reporter=json --outputFile.json="$report.$i" >&2 || true
 		[ -s "$report.$i" ] || die "vitest wrote no report ($report.$i): see its output above"
