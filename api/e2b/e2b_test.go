@@ -612,8 +612,11 @@ func TestExecute(t *testing.T) {
 		if st, lines := h.execute(t, sb, map[string]any{"code": "1", "context_id": "nope"}); st != 404 {
 			t.Fatalf("unknown context: got %d %v, want 404 (NotFoundError)", st, lines)
 		}
-		if st, lines := h.execute(t, sb, map[string]any{"code": "1", "language": "r"}); st < 400 || st >= 500 {
-			t.Fatalf("language r: got %d %v", st, lines)
+		if st, lines := h.execute(t, sb, map[string]any{"code": "1", "language": "java"}); st != 422 {
+			t.Fatalf("language java (no kernel): got %d %v, want 422", st, lines)
+		}
+		if st, lines := h.execute(t, sb, map[string]any{"code": "1", "language": "cobol"}); st != 422 {
+			t.Fatalf("language cobol: got %d %v, want 422", st, lines)
 		}
 		if st, lines := h.execute(t, sb, map[string]any{}); st != 400 {
 			t.Fatalf("no code: got %d %v", st, lines)
@@ -710,8 +713,8 @@ func TestExecute(t *testing.T) {
 		if st, _, b := h.do(t, http.MethodDelete, "/contexts/nope", hdr, nil); st != 404 {
 			t.Fatalf("remove unknown: got %d %s", st, b)
 		}
-		if st, _, b := h.do(t, http.MethodPost, "/contexts", hdr, strings.NewReader(`{"language": "r"}`)); st < 400 || st >= 500 {
-			t.Fatalf("create an R context: got %d %s, want a 4xx", st, b)
+		if st, _, b := h.do(t, http.MethodPost, "/contexts", hdr, strings.NewReader(`{"language": "java"}`)); st != 422 {
+			t.Fatalf("create a Java context (no kernel): got %d %s, want 422", st, b)
 		}
 		if st, _, b := h.do(t, http.MethodPost, "/contexts", hdr, strings.NewReader(`{"cwd": "/etc"}`)); st != 400 {
 			t.Fatalf("create a context outside the files: got %d %s, want 400", st, b)
@@ -761,8 +764,11 @@ func TestExecute(t *testing.T) {
 		}
 		st, _, b = h.do(t, http.MethodGet, "/contexts", hdr, nil)
 		var list []codeContext
-		if st != 200 || json.Unmarshal(b, &list) != nil || len(list) != 3 || list[0].ID != e2b.DefaultContext || list[1].ID != a.ID || list[2].ID != c.ID {
-			t.Fatalf("list: got %d %s, want default, a, c", st, b)
+		// default (Python), each other language's default context, then
+		// the sandbox's own.
+		if st != 200 || json.Unmarshal(b, &list) != nil || len(list) != 7 || list[0].ID != e2b.DefaultContext ||
+			list[1].ID != "r" || list[1].Language != "r" || list[2].ID != "javascript" || list[5].ID != a.ID || list[6].ID != c.ID {
+			t.Fatalf("list: got %d %s, want default, r, javascript, typescript, bash, a, c", st, b)
 		}
 		if st, _, b := h.do(t, http.MethodDelete, "/contexts/"+c.ID, hdr, nil); st != 200 {
 			t.Fatalf("remove c: got %d %s", st, b)
