@@ -301,7 +301,7 @@ func TestBadInputs(t *testing.T) {
 		{"read missing", func() answer { return c.do("GET", "/tmp/read?path=nope.txt", run, nil) }, 404, "not_found"},
 		{"read without path", func() answer { return c.do("GET", "/tmp/read", run, nil) }, 400, "bad_input"},
 		{"unknown route", func() answer { return c.do("GET", "/nope", run, nil) }, 404, "not_found"},
-		{"wrong method", func() answer { return c.do("DELETE", "/tmp/list", run, nil) }, 405, "bad_input"},
+		{"wrong method", func() answer { return c.do("DELETE", "/tmp/list", run, nil) }, 405, "method_not_allowed"},
 		{"file over dir", func() answer {
 			c.write(run, "dir/child.txt", "x")
 			return c.post("/tmp/write", run, map[string]string{"path": "dir", "text": "x"})

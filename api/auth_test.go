@@ -8,12 +8,14 @@ import (
 	"encoding/json"
 	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/triadhq/triad/api"
 	"github.com/triadhq/triad/auth"
 	"github.com/triadhq/triad/auth/keys"
+	"github.com/triadhq/triad/auth/share"
 	"github.com/triadhq/triad/cel"
 	"github.com/triadhq/triad/internal/miniotest"
 	"github.com/triadhq/triad/internal/runid"
@@ -333,7 +335,14 @@ func TestBlobsNeedARunThatHoldsThem(t *testing.T) {
 // Share links: they download without a key; expired, revoked, tampered
 // and out-of-prefix links, and other tenants' revocations, are 404.
 func TestShareLinks(t *testing.T) {
-	c := newServer(t, localBackend(t).open(t), orchestrator.Limits{})
+	store := localBackend(t).open(t)
+	var clock atomic.Int64 // seconds the links' clock is ahead of the wall's
+	now := func() time.Time { return time.Now().Add(time.Duration(clock.Load()) * time.Second) }
+	links, err := share.Open(context.Background(), store.Meta(), share.Config{Now: now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := apiServer(t, api.Config{Orchestrator: orchestrator.New(orchestrator.Config{Store: store}), Shares: links})
 	const run = "r-share"
 	c.write(run, "artifacts/report.html", "<h1>report</h1>")
 	c.write(run, "artifacts/data/q1.csv", "a,b\n1,2\n")
@@ -414,12 +423,14 @@ func TestShareLinks(t *testing.T) {
 	check("revoked", one.URL)
 	wantErr(t, c.do("DELETE", "/shares/"+one.ID, "", nil), 404, "not_found")
 
-	short := share(map[string]any{"path": "secret.txt", "ttl": "1s"})
+	short := share(map[string]any{"path": "secret.txt", "ttl": "1m"})
 	if a := get(short.URL); a.status != 200 {
-		t.Fatalf("fresh 1 s link: %d", a.status)
+		t.Fatalf("fresh one-minute link: %d", a.status)
 	}
-	time.Sleep(time.Until(short.Expires) + 10*time.Millisecond)
+	clock.Store(61) // a minute and a second later, by the links' clock
 	check("expired", short.URL)
+	clock.Store(0)
+	wantErr(t, c.post("/runs/"+run+"/share", "", map[string]any{"path": "secret.txt", "ttl": "1s"}), 400, "bad_input")
 
 	for _, body := range []map[string]any{
 		{}, {"path": "a", "prefix": "b/"}, {"path": "nope.txt"}, {"path": "../x"}, {"prefix": "artifacts/", "ttl": "forever"},

@@ -3,8 +3,8 @@ package api
 import (
 	"net/http"
 
-	"github.com/triadhq/triad/browser"
 	"github.com/triadhq/triad/orchestrator"
+	"github.com/triadhq/triad/wire"
 )
 
 func (s *Server) browserSearch(w http.ResponseWriter, r *http.Request) error {
@@ -12,11 +12,11 @@ func (s *Server) browserSearch(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	req, err := browser.DecodeRequest(r.Body)
-	if err != nil {
+	var in wire.SearchRequest
+	if err := s.decode(w, r, &in); err != nil {
 		return err
 	}
-	out, err := s.orch.Search(r.Context(), id, req.Wire(), orchestrator.SearchOptions{})
+	out, err := s.orch.Search(r.Context(), id, in, orchestrator.SearchOptions{})
 	if err != nil {
 		return err
 	}

@@ -21,10 +21,8 @@ func (s *Server) runReplay(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	var in wire.ReplayRequest
-	if r.ContentLength != 0 {
-		if err := s.decode(w, r, &in); err != nil {
-			return err
-		}
+	if err := s.decode(w, r, &in); err != nil {
+		return err
 	}
 	rep, err := replay.Run(r.Context(), s.orch, id, replay.Options{Seed: in.Seed, AsOf: in.AsOf})
 	if err != nil {

@@ -3,6 +3,8 @@ package api
 import (
 	"context"
 	"net/http"
+	"reflect"
+	"slices"
 
 	"github.com/gorilla/mux"
 
@@ -25,11 +27,16 @@ type route struct {
 	Summary string
 	// RunHeader marks calls that work in the run named by X-Run-Id.
 	RunHeader bool
-	Query     []param
+	// PathParams describe the path's parameters (a plain string when not
+	// listed); Query the query's.
+	PathParams []param
+	Query      []param
 	// Body is the JSON request body's type (a zero value); BodyType, a
-	// raw body's media type instead.
-	Body     any
-	BodyType string
+	// raw body's media type instead. OptionalBody makes the JSON body
+	// optional: an empty one is no body.
+	Body         any
+	BodyType     string
+	OptionalBody bool
 	// OK is the success status (200 when zero); Answer its JSON type, or
 	// AnswerType a raw answer's media type.
 	OK         int
@@ -41,6 +48,8 @@ type route struct {
 	AltType string
 	// Mounted routes are another surface's (MCP), served by raw.
 	Mounted bool
+	// Links name the calls a client can chain from the answer, by name.
+	Links map[string]link
 
 	h   handlerFunc
 	raw http.Handler
@@ -49,18 +58,64 @@ type route struct {
 // Public marks a route that needs no key.
 const Public auth.Scope = ""
 
-// param is a documented query parameter.
+// param is a documented parameter: its schema and description are in
+// Tag, as for a wire field (wire.FieldOf), and requests are validated
+// against it.
 type param struct {
-	Name, Description string
-	Required          bool
-	Integer           bool
+	Name     string
+	Required bool
+	Integer  bool
+	Tag      reflect.StructTag
+}
+
+// fieldTag is the tags of v's JSON field name: a parameter that carries
+// a wire field takes its contract from there.
+func fieldTag(v any, name string) reflect.StructTag {
+	for _, f := range wire.Fields(reflect.TypeOf(v)) {
+		if f.Name == name {
+			return f.Tag
+		}
+	}
+	panic("api: " + reflect.TypeOf(v).Name() + " has no field " + name)
+}
+
+// link is an OpenAPI link: the operation a client can call next with
+// values from this answer (or this request).
+type link struct {
+	Op          string
+	Params      map[string]any
+	Body        any
+	Description string
+}
+
+// runLink passes the answer's run_id on as the next call's X-Run-Id.
+func runLink(op, what string) link {
+	return link{Op: op, Params: map[string]any{"header." + RunHeader: "$response.body#/run_id"}, Description: what}
+}
+
+// sameRun passes this request's X-Run-Id on, and the answer's path as
+// the next call's path (in loc: query, path or body).
+func sameRun(op, loc, what string) link {
+	l := link{Op: op, Params: map[string]any{"header." + RunHeader: "$request.header." + RunHeader}, Description: what}
+	if loc == "body" {
+		l.Body = map[string]any{"path": "$response.body#/path"}
+	} else {
+		l.Params[loc+".path"] = "$response.body#/path"
+	}
+	return l
 }
 
 // add registers rt on the router.
 func (s *Server) add(rt *route) {
 	h := rt.raw
 	if h == nil {
-		h = s.handle(rt.h)
+		inner := rt.h
+		h = s.handle(func(w http.ResponseWriter, r *http.Request) error {
+			if err := s.checkParams(r, rt); err != nil {
+				return err
+			}
+			return inner(w, r)
+		})
 	}
 	if rt.RunHeader && crashpoint.Armed() {
 		inner := h // a test's crash point: see internal/crashpoint
@@ -73,8 +128,25 @@ func (s *Server) add(rt *route) {
 	s.routes = append(s.routes, rt)
 	s.byRoute[mr] = rt
 	s.doc.mu.Lock()
-	s.doc.json = nil
+	s.doc.doc, s.doc.json = nil, nil
 	s.doc.mu.Unlock()
+}
+
+// allowed lists the methods the request's path is served with.
+func (s *Server) allowed(r *http.Request) []string {
+	var out []string
+	for mr, rt := range s.byRoute {
+		var m mux.RouteMatch
+		probe := r.Clone(r.Context())
+		for _, method := range rt.Methods {
+			probe.Method = method
+			if mr.Match(probe, &m) && !slices.Contains(out, method) {
+				out = append(out, method)
+			}
+		}
+	}
+	slices.Sort(out)
+	return out
 }
 
 // routeOf returns the route a request matched, if any.
@@ -93,6 +165,15 @@ var (
 	del   = []string{http.MethodDelete}
 )
 
+// Parameters shared by several routes.
+var (
+	runIDParam = param{Name: "id", Tag: `format:"run-id" doc:"The run."`}
+	pathParam  = param{Name: "path", Tag: `format:"run-path" doc:"The run path (slashes included: the rest of the URL path, each segment percent-encoded)."`}
+	// sharedPathParam is not checked for shape: every link that does not
+	// work, for any path, gets the one not_found (shareGone).
+	sharedPathParam = param{Name: "path", Tag: `doc:"A file's run path under the link's prefix (slashes included); any other path is not found."`}
+)
+
 // table lists every endpoint of the API.
 func (s *Server) table() []*route {
 	rs := []*route{
@@ -100,60 +181,89 @@ func (s *Server) table() []*route {
 		{Methods: get, Path: "/version", Scope: Public, Summary: "The server's version", Answer: wire.Version{}, h: s.version},
 		{Methods: get, Path: "/openapi.json", Scope: Public, Summary: "This document", AnswerType: "application/json", h: s.openapi},
 
-		{Methods: post, Path: "/runs", Scope: auth.Runs, Summary: "Mint a fresh run id (the run becomes the caller's)", Body: wire.NewRunRequest{}, OK: http.StatusCreated, Answer: wire.NewRunResponse{}, h: s.newRun},
+		{Methods: post, Path: "/runs", Scope: auth.Runs, Summary: "Mint a fresh run id (the run becomes the caller's)", Body: wire.NewRunRequest{}, OptionalBody: true, OK: http.StatusCreated, Answer: wire.NewRunResponse{}, h: s.newRun,
+			Links: map[string]link{
+				"exec":    runLink("post_sandbox_exec", "Run a cell in the new run"),
+				"write":   runLink("post_tmp_write", "Write a file into the new run"),
+				"list":    runLink("get_tmp_list", "List the new run's files"),
+				"search":  runLink("post_browser_search", "Search the web in the new run"),
+				"note":    runLink("post_cel_note", "Add a note to the new run's journal"),
+				"journal": runLink("get_cel", "Read the new run's journal"),
+				"run":     {Op: "get_runs_id", Params: map[string]any{"path.id": "$response.body#/run_id"}, Description: "The new run's status"},
+			}},
 		{Methods: get, Path: "/runs", Scope: auth.Read, Summary: "The caller's runs, newest first, a page at a time", Query: []param{
-			{Name: "cursor", Description: "next_cursor from the previous page"},
-			{Name: "limit", Description: "runs per page, 1-200 (default 50)", Integer: true},
-			{Name: "tenant", Description: "another tenant's runs (admin keys only)"},
-			{Name: "status", Description: "only runs with this status: open, queued, running, succeeded, failed"},
-			{Name: "recipe", Description: "only runs of this recipe; manual for the runs of no recipe"},
+			{Name: "cursor", Tag: `pattern:"^(?:[A-Za-z0-9_-]|\\.[A-Za-z0-9_-]|\\.\\.[A-Za-z0-9._-])[A-Za-z0-9._-]*$" maxLength:"200" doc:"next_cursor from the previous page."`},
+			{Name: "limit", Integer: true, Tag: `minimum:"1" maximum:"200" doc:"Runs per page, 1-200 (default 50)."`},
+			{Name: "tenant", Tag: `pattern:"^[a-z0-9][a-z0-9-]{0,62}$" doc:"Another tenant's runs (admin keys only)."`},
+			{Name: "status", Tag: `enum:"open|queued|running|succeeded|failed" doc:"Only runs with this status."`},
+			{Name: "recipe", Tag: `minLength:"1" maxLength:"200" doc:"Only runs of this recipe; manual for the runs of no recipe."`},
 		}, Answer: wire.RunList{}, h: s.runsList},
-		{Methods: get, Path: "/runs/{id}", Scope: auth.Read, Summary: "A run: its steps, verdicts, artifacts, recipe state and who started it", Answer: wire.RunView{}, h: s.runGet},
-		{Methods: get, Path: "/runs/{id}/events", Scope: auth.Read, Summary: "A run's progress as Server-Sent Events: a call event (wire.CallEvent, id = step) for every journaled call so far and each one after, " +
+		{Methods: get, Path: "/runs/{id}", Scope: auth.Read, PathParams: []param{runIDParam}, Summary: "A run: its steps, verdicts, artifacts, recipe state and who started it", Answer: wire.RunView{}, h: s.runGet},
+		{Methods: get, Path: "/runs/{id}/events", Scope: auth.Read, PathParams: []param{runIDParam}, Summary: "A run's progress as Server-Sent Events: a call event (wire.CallEvent, id = step) for every journaled call so far and each one after, " +
 			"a journal event for each note and summary; a recipe run's stream also has state (first), step and run events, and ends with end", AnswerType: "text/event-stream", h: s.runEvents},
-		{Methods: get, Path: "/runs/{id}/files", Scope: auth.Read, Summary: "Every file of a run with the call that produced it, for people (not a tool call: not journaled)", Answer: wire.RunFiles{}, h: s.runFiles},
-		{Methods: getHd, Path: "/runs/{id}/files/{path:.+}", Scope: auth.Read, Summary: "A run file's bytes for a person to preview or download (not a tool call: not journaled); " +
+		{Methods: get, Path: "/runs/{id}/files", Scope: auth.Read, PathParams: []param{runIDParam}, Summary: "Every file of a run with the call that produced it, for people (not a tool call: not journaled)", Answer: wire.RunFiles{}, h: s.runFiles},
+		{Methods: getHd, Path: "/runs/{id}/files/{path:.+}", Scope: auth.Read, PathParams: []param{runIDParam, pathParam}, Summary: "A run file's bytes for a person to preview or download (not a tool call: not journaled); " +
 			"served with nosniff and, every type but PDF, Content-Security-Policy: sandbox", Query: []param{
-			{Name: "download", Description: "1 to download it (Content-Disposition: attachment) rather than show it"},
+			{Name: "download", Tag: `enum:"0|1|false|true" doc:"1 (or true) to download it (Content-Disposition: attachment) rather than show it."`},
 		}, AnswerType: "application/octet-stream", h: s.runFile},
-		{Methods: post, Path: "/runs/{id}/replay", Scope: auth.Runs, Summary: "Replay a run from its trace as a new run, and report per file whether it came out the same", Body: wire.ReplayRequest{}, OK: http.StatusCreated, Answer: wire.ReplayReport{}, h: s.runReplay},
-		{Methods: post, Path: "/runs/{id}/share", Scope: auth.Runs, Summary: "A link that downloads a run's file (or files under a prefix) without a key", Body: wire.ShareRequest{}, OK: http.StatusCreated, Answer: wire.Share{}, h: s.shareCreate},
+		{Methods: post, Path: "/runs/{id}/replay", Scope: auth.Runs, PathParams: []param{runIDParam}, Summary: "Replay a run from its trace as a new run, and report per file whether it came out the same", Body: wire.ReplayRequest{}, OptionalBody: true, OK: http.StatusCreated, Answer: wire.ReplayReport{}, h: s.runReplay},
+		{Methods: post, Path: "/runs/{id}/share", Scope: auth.Runs, PathParams: []param{runIDParam}, Summary: "A link that downloads a run's file (or files under a prefix) without a key", Body: wire.ShareRequest{}, OK: http.StatusCreated, Answer: wire.Share{}, h: s.shareCreate,
+			Links: map[string]link{"revoke": {Op: "delete_shares_id", Params: map[string]any{"path.id": "$response.body#/id"}, Description: "Revoke the link"}}},
 		{Methods: del, Path: "/shares/{id}", Scope: auth.Runs, Summary: "Revoke a share link", Answer: wire.OK{}, h: s.shareRevoke},
 		{Methods: getHd, Path: "/share/{token}", Scope: Public, Summary: "A share link: the shared file, or a prefix link's list of files", AnswerType: "application/octet-stream",
 			Alt: wire.SharedFiles{}, AltType: SharedFilesType, h: s.shareGet},
-		{Methods: getHd, Path: "/share/{token}/{path:.+}", Scope: Public, Summary: "One file of a prefix share link", AnswerType: "application/octet-stream", h: s.shareGet},
+		{Methods: getHd, Path: "/share/{token}/{path:.+}", Scope: Public, PathParams: []param{sharedPathParam}, Summary: "One file of a prefix share link", AnswerType: "application/octet-stream", h: s.shareGet},
 
-		{Methods: post, Path: "/run", Scope: auth.Runs, Summary: "Start a recipe run, or resume one by run_id", Body: wire.RecipeRunRequest{}, OK: http.StatusAccepted, Answer: wire.RecipeRunStarted{}, h: s.postRun},
+		{Methods: post, Path: "/run", Scope: auth.Runs, Summary: "Start a recipe run, or resume one by run_id", Body: wire.RecipeRunRequest{}, OK: http.StatusAccepted, Answer: wire.RecipeRunStarted{}, h: s.postRun,
+			Links: map[string]link{
+				"status":  {Op: "get_runs_id", Params: map[string]any{"path.id": "$response.body#/run_id"}, Description: "The recipe run's status"},
+				"journal": runLink("get_cel", "The recipe run's journal"),
+				"files":   runLink("get_tmp_list", "The recipe run's files"),
+			}},
 		{Methods: get, Path: "/recipes", Scope: auth.Read, Summary: "The recipes", Answer: wire.RecipeList{}, h: s.recipesList},
+		{Methods: get, Path: "/templates", Scope: auth.Read, Summary: "The sandbox templates a run may start from (POST /runs template): what each adds to the sandbox image, and its egress policy", Answer: wire.TemplateList{}, h: s.templatesList},
 		{Methods: get, Path: "/recipes/{name}", Scope: auth.Read, Summary: "One recipe in full", Answer: wire.RecipeInfo{}, h: s.recipeGet},
 
 		{Methods: get, Path: "/cel", Scope: auth.Read, RunHeader: true, Summary: "The run's journal, CEL.md", AnswerType: "text/markdown", h: s.celGet},
 		{Methods: post, Path: "/cel/note", Scope: auth.Runs, RunHeader: true, Summary: "Add an operator note to the journal", Body: wire.NoteRequest{}, Answer: wire.OK{}, h: s.celNote},
 		{Methods: post, Path: "/cel/finalize", Scope: auth.Runs, RunHeader: true, Summary: "Append the journal's summary", Answer: wire.OK{}, h: s.celFinalize},
 
-		{Methods: post, Path: "/tmp/write", Scope: auth.Runs, RunHeader: true, Summary: "tmp.write: write a run file", Body: wire.WriteRequest{}, Answer: wire.FileRef{}, h: jsonTool(s, s.orch.Write)},
+		{Methods: post, Path: "/tmp/write", Scope: auth.Runs, RunHeader: true, Summary: "tmp.write: write a run file", Body: wire.WriteRequest{}, Answer: wire.FileRef{}, h: jsonTool(s, s.orch.Write),
+			Links: map[string]link{
+				"read":     sameRun("get_tmp_read", "query", "Read the file back"),
+				"download": sameRun("get_tmp_files_path", "path", "Download the file"),
+				"delete":   sameRun("post_tmp_delete", "body", "Delete the file"),
+			}},
 		{Methods: get, Path: "/tmp/read", Scope: auth.Read, RunHeader: true, Summary: "tmp.read: read a run file inline",
-			Query: []param{{Name: "path", Description: "the run path", Required: true}}, Answer: wire.ReadResponse{}, h: queryTool(s, "path", true, s.orch.Read)},
+			Query: []param{{Name: "path", Required: true, Tag: fieldTag(wire.PathRequest{}, "path")}}, Answer: wire.ReadResponse{}, h: queryTool(s, "path", true, s.orch.Read)},
 		{Methods: get, Path: "/tmp/list", Scope: auth.Read, RunHeader: true, Summary: "tmp.list: the run's files under a prefix",
-			Query: []param{{Name: "prefix", Description: "a directory prefix such as artifacts/"}}, Answer: wire.ListResponse{}, h: queryTool(s, "prefix", false, s.orch.List)},
+			Query: []param{{Name: "prefix", Tag: fieldTag(wire.ListRequest{}, "prefix")}}, Answer: wire.ListResponse{}, h: queryTool(s, "prefix", false, s.orch.List)},
 		{Methods: post, Path: "/tmp/delete", Scope: auth.Runs, RunHeader: true, Summary: "tmp.delete: delete a run file", Body: wire.PathRequest{}, Answer: wire.OK{},
 			h: jsonTool(s, func(ctx context.Context, id runid.ID, in wire.PathRequest) (wire.OK, error) {
 				return s.orch.Delete(ctx, id, in.Path)
 			})},
-		{Methods: put, Path: "/tmp/files/{path:.+}", Scope: auth.Runs, RunHeader: true, Summary: "tmp.write, streamed: the raw body becomes the run file", BodyType: "application/octet-stream", Answer: wire.FileRef{}, h: s.filePut},
-		{Methods: getHd, Path: "/tmp/files/{path:.+}", Scope: auth.Read, RunHeader: true, Summary: "tmp.read, streamed: the run file's raw bytes (Range supported)", AnswerType: "application/octet-stream", h: s.fileGet},
-		{Methods: getHd, Path: "/blobs/{sha256}", Scope: auth.Read, RunHeader: true, Summary: "A blob by sha256, for a caller naming a run that holds it (X-Run-Id, or ?run= in a link)", Query: []param{
-			{Name: "run", Description: "the run that holds the blob, for a link that cannot send X-Run-Id"},
-			{Name: "name", Description: "a file name: the blob downloads as an attachment with this name"},
-		}, AnswerType: "application/octet-stream", h: s.blobGet},
+		{Methods: put, Path: "/tmp/files/{path:.+}", Scope: auth.Runs, RunHeader: true, PathParams: []param{pathParam}, Summary: "tmp.write, streamed: the raw body becomes the run file", BodyType: "application/octet-stream", Answer: wire.FileRef{}, h: s.filePut,
+			Links: map[string]link{"read": sameRun("get_tmp_read", "query", "Read the file back")}},
+		{Methods: getHd, Path: "/tmp/files/{path:.+}", Scope: auth.Read, RunHeader: true, PathParams: []param{pathParam}, Summary: "tmp.read, streamed: the run file's raw bytes (Range supported)", AnswerType: "application/octet-stream", h: s.fileGet},
+		{Methods: getHd, Path: "/blobs/{sha256}", Scope: auth.Read, RunHeader: true, PathParams: []param{{Name: "sha256", Tag: `pattern:"^[0-9a-f]{64}$" doc:"The blob's sha256, as 64 lower-case hex digits."`}},
+			Summary: "A blob by sha256, for a caller naming a run that holds it (X-Run-Id, or ?run= in a link)", Query: []param{
+				{Name: "run", Tag: `format:"run-id" doc:"The run that holds the blob, for a link that cannot send X-Run-Id."`},
+				{Name: "name", Tag: `doc:"A file name: the blob downloads as an attachment with this name."`},
+			}, AnswerType: "application/octet-stream", h: s.blobGet},
 
 		{Methods: post, Path: "/browser/search", Scope: auth.Runs, RunHeader: true, Summary: "browser.search: search the web", Body: wire.SearchRequest{}, Answer: wire.SearchResponse{}, h: s.browserSearch},
 		{Methods: post, Path: "/sandbox/exec", Scope: auth.Runs, RunHeader: true, Summary: "sandbox.exec: run a Python cell in the run's kernel; with Accept: text/event-stream, its output streams as events and the last (done) is the answer",
-			Body: wire.ExecRequest{}, Answer: wire.ExecResponse{}, Alt: wire.ExecEvent{}, AltType: "text/event-stream", h: s.sandboxExec},
+			Body: wire.ExecRequest{}, Answer: wire.ExecResponse{}, Alt: wire.ExecEvent{}, AltType: "text/event-stream", h: s.sandboxExec,
+			Links: map[string]link{
+				"read_output": {Op: "get_tmp_read", Params: map[string]any{"header." + RunHeader: "$request.header." + RunHeader, "query.path": "$response.body#/files_out/0/path"},
+					Description: "Read the first file the cell wrote"},
+				"journal": {Op: "get_cel", Params: map[string]any{"header." + RunHeader: "$request.header." + RunHeader}, Description: "The run's journal, with this call's Step Block"},
+			}},
 		{Methods: post, Path: "/sandbox/restart", Scope: auth.Runs, RunHeader: true, Summary: "Restart the run's kernel (its files stay)", Answer: wire.RestartResponse{}, h: s.sandboxRestart},
 
 		{Methods: get, Path: "/keys", Scope: auth.Admin, Summary: "Every API key (never its secret), with its last use", Answer: wire.KeyList{}, h: s.keysList},
-		{Methods: post, Path: "/keys", Scope: auth.Admin, Summary: "Create an API key; the answer is the only time it is shown", Body: wire.NewKeyRequest{}, OK: http.StatusCreated, Answer: wire.NewKey{}, h: s.keysCreate},
+		{Methods: post, Path: "/keys", Scope: auth.Admin, Summary: "Create an API key; the answer is the only time it is shown", Body: wire.NewKeyRequest{}, OK: http.StatusCreated, Answer: wire.NewKey{}, h: s.keysCreate,
+			Links: map[string]link{"revoke": {Op: "delete_keys_id", Params: map[string]any{"path.id": "$response.body#/key/id"}, Description: "Revoke the new key"}}},
 		{Methods: del, Path: "/keys/{id}", Scope: auth.Admin, Summary: "Revoke an API key", Answer: wire.Key{}, h: s.keysRevoke},
 	}
 	if s.c.MetricsHandler != nil {

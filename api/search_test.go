@@ -87,7 +87,7 @@ func TestSearchOverHTTP(t *testing.T) {
 	}
 }
 
-// POST /run refuses what it cannot run with a 400 that names the problem,
+// POST /run refuses what it cannot run with a 4xx that names the problem,
 // and GET /recipes lists the five standard recipes.
 func TestRunRequests(t *testing.T) {
 	s := orchestratortest.New(t, orchestratortest.Options{Sandbox: "wasm"})
@@ -107,7 +107,9 @@ func TestRunRequests(t *testing.T) {
 		{map[string]any{"recipe": "nope"}, 400, "bad_input", "nope"},
 		{map[string]any{"recipe": "market-scan", "params": map[string]any{"colour": "red"}}, 400, "bad_input", "colour"},
 		{map[string]any{"recipe": "market-scan", "params": map[string]any{"top_k": "many"}}, 400, "bad_input", "top_k"},
-		{map[string]any{"recipe": "forecast-pack"}, 422, "unsupported", "docker"},
+		// The document lists only the recipes this server's sandbox can
+		// run, and says why the others are missing.
+		{map[string]any{"recipe": "forecast-pack"}, 400, "bad_input", "docker"},
 		{map[string]any{"recipe": "market-scan", "run_id": "bad/id"}, 400, "invalid_run_id", ""},
 		{map[string]any{"recipe": "market-scan", "speed": "fast"}, 400, "bad_input", "speed"},
 	} {

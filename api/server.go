@@ -4,11 +4,10 @@ package api
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 
@@ -18,6 +17,7 @@ import (
 	"github.com/triadhq/triad/auth/keys"
 	"github.com/triadhq/triad/auth/session"
 	"github.com/triadhq/triad/auth/share"
+	"github.com/triadhq/triad/internal/bodyread"
 	"github.com/triadhq/triad/internal/fault"
 	"github.com/triadhq/triad/internal/runid"
 	"github.com/triadhq/triad/internal/version"
@@ -78,6 +78,9 @@ type Config struct {
 	// key; by default it needs none.
 	MetricsHandler http.Handler
 	MetricsNeedKey bool
+	// Body sets the deadlines a request body is read under (its progress
+	// and its whole; see internal/bodyread); the zero value has none.
+	Body bodyread.Config
 	// Sessions resolves the web console's session cookies: a signed-in
 	// browser calls the API as its key's principal, with a CSRF token on
 	// every state-changing request. Nil accepts no cookie.
@@ -114,9 +117,11 @@ func New(c Config) *Server {
 			"see the API section of the README for the endpoints, or GET /openapi.json")
 	})
 	r.MethodNotAllowedHandler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		s.writeError(w, r, &fault.Error{Kind: fault.BadInput,
-			Message:    fmt.Sprintf("method %s is not allowed on %s", r.Method, r.URL.Path),
-			Suggestion: "see the API section of the README for the methods each endpoint takes, or GET /openapi.json"}, http.StatusMethodNotAllowed)
+		allow := s.allowed(r)
+		w.Header().Set("Allow", strings.Join(allow, ", "))
+		s.writeError(w, r, fault.New(fault.MethodNotAllowed,
+			fmt.Sprintf("method %s is not allowed on %s", r.Method, r.URL.Path),
+			fmt.Sprintf("use %s; GET /openapi.json lists each endpoint's methods", strings.Join(allow, " or "))), 0)
 	})
 	r.Use(s.instrument, s.authenticate)
 	s.router = r
@@ -226,30 +231,6 @@ func writeJSONAs(w http.ResponseWriter, status int, mediaType string, v any) err
 	return enc.Encode(v)
 }
 
-// decode reads a strict JSON body: bounded, no unknown fields, one value.
-func (s *Server) decode(w http.ResponseWriter, r *http.Request, v any) error {
-	limit := s.orch.Limits().JSONBody
-	// Inline content is base64 in JSON: allow for its 4/3 growth.
-	body := http.MaxBytesReader(w, r.Body, limit*4/3+64<<10)
-	dec := json.NewDecoder(body)
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
-			return err
-		}
-		if errors.Is(err, io.EOF) {
-			return fault.New(fault.BadInput, "the request body is empty", "send a JSON object; see the README's API section")
-		}
-		return fault.Wrap(fault.BadInput, err, "the request body is not valid JSON for this endpoint: "+err.Error(),
-			"send a JSON object with the documented fields; see the README's API section")
-	}
-	if dec.More() {
-		return fault.New(fault.BadInput, "the request body has data after the JSON object", "send exactly one JSON object")
-	}
-	return nil
-}
-
 // run reads and validates the X-Run-Id header.
 func run(r *http.Request) (runid.ID, error) {
 	return runid.Parse(r.Header.Get(RunHeader))
@@ -275,29 +256,28 @@ func (s *Server) version(w http.ResponseWriter, r *http.Request) error {
 // "as_of": "YYYY-MM-DD"} sets up its kernel (recorded in run.setup.json).
 func (s *Server) newRun(w http.ResponseWriter, r *http.Request) error {
 	var in wire.NewRunRequest
-	if r.ContentLength != 0 {
-		if err := s.decode(w, r, &in); err != nil {
+	if err := s.decode(w, r, &in); err != nil {
+		return err
+	}
+	id := runid.New()
+	setup, setUp := in.Setup()
+	// A refused setup leaves no run behind: it is checked before the run
+	// is created.
+	if setUp {
+		if err := s.orch.CheckSetup(r.Context(), id, setup); err != nil {
 			return err
 		}
 	}
-	id := runid.New()
-	if err := s.orch.Claim(r.Context(), id); err != nil {
+	if err := s.orch.Create(r.Context(), id); err != nil {
 		return err
 	}
 	out := wire.NewRunResponse{RunID: id.String()}
-	if in.Seed != nil || in.AsOf != nil {
-		setup := wire.RunSetup{}
-		if in.Seed != nil {
-			setup.Seed = *in.Seed
-		}
-		if in.AsOf != nil {
-			setup.AsOf = *in.AsOf
-		}
+	if setUp {
 		st, err := s.orch.SetRunSetup(r.Context(), id, setup)
 		if err != nil {
 			return err
 		}
-		out.Seed, out.AsOf = st.Seed, st.AsOf
+		out.Seed, out.AsOf, out.Template, out.Egress = st.Seed, st.AsOf, st.Template, st.Egress
 	}
 	replay := in.Replay != nil && *in.Replay
 	if in.ReplayFrom != "" {
@@ -314,4 +294,9 @@ func (s *Server) newRun(w http.ResponseWriter, r *http.Request) error {
 	}
 	out.Replay = replay
 	return writeJSON(w, http.StatusCreated, out)
+}
+
+// templatesList is GET /templates.
+func (s *Server) templatesList(w http.ResponseWriter, r *http.Request) error {
+	return writeJSON(w, http.StatusOK, wire.TemplateList{Templates: s.orch.Templates()})
 }

@@ -88,14 +88,20 @@ func (s *Server) shareCreate(w http.ResponseWriter, r *http.Request) error {
 	}
 	ttl := s.c.ShareTTL
 	if in.TTL != "" {
+		// The bounds are the ones the document states (ShareRequest's
+		// duration tag: wire.MinShareTTL and the server's maximum).
 		if ttl, err = time.ParseDuration(in.TTL); err != nil || ttl <= 0 {
 			return fault.Badf(`send ttl as a positive duration such as "24h" or "90m", or omit it`, "ttl %q is not a positive duration", in.TTL)
+		}
+		if ttl < wire.MinShareTTL {
+			return fault.Badf(fmt.Sprintf("ask for at least %s: a shorter link is dead before anyone can follow it", wire.MinShareTTL),
+				"ttl %s is under the minimum of %s", ttl, wire.MinShareTTL)
 		}
 		if ttl > s.c.MaxShareTTL {
 			return fault.Badf(fmt.Sprintf("ask for at most %s", s.c.MaxShareTTL), "ttl %s is over this server's maximum of %s", ttl, s.c.MaxShareTTL)
 		}
 	}
-	link.Expires = time.Now().Add(ttl)
+	link.Expires = s.shares.Now().Add(ttl)
 	link, tok, err := s.shares.Create(ctx, link)
 	if err != nil {
 		return fault.Wrap(fault.StoreUnavailable, err, "the share link could not be stored", "retry; GET /healthz shows the store's state")

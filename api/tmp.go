@@ -10,10 +10,12 @@ import (
 	"net/url"
 	"path"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/gorilla/mux"
 
+	"github.com/triadhq/triad/internal/bodyread"
 	"github.com/triadhq/triad/internal/fault"
 	"github.com/triadhq/triad/internal/runid"
 	"github.com/triadhq/triad/orchestrator"
@@ -74,7 +76,15 @@ func (s *Server) filePut(w http.ResponseWriter, r *http.Request) error {
 		return fault.New(fault.TooLarge, fmt.Sprintf("the body is %d bytes; the streamed limit is %d", r.ContentLength, limit),
 			"split the file, or raise --max-stream-bytes (TRIAD_MAX_STREAM_BYTES)")
 	}
-	out, err := s.orch.WriteStream(r.Context(), id, p, r.Body)
+	if err := noEncoding(r); err != nil {
+		return err
+	}
+	// The body is read whole, under the body deadlines, before the run's
+	// lock is taken (WriteStream stores it, then links it): a client that
+	// stalls holds no run.
+	body := bodyread.New(w, r, s.c.Body)
+	defer body.Close()
+	out, err := s.orch.WriteStream(r.Context(), id, p, body)
 	if err != nil {
 		return err
 	}
@@ -194,6 +204,13 @@ func (s *Server) serveBlob(w http.ResponseWriter, r *http.Request, b blobRead, r
 	// Always set: with no Content-Type, ServeContent would sniff the first
 	// bytes and seek back, which ends the hashing read-ahead.
 	w.Header().Set("Content-Type", ct)
+	if err := suffixZero(r); err != nil {
+		w.Header().Set("Content-Range", fmt.Sprintf("bytes */%d", rd.Size()))
+		return err
+	}
+	// http.ServeContent answers an unsatisfiable Range with a text/plain
+	// 416: the caller gets the error body instead.
+	w = &rangeErrors{ResponseWriter: w, s: s, r: r}
 	f, err := rd.File(r.Context())
 	if err != nil {
 		return b.fail(err)
@@ -219,6 +236,67 @@ func (s *Server) serveBlob(w http.ResponseWriter, r *http.Request, b blobRead, r
 	}
 	return nil
 }
+
+// suffixZero refuses a Range that asks for the last 0 bytes ("bytes=-0"):
+// RFC 9110 says that range is unsatisfiable, and http.ServeContent would
+// answer it with a 206 whose Content-Range runs backwards.
+func suffixZero(r *http.Request) error {
+	h := r.Header.Get("Range")
+	spec, ok := strings.CutPrefix(h, "bytes=")
+	if !ok {
+		return nil
+	}
+	for _, part := range strings.Split(spec, ",") {
+		if p := strings.TrimSpace(part); strings.HasPrefix(p, "-") && strings.Trim(p[1:], "0") == "" && len(p) > 1 {
+			return unsatisfiable(h)
+		}
+	}
+	return nil
+}
+
+func unsatisfiable(h string) error {
+	return fault.New(fault.RangeNotSatisfiable, fmt.Sprintf("the range %q selects no bytes of the file", h),
+		"ask for a range within the file's size (HEAD gives Content-Length), such as bytes=0-1023 or bytes=-1024")
+}
+
+// rangeErrors turns the plain-text 416 http.ServeContent writes into the
+// error body; every other answer passes through.
+type rangeErrors struct {
+	http.ResponseWriter
+	s       *Server
+	r       *http.Request
+	swallow bool
+}
+
+func (w *rangeErrors) WriteHeader(status int) {
+	if status != http.StatusRequestedRangeNotSatisfiable {
+		w.ResponseWriter.WriteHeader(status)
+		return
+	}
+	w.swallow = true
+	w.s.writeError(w.ResponseWriter, w.r, unsatisfiable(w.r.Header.Get("Range")), 0)
+}
+
+func (w *rangeErrors) Write(b []byte) (int, error) {
+	if w.swallow {
+		return len(b), nil // the plain-text message, replaced
+	}
+	return w.ResponseWriter.Write(b)
+}
+
+// ReadFrom keeps chunkWriter's fast path and sendfile reachable.
+func (w *rangeErrors) ReadFrom(src io.Reader) (int64, error) {
+	if w.swallow {
+		return io.Copy(io.Discard, src)
+	}
+	if rf, ok := w.ResponseWriter.(io.ReaderFrom); ok {
+		return rf.ReadFrom(src)
+	}
+	return io.Copy(struct{ io.Writer }{w.ResponseWriter}, src)
+}
+
+// Unwrap lets http.ResponseController reach the connection.
+func (w *rangeErrors) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 // checkedReader remembers the first read error, which http.ServeContent swallows.
 type checkedReader struct {

@@ -119,7 +119,7 @@ func (r *Request) Validate() error {
 		return fault.Badf(domainSuggestion, "allow_domains has %d entries; the limit is %d", len(r.AllowDomains), MaxDomains)
 	}
 	for i, d := range r.AllowDomains {
-		if err := checkHostname(d); err != nil {
+		if err := CheckDomain(d); err != nil {
 			return fault.Badf(domainSuggestion, "allow_domains[%d] %q is not a hostname: %v", i, d, err)
 		}
 	}
@@ -313,11 +313,11 @@ func parseDay(s string) (time.Time, error) {
 	return t, nil
 }
 
-// checkHostname accepts a bare DNS name: letters, digits and hyphens in
+// CheckDomain accepts a bare DNS name: letters, digits and hyphens in
 // labels of 1 to 63 characters, not starting or ending with a hyphen, at most
 // 253 characters, an optional trailing dot, and a last label that is not all
 // digits (so IPv4 addresses are refused: Tavily filters by domain).
-func checkHostname(d string) error {
+func CheckDomain(d string) error {
 	switch {
 	case d == "":
 		return errors.New("it is empty")

@@ -66,8 +66,12 @@ type Block struct {
 	Did   []string
 	// Artifacts are listed by path; Name defaults to the path's base.
 	Artifacts []Artifact
-	Next      []string
-	Eval      Evaluation
+	// Network lists the connections the step's sandbox opened through
+	// the egress proxy, or tried to; the section is left out when there
+	// are none.
+	Network []string
+	Next    []string
+	Eval    Evaluation
 }
 
 // KV is one salient input. Key is Triad's own name for it and is written as
@@ -100,6 +104,12 @@ func Format(b Block) string {
 	}
 	for _, a := range b.Artifacts {
 		fmt.Fprintf(&w, "- %s: %s (size=%d, sha256=%s)\n", inline(baseName(a.Path)), codeSpan("tmp/"+a.Path), a.Size, a.SHA256)
+	}
+	if len(b.Network) > 0 {
+		w.WriteString("**Network:**\n")
+		for _, n := range b.Network {
+			fmt.Fprintf(&w, "- %s\n", inline(n))
+		}
 	}
 	w.WriteString("**Next steps:**\n")
 	if len(b.Next) == 0 {
@@ -145,16 +155,55 @@ func FormatHeader(h Header) string {
 		fmt.Fprintf(&w, "- **As of:** %s (%s): SOURCE_DATE_EPOCH=%d\n", asOf, inline(s.AsOfFrom), s.SourceDateEpoch)
 		if s.Backend != "" {
 			sb := inline(s.Backend)
+			if s.Template != "" {
+				sb += ", template " + codeSpan(s.Template)
+			}
 			if s.Image != "" {
 				sb += ", image " + codeSpan(s.Image)
 			}
+			if s.ImageDigest != "" {
+				sb += " (" + codeSpan(s.ImageDigest) + ")"
+			}
 			fmt.Fprintf(&w, "- **Sandbox:** %s\n", sb)
+		}
+		if s.Template != "" {
+			fmt.Fprintf(&w, "- **Egress:** %s\n", egressLine(s.Egress))
 		}
 		if s.ReplayOf != "" {
 			fmt.Fprintf(&w, "- **Replay of:** %s\n", inline(s.ReplayOf))
 		}
 	}
 	return w.String()
+}
+
+// egressLine summarises a run's egress policy for the header.
+func egressLine(p *wire.EgressPolicy) string {
+	if p == nil || len(p.Allow) == 0 {
+		return "none: the sandbox reaches nothing"
+	}
+	var rules []string
+	for _, r := range p.Allow {
+		s := r.Host
+		if len(r.Ports) > 0 {
+			var ps []string
+			for _, p := range r.Ports {
+				ps = append(ps, strconv.Itoa(p))
+			}
+			s += ":" + strings.Join(ps, ",")
+		}
+		if len(r.Methods) > 0 {
+			s += " " + strings.Join(r.Methods, ",")
+		}
+		rules = append(rules, s)
+	}
+	out := "allowed " + inline(strings.Join(rules, "; "))
+	if len(p.Deny) > 0 {
+		out += "; denied " + inline(strings.Join(p.Deny, ", "))
+	}
+	for _, s := range p.Secrets {
+		out += "; the proxy adds " + inline(s.Header) + " for " + inline(s.Host)
+	}
+	return out + " (through Triad's egress proxy; every connection is listed in its step)"
 }
 
 // Note is an operator's note.

@@ -253,7 +253,7 @@ func TestRunPages(t *testing.T) {
 	// A run of the viewer's that has made no call yet has no journal: no
 	// content, not an error; another tenant's is still 404.
 	fresh := runid.Must("r-console-fresh")
-	if err := s.orch.Claim(actx, fresh); err != nil {
+	if err := s.orch.Create(actx, fresh); err != nil {
 		t.Fatal(err)
 	}
 	if p := get(t, a, s.url+"/console/runs/"+fresh.String()+"/cel"); p.status != 204 || p.body != "" {

@@ -73,6 +73,11 @@ type Request struct {
 	BudgetMs  int64               `json:"budget_ms,omitempty"`
 	// CitationURLs are the URLs the run's recorded searches returned.
 	CitationURLs []string `json:"citation_urls,omitempty"`
+	// FetchedURLs are the URLs the run's sandbox fetched through the
+	// egress proxy: whole for plain HTTP and intercepted HTTPS, the origin
+	// ("https://host/") for HTTPS passed through, whose paths the proxy
+	// cannot see. A report may cite them, or any URL of such an origin.
+	FetchedURLs []string `json:"fetched_urls,omitempty"`
 	// Datasets are the run's input files, which a report may cite by name.
 	Datasets []string `json:"datasets,omitempty"`
 	// Dir is set by Evaluate: where the staged artifacts are under /in.

@@ -227,8 +227,18 @@ def _grade(req):
         correctness = 1.0
 
     # Evidence: claims in markdown/HTML artifacts cite URLs from the run's
-    # recorded searches or name a dataset in the run.
-    cited = set(req.get("citation_urls") or [])
+    # recorded searches, or URLs its sandbox fetched through the egress
+    # proxy (a passed-through HTTPS fetch is known by its origin only), or
+    # name a dataset in the run.
+    cited = set(req.get("citation_urls") or []) | set(req.get("fetched_urls") or [])
+    origins = {u for u in (req.get("fetched_urls") or []) if u.endswith("/") and u.count("/") == 3}
+
+    def known_url(u):
+        if u in cited:
+            return True
+        parts = u.split("/")
+        return len(parts) > 3 and "/".join(parts[:3]) + "/" in origins
+
     datasets = [d for d in (req.get("datasets") or []) if d]
     scores = []
     if tool == "browser.search" and ok and not req.get("results"):
@@ -250,7 +260,7 @@ def _grade(req):
             scores.append(1.0)  # no claims to back
             continue
         if urls:
-            known = [u for u in urls if u in cited]
+            known = [u for u in urls if known_url(u)]
             s = len(known) / len(urls)
             if s < 1:
                 notes.append("%s cites %d URL(s) not in the run's citations" % (a["path"], len(urls) - len(known)))

@@ -74,6 +74,7 @@ func TestVerdicts(t *testing.T) {
 	badCSV := artifact(t, s, run, "broken.json", "{not json")
 	uncited := artifact(t, s, run, "claims.md", "Revenue will triple to 4.2M next year.\n")
 	named := artifact(t, s, run, "named.md", "Revenue will triple to 4.2M next year (from data/revenue.csv).\n")
+	fetched := artifact(t, s, run, "fetched.md", "Rates rose 2% ([data](https://allowed.test/rates.csv), [api](http://plain.test/v1/rates)).\n")
 	cases := []struct {
 		name string
 		req  evaluator.Request
@@ -108,6 +109,20 @@ func TestVerdicts(t *testing.T) {
 			Datasets: []string{"data/revenue.csv"}}, true, func(v evaluator.Verdict) string {
 			if v.Evidence != 1 {
 				return "want evidence 1 (the report names a dataset in the run)"
+			}
+			return ""
+		}},
+		{"claims citing fetched URLs", evaluator.Request{Tool: "sandbox.exec", OK: true, Artifacts: []evaluator.Artifact{fetched},
+			FetchedURLs: []string{"http://plain.test/v1/rates", "https://allowed.test/"}}, true, func(v evaluator.Verdict) string {
+			if v.Evidence != 1 {
+				return "want evidence 1 (a URL fetched whole, and one of an origin passed through)"
+			}
+			return ""
+		}},
+		{"claims citing URLs not fetched", evaluator.Request{Tool: "sandbox.exec", OK: true, Artifacts: []evaluator.Artifact{fetched},
+			FetchedURLs: []string{"http://plain.test/other", "https://allowed.test/elsewhere"}}, false, func(v evaluator.Verdict) string {
+			if v.Evidence != 0 {
+				return "want evidence 0 (neither URL was fetched, nor its origin passed through)"
 			}
 			return ""
 		}},

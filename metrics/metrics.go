@@ -46,6 +46,9 @@ type Metrics struct {
 	searchErrors *prometheus.CounterVec
 	runs         *prometheus.CounterVec
 	quota        *prometheus.CounterVec
+	egressConns  *prometheus.CounterVec
+	egressBytes  *prometheus.CounterVec
+	egressOpen   prometheus.Gauge
 }
 
 // New returns Metrics registered in a registry of their own, with the Go
@@ -85,7 +88,12 @@ func New() *Metrics {
 		Help: "Runs entering each status: open (a new run), and a recipe run's queued, running, succeeded, failed."}, []string{"status"})
 	m.quota = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "triad_quota_refusals_total",
 		Help: "Calls refused by a tenant quota, by limit."}, []string{"limit"})
-	for _, c := range []prometheus.Collector{m.toolCalls, m.toolLatency, m.httpRequests, m.httpLatency, m.kernelStarts, m.kernelStart,
+	m.egressConns = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "triad_egress_connections_total",
+		Help: "Sandbox connections and requests through the egress proxy, by verdict (allowed, denied, failed) and code (why)."}, []string{"verdict", "code"})
+	m.egressBytes = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "triad_egress_bytes_total",
+		Help: "Bytes the egress proxy moved for sandboxes, by direction (sent upstream, received from upstream)."}, []string{"direction"})
+	m.egressOpen = prometheus.NewGauge(prometheus.GaugeOpts{Name: "triad_egress_open_connections", Help: "Upstream connections the egress proxy holds open."})
+	for _, c := range []prometheus.Collector{m.egressConns, m.egressBytes, m.egressOpen, m.toolCalls, m.toolLatency, m.httpRequests, m.httpLatency, m.kernelStarts, m.kernelStart,
 		m.cellsRunning, m.evaluations, m.evalLatency, m.storeOps, m.storeErrors, m.storeBytes, m.searches, m.searchErrors, m.runs, m.quota,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})} {
 		f(c)
@@ -129,6 +137,24 @@ func (m *Metrics) QuotaRefused(limit string) { m.quota.WithLabelValues(limit).In
 
 // CellRunning implements orchestrator.Metrics.
 func (m *Metrics) CellRunning(delta int) { m.cellsRunning.Add(float64(delta)) }
+
+// EgressConnection implements egress.Metrics.
+func (m *Metrics) EgressConnection(verdict, code string) {
+	m.egressConns.WithLabelValues(verdict, code).Inc()
+}
+
+// EgressBytes implements egress.Metrics.
+func (m *Metrics) EgressBytes(sent, received int64) {
+	if sent > 0 {
+		m.egressBytes.WithLabelValues("sent").Add(float64(sent))
+	}
+	if received > 0 {
+		m.egressBytes.WithLabelValues("received").Add(float64(received))
+	}
+}
+
+// EgressOpen implements egress.Metrics.
+func (m *Metrics) EgressOpen(delta int) { m.egressOpen.Add(float64(delta)) }
 
 // Request implements api.Metrics.
 func (m *Metrics) Request(route, method string, status int, d time.Duration) {

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/triadhq/triad/api"
+	"github.com/triadhq/triad/egress"
 	"github.com/triadhq/triad/internal/miniotest"
 	"github.com/triadhq/triad/internal/runid"
 	"github.com/triadhq/triad/metrics"
@@ -19,7 +20,36 @@ import (
 var (
 	_ orchestrator.Metrics = (*metrics.Metrics)(nil)
 	_ api.Metrics          = (*metrics.Metrics)(nil)
+	_ egress.Metrics       = (*metrics.Metrics)(nil)
 )
+
+// TestEgress: the proxy's events are families in /metrics.
+func TestEgress(t *testing.T) {
+	m := metrics.New()
+	m.EgressConnection("denied", egress.CodeAddress)
+	m.EgressBytes(10, 20)
+	m.EgressOpen(1)
+	fams, err := m.Registry().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]float64{}
+	for _, f := range fams {
+		for _, s := range f.Metric {
+			switch {
+			case s.Counter != nil:
+				got[f.GetName()] += s.Counter.GetValue()
+			case s.Gauge != nil:
+				got[f.GetName()] += s.Gauge.GetValue()
+			}
+		}
+	}
+	for name, want := range map[string]float64{"triad_egress_connections_total": 1, "triad_egress_bytes_total": 30, "triad_egress_open_connections": 1} {
+		if got[name] != want {
+			t.Errorf("%s = %v, want %v", name, got[name], want)
+		}
+	}
+}
 
 // A store whose seams are counted is still a store: the conformance suite,
 // records outside runs included, passes through the wrappers, and the

@@ -18,6 +18,11 @@ import (
 // commands.run, so the image's profile applies.
 func bashArgs(script string) []string { return []string{"/bin/bash", "-l", "-c", script} }
 
+// RunsCommands reports whether sandbox.exec takes language bash on this
+// server (true when no sandbox is configured: exec is then refused as a
+// whole).
+func (o *Orchestrator) RunsCommands() bool { return o.kernels == nil || o.kernels.RunsCommands() }
+
 // commander returns the session's kernel as a sandbox.Commander, or the
 // fault a backend without commands answers with.
 func (o *Orchestrator) commander(sess *kernels.Session) (sandbox.Commander, error) {
@@ -53,7 +58,7 @@ func (o *Orchestrator) command1(ctx context.Context, run runid.ID, in wire.ExecR
 	defer outp.close()
 	cctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	res, err := cm.Command(cctx, sandbox.Command{Args: bashArgs(in.Code), Env: in.Env, Dir: in.Cwd, Output: outp.add})
+	res, err := cm.Command(cctx, sandbox.Command{Args: bashArgs(in.Code), Env: o.commandEnv(run, in.Env), Dir: in.Cwd, Output: outp.add})
 	if err != nil {
 		return out, sandboxErr(err)
 	}
@@ -93,6 +98,7 @@ func (o *Orchestrator) commandEnded(ctx context.Context, run runid.ID, sess *ker
 		}
 	}
 	oc.Ran, oc.OK, oc.Error, oc.Stderr, oc.ExitCode = true, out.OK, out.Error, out.Stderr, out.ExitCode
+	oc.Egress = o.takeEgress(run)
 }
 
 // Command is a command started by StartCommand. It runs in the run's
@@ -193,7 +199,7 @@ func (o *Orchestrator) runCommand(ctx context.Context, run runid.ID, in wire.Exe
 	defer o.kernels.Release(sess)
 	outp := newOutput(o.exec.StreamCap, o.exec.SpoolDir, on)
 	defer outp.close()
-	res, cerr := cm.Command(ctx, sandbox.Command{Args: bashArgs(in.Code), Env: in.Env, Dir: in.Cwd, Output: outp.add})
+	res, cerr := cm.Command(ctx, sandbox.Command{Args: bashArgs(in.Code), Env: o.commandEnv(run, in.Env), Dir: in.Cwd, Output: outp.add})
 	if cerr != nil && ctx.Err() != nil && (errors.Is(cerr, context.Canceled) || errors.Is(cerr, context.DeadlineExceeded)) {
 		// Killed (or past its deadline) before it could start: it ended
 		// as a killed command does.

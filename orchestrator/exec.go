@@ -60,6 +60,56 @@ func (o *Orchestrator) Exec(ctx context.Context, run runid.ID, in wire.ExecReque
 	return o.ExecStream(ctx, run, in, nil)
 }
 
+// CallOption is a per-call knob a surface passes beyond the tool's
+// request.
+type CallOption func(*callOptions)
+
+type callOptions struct {
+	env CellEnv
+}
+
+func callOpts(opts []CallOption) callOptions {
+	var c callOptions
+	for _, o := range opts {
+		o(&c)
+	}
+	return c
+}
+
+// CellEnv is the environment a cell runs with beyond its kernel's,
+// for values that are secrets (an E2B sandbox's envs): Triad sets them in
+// os.environ with setup cells of its own, which are never kept, journaled
+// or traced. The Step Block and the trace name the variables, never their
+// values. See docs/DECISIONS.md, "Sealed secrets".
+type CellEnv struct {
+	// Kernel variables are set once in each interpreter (the run's kernel,
+	// or a context), before the first cell run with them; a cell may
+	// change them for the cells after it.
+	Kernel map[string]string
+	// Call variables are set for this cell and restored after it: to
+	// their Kernel value, or unset.
+	Call map[string]string
+}
+
+func (e CellEnv) empty() bool { return len(e.Kernel) == 0 && len(e.Call) == 0 }
+
+// keys are the variables' names, sorted, for the journal.
+func (e CellEnv) keys() []string {
+	seen := map[string]bool{}
+	for k := range e.Kernel {
+		seen[k] = true
+	}
+	for k := range e.Call {
+		seen[k] = true
+	}
+	return slices.Sorted(maps.Keys(seen))
+}
+
+// WithEnv runs a cell with env (see CellEnv).
+func WithEnv(env CellEnv) CallOption {
+	return func(c *callOptions) { c.env = env }
+}
+
 // ExecStream is sandbox.exec with the cell's output handed to on as it
 // arrives (stdout and stderr chunks, displays, the result), before the
 // answer; on runs on the sandbox's goroutine and must not block for long.
@@ -71,7 +121,7 @@ func (o *Orchestrator) Exec(ctx context.Context, run runid.ID, in wire.ExecReque
 // run's kernel container, run in the foreground: the run's other calls
 // wait for it, as for a cell (StartCommand runs one without holding the
 // run).
-func (o *Orchestrator) ExecStream(ctx context.Context, run runid.ID, in wire.ExecRequest, on func(ExecEvent)) (wire.ExecResponse, error) {
+func (o *Orchestrator) ExecStream(ctx context.Context, run runid.ID, in wire.ExecRequest, on func(ExecEvent), opts ...CallOption) (wire.ExecResponse, error) {
 	var out wire.ExecResponse
 	if o.kernels == nil {
 		return out, fault.New(fault.NotConfigured, "no sandbox backend is configured", "start triad with --sandbox docker, wasm or auto")
@@ -79,15 +129,30 @@ func (o *Orchestrator) ExecStream(ctx context.Context, run runid.ID, in wire.Exe
 	if err := o.validateExec(run, &in); err != nil {
 		return out, err
 	}
+	co := callOpts(opts)
+	if !co.env.empty() {
+		if in.Language == wire.LanguageBash && in.Context == "" {
+			return out, fault.New(fault.BadInput, "a command's environment is its env", "send the variables in env")
+		}
+		if err := validEnv(co.env.Kernel); err != nil {
+			return out, err
+		}
+		if err := validEnv(co.env.Call); err != nil {
+			return out, err
+		}
+	}
 	timeout := o.execTimeout(in)
 	oc := o.execOutcome(in, timeout)
+	if !co.env.empty() {
+		oc.EnvKeys = co.env.keys()
+	}
 	err := o.call(ctx, run, oc, func(ctx context.Context, s *Step) error {
 		kept := o.keepCode(ctx, run, in.Code, oc)
 		var err error
 		if in.Language == wire.LanguageBash && in.Context == "" {
 			out, err = o.command1(ctx, run, in, timeout, s, oc, on)
 		} else {
-			out, err = o.exec1(ctx, run, in, timeout, s, oc, on)
+			out, err = o.exec1(ctx, run, in, co.env, timeout, s, oc, on)
 		}
 		if kerr := kept(); kerr != nil && err == nil {
 			return kerr
@@ -136,8 +201,13 @@ func (o *Orchestrator) validateExec(run runid.ID, in *wire.ExecRequest) error {
 			return fault.Badf("name is where the file appears in the working directory: a relative path", "files_in[%d].name: %v", i, fe.Message)
 		}
 		in.FilesIn[i].Name = n
-		if f.Path == "" {
-			return fault.Badf("set path to a run file or to sha256:<hex>", "files_in[%d].path is empty", i)
+		if _, ok := fileInDigest(f.Path); !ok {
+			p, err := safepath.Clean(f.Path)
+			if err != nil {
+				fe := fault.As(err)
+				return fault.Badf("path is a run file's path, or sha256:<64 lower-case hex digits>: "+fe.Suggestion, "files_in[%d].path: %s", i, fe.Message)
+			}
+			in.FilesIn[i].Path = p
 		}
 	}
 	return nil
@@ -229,11 +299,15 @@ func (o *Orchestrator) session(ctx context.Context, run runid.ID, oc *ExecOutcom
 	if err != nil {
 		return nil, ow, err
 	}
+	spec, err := o.kernelSpec(ctx, run)
+	if err != nil {
+		return nil, ow, err
+	}
 	release, err := o.reserveKernel(ctx, run, ow)
 	if err != nil {
 		return nil, ow, err
 	}
-	sess, err := o.kernels.Acquire(ctx, run)
+	sess, err := o.kernels.Acquire(ctx, run, spec)
 	release()
 	if err != nil {
 		return nil, ow, sandboxErr(err)
@@ -245,7 +319,7 @@ func (o *Orchestrator) session(ctx context.Context, run runid.ID, oc *ExecOutcom
 	return sess, ow, nil
 }
 
-func (o *Orchestrator) exec1(ctx context.Context, run runid.ID, in wire.ExecRequest, timeout time.Duration, s *Step, oc *ExecOutcome, on func(ExecEvent)) (wire.ExecResponse, error) {
+func (o *Orchestrator) exec1(ctx context.Context, run runid.ID, in wire.ExecRequest, env CellEnv, timeout time.Duration, s *Step, oc *ExecOutcome, on func(ExecEvent)) (wire.ExecResponse, error) {
 	out := wire.ExecResponse{Display: []wire.Bundle{}, FilesOut: []wire.FileRef{}, Kernel: wire.KernelInfo{Backend: o.kernels.Backend()}}
 	oc.Backend = out.Kernel.Backend
 	sess, ow, err := o.session(ctx, run, oc)
@@ -269,6 +343,22 @@ func (o *Orchestrator) exec1(ctx context.Context, run runid.ID, in wire.ExecRequ
 		if k, fresh, err = o.kernels.ContextKernel(ctx, run, sess, in.Context); err != nil {
 			return out, contextErr(err, run, in.Context)
 		}
+	}
+	if !env.empty() {
+		// The values go to the interpreter in setup cells, which are not
+		// kept: the cell's kept source, its trace and its Step Block never
+		// hold them.
+		if err := runSetupCell(ctx, k, env.setCode(in.Language)); err != nil {
+			return out, sandboxErr(fmt.Errorf("set the cell's environment variables: %w", err))
+		}
+		defer func() {
+			if len(env.Call) == 0 {
+				return
+			}
+			if err := runSetupCell(context.WithoutCancel(ctx), k, env.resetCode(in.Language)); err != nil {
+				o.log.WarnContext(ctx, "restore the environment after a cell", "run", run, "err", err)
+			}
+		}()
 	}
 	// Streams are kept to StreamCap in memory and spooled past it; the
 	// caller's callback, if any, sees every event as it arrives.
@@ -304,6 +394,7 @@ func (o *Orchestrator) exec1(ctx context.Context, run runid.ID, in wire.ExecRequ
 	if err := o.harvest(ctx, run, sess, s, oc, &out); err != nil {
 		return out, err
 	}
+	oc.Egress = o.takeEgress(run)
 	out.OK = res.OK
 	out.ExecutionCount = res.ExecutionCount
 	out.DurationMs = res.Duration.Milliseconds()
@@ -353,7 +444,8 @@ func (o *Orchestrator) filesIn(ctx context.Context, run runid.ID, ow owner, sess
 	for i, f := range files {
 		src, err := o.resolveFileIn(ctx, run, ow, f.Path)
 		if err != nil {
-			return fault.Wrap(fault.NotFound, err, fmt.Sprintf("files_in[%d]: %s", i, fault.As(err).Message), fault.As(err).Suggestion)
+			fe := fault.From(err)
+			return fault.Wrap(fe.Kind, err, fmt.Sprintf("files_in[%d]: %s", i, fe.Message), fe.Suggestion)
 		}
 		linked, err := o.store.Link(ctx, run, f.Name, src.SHA256, src.Size)
 		if err != nil {
@@ -421,16 +513,24 @@ func contextErr(err error, run runid.ID, id string) error {
 	return sandboxErr(err)
 }
 
+// fileInDigest reports whether a files_in path names a blob: sha256: and
+// 64 lower-case hex digits. Anything else is a run path (which may start
+// with "sha256:"), as the contract's pattern for it says.
+func fileInDigest(p string) (tmpfs.Digest, bool) {
+	hex, ok := strings.CutPrefix(p, "sha256:")
+	if !ok || len(hex) != 64 || strings.Trim(hex, "0123456789abcdef") != "" {
+		return tmpfs.Digest{}, false
+	}
+	d, err := tmpfs.ParseDigest(hex)
+	return d, err == nil
+}
+
 // resolveFileIn finds a files_in source: a run path or sha256:<hex>. A
 // blob by hash must be one some run of the run's tenant has held; any
 // other hash is not found, exists or not, so files_in is no oracle for
 // other tenants' bytes.
 func (o *Orchestrator) resolveFileIn(ctx context.Context, run runid.ID, ow owner, p string) (tmpfs.File, error) {
-	if strings.HasPrefix(p, "sha256:") {
-		d, err := tmpfs.ParseDigest(p)
-		if err != nil {
-			return tmpfs.File{}, fault.Wrap(fault.BadInput, err, fmt.Sprintf("%q is not a sha256 reference", p), "use sha256:<64 hex digits>")
-		}
+	if d, ok := fileInDigest(p); ok {
 		if !o.tenantHolds(ctx, ow.Tenant, d) {
 			return tmpfs.File{}, blobNotFound(d)
 		}
@@ -604,8 +704,11 @@ func (o *Orchestrator) Restart(ctx context.Context, run runid.ID) error {
 		// Under a shared lock the run's kernel may live on without this
 		// process holding it (another replica's, or adopted on restart):
 		// adopt it to restart it.
-		var err error
-		if sess, err = o.kernels.Acquire(ctx, run); err != nil {
+		spec, err := o.kernelSpec(ctx, run)
+		if err != nil {
+			return err
+		}
+		if sess, err = o.kernels.Acquire(ctx, run, spec); err != nil {
 			return sandboxErr(err)
 		}
 		defer o.kernels.Release(sess)
@@ -664,7 +767,11 @@ func (o *Orchestrator) NewContext(ctx context.Context, run runid.ID, cwd, langua
 	var out wire.Context
 	oc := &ContextOutcome{Op: ContextCreate, Cwd: cwd, Language: language, Backend: o.kernels.Backend()}
 	err := o.call(ctx, run, oc, func(ctx context.Context, s *Step) error {
-		c, err := o.kernels.NewContext(ctx, run, cwd, language)
+		spec, err := o.kernelSpec(ctx, run)
+		if err != nil {
+			return err
+		}
+		c, err := o.kernels.NewContext(ctx, run, cwd, language, spec)
 		if err != nil {
 			return contextErr(err, run, "")
 		}

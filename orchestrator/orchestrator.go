@@ -17,11 +17,13 @@ import (
 	"github.com/triadhq/triad/auth"
 	"github.com/triadhq/triad/browser"
 	"github.com/triadhq/triad/cel"
+	"github.com/triadhq/triad/egress"
 	"github.com/triadhq/triad/evaluator"
 	"github.com/triadhq/triad/internal/crashpoint"
 	"github.com/triadhq/triad/internal/fault"
 	"github.com/triadhq/triad/internal/runid"
 	"github.com/triadhq/triad/orchestrator/kernels"
+	"github.com/triadhq/triad/sandbox/template"
 	"github.com/triadhq/triad/tmpfs"
 	"github.com/triadhq/triad/wire"
 )
@@ -54,6 +56,12 @@ type Orchestrator struct {
 	lock RunLock
 
 	runs runs // which runs are in use; idle ones are dropped (idle.go)
+
+	templates   *template.Set
+	egress      *egress.Proxy
+	egressTrust []byte
+	imageDigest func(ctx context.Context, ref string) (string, error)
+	eg          egressRuns // runs whose sandboxes reach the network (egress.go)
 }
 
 // Limits bound what a single call may move.
@@ -96,6 +104,18 @@ type Config struct {
 	// keeps what this process caches of it in memory; zero means
 	// DefaultRunIdle. Its next use reads it back from the store.
 	RunIdle time.Duration
+	// Templates are the sandbox templates runs choose from; nil offers
+	// only the default (the backend's image, its limits, no egress).
+	Templates *template.Set
+	// Egress is the proxy through which the kernels of runs with an
+	// egress policy reach the network; nil means no run may have one.
+	Egress *egress.Proxy
+	// EgressTrust holds extra CA certificates (PEM) that the kernels of
+	// runs with egress trust beyond their image's (an internal mirror's).
+	EgressTrust []byte
+	// ImageDigest returns the engine's id of an image, recorded per run;
+	// nil records none.
+	ImageDigest func(ctx context.Context, ref string) (string, error)
 }
 
 // New returns an Orchestrator.
@@ -120,7 +140,8 @@ func New(c Config) *Orchestrator {
 		search0: c.Search, replayAll: c.Replay, replayRuns: map[runid.ID]bool{}, replayCount: map[runid.ID]map[string]int{},
 		replaySrc: map[runid.ID]runid.ID{}, setups: map[runid.ID]wire.RunSetup{}, fresh: map[runid.ID]bool{},
 		t: newTenancy(c.Quotas), metrics: hooks{c.Metrics}, lock: c.RunLock,
-		runs: runs{idle: c.RunIdle, use: map[runid.ID]*runUse{}}}
+		runs:      runs{idle: c.RunIdle, use: map[runid.ID]*runUse{}},
+		templates: c.Templates, egress: c.Egress, egressTrust: c.EgressTrust, imageDigest: c.ImageDigest}
 	if c.Journal != nil {
 		o.j = &journal{cel: c.Journal, eval: c.Evaluator, cites: map[runid.ID]map[string]bool{}, meta: map[runid.ID]cel.Header{},
 			views: map[runid.ID]*view{}, recovered: map[runid.ID]bool{}}

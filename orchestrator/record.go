@@ -279,6 +279,7 @@ func (o *Orchestrator) evaluate(ctx context.Context, s *Step, si StepInfo) evalu
 		if ds, err := o.datasets(ctx, s.Run); err == nil {
 			req.Datasets = ds
 		}
+		req.FetchedURLs = o.fetchedURLs(ctx, s)
 	}
 	if len(si.Expected) > 0 {
 		req.RunFiles = map[string]evaluator.Artifact{}

@@ -158,6 +158,7 @@ func (o *Orchestrator) forget(run runid.ID, kernel bool) {
 	if kernel && o.kernels != nil {
 		o.kernels.Forget(run)
 	}
+	o.dropEgress(run)
 }
 
 // begin tells the lock which call is about to run, for a successor should

@@ -194,6 +194,9 @@ func (o *Orchestrator) Status(ctx context.Context, run runid.ID) (wire.RunView, 
 		}
 		st.Steps = append(st.Steps, ss)
 	}
+	if s, ok, err := o.recordedSetup(ctx, run); err == nil && ok {
+		st.Template, st.ImageDigest, st.Egress = s.Template, s.ImageDigest, s.Egress
+	}
 	if b, _, err := o.store.ReadAll(ctx, run, runfiles.Index); err == nil {
 		var idx struct {
 			Artifacts []IndexEntry `json:"artifacts"`

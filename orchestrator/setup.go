@@ -5,10 +5,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
+	"slices"
+	"sort"
 	"strings"
 	"time"
 
+	"github.com/triadhq/triad/auth"
 	"github.com/triadhq/triad/evaluator"
 	"github.com/triadhq/triad/internal/fault"
 	"github.com/triadhq/triad/internal/runid"
@@ -44,10 +48,14 @@ const (
 // before the run's first tool call. The backend, image and version are
 // filled in here. Calling it again with the same seed and as_of keeps the
 // record (a resumed recipe run); a run that has made calls cannot change
-// them, since its kernel was already seeded.
+// them, since its kernel was already seeded. The run must be the caller's:
+// Create or OpenRun it first.
 func (o *Orchestrator) SetRunSetup(ctx context.Context, run runid.ID, s wire.RunSetup) (wire.RunSetup, error) {
-	s, err := o.completeSetup(run, s)
+	s, err := o.completeSetup(ctx, run, s)
 	if err != nil {
+		return s, err
+	}
+	if _, err := o.access(ctx, run, auth.Runs, false); err != nil {
 		return s, err
 	}
 	held, err := o.lockRun(ctx, run)
@@ -60,15 +68,15 @@ func (o *Orchestrator) SetRunSetup(ctx context.Context, run runid.ID, s wire.Run
 		return s, err
 	}
 	if recorded {
-		if old.Seed == s.Seed && old.AsOf == s.AsOf {
+		if old.Seed == s.Seed && old.AsOf == s.AsOf && old.Template == s.Template && sameEgress(old.Egress, s.Egress) {
 			o.cacheSetup(run, old)
 			return old, nil
 		}
 		if tr, err := o.trace(ctx, run); err != nil {
 			return s, err
 		} else if len(tr) > 0 {
-			return s, fault.New(fault.Conflict, fmt.Sprintf("run %s was set up with seed %d and as_of %q, and has made calls", run, old.Seed, old.AsOf),
-				fmt.Sprintf("keep seed %d and as_of %q for this run, or start a new run with the new values", old.Seed, old.AsOf))
+			return s, fault.New(fault.Conflict, fmt.Sprintf("run %s was set up with seed %d, as_of %q and template %q, and has made calls", run, old.Seed, old.AsOf, old.Template),
+				fmt.Sprintf("keep seed %d, as_of %q, template %q and its egress for this run, or start a new run with the new values", old.Seed, old.AsOf, old.Template))
 		}
 	}
 	if err := o.writeSetup(ctx, run, s); err != nil {
@@ -78,17 +86,29 @@ func (o *Orchestrator) SetRunSetup(ctx context.Context, run runid.ID, s wire.Run
 	return s, nil
 }
 
+// CheckSetup validates s as the setup of run, a run about to be created,
+// without recording anything: a surface checks a setup before it creates
+// the run, so that a refused setup leaves no run behind.
+func (o *Orchestrator) CheckSetup(ctx context.Context, run runid.ID, s wire.RunSetup) error {
+	_, err := o.completeSetup(ctx, run, s)
+	return err
+}
+
 // RunSetup returns the run's setup as recorded, and false when the run has
 // no record (it has made no call, or predates run.setup.json).
 func (o *Orchestrator) RunSetup(ctx context.Context, run runid.ID) (wire.RunSetup, bool, error) {
+	if _, err := o.access(ctx, run, auth.Read, false); err != nil {
+		return wire.RunSetup{}, false, err
+	}
 	if err := o.settle(ctx, run); err != nil {
 		return wire.RunSetup{}, false, err
 	}
 	return o.recordedSetup(ctx, run)
 }
 
-// completeSetup validates s and fills in what the server knows.
-func (o *Orchestrator) completeSetup(run runid.ID, s wire.RunSetup) (wire.RunSetup, error) {
+// completeSetup validates s and fills in what the server knows: the
+// run's sandbox (template, image, egress) among it.
+func (o *Orchestrator) completeSetup(ctx context.Context, run runid.ID, s wire.RunSetup) (wire.RunSetup, error) {
 	if s.Seed < 0 || s.Seed > MaxSeed {
 		return s, fault.Badf(fmt.Sprintf("send a seed from 0 to %d", int64(MaxSeed)), "seed %d is out of range", s.Seed)
 	}
@@ -109,7 +129,17 @@ func (o *Orchestrator) completeSetup(run runid.ID, s wire.RunSetup) (wire.RunSet
 	if o.kernels != nil {
 		s.Backend, s.Image = o.kernels.Backend(), o.kernels.Image()
 	}
+	if err := o.resolveSandbox(ctx, &s); err != nil {
+		return s, err
+	}
 	return s, nil
+}
+
+// sameEgress reports whether two recorded egress policies are the same.
+func sameEgress(a, b *wire.EgressPolicy) bool {
+	ja, _ := json.Marshal(a)
+	jb, _ := json.Marshal(b)
+	return string(ja) == string(jb)
 }
 
 // SourceDateEpoch returns SOURCE_DATE_EPOCH for an as_of date: midnight UTC
@@ -171,7 +201,7 @@ func (o *Orchestrator) runSetup(ctx context.Context, run runid.ID) (wire.RunSetu
 		return s, err
 	}
 	if !recorded {
-		if s, err = o.completeSetup(run, wire.RunSetup{SeedFrom: defaultSeedFrom}); err != nil {
+		if s, err = o.completeSetup(ctx, run, wire.RunSetup{SeedFrom: defaultSeedFrom}); err != nil {
 			return s, err
 		}
 	}
@@ -245,6 +275,119 @@ del _triad_setup
 `)
 }
 
+// setCode is the setup cell that sets a cell's environment in an
+// interpreter of lang ("" or python, r, javascript, typescript, bash):
+// in Python, Kernel once per interpreter (a marker in its namespace says
+// it was) and Call always; in the other languages, which keep no such
+// marker, Kernel and then Call before every cell.
+func (e CellEnv) setCode(lang string) string {
+	if lang != "" && lang != wire.LanguagePython {
+		all := maps.Clone(e.Kernel)
+		if all == nil {
+			all = map[string]string{}
+		}
+		maps.Copy(all, e.Call)
+		return langEnvCode(lang, all, nil)
+	}
+	return "# Triad: the cell's environment variables (their values are not kept)\n" +
+		"exec(" + pyStr(fmt.Sprintf(`import json as __triad_json, os as __triad_os
+if not globals().get("__triad_env_set"):
+    __triad_os.environ.update(__triad_json.loads(%s))
+    __triad_env_set = True
+__triad_os.environ.update(__triad_json.loads(%s))
+del __triad_json, __triad_os`, pyJSON(e.Kernel), pyJSON(e.Call))) + ")\n"
+}
+
+// resetCode is the setup cell that undoes a cell's Call variables in an
+// interpreter of lang: each back to its Kernel value, or unset.
+func (e CellEnv) resetCode(lang string) string {
+	restore := map[string]string{}
+	var unset []string
+	for k := range e.Call {
+		if v, ok := e.Kernel[k]; ok {
+			restore[k] = v
+		} else {
+			unset = append(unset, k)
+		}
+	}
+	sort.Strings(unset)
+	if lang != "" && lang != wire.LanguagePython {
+		return langEnvCode(lang, restore, unset)
+	}
+	u, _ := json.Marshal(unset)
+	return "# Triad: restore the environment after the cell\n" +
+		"exec(" + pyStr(fmt.Sprintf(`import json as __triad_json, os as __triad_os
+__triad_os.environ.update(__triad_json.loads(%s))
+[__triad_os.environ.pop(k, None) for k in __triad_json.loads(%s)]
+del __triad_json, __triad_os`, pyJSON(restore), pyStr(string(u)))) + ")\n"
+}
+
+// langEnvCode is a cell in lang (R, JavaScript, TypeScript or bash) that
+// sets the variables in set and removes those in unset, printing nothing.
+// A JSON string literal is a string literal in R and JavaScript too.
+func langEnvCode(lang string, set map[string]string, unset []string) string {
+	keys := slices.Sorted(maps.Keys(set))
+	var b strings.Builder
+	switch lang {
+	case wire.LanguageR:
+		if len(keys) > 0 {
+			b.WriteString("invisible(Sys.setenv(")
+			for i, k := range keys {
+				if i > 0 {
+					b.WriteString(", ")
+				}
+				fmt.Fprintf(&b, "%s = %s", pyStr(k), pyStr(set[k]))
+			}
+			b.WriteString("))\n")
+		}
+		if len(unset) > 0 {
+			b.WriteString("invisible(Sys.unsetenv(c(")
+			for i, k := range unset {
+				if i > 0 {
+					b.WriteString(", ")
+				}
+				b.WriteString(pyStr(k))
+			}
+			b.WriteString(")))\n")
+		}
+	case wire.LanguageJavaScript, wire.LanguageTypeScript:
+		for _, k := range keys {
+			fmt.Fprintf(&b, "Deno.env.set(%s, %s);\n", pyStr(k), pyStr(set[k]))
+		}
+		for _, k := range unset {
+			fmt.Fprintf(&b, "Deno.env.delete(%s);\n", pyStr(k))
+		}
+	case wire.LanguageBash:
+		for _, k := range keys {
+			fmt.Fprintf(&b, "export %s=%s\n", shQuote(k), shQuote(set[k]))
+		}
+		for _, k := range unset {
+			fmt.Fprintf(&b, "unset %s\n", shQuote(k))
+		}
+	}
+	return b.String()
+}
+
+// shQuote quotes s for bash as one word.
+func shQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
+
+// pyJSON returns m as JSON inside a Python string literal.
+func pyJSON(m map[string]string) string {
+	if m == nil {
+		m = map[string]string{}
+	}
+	b, _ := json.Marshal(m) // a map of strings always marshals
+	return pyStr(string(b))
+}
+
+// pyStr quotes s as a Python string literal: a JSON string is one (Go
+// escapes every control character, and <, > and & as \u escapes, all of
+// which Python reads the same way).
+func pyStr(s string) string {
+	b, _ := json.Marshal(s)
+	return string(b)
+}
+
 // setUpKernel runs the setup cell in a kernel that just started or
 // restarted. A kernel that cannot be set up is dropped: the next call
 // starts a fresh one.
@@ -257,6 +400,13 @@ func (o *Orchestrator) setUpKernel(ctx context.Context, run runid.ID, sess *kern
 	if err != nil {
 		o.kernels.Drop(run)
 		return sandboxErr(fmt.Errorf("set up the run's kernel (seed %d): %w", s.Seed, err))
+	}
+	if err := o.setUpEgress(ctx, run, sess.Kernel); err != nil {
+		o.kernels.Drop(run)
+		if fault.As(err) != nil {
+			return err
+		}
+		return sandboxErr(fmt.Errorf("set up the run's egress: %w", err))
 	}
 	return nil
 }

@@ -161,6 +161,10 @@ type ExecOutcome struct {
 	// HarvestErr says why the files a background command wrote could
 	// not all be stored.
 	HarvestErr string
+	// Egress are the connections the run's sandbox opened through the
+	// egress proxy (or tried to) since the last step: this cell's, and
+	// any its background threads made between cells.
+	Egress []wire.Connection
 }
 
 // The phases of a background command's steps.
@@ -246,7 +250,62 @@ func (e *ExecOutcome) describe(s *Step) (did, next []string, failed bool) {
 	return did, next, failed
 }
 
-func (e *ExecOutcome) trace(tr *TraceRecord) { tr.CodeSHA256, tr.FreshKernel = e.CodeSHA256, e.Fresh }
+func (e *ExecOutcome) trace(tr *TraceRecord) {
+	tr.CodeSHA256, tr.FreshKernel, tr.Egress = e.CodeSHA256, e.Fresh, e.Egress
+}
+
+// network lists the step's connections for the Step Block.
+func (e *ExecOutcome) network() []string { return networkLines(e.Egress) }
+
+// networker is an Outcome whose step reached (or tried to reach) the
+// network: its Step Block lists each connection.
+type networker interface{ network() []string }
+
+// networkLines renders connection records, one line each: what was
+// asked, the verdict and why, and the bytes each way.
+func networkLines(cs []wire.Connection) []string {
+	var out []string
+	for _, c := range cs {
+		what := c.URL
+		if c.Method != "" {
+			what = c.Method + " " + c.URL
+		}
+		if what == "" {
+			what = fmt.Sprintf("%s:%d", c.Host, c.Port)
+		}
+		line := fmt.Sprintf("%s: %s", c.Verdict, what)
+		if c.Status != 0 {
+			line += fmt.Sprintf(" → %d", c.Status)
+		}
+		if c.Addr != "" {
+			line += " via " + c.Addr
+		}
+		if c.Verdict == wire.VerdictAllowed {
+			line += fmt.Sprintf(", %s sent, %s received", humanBytes(c.Sent), humanBytes(c.Received))
+		}
+		switch {
+		case c.Open:
+			line += " (still open)"
+		case c.Reason != "":
+			line += " — " + c.Reason
+		}
+		out = append(out, line)
+	}
+	return out
+}
+
+// humanBytes renders a byte count for people: 512 B, 12.3 KB, 4.0 MB.
+func humanBytes(n int64) string {
+	switch {
+	case n < 1000:
+		return fmt.Sprintf("%d B", n)
+	case n < 1000*1000:
+		return fmt.Sprintf("%.1f KB", float64(n)/1e3)
+	case n < 1000*1000*1000:
+		return fmt.Sprintf("%.1f MB", float64(n)/1e6)
+	}
+	return fmt.Sprintf("%.1f GB", float64(n)/1e9)
+}
 
 // The operations of sandbox.context.
 const (
@@ -491,6 +550,9 @@ func stepBlock(s *Step, si StepInfo, n int, notes []cel.Note, v evaluator.Verdic
 	for _, a := range s.Artifacts {
 		b.Artifacts = append(b.Artifacts, wire.Ref(a))
 	}
+	if n, ok := s.Outcome.(networker); ok {
+		b.Network = n.network()
+	}
 	return b
 }
 
@@ -516,6 +578,9 @@ type TraceRecord struct {
 	// empty for the operator; Tenant is its tenant.
 	KeyID  string `json:"key_id,omitempty"`
 	Tenant string `json:"tenant"`
+	// Egress are the connections the run's sandbox made through the
+	// egress proxy, as the step's Step Block lists them.
+	Egress []wire.Connection `json:"egress,omitempty"`
 }
 
 // tracer is an Outcome with facts of its own for the trace, beyond its

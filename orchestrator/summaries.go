@@ -113,6 +113,7 @@ func (o *Orchestrator) flusher() {
 // Close waits for the steps being recorded and writes what calls left
 // pending (Flush); call it before closing the store. The orchestrator stays usable; Close is safe to call twice.
 func (o *Orchestrator) Close() error {
+	o.closeEgress()
 	o.pend.wg.Wait() // steps being recorded
 	o.Flush(context.Background())
 	return nil

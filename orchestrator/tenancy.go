@@ -45,6 +45,9 @@ type Quotas struct {
 	StoredBytes int64
 	// RunsPerHour is the most runs a tenant may start in any hour.
 	RunsPerHour int
+	// Uploads is the most streamed uploads a tenant may have in flight at
+	// once (each holds a connection and a blob being written).
+	Uploads int
 }
 
 // owner is a run's owner record.
@@ -82,6 +85,7 @@ type tenancy struct {
 	usage   map[string]usageAt
 	marked  map[string]struct{}         // tenant + "/" + digest, marker written
 	pending map[string]map[runid.ID]int // kernels being started, per tenant
+	uploads map[string]int              // streamed uploads in flight, per tenant
 
 	// Run summaries and usage changes not yet written (see summaries.go).
 	smu      sync.Mutex
@@ -102,7 +106,7 @@ const maxCached = 100000
 
 func newTenancy(q Quotas) *tenancy {
 	return &tenancy{q: q, owners: map[runid.ID]owner{}, usage: map[string]usageAt{}, marked: map[string]struct{}{},
-		pending: map[string]map[runid.ID]int{}, sums: map[runid.ID]*runSum{}, listed: map[runid.ID]bool{}, delta: map[string]int64{}}
+		pending: map[string]map[runid.ID]int{}, uploads: map[string]int{}, sums: map[runid.ID]*runSum{}, listed: map[runid.ID]bool{}, delta: map[string]int64{}}
 }
 
 func ownerKey(run runid.ID) string { return "owners/" + run.String() }
@@ -132,18 +136,154 @@ func notFound(run runid.ID) error {
 		"check the run id; GET /runs lists your runs, POST /runs gives a fresh id")
 }
 
+// reservedRun is the one answer for a caller naming one of Triad's own run
+// ids: the same whether or not such a run exists.
+func reservedRun(run runid.ID) error {
+	return fault.New(fault.InvalidRun, fmt.Sprintf("run id %q starts with %q, which is reserved for Triad's own runs", run, runid.ReservedPrefix),
+		"pick another run id, or get a fresh one from POST /runs")
+}
+
 // forbidden is the answer for a key whose scope does not allow a call.
 func forbidden(p auth.Principal, need auth.Scope) error {
 	return fault.New(fault.Forbidden, fmt.Sprintf("API key %s (scopes %v) does not have the %s scope this call needs", p.KeyID, p.Scopes, need),
 		fmt.Sprintf("use a key with the %s scope; an admin creates one with: triad keys create --name NAME --scope %s", need, need))
 }
 
-// Claim is how a caller starts or takes up a run outside a tool call (POST
-// /runs, a recipe run): the run becomes the caller's if nobody owns it
-// yet, and another tenant's run is not found.
-func (o *Orchestrator) Claim(ctx context.Context, run runid.ID) error {
+// Create starts run, an id the surface just minted (POST /runs, an E2B
+// sandbox, a recipe or replay run without a run_id), as a run of the
+// caller's tenant. This is where a run's owner is decided, once, before any
+// call can name the run: a surface that hands out a run id creates the run
+// first. An id in use anywhere is a conflict (the owner record is written
+// with a conditional create, so replicas sharing a store cannot both win).
+// See docs/DECISIONS.md, "One owner per run".
+func (o *Orchestrator) Create(ctx context.Context, run runid.ID) error {
+	p := auth.From(ctx)
+	if !p.Has(auth.Runs) {
+		return forbidden(p, auth.Runs)
+	}
+	if run.Reserved() {
+		return reservedRun(run)
+	}
+	_, won, err := o.create(ctx, run, p)
+	if err != nil {
+		return err
+	}
+	if !won {
+		return fault.New(fault.Conflict, fmt.Sprintf("run id %s is already in use", run), "mint another run id (POST /runs gives a fresh one)")
+	}
+	return nil
+}
+
+// OpenRun is how a caller takes up a run outside a tool call (a recipe run
+// resumed by run_id): the caller's own run, or, for an id nobody has used,
+// a new run of the caller's tenant, created then and there exactly as a
+// tool call naming a fresh id creates it. Another tenant's run is not
+// found.
+func (o *Orchestrator) OpenRun(ctx context.Context, run runid.ID) error {
 	_, err := o.access(ctx, run, auth.Runs, true)
 	return err
+}
+
+// ErrOwned is Adopt's answer for a run the core already has as another
+// tenant's.
+var ErrOwned = errors.New("orchestrator: the run belongs to another tenant")
+
+// Adopt records run, which a surface made before the core owned every run
+// (an E2B sandbox whose owner only the surface knew), as p's, created at
+// created: a migration's step, once, on start. A run the core already has
+// as p's tenant's is left as it is; as another tenant's, ErrOwned.
+func (o *Orchestrator) Adopt(ctx context.Context, run runid.ID, p auth.Principal, created time.Time) error {
+	if run.Reserved() {
+		return reservedRun(run)
+	}
+	if err := auth.CheckTenant(p.Tenant); err != nil {
+		return err
+	}
+	ow, won, err := o.putOwner(ctx, owner{Run: run, Tenant: p.Tenant, KeyID: p.KeyID, Name: p.Name, Created: created.UTC()})
+	if err != nil {
+		return err
+	}
+	if !won && ow.Tenant != p.Tenant {
+		return fmt.Errorf("run %s: %w (%s, not %s)", run, ErrOwned, ow.Tenant, p.Tenant)
+	}
+	return nil
+}
+
+// Creator returns who acts for a run where the run itself is the
+// credential: an E2B sandbox's data plane, admitted by the sandbox's
+// access token, calls as the key that created the sandbox's run (the
+// operator for a run the operator created). It checks no access: the
+// surface has authenticated the run its own way. A run with no owner is
+// not found.
+func (o *Orchestrator) Creator(ctx context.Context, run runid.ID) (auth.Principal, error) {
+	if run.Reserved() {
+		return auth.Principal{}, reservedRun(run)
+	}
+	ow, ok, err := o.ownerOf(ctx, run)
+	if err != nil {
+		return auth.Principal{}, err
+	}
+	if !ok {
+		return auth.Principal{}, notFound(run)
+	}
+	if ow.KeyID == "" {
+		return auth.Operator, nil
+	}
+	return auth.Principal{KeyID: ow.KeyID, Name: ow.Name, Tenant: ow.Tenant, Scopes: []auth.Scope{auth.Runs}}, nil
+}
+
+// Retire removes one of Triad's own runs (a reserved id) that held a
+// surface's state before that state moved out of the runs: its files, its
+// owner and its entry in its tenant's run index, and the usage its files
+// counted. No caller could name the run; after Retire nothing of it is
+// left but its blobs, which the store never deletes.
+func (o *Orchestrator) Retire(ctx context.Context, run runid.ID) error {
+	if !run.Reserved() {
+		return fmt.Errorf("retire run %s: only Triad's own runs (%s...) are retired", run, runid.ReservedPrefix)
+	}
+	held, err := o.lockRun(ctx, run)
+	if err != nil {
+		return err
+	}
+	defer held.Unlock()
+	files, err := o.store.List(ctx, run, "")
+	if err != nil {
+		return storeErr(err, run, "")
+	}
+	for _, f := range files {
+		if err := o.store.Delete(ctx, run, f.Path); err != nil && !errors.Is(err, tmpfs.ErrNotFound) {
+			return storeErr(err, run, f.Path)
+		}
+	}
+	m := o.store.Meta()
+	ow, ok, err := o.ownerOf(ctx, run)
+	if err != nil {
+		return err
+	}
+	if ok {
+		var sum summary
+		if b, _, err := m.GetMeta(ctx, indexKey(ow)); err == nil && json.Unmarshal(b, &sum) == nil && sum.Bytes > 0 {
+			if err := o.addUsage(ctx, ow.Tenant, -sum.Bytes); err != nil {
+				o.log.WarnContext(ctx, "take a retired run's bytes off its tenant's usage", "run", run, "err", err)
+			}
+		}
+		for _, k := range []string{indexKey(ow), ownerKey(run)} {
+			if err := m.DeleteMeta(ctx, k); err != nil && !errors.Is(err, tmpfs.ErrNotFound) {
+				return storeErr(err, run, "")
+			}
+		}
+	}
+	if err := m.DeleteMeta(ctx, markerKey(run)); err != nil && !errors.Is(err, tmpfs.ErrNotFound) {
+		return storeErr(err, run, "")
+	}
+	o.t.smu.Lock()
+	delete(o.t.sums, run)
+	o.t.smu.Unlock()
+	o.t.mu.Lock()
+	delete(o.t.owners, run)
+	o.t.mu.Unlock()
+	o.forget(run, true)
+	return nil
 }
 
 // Visible checks that the caller may read run, an existing run: a run
@@ -160,12 +300,18 @@ func (o *Orchestrator) StartedBy(ctx context.Context, run runid.ID) (wire.Caller
 }
 
 // access checks the caller's scope and its right to the run, and returns
-// the run's owner. With create, a run nobody owns becomes the caller's
-// (within the runs-per-hour quota); without, it is not found.
+// the run's owner. With create, an id nobody has used becomes a run of the
+// caller's (within the runs-per-hour quota); without, it is not found. A
+// run id that is known in any way (an owner record, or files from before
+// owners) is never created again. Triad's own ids (runid.Reserved) are
+// refused, whether or not such a run exists.
 func (o *Orchestrator) access(ctx context.Context, run runid.ID, need auth.Scope, create bool) (owner, error) {
 	p := auth.From(ctx)
 	if !p.Has(need) {
 		return owner{}, forbidden(p, need)
+	}
+	if run.Reserved() {
+		return owner{}, reservedRun(run)
 	}
 	ow, ok, err := o.ownerOf(ctx, run)
 	if err != nil {
@@ -180,7 +326,11 @@ func (o *Orchestrator) access(ctx context.Context, run runid.ID, need auth.Scope
 		return owner{}, notFound(run)
 	}
 	if !ok {
-		if ow, err = o.create(ctx, run, p); err != nil {
+		// An implicit run: created for the caller's tenant with a
+		// conditional create, so that of two tenants naming the same
+		// fresh id at once (on this replica or another) one wins and the
+		// other finds another tenant's run, not found.
+		if ow, _, err = o.create(ctx, run, p); err != nil {
 			return owner{}, err
 		}
 	}
@@ -239,26 +389,28 @@ func (o *Orchestrator) adoptLegacy(ctx context.Context, run runid.ID) (owner, bo
 			created = f.ModifiedAt
 		}
 	}
-	ow, err := o.putOwner(ctx, owner{Run: run, Tenant: auth.DefaultTenant, Name: "before tenants", Created: created.UTC()})
+	ow, _, err := o.putOwner(ctx, owner{Run: run, Tenant: auth.DefaultTenant, Name: "before tenants", Created: created.UTC()})
 	return ow, err == nil, err
 }
 
-// create makes the caller the owner of a run nobody owns.
-func (o *Orchestrator) create(ctx context.Context, run runid.ID, p auth.Principal) (owner, error) {
+// create makes the caller the owner of a run nobody owns, and reports
+// whether it did: false when another call (here or on a replica) created
+// the run first, whose owner it returns.
+func (o *Orchestrator) create(ctx context.Context, run runid.ID, p auth.Principal) (owner, bool, error) {
 	if err := o.checkRunsPerHour(ctx, p); err != nil {
-		return owner{}, err
+		return owner{}, false, err
 	}
-	ow, err := o.putOwner(ctx, owner{Run: run, Tenant: p.Tenant, KeyID: p.KeyID, Name: p.Name, Created: time.Now().UTC()})
-	if err == nil {
+	ow, won, err := o.putOwner(ctx, owner{Run: run, Tenant: p.Tenant, KeyID: p.KeyID, Name: p.Name, Created: time.Now().UTC()})
+	if err == nil && won {
 		o.metrics.runStatus("open")
 	}
-	return ow, err
+	return ow, won, err
 }
 
-// putOwner writes an owner record and the run's first index entry. If
-// another call (here or on a replica) created the run first, its record
-// wins and is returned.
-func (o *Orchestrator) putOwner(ctx context.Context, ow owner) (owner, error) {
+// putOwner writes an owner record, with a conditional create, and the
+// run's first index entry. If another call (here or on a replica) created
+// the run first, its record wins and is returned, with won false.
+func (o *Orchestrator) putOwner(ctx context.Context, ow owner) (owner, bool, error) {
 	b, _ := json.Marshal(ow)
 	_, err := o.store.Meta().PutMeta(ctx, ownerKey(ow.Run), b, tmpfs.Cond{IfAbsent: true})
 	if errors.Is(err, tmpfs.ErrPrecondition) {
@@ -266,17 +418,17 @@ func (o *Orchestrator) putOwner(ctx context.Context, ow owner) (owner, error) {
 		if err == nil && !ok {
 			err = fmt.Errorf("owner of run %s vanished", ow.Run)
 		}
-		return got, err
+		return got, false, err
 	}
 	if err != nil {
-		return owner{}, storeErr(err, ow.Run, "")
+		return owner{}, false, storeErr(err, ow.Run, "")
 	}
 	o.cacheOwner(ow)
 	sb, _ := json.Marshal(newSummary(ow))
 	if _, err := o.store.Meta().PutMeta(ctx, indexKey(ow), sb, tmpfs.Cond{}); err != nil {
 		o.log.WarnContext(ctx, "add a run to its tenant's index", "run", ow.Run, "err", err)
 	}
-	return ow, nil
+	return ow, true, nil
 }
 
 // checkRunsPerHour counts the tenant's runs started in the last hour from
@@ -690,6 +842,25 @@ func (o *Orchestrator) reserveKernel(ctx context.Context, run runid.ID, ow owner
 		}
 		if len(o.t.pending[ow.Tenant]) == 0 {
 			delete(o.t.pending, ow.Tenant)
+		}
+	}, nil
+}
+
+// startUpload counts one more streamed upload in flight for tenant, within
+// its quota; release ends it.
+func (t *tenancy) startUpload(tenant string) (release func(), err error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.q.Uploads > 0 && t.uploads[tenant] >= t.q.Uploads {
+		return nil, fault.New(fault.Quota, fmt.Sprintf("tenant %s has %d uploads in flight, its limit", tenant, t.q.Uploads),
+			"wait for one to finish, then send this one again")
+	}
+	t.uploads[tenant]++
+	return func() {
+		t.mu.Lock()
+		defer t.mu.Unlock()
+		if t.uploads[tenant]--; t.uploads[tenant] <= 0 {
+			delete(t.uploads, tenant)
 		}
 	}, nil
 }

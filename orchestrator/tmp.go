@@ -6,6 +6,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"github.com/triadhq/triad/auth"
 	"io"
 	"strings"
 	"unicode/utf8"
@@ -51,12 +52,51 @@ func (o *Orchestrator) Write(ctx context.Context, run runid.ID, in wire.WriteReq
 
 // WriteStream is tmp.write for a streamed body: r is hashed and stored as
 // it arrives, never held whole in memory, up to the stream limit.
+//
+// The bytes are stored before the run's lock is taken, and the call then
+// only links them: a body that arrives slowly, or stops, holds a
+// connection and an upload slot of its tenant (Quotas.Uploads), never the
+// run (see docs/DECISIONS.md, "No client can hold a run"). Who may write
+// and the tenant's stored bytes are checked before a byte is read.
 func (o *Orchestrator) WriteStream(ctx context.Context, run runid.ID, path string, r io.Reader) (wire.FileRef, error) {
+	var out wire.FileRef
 	p, err := writable(path)
 	if err != nil {
-		return wire.FileRef{}, err
+		return out, err
 	}
-	return o.write(ctx, run, p, r, o.limits.StreamBody, &TmpOutcome{Op: ToolWrite, Path: p, Streamed: true})
+	ow, err := o.access(ctx, run, auth.Runs, true)
+	if err == nil {
+		err = o.checkBytes(ctx, ow, 0)
+	}
+	if err != nil {
+		return out, err
+	}
+	release, err := o.t.startUpload(ow.Tenant)
+	if err != nil {
+		return out, err
+	}
+	defer release()
+	d, n, err := o.store.Blobs().Put(ctx, r, o.limits.StreamBody)
+	if err != nil {
+		return out, storeErr(err, run, p)
+	}
+	return o.linkStored(ctx, run, p, d, n, &TmpOutcome{Op: ToolWrite, Path: p, Streamed: true})
+}
+
+// linkStored is tmp.write's call for bytes already stored: link the blob
+// at p, record it, and copy the file into the run's live kernel.
+func (o *Orchestrator) linkStored(ctx context.Context, run runid.ID, p string, d tmpfs.Digest, n int64, oc *TmpOutcome) (wire.FileRef, error) {
+	var out wire.FileRef
+	err := o.call(ctx, run, oc, func(ctx context.Context, s *Step) error {
+		f, err := o.store.Link(ctx, run, p, d, n)
+		if err != nil {
+			return storeErr(err, run, p)
+		}
+		s.Artifacts = append(s.Artifacts, f)
+		out = wire.Ref(f)
+		return o.mirrorPut(ctx, run, f)
+	})
+	return out, err
 }
 
 // write is tmp.write's call: store the bytes, record them, and copy the

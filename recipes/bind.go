@@ -136,6 +136,9 @@ func (r *Recipe) bind(params map[string]any) (*Plan, error) {
 		switch {
 		case given:
 			nv, err := normalize(p.Type, v)
+			if err == nil {
+				err = p.check(nv)
+			}
 			if err != nil {
 				return nil, fault.Badf(r.paramHelp(), "param %s: %v", p.Name, err)
 			}
@@ -286,6 +289,11 @@ func searchArgs(src *searchSource, sc *scope) (*browser.Request, error) {
 		n, err := normalize(TypeInt, v)
 		if err != nil {
 			return nil, fmt.Errorf("top_k must be an integer, got %s", describe(v))
+		}
+		// Present means validated, as on every surface: 0 is out of
+		// range, never "the default".
+		if k := n.(int64); k < 1 || k > browser.MaxTopK {
+			return nil, fmt.Errorf("top_k is %d; it must be between 1 and %d (leave it out for %d)", k, browser.MaxTopK, browser.DefaultTopK)
 		}
 		a.TopK = int(n.(int64))
 	}
@@ -625,3 +633,41 @@ func pyLiteral(v any) string {
 	}
 	return "None"
 }
+
+// check applies the param's declared bounds to v, a normalized value.
+func (p Param) check(v any) error {
+	switch x := v.(type) {
+	case int64:
+		return p.checkNumber(float64(x))
+	case float64:
+		return p.checkNumber(x)
+	case string:
+		if p.MaxLength > 0 && utf8.RuneCountInString(x) > p.MaxLength {
+			return fmt.Errorf("%d characters; the limit is %d", utf8.RuneCountInString(x), p.MaxLength)
+		}
+	case []any:
+		for i, it := range x {
+			if s, ok := it.(string); ok && p.MaxLength > 0 && utf8.RuneCountInString(s) > p.MaxLength {
+				return fmt.Errorf("item %d is %d characters; the limit is %d", i+1, utf8.RuneCountInString(s), p.MaxLength)
+			}
+		}
+	}
+	return nil
+}
+
+func (p Param) checkNumber(f float64) error {
+	switch {
+	case p.Min != nil && f < *p.Min, p.Max != nil && f > *p.Max:
+		return fmt.Errorf("%v is out of range %v..%v", f, bound(p.Min), bound(p.Max))
+	}
+	return nil
+}
+
+func bound(b *float64) string {
+	if b == nil {
+		return ""
+	}
+	return strconv.FormatFloat(*b, 'f', -1, 64)
+}
+
+func ptr[T any](v T) *T { return &v }

@@ -109,22 +109,30 @@ func parse(file string, data []byte) (*Recipe, error) {
 	return r, nil
 }
 
+// templateName is what a sandbox template's name may be
+// (sandbox/image.Variant's rule).
+var templateName = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,62}$`)
+
 // frontMatter is the YAML header as written.
 type frontMatter struct {
 	Name        string                `yaml:"name"`
 	Title       string                `yaml:"title"`
 	Description string                `yaml:"description"`
 	Backend     string                `yaml:"backend"`
+	Template    string                `yaml:"template"`
 	Params      orderedMap[paramSpec] `yaml:"params"`
 	Inputs      orderedMap[inputSpec] `yaml:"inputs"`
 	Outputs     []outputSpec          `yaml:"outputs"`
 }
 
 type paramSpec struct {
-	Type        string `yaml:"type"`
-	Default     any    `yaml:"default"`
-	Required    bool   `yaml:"required"`
-	Description string `yaml:"description"`
+	Type        string   `yaml:"type"`
+	Default     any      `yaml:"default"`
+	Required    bool     `yaml:"required"`
+	Description string   `yaml:"description"`
+	Min         *float64 `yaml:"min"`
+	Max         *float64 `yaml:"max"`
+	MaxLength   int      `yaml:"max_length"`
 }
 
 type inputSpec struct {
@@ -294,6 +302,10 @@ func (r *Recipe) parseFrontMatter(src string, base int) error {
 	default:
 		return errAt(line, "front matter: backend %q is neither %q nor %q", fm.Backend, BackendAny, BackendDocker)
 	}
+	if fm.Template != "" && !templateName.MatchString(fm.Template) {
+		return errAt(line, "front matter: template %q is not a template name (lower-case letters, digits and hyphens)", fm.Template)
+	}
+	r.Template = fm.Template
 
 	seen := map[string]bool{}
 	for _, e := range fm.Params {
@@ -316,7 +328,7 @@ func (r *Recipe) parseFrontMatter(src string, base int) error {
 	}
 	// Every run has a seed and an as-of date; see Recipe.Derive.
 	for _, rp := range []Param{
-		{Name: ParamSeed, Type: TypeInt, Description: "Seed of the run's kernel (random, NumPy's global generator, TRIAD_SEED); by default derived from the recipe, its params and its inputs."},
+		{Name: ParamSeed, Type: TypeInt, Min: ptr(0.0), Max: ptr(float64(maxSeed)), Description: "Seed of the run's kernel (random, NumPy's global generator, TRIAD_SEED); by default derived from the recipe, its params and its inputs."},
 		{Name: ParamAsOf, Type: TypeString, Description: "The run's as-of date, YYYY-MM-DD (TRIAD_AS_OF; SOURCE_DATE_EPOCH for document writers); by default the latest date in the inputs."},
 	} {
 		if !seen[rp.Name] {
@@ -388,7 +400,8 @@ func (r *Recipe) parseFrontMatter(src string, base int) error {
 
 func makeParam(e entry[paramSpec]) (Param, error) {
 	s := e.value
-	p := Param{Name: e.name, Type: ParamType(s.Type), Required: s.Required, Description: s.Description, Line: e.line}
+	p := Param{Name: e.name, Type: ParamType(s.Type), Required: s.Required, Description: s.Description,
+		Min: s.Min, Max: s.Max, MaxLength: s.MaxLength, Line: e.line}
 	if !identRE.MatchString(p.Name) || pythonKeywords[p.Name] {
 		return p, errAt(e.line, "param name %q must be a Python identifier that is not a keyword", p.Name)
 	}
@@ -399,11 +412,23 @@ func makeParam(e entry[paramSpec]) (Param, error) {
 	default:
 		return p, errAt(e.line, "param %s: type %q is not one of string, int, float, bool, list", p.Name, s.Type)
 	}
+	if (p.Min != nil || p.Max != nil) && p.Type != TypeInt && p.Type != TypeFloat {
+		return p, errAt(e.line, "param %s: min and max are for int and float params", p.Name)
+	}
+	if p.Min != nil && p.Max != nil && *p.Min > *p.Max {
+		return p, errAt(e.line, "param %s: min is above max", p.Name)
+	}
+	if p.MaxLength != 0 && p.Type != TypeString && p.Type != TypeList || p.MaxLength < 0 {
+		return p, errAt(e.line, "param %s: max_length is a positive length, for string and list params", p.Name)
+	}
 	if s.Default != nil {
 		if p.Required {
 			return p, errAt(e.line, "param %s: a required param has no default; drop one of them", p.Name)
 		}
 		v, err := normalize(p.Type, s.Default)
+		if err == nil {
+			err = p.check(v)
+		}
 		if err != nil {
 			return p, errAt(e.line, "param %s: default: %v", p.Name, err)
 		}

@@ -17,6 +17,9 @@ type Recipe struct {
 	Description string
 	// Backend is the sandbox the recipe's cells need.
 	Backend Backend
+	// Template is the sandbox template the recipe's runs start from (its
+	// image, limits and egress policy); empty is the server's default.
+	Template string
 	// Params are in declaration order, which is the order of the
 	// parameters cell.
 	Params []Param
@@ -70,7 +73,12 @@ type Param struct {
 	Default     any // normalized as described at ParamType; nil when none
 	Required    bool
 	Description string
-	Line        int
+	// Min and Max bound an int or float param (inclusive); MaxLength a
+	// string's length, or each item of a list, in characters. The
+	// contract states them (the OpenAPI document), and Bind enforces them.
+	Min, Max  *float64
+	MaxLength int
+	Line      int
 }
 
 // Input is a file a run is seeded with before its first step.
@@ -174,7 +182,8 @@ func (rc *Recipe) Info(full bool) wire.RecipeInfo {
 		return ri
 	}
 	for _, p := range rc.Params {
-		ri.Params = append(ri.Params, wire.RecipeParam{Name: p.Name, Type: string(p.Type), Default: p.Default, Required: p.Required, Description: p.Description})
+		ri.Params = append(ri.Params, wire.RecipeParam{Name: p.Name, Type: string(p.Type), Default: p.Default, Required: p.Required, Description: p.Description,
+			Minimum: p.Min, Maximum: p.Max, MaxLength: p.MaxLength})
 	}
 	for _, in := range rc.Inputs {
 		ri.Inputs = append(ri.Inputs, wire.RecipeInput{Name: in.Name, Path: in.Path, Default: in.Default, Required: in.Required, Description: in.Description})

@@ -235,6 +235,7 @@ func TestParseErrorsNameFileAndLine(t *testing.T) {
 		{"missing title", "---\nname: bad\ndescription: d\n---\n```python\nx=1\n```\n", "bad.md:2: front matter: title is missing"},
 		{"bad name", "---\nname: Bad_Name\ntitle: t\ndescription: d\n---\n```python\nx=1\n```\n", `bad.md:2: front matter: name "Bad_Name"`},
 		{"bad backend", head + "backend: gpu\n---\n```python\nx=1\n```\n", `backend "gpu"`},
+		{"bad template", head + "template: Data_Sci\n---\n```python\nx=1\n```\n", `template "Data_Sci" is not a template name`},
 		{"unknown param field", head + "params:\n  top_k:\n    type: int\n    defualt: 3\n---\n```python\nx=1\n```\n", `bad.md:8: front matter: unknown field "defualt"`},
 		{"bad param type", head + "params:\n  k: {type: integer}\n---\n```python\nx=1\n```\n", `bad.md:6: param k: type "integer"`},
 		{"default of wrong type", head + "params:\n  k: {type: int, default: many}\n---\n```python\nx=1\n```\n", `bad.md:6: param k: default: want int, got string "many"`},
@@ -274,6 +275,15 @@ func TestParseErrorsNameFileAndLine(t *testing.T) {
 				t.Errorf("got %q, want it to start with the file name and line", fe.Message)
 			}
 		})
+	}
+}
+
+// TestParseTemplate: a recipe's front matter may name the sandbox
+// template its runs start from.
+func TestParseTemplate(t *testing.T) {
+	r, err := Parse("t.md", []byte("---\nname: t\ntitle: T\ndescription: d\ntemplate: data-sci\n---\n```python\nx=1\n```\n"))
+	if err != nil || r.Template != "data-sci" {
+		t.Fatalf("got %+v, %v; want template data-sci", r, err)
 	}
 }
 

@@ -21,6 +21,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"net"
 	"strings"
 	"time"
 )
@@ -110,6 +111,10 @@ type Spec struct {
 	Owner string
 	// Limits bound the kernel; zero fields take the backend's defaults.
 	Limits Limits
+	// Image is the image the kernel runs (a sandbox template's), for a
+	// backend of images (Imager); empty means the backend's own. A
+	// backend's warm pool holds kernels of its own image only.
+	Image string
 }
 
 // Limits are the resource bounds of one kernel. Zero means "backend default".
@@ -544,6 +549,31 @@ type Detacher interface {
 // rather than reading their absence as deletions.
 type Losable interface {
 	Losses() uint64
+}
+
+// EgressAddr is where a process in a sandbox reaches Triad's egress proxy,
+// on a backend whose kernels implement Egress: a run with an egress policy
+// has HTTP_PROXY and HTTPS_PROXY name it. For a run without one, what
+// answers there refuses at once.
+const EgressAddr = "127.0.0.1:3128"
+
+// Egress is a Kernel whose sandbox can send connections out through
+// Triad's host while its own network stays closed: an optional ability,
+// found by type assertion. Connections the sandbox's processes open to
+// EgressAddr are relayed to the host, where the caller serves them (the
+// egress package decides what they may reach). See "Egress" in
+// docs/DECISIONS.md.
+type Egress interface {
+	// EgressReady starts relaying, if it has not, and returns once a
+	// connection opened to EgressAddr from now on will reach AcceptEgress
+	// rather than be refused. Call it after the kernel starts or
+	// restarts, before a cell that may connect; it waits until ctx ends
+	// if the sandbox's relay never answers.
+	EgressReady(ctx context.Context) error
+	// AcceptEgress returns the next connection a process in the sandbox
+	// opened to EgressAddr. It fails with ErrClosed once the kernel is
+	// closed.
+	AcceptEgress(ctx context.Context) (net.Conn, error)
 }
 
 // Errors returned by Backends, Kernels and WorkDirs.

@@ -7,11 +7,13 @@
 #   python3-nbformat         validates run.ipynb with the reference validator
 #   poppler-utils            pdfinfo/pdftoppm render the brief's PDF
 #   chromium                 the web console's browser tests (console/), driven by chromedp
+#   iproute2                 ip netns and veth: the egress tests' hosts live in network
+#                            namespaces of their own (egress/egresstest; the tests run as root)
 #   nodejs, npm              E2B's SDKs drive triad serve in e2e/e2b (only when
 #                            node or npm is not on PATH, so a Node from elsewhere stays)
 # Idempotent: installs nothing when everything is there.
 set -euo pipefail
-want=(docker.io debootstrap e2fsprogs python3-ipykernel python3-matplotlib python3-nbformat poppler-utils chromium)
+want=(docker.io debootstrap e2fsprogs iproute2 python3-ipykernel python3-matplotlib python3-nbformat poppler-utils chromium)
 missing=()
 for p in "${want[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -529,6 +529,7 @@ export TRIAD_KUBE_ADMIN_KUBECONFIG=$ETC/admin.kubeconfig
 export TRIAD_KUBECTL=$BIN/kubectl
 export TRIAD_KUBE_NAMESPACE=$KERNEL_NS
 export TRIAD_KUBE_IMAGE=$(triad image tag)
+export TRIAD_KUBE_CONTAINERD=$SOCK
 EOF
 }
 

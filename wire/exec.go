@@ -5,90 +5,53 @@ import (
 	"time"
 )
 
-// ExecRequest is sandbox.exec's input.
+// ExecRequest is sandbox.exec's input. Each field's contract (what it
+// means, what the server accepts) is in its tags; see schema.go.
 type ExecRequest struct {
-	// Code is the cell's source in its language, or for a bash command
-	// the script bash runs (bash -l -c).
-	Code string `json:"code"`
-	// Language is the cell's language: "python" (the default when absent,
-	// or the language of the context named), "r", "javascript",
-	// "typescript" or "bash". Each runs in a Jupyter kernel in the run's
-	// sandbox, under the same jail and limits as Python: R's IRkernel,
-	// Deno's kernel for JavaScript and TypeScript, a bash kernel. A
-	// language other than Python runs in the run's default interpreter of
-	// that language (made on first use, its variables kept from cell to
-	// cell) unless context names one of its contexts. "bash" without a
-	// context is a command instead: `bash -l -c code` in the run's kernel
-	// container, with env and cwd, answering its exit code; with context
-	// "bash" it runs in the run's bash kernel. Languages other than Python
-	// need a backend with kernels for them (docker); the others answer
-	// unsupported.
-	Language string `json:"language,omitempty"`
-	// Context names the interpreter that runs the cell: empty is the
-	// run's kernel (Python) or the language's default interpreter; an id
-	// from sandbox.context is that code context (of its own language); a
-	// language's name ("python", "r", "javascript", "typescript", "bash")
-	// is that language's default interpreter.
-	Context string `json:"context,omitempty"`
-	// Env are environment variables for a bash command, added to the
-	// sandbox's. Bash commands only: a cell sets its environment itself.
-	Env map[string]string `json:"env,omitempty"`
-	// Cwd is where a bash command starts: a run path (a directory of the
-	// run's files), empty for their root. Bash only.
-	Cwd     string   `json:"cwd,omitempty"`
-	FilesIn []FileIn `json:"files_in,omitempty"`
-	// TimeoutS is the cell's deadline in seconds: absent takes the server's
-	// default; present must be positive, and values over the server's
-	// maximum are capped to it.
-	TimeoutS *float64 `json:"timeout_s,omitempty"`
+	Code     string            `json:"code" format:"non-blank" doc:"Source of the cell in its language (the value of its last expression comes back in result), or with language bash the script bash runs (bash -l -c). It must hold something other than white space."`
+	Language string            `json:"language,omitempty" enum:"python|r|javascript|typescript|bash" doc:"python (the default, or the language of the context named), r, javascript, typescript or bash. Each runs in a Jupyter kernel in the run's sandbox, under the same jail and limits as Python (R's IRkernel, Deno's kernel for JavaScript and TypeScript, a bash kernel), in the run's default interpreter of that language (made on first use, its variables kept from cell to cell) unless context names one of its contexts. bash without a context is a command instead: bash -l -c code in the run's kernel container, with env and cwd, its exit status coming back as exit_code; with context bash it runs in the run's bash kernel. Languages other than Python, and commands, need a sandbox with them (docker); the others answer unsupported."`
+	Context  string            `json:"context,omitempty" doc:"The interpreter that runs the cell: absent is the run's kernel (Python) or the language's default interpreter; the id of a code context of the run (an interpreter of its own language, made through the E2B surface) is that context; a language's name (python, r, javascript, typescript, bash) is that language's default interpreter."`
+	Env      map[string]string `json:"env,omitempty" keyPattern:"^[^=\\x00]+$" valuePattern:"^[^\\x00]*$" doc:"Environment variables for a bash command, added to the sandbox's: names without = or NUL, values without NUL. Bash only: a Python cell sets os.environ itself."`
+	Cwd      string            `json:"cwd,omitempty" format:"run-dir" doc:"Where a bash command starts: a directory of the run's files, empty for their root. Bash only."`
+	FilesIn  []FileIn          `json:"files_in,omitempty" doc:"Files to place in the working directory before the cell runs."`
+	TimeoutS *float64          `json:"timeout_s,omitempty" exclusiveMinimum:"0" doc:"The cell's deadline in seconds: absent takes the server's default (60 s); values over the server's maximum are capped to it."`
 }
 
-// FileIn copies a run file (Path) or a blob ("sha256:<hex>", one some run
-// of the caller's tenant holds) into the working directory as Name before
+// Conditions implements Conditional: env and cwd are for bash commands
+// (a bash cell in the bash kernel is checked by the orchestrator).
+func (ExecRequest) Conditions() []Condition {
+	return []Condition{
+		{Field: "language", Value: LanguageBash, Fields: []string{"env", "cwd"}},
+	}
+}
+
+// FileIn copies a run file or a blob into the working directory before
 // the cell runs.
 type FileIn struct {
-	Name string `json:"name"`
-	Path string `json:"path"`
+	Name string `json:"name" format:"run-path" doc:"Where the file appears, relative to the working directory."`
+	Path string `json:"path" format:"run-path" doc:"A run file's path, or sha256:<64 lower-case hex digits> for the bytes of a file some run of your tenant holds."`
 }
 
 // ExecResponse is sandbox.exec's answer.
 type ExecResponse struct {
-	OK     bool   `json:"ok"`
-	Stdout string `json:"stdout"`
-	Stderr string `json:"stderr"`
-	// Display are the cell's display_data bundles. Images, charts and
-	// data (ChartMIME, DataMIME) are stored as run files and appear as
-	// FileRefs.
-	Display []Bundle `json:"display"`
-	// Result is the execute_result bundle: the value of the last expression.
-	Result   *Bundle    `json:"result,omitempty"`
-	Error    *ExecError `json:"error,omitempty"`
-	FilesOut []FileRef  `json:"files_out"`
-	// FilesDeleted are run files the cell removed.
-	FilesDeleted []string `json:"files_deleted,omitempty"`
-	// FilesRefused are files the cell wrote that were not stored, and why
-	// (a file larger than the kernel's disk quota, such as a sparse file
-	// whose apparent size is past it).
-	FilesRefused   []RefusedFile `json:"files_refused,omitempty"`
-	ExecutionCount int           `json:"execution_count"`
-	DurationMs     int64         `json:"duration_ms"`
-	// Truncated is true when a stream or text output was capped; the full
-	// text is in StdoutFile / StderrFile.
-	Truncated  bool       `json:"truncated"`
-	StdoutFile *FileRef   `json:"stdout_file,omitempty"`
-	StderrFile *FileRef   `json:"stderr_file,omitempty"`
-	Kernel     KernelInfo `json:"kernel"`
-	// ExitCode is a bash command's exit status (128+N when signal N ended
-	// it); absent for Python cells.
-	ExitCode *int `json:"exit_code,omitempty"`
-	// BackgroundThreads names the threads the run's cells started that
-	// were still running when this cell returned (Docker; wasm has no
-	// threads). Triad does not wait for them, and the cell's timeout
-	// does not stop them. Files they write later appear in the next
-	// exec's files_out; what they print after their cell returned is
-	// dropped, and what they display goes with the exec running at the
-	// time (dropped while none runs).
-	BackgroundThreads []string `json:"background_threads,omitempty"`
+	OK             bool          `json:"ok" doc:"True when the cell ran to the end without raising (for bash, exited 0)."`
+	Stdout         string        `json:"stdout" doc:"Printed output, capped; see truncated and stdout_file."`
+	Stderr         string        `json:"stderr" doc:"Error stream output, capped; see truncated and stderr_file."`
+	Display        []Bundle      `json:"display" doc:"The cell's display_data bundles in order. Images, charts and data (ChartMIME, DataMIME) are stored as run files and appear as {path, size, sha256}."`
+	Result         *Bundle       `json:"result,omitempty" doc:"The value of the cell's last expression as a MIME bundle (data[\"text/plain\"] is its repr)."`
+	Error          *ExecError    `json:"error,omitempty" doc:"Why the cell failed: kind (execution_error, timeout, kernel_died, output_limit, interrupted, or exit_code for a failed bash command), ename, evalue, traceback, message and suggestion."`
+	FilesOut       []FileRef     `json:"files_out" doc:"Files the cell created or changed in the working directory, now run files."`
+	FilesDeleted   []string      `json:"files_deleted,omitempty" doc:"Run files the cell removed."`
+	FilesRefused   []RefusedFile `json:"files_refused,omitempty" doc:"Files the cell wrote that were not stored, and why (a file larger than the kernel's disk quota, such as a sparse file whose apparent size is past it)."`
+	ExecutionCount int           `json:"execution_count" doc:"The kernel's cell counter."`
+	DurationMs     int64         `json:"duration_ms" doc:"How long the cell ran, in milliseconds."`
+	Truncated      bool          `json:"truncated" doc:"True when some text was cut at the server's cap; the full text is in stdout_file and stderr_file."`
+	StdoutFile     *FileRef      `json:"stdout_file,omitempty" doc:"The full stdout as a run file, when it was truncated."`
+	StderrFile     *FileRef      `json:"stderr_file,omitempty" doc:"The full stderr as a run file, when it was truncated."`
+	Kernel         KernelInfo    `json:"kernel" doc:"Which backend ran the cell, and whether the kernel was restarted (its variables lost) during the call."`
+	ExitCode       *int          `json:"exit_code,omitempty" doc:"A bash command's exit status (128+N when signal N ended it); absent for Python cells."`
+	// BackgroundThreads: Docker only; wasm has no threads.
+	BackgroundThreads []string `json:"background_threads,omitempty" doc:"The threads the run's cells started that were still running when this cell returned. Triad does not wait for them, and the cell's timeout does not stop them. Files they write later appear in the next exec's files_out; what they print after their cell returned is dropped, and what they display goes with the exec running at the time."`
 }
 
 // The languages of ExecRequest and Context.

@@ -27,6 +27,16 @@ type RunSetup struct {
 	// Backend and Image name the sandbox the run's cells ran in.
 	Backend string `json:"backend,omitempty"`
 	Image   string `json:"image,omitempty"`
+	// Template is the sandbox template the run's kernels start from
+	// ("default" when the run named none), and ImageDigest the engine's
+	// id of its image ("sha256:…"), when the backend reports one.
+	Template    string `json:"template,omitempty"`
+	ImageDigest string `json:"image_digest,omitempty"`
+	// Egress is the run's egress policy: its template's, narrowed when the
+	// run was created. Secrets show by host and header only. Absent, the
+	// run's sandbox reaches nothing. In a request (SetRunSetup), Egress
+	// narrows the template's policy instead.
+	Egress *EgressPolicy `json:"egress,omitempty"`
 	// Triad is the version of the server that set the run up.
 	Triad  string `json:"triad"`
 	Recipe string `json:"recipe,omitempty"`
@@ -38,8 +48,8 @@ type RunSetup struct {
 // with the original's seed and as_of unless one is given here: a replay
 // with another seed shows which files depend on it.
 type ReplayRequest struct {
-	Seed *int64  `json:"seed,omitempty"`
-	AsOf *string `json:"as_of,omitempty"`
+	Seed *int64  `json:"seed,omitempty" minimum:"0" maximum:"4294967295" doc:"The replay's seed, 0 to 2^32-1; absent keeps the original's."`
+	AsOf *string `json:"as_of,omitempty" format:"date" doc:"The replay's as-of date, YYYY-MM-DD; absent keeps the original's."`
 }
 
 // ReplayReport is a replay's answer and artifacts/reproducibility.json: per

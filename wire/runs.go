@@ -4,51 +4,78 @@ import "time"
 
 // NewRunRequest is POST /runs's optional body.
 type NewRunRequest struct {
-	// Replay answers the run's searches from its recorded citations.
-	Replay *bool `json:"replay,omitempty"`
-	// ReplayFrom copies another run's citations records and replays them.
-	ReplayFrom string `json:"replay_from,omitempty"`
-	// Seed seeds the run's kernel (random, NumPy's global generator,
-	// TRIAD_SEED); absent means 0.
-	Seed *int64 `json:"seed,omitempty"`
-	// AsOf is the run's as-of date, YYYY-MM-DD: TRIAD_AS_OF and
-	// SOURCE_DATE_EPOCH in its kernel. Absent means none (epoch 0).
-	AsOf *string `json:"as_of,omitempty"`
+	Replay     *bool  `json:"replay,omitempty" doc:"Answer the run's searches from its recorded citations instead of the web."`
+	ReplayFrom string `json:"replay_from,omitempty" format:"run-id" doc:"Copy this run's recorded citations and answer the new run's searches from them."`
+	RunSetupRequest
+}
+
+// RunSetupRequest chooses what a new run's kernel starts from: POST
+// /runs's body and MCP's run_setup.
+type RunSetupRequest struct {
+	// Seed's maximum is orchestrator.MaxSeed: NumPy's legacy generator
+	// takes 32-bit seeds.
+	Seed     *int64        `json:"seed,omitempty" minimum:"0" maximum:"4294967295" doc:"Seeds the run's kernel (Python's random, NumPy's global generator, TRIAD_SEED): 0 to 2^32-1; absent means 0."`
+	AsOf     *string       `json:"as_of,omitempty" format:"date" doc:"The run's as-of date, YYYY-MM-DD: TRIAD_AS_OF and SOURCE_DATE_EPOCH (its midnight UTC) in its kernel. Absent means none (epoch 0)."`
+	Template *string       `json:"template,omitempty" doc:"The sandbox template the run's kernels start from (GET /templates lists them); absent means default."`
+	Egress   *EgressPolicy `json:"egress,omitempty" doc:"Narrows the template's egress policy for this run, within the template's (an admin key may go beyond it); absent means the template's policy as it is."`
+}
+
+// Setup is the RunSetup the request asks for, and whether it asks for any.
+func (r RunSetupRequest) Setup() (RunSetup, bool) {
+	s := RunSetup{Egress: r.Egress}
+	if r.Seed != nil {
+		s.Seed = *r.Seed
+	}
+	if r.AsOf != nil {
+		s.AsOf = *r.AsOf
+	}
+	if r.Template != nil {
+		s.Template = *r.Template
+	}
+	return s, r.Seed != nil || r.AsOf != nil || r.Template != nil || r.Egress != nil
 }
 
 // NewRunResponse is POST /runs's answer.
 type NewRunResponse struct {
-	RunID  string `json:"run_id"`
-	Replay bool   `json:"replay"`
-	Seed   int64  `json:"seed"`
-	AsOf   string `json:"as_of,omitempty"`
+	RunID    string        `json:"run_id" doc:"The new run: send it as X-Run-Id."`
+	Replay   bool          `json:"replay" doc:"True when the run answers its searches from recorded citations."`
+	Seed     int64         `json:"seed" doc:"The run's seed."`
+	AsOf     string        `json:"as_of,omitempty" doc:"The run's as-of date."`
+	Template string        `json:"template,omitempty" doc:"The run's sandbox template."`
+	Egress   *EgressPolicy `json:"egress,omitempty" doc:"The run's egress policy; absent: it reaches nothing."`
 }
 
 // NoteRequest is cel.note's input: an operator note the next step sees.
 type NoteRequest struct {
-	Text   string `json:"text"`
-	Author string `json:"author,omitempty"`
+	Text   string `json:"text" format:"non-blank" maxBytes:"65536" doc:"The note, up to 64 KiB of UTF-8."`
+	Author string `json:"author,omitempty" maxBytes:"200" doc:"Who wrote it, up to 200 bytes."`
 }
 
 // RunView is a run as GET /runs/{id} (and MCP's run_status) report it: the
 // journal's view of every call, and the recipe run's state on top for a
 // recipe run.
 type RunView struct {
-	RunID     string       `json:"run_id"`
-	Status    string       `json:"status"`
-	Steps     []StepStatus `json:"steps"`
-	Artifacts []IndexEntry `json:"artifacts"`
+	RunID     string       `json:"run_id" doc:"The run."`
+	Status    string       `json:"status" doc:"open for a run of tool calls; queued, running, succeeded or failed for a recipe run."`
+	Steps     []StepStatus `json:"steps" doc:"One entry per tool call, in order, with the evaluator's verdict (PASS or FAIL) and score."`
+	Artifacts []IndexEntry `json:"artifacts" doc:"The run's artifact index (artifacts/index.json)."`
 	// The recipe run's fields, for a recipe run.
 	Recipe      string         `json:"recipe,omitempty"`
 	Objective   string         `json:"objective,omitempty"`
 	Error       string         `json:"error,omitempty"`
 	Resumes     int            `json:"resumes,omitempty"`
-	RecipeSteps []RecipeStep   `json:"recipe_steps,omitempty"`
+	RecipeSteps []RecipeStep   `json:"recipe_steps,omitempty" doc:"A recipe run's steps and their status."`
 	Params      map[string]any `json:"params,omitempty"`
 	Created     *time.Time     `json:"created,omitempty"`
 	Finished    *time.Time     `json:"finished,omitempty"`
 	// StartedBy is who started the run: its key and tenant.
 	StartedBy *Caller `json:"started_by,omitempty"`
+	// Template, ImageDigest and Egress are the run's sandbox: its
+	// template, the digest of the image its kernels run, and its egress
+	// policy (absent: it reaches nothing).
+	Template    string        `json:"template,omitempty"`
+	ImageDigest string        `json:"image_digest,omitempty"`
+	Egress      *EgressPolicy `json:"egress,omitempty"`
 }
 
 // StepStatus is one journaled call of a run.
@@ -73,21 +100,24 @@ type IndexEntry struct {
 // RecipeRunRequest is POST /run's body: start a recipe run, or resume one
 // by RunID.
 type RecipeRunRequest struct {
-	Recipe    string         `json:"recipe"`
-	Objective string         `json:"objective,omitempty"`
-	Params    map[string]any `json:"params,omitempty"`
-	// RunID names the run: a fresh id, or a failed or interrupted run to
-	// resume. Empty mints one.
-	RunID string `json:"run_id,omitempty"`
+	Recipe    string         `json:"recipe,omitempty" doc:"The recipe's name, e.g. market-scan (GET /recipes lists them). Required unless run_id names a recipe run to resume."`
+	Objective string         `json:"objective,omitempty" doc:"The question the run answers; it heads the recipe's report."`
+	Params    map[string]any `json:"params,omitempty" doc:"The recipe's params by name (GET /recipes/{name} shows them); absent params take their defaults."`
+	RunID     string         `json:"run_id,omitempty" format:"run-id" doc:"A fresh run id, or a failed or interrupted recipe run to resume; absent mints one. A recipe never runs in an MCP session's own run."`
+	Template  string         `json:"template,omitempty" doc:"The sandbox template the run starts from; absent means the recipe's (its front matter's template), else the default."`
 }
+
+// AtLeastOne implements wire.AtLeastOne: a recipe to start, or a run to
+// resume.
+func (RecipeRunRequest) AtLeastOne() []string { return []string{"recipe", "run_id"} }
 
 // RecipeRunStarted is POST /run's answer.
 type RecipeRunStarted struct {
-	RunID     string `json:"run_id"`
-	Status    string `json:"status"`
-	StatusURL string `json:"status_url"`
-	EventsURL string `json:"events_url"`
-	Resumes   int    `json:"resumes"`
+	RunID     string `json:"run_id" doc:"The recipe's run: pass it as X-Run-Id (HTTP) or run_id (MCP) to follow it."`
+	Status    string `json:"status" doc:"queued, running, succeeded or failed."`
+	StatusURL string `json:"status_url" doc:"The run's status (GET)."`
+	EventsURL string `json:"events_url" doc:"The run's progress, as Server-Sent Events (GET)."`
+	Resumes   int    `json:"resumes" doc:"How many times the run was resumed."`
 }
 
 // RecipeState is a recipe run as run.json records it and the run's events
@@ -142,7 +172,7 @@ type RunEvent struct {
 
 // RecipeList is GET /recipes's answer.
 type RecipeList struct {
-	Recipes []RecipeInfo `json:"recipes"`
+	Recipes []RecipeInfo `json:"recipes" doc:"The recipes, sorted by name."`
 }
 
 // RecipeInfo describes a recipe; GET /recipes/{name} fills every field.
@@ -165,6 +195,11 @@ type RecipeParam struct {
 	Default     any    `json:"default,omitempty"`
 	Required    bool   `json:"required"`
 	Description string `json:"description,omitempty"`
+	// Minimum and Maximum bound an int or float param; MaxLength a
+	// string's length, or a list's items', in characters.
+	Minimum   *float64 `json:"minimum,omitempty"`
+	Maximum   *float64 `json:"maximum,omitempty"`
+	MaxLength int      `json:"max_length,omitempty"`
 }
 
 // RecipeInput describes a recipe input file.
@@ -251,13 +286,18 @@ type RunList struct {
 // ShareRequest is POST /runs/{id}/share's body: exactly one of Path (one
 // file) and Prefix (every file under it), and how long the link lives.
 type ShareRequest struct {
-	Path   string `json:"path,omitempty"`
-	Prefix string `json:"prefix,omitempty"`
-	// TTL is the link's lifetime as a Go duration ("24h", "90m"): absent
-	// takes the server's default; present must be positive and at most
-	// the server's maximum.
-	TTL string `json:"ttl,omitempty"`
+	Path   string `json:"path,omitempty" format:"run-path" doc:"The one file the link shares."`
+	Prefix string `json:"prefix,omitempty" format:"run-prefix" minLength:"1" doc:"The link shares every file under this prefix, e.g. artifacts/."`
+	// TTL's bounds: MinShareTTL, and the server's --max-share-ttl.
+	TTL string `json:"ttl,omitempty" duration:"1m..$max-share-ttl" doc:"The link's lifetime as a Go duration (24h, 90m): at least a minute and at most the server's maximum (30 days by default); absent takes the server's default (24 h)."`
 }
+
+// MinShareTTL is the shortest a share link may live: a shorter one would
+// be dead before anyone could follow it.
+const MinShareTTL = time.Minute
+
+// ExactlyOne implements wire.ExactlyOne: one file, or a prefix.
+func (ShareRequest) ExactlyOne() []string { return []string{"path", "prefix"} }
 
 // Share is a share link: POST /runs/{id}/share's answer. URL downloads
 // the shared file (or, for a prefix, lists the shared files) without an
@@ -306,11 +346,9 @@ type KeyList struct {
 
 // NewKeyRequest is POST /keys's body.
 type NewKeyRequest struct {
-	Name string `json:"name"`
-	// Tenant defaults to "default".
-	Tenant string `json:"tenant,omitempty"`
-	// Scopes default to ["runs"].
-	Scopes []string `json:"scopes,omitempty"`
+	Name   string   `json:"name" pattern:"^[\\p{L}\\p{M}\\p{N}\\p{P}\\p{S} ]+$" maxBytes:"100" doc:"What the key is for: 1 to 100 bytes of printable characters."`
+	Tenant string   `json:"tenant,omitempty" pattern:"^[a-z0-9][a-z0-9-]{0,62}$" doc:"The tenant whose runs the key works on: 1-63 characters from [a-z0-9-], starting with a letter or digit; absent means default."`
+	Scopes []string `json:"scopes,omitempty" enum:"read|runs|admin" doc:"What the key may do: read (look), runs (call tools and start runs), admin (manage keys and see every tenant); absent means [runs]."`
 }
 
 // NewKey is POST /keys's answer: the key itself (trd_<id>_<secret>),

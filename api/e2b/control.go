@@ -1,11 +1,14 @@
 package e2b
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"slices"
 	"strconv"
@@ -15,6 +18,8 @@ import (
 	"github.com/triadhq/triad/auth"
 	"github.com/triadhq/triad/internal/fault"
 	"github.com/triadhq/triad/internal/runid"
+	"github.com/triadhq/triad/sandbox"
+	"github.com/triadhq/triad/wire"
 )
 
 // The control plane's wire types (docs/e2b-protocol.md §5). Fields the SDKs
@@ -42,6 +47,11 @@ type sandboxJSON struct {
 	ClientID        string `json:"clientID"`
 	EnvdVersion     string `json:"envdVersion"`
 	EnvdAccessToken string `json:"envdAccessToken"`
+	// TrafficAccessToken is the same token, which the code interpreter
+	// SDKs send on their context calls (E2B-Traffic-Access-Token) where
+	// they send no X-Access-Token: with it, every data-plane call carries
+	// the sandbox's credential.
+	TrafficAccessToken string `json:"trafficAccessToken"`
 }
 
 // sandboxDetailJSON is E2B's SandboxDetail and ListedSandbox.
@@ -57,8 +67,8 @@ type sandboxDetailJSON struct {
 	State       string            `json:"state"`
 	EnvdVersion string            `json:"envdVersion"`
 	Metadata    map[string]string `json:"metadata"`
-	// AllowInternetAccess is always false: the sandbox's jail has no
-	// network.
+	// AllowInternetAccess is true when the sandbox's run has an egress
+	// policy that allows something (through Triad's egress proxy).
 	AllowInternetAccess bool `json:"allowInternetAccess"`
 }
 
@@ -141,17 +151,19 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	if strings.TrimSpace(in.TemplateID) == "" {
-		return fault.New(fault.BadInput, "templateID is empty", "name a template; Triad records it and runs every template in its one sandbox image")
+		return fault.New(fault.BadInput, "templateID is empty", "name a template: base or code-interpreter-v1 (Triad's default), or one of the server's (GET /templates)")
 	}
-	// allow_internet_access is accepted either way: the Python SDK sends
-	// true on every create (docs/e2b-protocol.md §5). The jail has no
-	// network whatever it says, and getInfo reports allowInternetAccess
-	// false, so the caller can see it.
-	for name, raw := range map[string]json.RawMessage{"mcp": in.MCP, "network": in.Network, "iam": in.IAM, "volumeMounts": in.VolumeMounts} {
+	for name, raw := range map[string]json.RawMessage{"mcp": in.MCP, "iam": in.IAM, "volumeMounts": in.VolumeMounts} {
 		if len(raw) > 0 && string(raw) != "null" {
-			return fault.New(fault.Unsupported, fmt.Sprintf("Triad does not support the sandbox option %q", name),
-				"omit it; Triad's sandboxes have no network, MCP gateway or volumes")
+			// 400, a status E2B's spec documents for create (422 is
+			// not), with the kind that says why.
+			return statusError{http.StatusBadRequest, fault.New(fault.Unsupported, fmt.Sprintf("Triad does not support the sandbox option %q", name),
+				"omit it; Triad's sandboxes have no MCP gateway or volumes")}
 		}
+	}
+	setup, err := runSetupFor(in)
+	if err != nil {
+		return err
 	}
 	life, err := s.lifetime(in.Timeout)
 	if err != nil {
@@ -161,19 +173,36 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	now := time.Now().UTC()
-	owner := auth.From(r.Context())
 	sb := Sandbox{ID: runid.New(), Template: in.TemplateID, Metadata: in.Metadata, Envs: in.EnvVars,
-		TimeoutS: int64(life / time.Second), StartedAt: now, EndAt: now.Add(life), State: StateRunning, Owner: &owner}
+		TimeoutS: int64(life / time.Second), StartedAt: now, EndAt: now.Add(life), State: StateRunning}
+	// The run's sandbox is chosen here, once: an unknown template is a
+	// 400 naming the server's, network options beyond the template's
+	// egress policy a 403; checked before the run exists, so a refused
+	// create leaves nothing behind.
+	if err := s.c.Core.CheckSetup(r.Context(), sb.ID, setup); err != nil {
+		return err
+	}
 	tok, err := sb.newToken()
 	if err != nil {
 		return err
 	}
+	// The run is the caller's tenant's from here on, before its id is
+	// handed out: no later call decides it (docs/DECISIONS.md, "One owner
+	// per run").
+	if err := s.c.Core.Create(r.Context(), sb.ID); err != nil {
+		return err
+	}
+	st, err := s.c.Core.SetRunSetup(r.Context(), sb.ID, setup)
+	if err != nil {
+		return err
+	}
+	sb.Internet = st.Egress != nil
 	if err := s.reg.create(r.Context(), sb); err != nil {
 		return fault.Wrap(fault.StoreUnavailable, err, "the sandbox could not be recorded", "retry; GET /healthz shows the store's state")
 	}
 	s.log.InfoContext(r.Context(), "E2B sandbox created", "sandbox", sb.ID, "template", sb.Template, "timeout", life)
 	return writeJSON(w, http.StatusCreated, sandboxJSON{TemplateID: sb.Template, SandboxID: sb.ID.String(), ClientID: clientID,
-		EnvdVersion: EnvdVersion, EnvdAccessToken: tok})
+		EnvdVersion: EnvdVersion, EnvdAccessToken: tok, TrafficAccessToken: tok})
 }
 
 // validEnvs refuses environment variable names a process could not have.
@@ -209,7 +238,7 @@ func (s *Server) lookup(r *http.Request) (Sandbox, error) {
 		return Sandbox{}, err
 	}
 	sb, err := s.reg.get(r.Context(), id)
-	if errors.Is(err, ErrNoRecord) || err == nil && !visible(r.Context(), sb) {
+	if errors.Is(err, ErrNoRecord) || err == nil && !s.visible(r.Context(), sb) {
 		// Another tenant's sandbox is not found, as its run is.
 		return Sandbox{}, notFound(id.String())
 	}
@@ -219,14 +248,23 @@ func (s *Server) lookup(r *http.Request) (Sandbox, error) {
 	return sb, nil
 }
 
-func detail(sb Sandbox) sandboxDetailJSON {
+func detail(sb Sandbox, l sizes) sandboxDetailJSON {
 	md := sb.Metadata
 	if md == nil {
 		md = map[string]string{}
 	}
 	return sandboxDetailJSON{TemplateID: sb.Template, SandboxID: sb.ID.String(), ClientID: clientID,
-		StartedAt: sb.StartedAt, EndAt: sb.EndAt, CPUCount: 1, MemoryMB: 0, DiskSizeMB: 0,
-		State: sb.State, EnvdVersion: EnvdVersion, Metadata: md}
+		StartedAt: sb.StartedAt, EndAt: sb.EndAt, CPUCount: l.cpus, MemoryMB: l.memoryMB, DiskSizeMB: l.diskMB,
+		State: sb.State, EnvdVersion: EnvdVersion, Metadata: md, AllowInternetAccess: sb.Internet}
+}
+
+// sizes are a sandbox's resources as E2B reports them: whole CPUs (at
+// least 1), MiB of memory (at least 128, E2B's smallest sandbox: Triad's
+// kernels are never smaller than the limits allow) and MiB of disk.
+type sizes struct{ cpus, memoryMB, diskMB int }
+
+func sizesOf(l sandbox.Limits) sizes {
+	return sizes{cpus: max(1, int(math.Ceil(l.CPUs))), memoryMB: max(128, int(l.MemoryBytes>>20)), diskMB: max(0, int(l.DiskBytes>>20))}
 }
 
 func (s *Server) info(w http.ResponseWriter, r *http.Request) error {
@@ -234,7 +272,7 @@ func (s *Server) info(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	return writeJSON(w, http.StatusOK, detail(sb))
+	return writeJSON(w, http.StatusOK, detail(sb, sizesOf(s.c.Limits)))
 }
 
 func (s *Server) kill(w http.ResponseWriter, r *http.Request) error {
@@ -262,10 +300,12 @@ func (s *Server) kill(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (s *Server) setTimeout(w http.ResponseWriter, r *http.Request) error {
-	id, err := sandboxID(r)
+	// Another tenant's sandbox is not found, as for every control call.
+	sb, err := s.lookup(r)
 	if err != nil {
 		return err
 	}
+	id := sb.ID
 	var in timeoutBody
 	if err := s.decodeLoose(w, r, &in, false); err != nil {
 		return err
@@ -303,10 +343,13 @@ func (s *Server) updateErr(id runid.ID, err error) error {
 // over the same files) or extends a running one, and hands out a new
 // access token.
 func (s *Server) connect(w http.ResponseWriter, r *http.Request) error {
-	id, err := sandboxID(r)
+	// Another tenant's sandbox is not found: connect hands out an access
+	// token, the data plane's one credential.
+	cur, err := s.lookup(r)
 	if err != nil {
 		return err
 	}
+	id := cur.ID
 	var in timeoutBody
 	if err := s.decodeLoose(w, r, &in, true); err != nil {
 		return err
@@ -345,7 +388,7 @@ func (s *Server) connect(w http.ResponseWriter, r *http.Request) error {
 		s.log.InfoContext(r.Context(), "E2B sandbox resumed: its next call starts a fresh kernel over its files", "sandbox", id)
 	}
 	return writeJSON(w, status, sandboxJSON{TemplateID: sb.Template, SandboxID: sb.ID.String(), ClientID: clientID,
-		EnvdVersion: EnvdVersion, EnvdAccessToken: tok})
+		EnvdVersion: EnvdVersion, EnvdAccessToken: tok, TrafficAccessToken: tok})
 }
 
 // pauseNow is POST /sandboxes/{id}/pause: what a timeout does, now.
@@ -386,8 +429,8 @@ func (s *Server) list(w http.ResponseWriter, r *http.Request) error {
 	}
 	var out []sandboxDetailJSON
 	for _, sb := range all {
-		if visible(r.Context(), sb) && f.match(sb) {
-			out = append(out, detail(sb))
+		if f.match(sb) && s.visible(r.Context(), sb) {
+			out = append(out, detail(sb, sizesOf(s.c.Limits)))
 		}
 	}
 	if f.asc {
@@ -410,6 +453,9 @@ func (s *Server) list(w http.ResponseWriter, r *http.Request) error {
 	}
 	return writeJSON(w, http.StatusOK, out)
 }
+
+// maxListLimit is the largest page E2B's spec allows.
+const maxListLimit = 100
 
 type listFilter struct {
 	metadata url.Values
@@ -465,10 +511,11 @@ func parseListFilter(q url.Values, v1 bool) (listFilter, error) {
 	default:
 		return f, fault.New(fault.BadInput, "order is neither asc nor desc", "send order=asc or order=desc")
 	}
-	if l := q.Get("limit"); l != "" {
-		n, err := strconv.Atoi(l)
-		if err != nil || n < 0 {
-			return f, fault.Badf("send limit as a positive integer", "limit %q is not a positive integer", l)
+	if l, ok := q["limit"]; ok {
+		// E2B's spec: 1 to 100 (its default is 100, Triad's all).
+		n, err := strconv.Atoi(l[0])
+		if err != nil || n < 1 || n > maxListLimit {
+			return f, fault.Badf(fmt.Sprintf("send limit from 1 to %d, or omit it", maxListLimit), "limit %q is not from 1 to %d", l[0], maxListLimit)
 		}
 		f.limit = n
 	}
@@ -500,4 +547,76 @@ func unescape(s string) string {
 		return u
 	}
 	return s
+}
+
+// defaultTemplates are E2B's own template names, which run Triad's default
+// template.
+var defaultTemplates = map[string]bool{"base": true, "code-interpreter-v1": true}
+
+// e2bNetwork is create's network option (docs/e2b-protocol.md §5).
+type e2bNetwork struct {
+	AllowOut []string `json:"allowOut"`
+	DenyOut  []string `json:"denyOut"`
+}
+
+// allTraffic is E2B's ALL_TRAFFIC: every destination.
+const allTraffic = "0.0.0.0/0"
+
+// runSetupFor maps create's template and network options onto the run's
+// setup: base and code-interpreter-v1 are Triad's default template, any
+// other name a template of the server's. allow_internet_access false, or
+// denyOut naming all traffic with no allowOut, allows nothing; allowOut
+// narrows the template's egress policy to its names (Triad decides by
+// name: an address in allowOut is refused); other denyOut addresses are
+// refused after resolution. A name beyond the template's policy is the
+// core's 403. See docs/e2b-protocol.md §5.
+func runSetupFor(in newSandboxBody) (wire.RunSetup, error) {
+	setup := wire.RunSetup{Template: in.TemplateID}
+	if defaultTemplates[in.TemplateID] {
+		setup.Template = ""
+	}
+	var n e2bNetwork
+	if len(in.Network) > 0 && string(in.Network) != "null" {
+		dec := json.NewDecoder(bytes.NewReader(in.Network))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&n); err != nil {
+			return setup, fault.New(fault.Unsupported, "Triad reads network.allowOut and network.denyOut only: "+err.Error(),
+				"send network as {\"allowOut\": [\"pypi.org\"], \"denyOut\": [\"0.0.0.0/0\"]}")
+		}
+	}
+	if in.AllowInternetAccess != nil && !*in.AllowInternetAccess {
+		if len(n.AllowOut) > 0 {
+			return setup, fault.New(fault.BadInput, "allow_internet_access is false, and network.allowOut names destinations",
+				"drop one: allowOut allows only its names, allow_internet_access false allows nothing")
+		}
+		setup.Egress = &wire.EgressPolicy{Allow: []wire.EgressRule{}}
+		return setup, nil
+	}
+	if n.AllowOut == nil && n.DenyOut == nil {
+		return setup, nil
+	}
+	eg := &wire.EgressPolicy{}
+	for _, a := range n.AllowOut {
+		if _, err := netip.ParsePrefix(a); err == nil || isAddr(a) {
+			return setup, fault.New(fault.Unsupported, fmt.Sprintf("network.allowOut %q is an address: Triad's egress is allowed by name", a),
+				"name the host (pypi.org, *.example.com) instead; the proxy resolves it and refuses private addresses")
+		}
+		eg.Allow = append(eg.Allow, wire.EgressRule{Host: a})
+	}
+	for _, d := range n.DenyOut {
+		if d == allTraffic || d == "::/0" {
+			if eg.Allow == nil {
+				eg.Allow = []wire.EgressRule{}
+			}
+			continue
+		}
+		eg.Deny = append(eg.Deny, d)
+	}
+	setup.Egress = eg
+	return setup, nil
+}
+
+func isAddr(s string) bool {
+	_, err := netip.ParseAddr(s)
+	return err == nil
 }

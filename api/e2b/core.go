@@ -3,7 +3,9 @@ package e2b
 import (
 	"context"
 	"io"
+	"time"
 
+	"github.com/triadhq/triad/auth"
 	"github.com/triadhq/triad/internal/runid"
 	"github.com/triadhq/triad/orchestrator"
 	"github.com/triadhq/triad/tmpfs"
@@ -15,9 +17,22 @@ import (
 // methods, the one orchestration path, so it lands in the run's journal and
 // is graded. *orchestrator.Orchestrator implements it.
 type Core interface {
+	// Create starts a sandbox's run as the caller's tenant's: its owner
+	// is decided there, before the sandbox id is handed out.
+	Create(ctx context.Context, run runid.ID) error
+	// Visible checks that the caller may see a sandbox's run: another
+	// tenant's is not found.
+	Visible(ctx context.Context, run runid.ID) error
+	// Creator is who the data plane acts as: the data plane is admitted
+	// by the sandbox's access token, and calls as the run's creator.
+	Creator(ctx context.Context, run runid.ID) (auth.Principal, error)
+	// Adopt and Retire migrate the records Triad kept before the core
+	// owned every run (see Legacy).
+	Adopt(ctx context.Context, run runid.ID, p auth.Principal, created time.Time) error
+	Retire(ctx context.Context, run runid.ID) error
 	// ExecStream is sandbox.exec with the cell's output handed to on as
-	// it arrives: runCode.
-	ExecStream(ctx context.Context, run runid.ID, in wire.ExecRequest, on func(orchestrator.ExecEvent)) (wire.ExecResponse, error)
+	// it arrives: runCode, with the sandbox's envs (orchestrator.WithEnv).
+	ExecStream(ctx context.Context, run runid.ID, in wire.ExecRequest, on func(orchestrator.ExecEvent), opts ...orchestrator.CallOption) (wire.ExecResponse, error)
 	// StartCommand starts a bash command in the run's kernel container,
 	// which runs without holding the run: commands.run.
 	StartCommand(ctx context.Context, run runid.ID, in wire.ExecRequest, on func(orchestrator.ExecEvent)) (*orchestrator.Command, error)
@@ -45,6 +60,12 @@ type Core interface {
 	Stop(ctx context.Context, run runid.ID) error
 	// Limits are the body limits the surface enforces before calling.
 	Limits() orchestrator.Limits
+	// SetRunSetup records a new sandbox's run setup: its template and its
+	// egress policy (the template's, narrowed by the sandbox's network
+	// options), chosen once at create.
+	SetRunSetup(ctx context.Context, run runid.ID, s wire.RunSetup) (wire.RunSetup, error)
+	// CheckSetup validates a setup before the run is created.
+	CheckSetup(ctx context.Context, run runid.ID, s wire.RunSetup) error
 }
 
 var _ Core = (*orchestrator.Orchestrator)(nil)

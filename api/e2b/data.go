@@ -17,6 +17,7 @@ import (
 	"github.com/triadhq/triad/api/e2b/envd/filesystem/filesystemconnect"
 	"github.com/triadhq/triad/api/e2b/envd/process/processconnect"
 	"github.com/triadhq/triad/auth"
+	"github.com/triadhq/triad/internal/bodyread"
 	"github.com/triadhq/triad/internal/fault"
 	"github.com/triadhq/triad/internal/runid"
 )
@@ -55,12 +56,8 @@ func (s *Server) dataRoutes() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		sb, err := s.admit(r)
 		if err != nil {
-			if r.URL.Path == "/health" && errors.As(err, new(statusError)) {
-				// isRunning: 502 means "not running"; the SDK reads
-				// nothing else (docs/e2b-protocol.md §5).
-				s.writeError(w, r, err, 0)
-				return
-			}
+			// isRunning (/health) reads a 502 as "not running" and
+			// nothing else (docs/e2b-protocol.md §5).
 			if connectPath(r.URL.Path) {
 				s.writeConnectError(w, r, err)
 			} else {
@@ -68,16 +65,29 @@ func (s *Server) dataRoutes() http.Handler {
 			}
 			return
 		}
-		// The data plane acts as whoever created the sandbox.
-		ctx := auth.With(context.WithValue(r.Context(), sandboxKey{}, sb), sb.owner())
+		// The data plane acts as whoever created the sandbox's run, as
+		// the core records it.
+		p, err := s.c.Core.Creator(r.Context(), sb.ID)
+		if err != nil {
+			s.writeError(w, r, statusError{http.StatusBadGateway, fault.New(fault.NotFound, fmt.Sprintf("sandbox %s has no run", sb.ID),
+				"create a sandbox again; Sandbox.list shows the sandboxes")}, 0)
+			return
+		}
+		ctx := auth.With(context.WithValue(r.Context(), sandboxKey{}, sb), p)
 		mux.ServeHTTP(w, r.WithContext(ctx))
 	})
 }
 
 // admit resolves the sandbox a data-plane request names and checks it may
-// be served: it exists, it is running, and the request carries one of its
-// access tokens. An unknown or stopped sandbox is 502, which is what the
-// SDKs read as "the sandbox is not running" (docs/e2b-protocol.md §3).
+// be served: it exists, the request carries one of its access tokens, and
+// it is running. The token is the data plane's only credential: the
+// envd calls send it as X-Access-Token, the code interpreter's context
+// calls (which never send that) as E2B-Traffic-Access-Token, which create
+// and connect hand out as trafficAccessToken. A sandbox that is not here
+// and a request without one of its tokens get one answer, 502 (what the
+// SDKs read as "the sandbox is not running", docs/e2b-protocol.md §3), the
+// same byte for byte, so the data plane tells nobody which sandboxes
+// exist; only a caller with a token learns that its sandbox is paused.
 func (s *Server) admit(r *http.Request) (Sandbox, error) {
 	raw := r.Header.Get(HeaderSandboxID)
 	notRunning := func(msg, sug string) error {
@@ -89,59 +99,42 @@ func (s *Server) admit(r *http.Request) (Sandbox, error) {
 		return Sandbox{}, notRunning(fmt.Sprintf("nothing listens on port %s of sandbox %q", port, raw),
 			"Triad serves envd (49983) and the code interpreter (49999) only")
 	}
+	unknown := notRunning(fmt.Sprintf("no running sandbox %q takes this access token", raw),
+		"use the sandbox object that Sandbox.create or Sandbox.connect returned (connect hands out a fresh token); a killed sandbox is gone, but its run's journal and files stay readable through Triad's API")
 	id, err := runid.Parse(raw)
 	if err != nil {
-		return Sandbox{}, notRunning(fmt.Sprintf("sandbox %q not found", raw), "create a sandbox first; Sandbox.list shows them")
+		return Sandbox{}, unknown
 	}
 	sb, err := s.reg.get(r.Context(), id)
 	if errors.Is(err, ErrNoRecord) {
-		return sb, notRunning(fmt.Sprintf("sandbox %q not found", raw),
-			"create a sandbox first; a killed sandbox is gone, but its run's journal and files stay readable through Triad's API")
+		return sb, unknown
 	}
 	if err != nil {
 		return sb, fault.Wrap(fault.StoreUnavailable, err, "the sandbox record could not be read", "retry; GET /healthz shows the store's state")
+	}
+	if !sb.tokenOK(r.Header.Get(HeaderAccessToken)) && !sb.tokenOK(r.Header.Get(HeaderTrafficToken)) {
+		return Sandbox{}, unknown
 	}
 	if sb.State != StateRunning {
 		return sb, notRunning(fmt.Sprintf("sandbox %s is paused: it passed its timeout", id),
 			"Sandbox.connect resumes it with a fresh kernel over the same files")
 	}
-	if r.URL.Path == "/health" {
-		return sb, nil // isRunning sends the token, but health tells nothing
-	}
-	tok := r.Header.Get(HeaderAccessToken)
-	// The code interpreter's context calls never send the token
-	// (docs/e2b-protocol.md §2); every other call must.
-	if tok == "" && isContextPath(r.URL.Path) {
-		return sb, nil
-	}
-	if !sb.tokenOK(tok) {
-		msg := "X-Access-Token is missing"
-		if tok != "" {
-			msg = "X-Access-Token is not this sandbox's access token"
-		}
-		return sb, statusError{http.StatusUnauthorized, fault.New(fault.Auth, msg,
-			"use the sandbox object that Sandbox.create or Sandbox.connect returned; connect hands out a fresh token")}
-	}
 	return sb, nil
 }
 
-func isContextPath(p string) bool {
-	return p == "/contexts" || len(p) > len("/contexts/") && p[:len("/contexts/")] == "/contexts/"
-}
-
-// health answers isRunning: admit let it through, so the sandbox runs.
+// health answers isRunning: admit let it through, so the sandbox runs
+// (and the caller holds one of its tokens).
 func (s *Server) health(w http.ResponseWriter, r *http.Request) error {
 	w.WriteHeader(http.StatusNoContent)
 	return nil
 }
 
-// envs is envd's GET /envs: the sandbox's environment variables.
+// envs is envd's GET /envs. E2B's code-interpreter server reads the
+// sandbox's envs there to set them in its kernel; Triad sets them itself
+// (orchestrator.WithEnv, and a command's env), so nothing needs them, and
+// they are secrets, which no API returns: the answer is always empty.
 func (s *Server) envs(w http.ResponseWriter, r *http.Request) error {
-	e := sandboxOf(r.Context()).Envs
-	if e == nil {
-		e = map[string]string{}
-	}
-	return writeJSON(w, http.StatusOK, e)
+	return writeJSON(w, http.StatusOK, map[string]string{})
 }
 
 // fileGet is files.read: GET /files?path=, the bytes streamed from the
@@ -205,11 +198,15 @@ func (s *Server) filePost(w http.ResponseWriter, r *http.Request) error {
 		return fault.New(fault.TooLarge, fmt.Sprintf("the body is %d bytes; the limit is %d", r.ContentLength, limit),
 			"split the file, or raise --max-stream-bytes (TRIAD_MAX_STREAM_BYTES)")
 	}
-	var body io.Reader = r.Body
+	// Read under the body deadlines: a client that stalls is cut, and it
+	// never holds the sandbox's run (WriteStream stores before it locks).
+	rb := bodyread.New(w, r, s.c.Body)
+	defer rb.Close()
+	var body io.Reader = rb
 	switch enc := r.Header.Get("Content-Encoding"); enc {
 	case "", "identity":
 	case "gzip":
-		zr, err := gzip.NewReader(r.Body)
+		zr, err := gzip.NewReader(rb)
 		if err != nil {
 			return fault.Wrap(fault.BadInput, err, "the body is not gzip", "send gzip bytes with Content-Encoding: gzip, or drop the header")
 		}

@@ -29,8 +29,9 @@ import (
 	"github.com/triadhq/triad/api/e2b/envd/filesystem/filesystemconnect"
 	procpb "github.com/triadhq/triad/api/e2b/envd/process"
 	"github.com/triadhq/triad/api/e2b/envd/process/processconnect"
-	"github.com/triadhq/triad/api/e2b/tmpfsrecords"
+	"github.com/triadhq/triad/api/e2b/metarecords"
 	"github.com/triadhq/triad/auth"
+	"github.com/triadhq/triad/auth/seal"
 	"github.com/triadhq/triad/internal/runid"
 	"github.com/triadhq/triad/orchestrator/orchestratortest"
 )
@@ -54,7 +55,7 @@ func newHarness(t *testing.T) *harness {
 // st's store, so a second surface over the same stack is a restart.
 func serve(t *testing.T, st *orchestratortest.Stack) *harness {
 	t.Helper()
-	e, err := e2b.New(t.Context(), e2b.Config{Core: st.Orch, Records: tmpfsrecords.New(st.Store),
+	e, err := e2b.New(t.Context(), e2b.Config{Core: st.Orch, Records: metarecords.New(st.Store.Meta()), Sealer: sealer(t, st),
 		APIKey: apiKey, ExpiryInterval: 50 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
@@ -63,6 +64,26 @@ func serve(t *testing.T, st *orchestratortest.Stack) *harness {
 	srv := httptest.NewServer(e.Handler(api.New(api.Config{Orchestrator: st.Orch})))
 	t.Cleanup(srv.Close)
 	return &harness{url: srv.URL, stack: st, e2b: e}
+}
+
+// shorten cuts s for a failure message.
+func shorten(s string) string {
+	if len(s) > 2000 {
+		return s[:2000] + "…"
+	}
+	return s
+}
+
+// sealer is the stack's seal, with its key kept in the stack's store, as
+// triad serve keeps it: a second surface over the same store opens the
+// records the first sealed.
+func sealer(t *testing.T, st *orchestratortest.Stack) *seal.Sealer {
+	t.Helper()
+	s, err := seal.Open(t.Context(), st.Store.Meta(), seal.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
 }
 
 // codeContext is a code context as the SDKs read it.
@@ -79,6 +100,9 @@ type sandbox struct {
 	ClientID        string `json:"clientID"`
 	EnvdVersion     string `json:"envdVersion"`
 	EnvdAccessToken string `json:"envdAccessToken"`
+	// TrafficAccessToken is what the code interpreter SDKs send on
+	// their context calls.
+	TrafficAccessToken string `json:"trafficAccessToken"`
 }
 
 type errBody struct {
@@ -299,10 +323,16 @@ func TestControlPlane(t *testing.T) {
 				t.Fatalf("key %q: got %d %s, want 401 with both error shapes", key, st, b)
 			}
 		}
+		// A wrong token is answered exactly as a sandbox that is not
+		// here: the data plane tells nobody which sandboxes exist.
 		bad := sb
 		bad.EnvdAccessToken = "nope"
-		if st, _, b := h.do(t, http.MethodGet, "/files?path=x", envd(bad), nil); st != 401 {
-			t.Fatalf("wrong access token: got %d %s, want 401", st, b)
+		st, _, wrong := h.do(t, http.MethodGet, "/files?path=x", envd(bad), nil)
+		unknown := bad
+		unknown.SandboxID = "r-nope"
+		st2, _, none := h.do(t, http.MethodGet, "/files?path=x", envd(unknown), nil)
+		if st != 502 || st2 != 502 || strings.ReplaceAll(string(wrong), sb.SandboxID, "r-nope") != string(none) {
+			t.Fatalf("wrong access token: got %d %s; unknown sandbox: %d %s; want the same 502", st, wrong, st2, none)
 		}
 	})
 
@@ -530,8 +560,8 @@ func TestFiles(t *testing.T) {
 		}
 		delete(hdr, "X-Access-Token")
 		st, _, b = h.do(t, http.MethodPost, "/filesystem.Filesystem/Stat", hdr, strings.NewReader(`{"path": "a"}`))
-		if st != 401 || !strings.Contains(string(b), `"unauthenticated"`) {
-			t.Errorf("no token: got %d %s, want 401 unauthenticated", st, b)
+		if st != 502 || !strings.Contains(string(b), `"unavailable"`) {
+			t.Errorf("no token: got %d %s, want 502 unavailable, as for a sandbox that is not here", st, b)
 		}
 	})
 }
@@ -605,6 +635,47 @@ func TestExecute(t *testing.T) {
 		_, lines = h.execute(t, sb, map[string]any{"code": "import os\nos.environ.get('CALL_VAR')"})
 		if r := find(lines, "result"); len(r) != 0 {
 			t.Fatalf("a per-call env outlived its call: %v", lines)
+		}
+		// The values are secrets: no API returns them, and neither the
+		// journal, the trace, the kept sources of the cells nor the
+		// sandbox's record holds them in plain text.
+		if st, _, b := h.do(t, http.MethodGet, "/envs", envd(sb), nil); st != 200 || strings.TrimSpace(string(b)) != "{}" {
+			t.Errorf("GET /envs: got %d %s, want {}", st, b)
+		}
+		run := runid.Must(sb.SandboxID)
+		st := h.stack.Store
+		tr, err := h.stack.Orch.Trace(t.Context(), run)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var kept []string
+		for _, r := range tr {
+			if !r.CodeSHA256.IsZero() {
+				rd, err := st.OpenBlob(t.Context(), r.CodeSHA256)
+				if err != nil {
+					t.Fatal(err)
+				}
+				b, _ := io.ReadAll(rd)
+				rd.Close()
+				kept = append(kept, string(b))
+			}
+		}
+		files, _ := st.List(t.Context(), run, "")
+		for _, f := range files {
+			b, _, _ := st.ReadAll(t.Context(), run, f.Path)
+			kept = append(kept, string(b))
+		}
+		recs, err := metarecords.New(st.Meta()).All(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range recs {
+			kept = append(kept, string(r))
+		}
+		for _, k := range kept {
+			if strings.Contains(k, "from-create") || strings.Contains(k, "per-call") {
+				t.Errorf("an env's value is kept in plain text:\n%s", shorten(k))
+			}
 		}
 	})
 
@@ -702,7 +773,13 @@ func TestExecute(t *testing.T) {
 
 	t.Run("contexts", func(t *testing.T) {
 		hdr := interp(sb)
-		delete(hdr, "X-Access-Token") // the SDK sends none for contexts
+		// The SDKs send no X-Access-Token for contexts, but the traffic
+		// token create handed out; without either, no answer.
+		delete(hdr, "X-Access-Token")
+		if st, _, b := h.do(t, http.MethodGet, "/contexts", hdr, nil); st != 502 {
+			t.Fatalf("list without a token: got %d %s, want 502", st, b)
+		}
+		hdr["E2B-Traffic-Access-Token"] = sb.TrafficAccessToken
 		st, _, b := h.do(t, http.MethodGet, "/contexts", hdr, nil)
 		if st != 200 || !strings.Contains(string(b), `"default"`) {
 			t.Fatalf("list: got %d %s", st, b)
@@ -959,16 +1036,14 @@ func TestLifecycle(t *testing.T) {
 	}
 
 	// A restarted surface over the same store knows the sandbox, and a
-	// damaged record (the reserved run is reachable through Triad's own
-	// API) costs only itself.
-	st, _, b := h.do(t, http.MethodPost, "/tmp/write", map[string]string{"X-Run-Id": tmpfsrecords.Run, "Content-Type": "application/json"},
-		strings.NewReader(`{"path": "sandboxes/r-broken.json", "text": "{not json"}`))
-	if st != 200 {
-		t.Fatalf("writing a damaged record: got %d %s", st, b)
+	// damaged record (written straight into the store's records: no tool
+	// reaches them) costs only itself.
+	if err := metarecords.New(h.stack.Store.Meta()).Put(t.Context(), runid.Must("r-broken"), []byte("{not json")); err != nil {
+		t.Fatal(err)
 	}
 	h.e2b.Close()
 	h2 := serve(t, h.stack)
-	st, b = h2.control(t, http.MethodPost, "/v2/sandboxes/"+sb.SandboxID+"/connect", map[string]any{"timeout": 300})
+	st, b := h2.control(t, http.MethodPost, "/v2/sandboxes/"+sb.SandboxID+"/connect", map[string]any{"timeout": 300})
 	var c sandbox
 	json.Unmarshal(b, &c)
 	if st != 201 || c.EnvdAccessToken == "" {
@@ -1014,7 +1089,7 @@ func TestAuthorize(t *testing.T) {
 		"trd_a": {KeyID: "a", Tenant: "tenant-a", Scopes: []auth.Scope{auth.Runs}},
 		"trd_b": {KeyID: "b", Tenant: "tenant-b", Scopes: []auth.Scope{auth.Runs}},
 	}
-	e, err := e2b.New(t.Context(), e2b.Config{Core: st.Orch, Records: tmpfsrecords.New(st.Store),
+	e, err := e2b.New(t.Context(), e2b.Config{Core: st.Orch, Records: metarecords.New(st.Store.Meta()),
 		Authorize: func(r *http.Request) (auth.Principal, bool) {
 			p, ok := tenants[r.Header.Get(e2b.HeaderAPIKey)]
 			return p, ok

@@ -1,18 +1,15 @@
 package e2b
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"maps"
 	"net/http"
 	"slices"
 	"strings"
 	"sync"
 	"time"
-	"unicode/utf8"
 
 	"github.com/triadhq/triad/internal/fault"
 	"github.com/triadhq/triad/internal/runid"
@@ -98,11 +95,10 @@ func (s *Server) execute(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	code := *in.Code
-	if len(sb.Envs) > 0 || len(in.EnvVars) > 0 {
-		if code, err = withEnvs(lang, sb.Envs, in.EnvVars, code); err != nil {
-			return err
-		}
-	}
+	// The sandbox's envs are set once per interpreter, the call's for this
+	// cell only; their values go to the kernel in Triad's setup cells, so
+	// neither the cell's kept source nor its journal ever holds them.
+	env := orchestrator.WithEnv(orchestrator.CellEnv{Kernel: sb.Envs, Call: in.EnvVars})
 	ctx := r.Context()
 	w.Header().Set("Content-Type", "application/x-ndjson")
 	w.WriteHeader(http.StatusOK)
@@ -136,7 +132,7 @@ func (s *Server) execute(w http.ResponseWriter, r *http.Request) error {
 			case wire.EventResult:
 				lw.line(liveResult(e.Data, true))
 			}
-		})
+		}, env)
 	if err != nil {
 		fe, _ := classify(err)
 		lw.line(errorLine{Type: "error", Name: string(fe.Kind), Value: sdkMessage(fe), Traceback: ""})
@@ -144,9 +140,6 @@ func (s *Server) execute(w http.ResponseWriter, r *http.Request) error {
 		return nil
 	}
 	writeEnd(lw, out)
-	if len(in.EnvVars) > 0 {
-		s.resetEnvs(context.WithoutCancel(ctx), sb, lang, ctxID, in.EnvVars)
-	}
 	return nil
 }
 
@@ -283,163 +276,6 @@ func liveResult(data map[string]json.RawMessage, main bool) map[string]any {
 	return out
 }
 
-// withEnvs prefixes code, a cell in lang, with the sandbox's and the call's
-// environment variables, set as E2B's server sets them: the sandbox's once
-// per Python interpreter (a marker survives until it restarts) and before
-// every cell in the other languages, the call's every time; resetEnvs undoes
-// the call's after the cell. The first line is a comment that repeats the
-// cell's own first line, so the journal's code summary shows the cell and
-// never a value.
-func withEnvs(lang string, sandbox, call map[string]string, code string) (string, error) {
-	first, _, _ := strings.Cut(strings.TrimSpace(code), "\n")
-	first = shorten(first, 80)
-	comment := "# " + first + "  [e2b: environment variables set first, values not journaled]\n"
-	if lang != wire.LanguagePython {
-		all := maps.Clone(sandbox)
-		if all == nil {
-			all = map[string]string{}
-		}
-		maps.Copy(all, call)
-		if lang == wire.LanguageJavaScript || lang == wire.LanguageTypeScript {
-			comment = "//" + comment[1:]
-		}
-		return comment + setEnvs(lang, all, nil) + code, nil
-	}
-	sj, err := pyJSON(sandbox)
-	if err != nil {
-		return "", err
-	}
-	cj, err := pyJSON(call)
-	if err != nil {
-		return "", err
-	}
-	return comment + "exec(" + pyStr(fmt.Sprintf(envPrelude, sj, cj)) + ")\n" + code, nil
-}
-
-// setEnvs is code in lang (not Python) that sets the variables in set and
-// removes those in unset, one line, printing nothing.
-func setEnvs(lang string, set map[string]string, unset []string) string {
-	keys := slices.Sorted(maps.Keys(set))
-	var b strings.Builder
-	switch lang {
-	case wire.LanguageR:
-		if len(keys) > 0 {
-			b.WriteString("invisible(Sys.setenv(")
-			for i, k := range keys {
-				if i > 0 {
-					b.WriteString(", ")
-				}
-				fmt.Fprintf(&b, "%s = %s", pyStr(k), pyStr(set[k]))
-			}
-			b.WriteString("))")
-		}
-		if len(unset) > 0 {
-			if b.Len() > 0 {
-				b.WriteString("; ")
-			}
-			b.WriteString("invisible(Sys.unsetenv(c(")
-			for i, k := range unset {
-				if i > 0 {
-					b.WriteString(", ")
-				}
-				b.WriteString(pyStr(k))
-			}
-			b.WriteString(")))")
-		}
-	case wire.LanguageJavaScript, wire.LanguageTypeScript:
-		for _, k := range keys {
-			fmt.Fprintf(&b, "Deno.env.set(%s, %s); ", pyStr(k), pyStr(set[k]))
-		}
-		for _, k := range unset {
-			fmt.Fprintf(&b, "Deno.env.delete(%s); ", pyStr(k))
-		}
-	case wire.LanguageBash:
-		for _, k := range keys {
-			fmt.Fprintf(&b, "export %s=%s; ", shQuote(k), shQuote(set[k]))
-		}
-		for _, k := range unset {
-			fmt.Fprintf(&b, "unset %s; ", shQuote(k))
-		}
-	}
-	return b.String() + "\n"
-}
-
-// shQuote quotes s for bash as one word.
-func shQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
-
-// envPrelude is run by exec so that the cell's own code keeps its line
-// count short of one (the exec line) and no helper name leaks.
-const envPrelude = `import json as __e2b_json, os as __e2b_os
-if not globals().get("__e2b_envs_set"):
-    __e2b_os.environ.update(__e2b_json.loads(%s))
-    __e2b_envs_set = True
-__e2b_os.environ.update(__e2b_json.loads(%s))
-del __e2b_json, __e2b_os`
-
-// pyJSON returns m as JSON inside a Python string literal.
-func pyJSON(m map[string]string) (string, error) {
-	if m == nil {
-		m = map[string]string{}
-	}
-	b, err := json.Marshal(m)
-	if err != nil {
-		return "", err
-	}
-	return pyStr(string(b)), nil
-}
-
-// pyStr quotes s as a Python string literal: a JSON string is one (Go
-// escapes every control character, and <, > and & as \u escapes, all of
-// which Python reads the same way). R and JavaScript read it alike.
-func pyStr(s string) string {
-	b, _ := json.Marshal(s) // a string always marshals
-	return string(b)
-}
-
-// resetEnvs restores, after a cell, the variables the call set: to the
-// sandbox's value, or unset. It is its own sandbox.exec, as E2B's server
-// resets them in a separate execution.
-func (s *Server) resetEnvs(ctx context.Context, sb Sandbox, lang, ctxID string, call map[string]string) {
-	restore := map[string]string{}
-	var unset []string
-	for k := range call {
-		if v, ok := sb.Envs[k]; ok {
-			restore[k] = v
-		} else {
-			unset = append(unset, k)
-		}
-	}
-	slices.Sort(unset)
-	var code string
-	if lang != wire.LanguagePython {
-		comment := "# e2b: reset this call's environment variables\n"
-		if lang == wire.LanguageJavaScript || lang == wire.LanguageTypeScript {
-			comment = "//" + comment[1:]
-		}
-		code = comment + setEnvs(lang, restore, unset)
-	} else {
-		rj, err := pyJSON(restore)
-		if err != nil {
-			return
-		}
-		uj, err := json.Marshal(unset)
-		if err != nil {
-			return
-		}
-		code = "# e2b: reset this call's environment variables\n" +
-			"exec(" + pyStr(fmt.Sprintf(envReset, rj, uj)) + ")\n"
-	}
-	if _, err := s.c.Core.ExecStream(ctx, sb.ID, wire.ExecRequest{Code: code, Language: lang, Context: ctxID}, nil); err != nil {
-		s.log.ErrorContext(ctx, "reset per-call environment variables", "sandbox", sb.ID, "err", err)
-	}
-}
-
-const envReset = `import json as __e2b_json, os as __e2b_os
-__e2b_os.environ.update(__e2b_json.loads(%s))
-for __e2b_k in %s:
-    __e2b_os.environ.pop(__e2b_k, None)
-del __e2b_json, __e2b_os`
-
 // context returns the sandbox's run's code context id.
 func (s *Server) context(run runid.ID, id string) (wire.Context, bool) {
 	for _, c := range s.c.Core.Contexts(run) {
@@ -534,17 +370,6 @@ func (s *Server) contextRemove(w http.ResponseWriter, r *http.Request) error {
 	}
 	w.WriteHeader(http.StatusOK)
 	return nil
-}
-
-// shorten cuts s to at most n bytes on a rune boundary, marking the cut.
-func shorten(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	for n > 0 && !utf8.RuneStart(s[n]) {
-		n--
-	}
-	return s[:n] + "…"
 }
 
 // seconds is d as the wire's optional timeout_s.

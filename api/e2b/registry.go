@@ -33,32 +33,96 @@ const (
 const maxTokens = 32
 
 // Sandbox is what the surface keeps about one E2B sandbox. Its ID is the
-// run id. Access tokens are kept only as sha256 digests, so a record at rest
-// grants nothing.
+// run id, and the run's owner, which the core alone decides, is the
+// sandbox's: the surface keeps no owner of its own. Access tokens are kept
+// only as sha256 digests, so a record at rest grants nothing; the envs are
+// kept sealed (see record).
 type Sandbox struct {
-	ID        runid.ID          `json:"id"`
-	Template  string            `json:"template"`
-	Metadata  map[string]string `json:"metadata,omitempty"`
-	Envs      map[string]string `json:"envs,omitempty"`
-	TimeoutS  int64             `json:"timeout_s"`
-	StartedAt time.Time         `json:"started_at"`
-	EndAt     time.Time         `json:"end_at"`
-	State     string            `json:"state"`
+	ID        runid.ID
+	Template  string
+	Metadata  map[string]string
+	Envs      map[string]string
+	TimeoutS  int64
+	StartedAt time.Time
+	EndAt     time.Time
+	State     string
 	// TokenSHA256 are the hex sha256 digests of the envd access tokens
 	// create and connect handed out, newest last.
-	TokenSHA256 []string `json:"token_sha256"`
-	// Owner is who created the sandbox (never a key's secret): its tenant
-	// owns the sandbox, and its data plane acts as it. Nil in records made
-	// before owners, which are the operator's.
-	Owner *auth.Principal `json:"owner,omitempty"`
+	TokenSHA256 []string
+	// Internet is true when the sandbox's run has an egress policy that
+	// allows something: getInfo's allowInternetAccess.
+	Internet bool
 }
 
-// owner returns who the sandbox acts as.
-func (s Sandbox) owner() auth.Principal {
-	if s.Owner == nil {
-		return auth.Operator
+// record is a Sandbox as Records keep it: the envs, which are secrets,
+// sealed for the sandbox's id (Config.Sealer), never in plain text.
+type record struct {
+	ID          runid.ID          `json:"id"`
+	Template    string            `json:"template"`
+	Metadata    map[string]string `json:"metadata,omitempty"`
+	EnvsSealed  string            `json:"envs_sealed,omitempty"`
+	TimeoutS    int64             `json:"timeout_s"`
+	StartedAt   time.Time         `json:"started_at"`
+	EndAt       time.Time         `json:"end_at"`
+	State       string            `json:"state"`
+	TokenSHA256 []string          `json:"token_sha256"`
+	Internet    bool              `json:"internet,omitempty"`
+}
+
+// legacyRecord is a record as Triad kept it before the core owned every
+// run (in the reserved run tmpfsrecords reads): the owner beside the envs,
+// in plain text. Only the migration reads it.
+type legacyRecord struct {
+	ID          runid.ID          `json:"id"`
+	Template    string            `json:"template"`
+	Metadata    map[string]string `json:"metadata,omitempty"`
+	Envs        map[string]string `json:"envs,omitempty"`
+	TimeoutS    int64             `json:"timeout_s"`
+	StartedAt   time.Time         `json:"started_at"`
+	EndAt       time.Time         `json:"end_at"`
+	State       string            `json:"state"`
+	TokenSHA256 []string          `json:"token_sha256"`
+	Owner       *auth.Principal   `json:"owner,omitempty"`
+}
+
+// Sealer seals the envs a record keeps; auth/seal implements it.
+type Sealer interface {
+	Seal(plain, ad []byte) (string, error)
+	Open(sealed string, ad []byte) ([]byte, error)
+}
+
+func (g *registry) encode(s Sandbox) ([]byte, error) {
+	r := record{ID: s.ID, Template: s.Template, Metadata: s.Metadata, TimeoutS: s.TimeoutS, StartedAt: s.StartedAt,
+		EndAt: s.EndAt, State: s.State, TokenSHA256: s.TokenSHA256, Internet: s.Internet}
+	if len(s.Envs) > 0 {
+		b, err := json.Marshal(s.Envs)
+		if err != nil {
+			return nil, err
+		}
+		if r.EnvsSealed, err = g.seal.Seal(b, []byte(s.ID.String())); err != nil {
+			return nil, err
+		}
 	}
-	return *s.Owner
+	return json.Marshal(r)
+}
+
+func (g *registry) decode(b []byte) (Sandbox, error) {
+	var r record
+	if err := json.Unmarshal(b, &r); err != nil {
+		return Sandbox{}, err
+	}
+	s := Sandbox{ID: r.ID, Template: r.Template, Metadata: r.Metadata, TimeoutS: r.TimeoutS, StartedAt: r.StartedAt,
+		EndAt: r.EndAt, State: r.State, TokenSHA256: r.TokenSHA256, Internet: r.Internet}
+	if r.EnvsSealed != "" {
+		plain, err := g.seal.Open(r.EnvsSealed, []byte(r.ID.String()))
+		if err != nil {
+			return Sandbox{}, fmt.Errorf("open the sandbox's envs: %w", err)
+		}
+		if err := json.Unmarshal(plain, &s.Envs); err != nil {
+			return Sandbox{}, err
+		}
+	}
+	return s, nil
 }
 
 func (s Sandbox) clone() Sandbox {
@@ -108,7 +172,8 @@ var ErrNoRecord = errors.New("e2b: no such sandbox record")
 
 // Records persists sandbox records, so that a restarted server (or another
 // replica sharing the store) knows every sandbox. Implementations are safe
-// for concurrent use: MemRecords in memory, tmpfsrecords in Triad's store.
+// for concurrent use: MemRecords in memory, metarecords in the store's
+// records beside keys and share links, where no tool reaches.
 type Records interface {
 	// Put stores the record of sandbox id, replacing any earlier one.
 	Put(ctx context.Context, id runid.ID, b []byte) error
@@ -176,13 +241,14 @@ func (m *MemRecords) All(context.Context) ([][]byte, error) {
 // created by another replica is found.
 type registry struct {
 	recs Records
+	seal Sealer
 	log  *slog.Logger
 	mu   sync.Mutex
 	m    map[runid.ID]Sandbox
 }
 
-func newRegistry(ctx context.Context, recs Records, log *slog.Logger) (*registry, error) {
-	g := &registry{recs: recs, log: log, m: map[runid.ID]Sandbox{}}
+func newRegistry(ctx context.Context, recs Records, seal Sealer, log *slog.Logger) (*registry, error) {
+	g := &registry{recs: recs, seal: seal, log: log, m: map[runid.ID]Sandbox{}}
 	all, err := recs.All(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("load sandbox records: %w", err)
@@ -195,13 +261,15 @@ func newRegistry(ctx context.Context, recs Records, log *slog.Logger) (*registry
 	return g, nil
 }
 
-// parse decodes a record. One that does not decode to a valid sandbox is
-// logged and skipped, so a damaged record costs that sandbox, never the
-// server.
+// parse decodes a record. One that does not decode to a valid sandbox
+// (damaged, or its envs sealed under another key) is logged and skipped,
+// so a damaged record costs that sandbox, never the server.
 func (g *registry) parse(ctx context.Context, b []byte) (Sandbox, bool) {
-	var s Sandbox
-	if err := json.Unmarshal(b, &s); err != nil || s.ID.String() == "" || (s.State != StateRunning && s.State != StatePaused) {
-		g.log.ErrorContext(ctx, "skipping a damaged E2B sandbox record", "err", err, "record", shorten(string(b), 200))
+	s, err := g.decode(b)
+	if err != nil || s.ID.String() == "" || (s.State != StateRunning && s.State != StatePaused) {
+		var r record
+		json.Unmarshal(b, &r) // for the log: the record's id, never its envs
+		g.log.ErrorContext(ctx, "skipping a damaged E2B sandbox record", "err", err, "sandbox", r.ID)
 		return s, false
 	}
 	return s, true
@@ -253,7 +321,7 @@ func (g *registry) update(ctx context.Context, id runid.ID, fn func(*Sandbox) er
 }
 
 func (g *registry) putLocked(ctx context.Context, s Sandbox) error {
-	b, err := json.Marshal(s)
+	b, err := g.encode(s)
 	if err != nil {
 		return err
 	}

@@ -2,6 +2,7 @@ package e2b
 
 import (
 	"context"
+	"crypto/rand"
 	"crypto/subtle"
 	"encoding/json"
 	"errors"
@@ -17,8 +18,11 @@ import (
 	"github.com/triadhq/triad/api/e2b/envd/filesystem/filesystemconnect"
 	"github.com/triadhq/triad/api/e2b/envd/process/processconnect"
 	"github.com/triadhq/triad/auth"
+	"github.com/triadhq/triad/auth/seal"
+	"github.com/triadhq/triad/internal/bodyread"
 	"github.com/triadhq/triad/internal/fault"
 	"github.com/triadhq/triad/internal/runid"
+	"github.com/triadhq/triad/sandbox"
 	"github.com/triadhq/triad/wire"
 )
 
@@ -27,7 +31,10 @@ const (
 	HeaderSandboxID   = "E2b-Sandbox-Id"
 	HeaderSandboxPort = "E2b-Sandbox-Port"
 	HeaderAccessToken = "X-Access-Token"
-	HeaderAPIKey      = "X-Api-Key"
+	// HeaderTrafficToken carries the sandbox's token on the code
+	// interpreter's context calls, which send no X-Access-Token.
+	HeaderTrafficToken = "E2b-Traffic-Access-Token"
+	HeaderAPIKey       = "X-Api-Key"
 )
 
 // The in-sandbox ports the data plane serves.
@@ -48,6 +55,12 @@ type Config struct {
 	Core Core
 	// Records persists sandbox records; nil keeps them in memory only.
 	Records Records
+	// Sealer seals the envs records keep; nil seals them under a key drawn
+	// for this process, which suits records kept in memory only.
+	Sealer Sealer
+	// Legacy, when set, holds records as Triad kept them before they moved
+	// out of the runs; New moves them into Records (see migrate).
+	Legacy Legacy
 	// APIKey is the X-API-Key the control plane demands; empty leaves it
 	// open, as Triad's own API is on loopback. The SDKs insist on sending
 	// some key, so an open server accepts any. Used when Authorize is nil.
@@ -64,7 +77,13 @@ type Config struct {
 	MaxTimeout time.Duration
 	// ExpiryInterval is how often sandboxes past their end are paused (1 s).
 	ExpiryInterval time.Duration
-	Logger         *slog.Logger
+	// Limits are the kernels' limits (--memory, --cpus, --disk), which
+	// getInfo and list report as cpuCount, memoryMB and diskSizeMB.
+	Limits sandbox.Limits
+	// Body sets the deadlines an upload's body is read under (its
+	// progress and its whole; see internal/bodyread).
+	Body   bodyread.Config
+	Logger *slog.Logger
 }
 
 // Server is the E2B surface.
@@ -100,7 +119,23 @@ func New(ctx context.Context, c Config) (*Server, error) {
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
-	reg, err := newRegistry(ctx, c.Records, c.Logger)
+	if c.Sealer == nil {
+		key := make([]byte, 32)
+		if _, err := rand.Read(key); err != nil {
+			return nil, err
+		}
+		s, err := seal.New(key)
+		if err != nil {
+			return nil, err
+		}
+		c.Sealer = s
+	}
+	if c.Legacy != nil {
+		if err := migrate(ctx, c); err != nil {
+			return nil, err
+		}
+	}
+	reg, err := newRegistry(ctx, c.Records, c.Sealer, c.Logger)
 	if err != nil {
 		return nil, err
 	}
@@ -283,6 +318,10 @@ func classify(err error) (*fault.Error, int) {
 	default:
 		fe = fault.Wrap(fault.Internal, err, "internal error", "retry; if it persists, report it with the server log")
 	}
+	if fe.Kind == fault.BodyTimeout {
+		// E2B's spec documents 400, not 408, for an upload it refuses.
+		return fe, http.StatusBadRequest
+	}
 	return fe, fault.Status(fe.Kind)
 }
 
@@ -316,11 +355,10 @@ func (s *Server) authorize(r *http.Request) (auth.Principal, bool) {
 	return auth.Operator, subtle.ConstantTimeCompare([]byte(r.Header.Get(HeaderAPIKey)), []byte(s.c.APIKey)) == 1
 }
 
-// visible reports whether the caller may see sandbox sb: its own tenant's,
-// or any for an admin.
-func visible(ctx context.Context, sb Sandbox) bool {
-	p := auth.From(ctx)
-	return p.Has(auth.Admin) || sb.owner().Tenant == p.Tenant
+// visible reports whether the caller may see sandbox sb: the core, which
+// owns the sandbox's run, decides (its own tenant's, or any for an admin).
+func (s *Server) visible(ctx context.Context, sb Sandbox) bool {
+	return s.c.Core.Visible(ctx, sb.ID) == nil
 }
 
 func authError(what string) statusError {

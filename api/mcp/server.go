@@ -86,7 +86,7 @@ func New(c Config) *Server {
 		// server's own log, not to clients.
 		Capabilities: &sdk.ServerCapabilities{Tools: &sdk.ToolCapabilities{}},
 	})
-	s.mcp.AddReceivingMiddleware(s.refusedArguments)
+	s.mcp.AddReceivingMiddleware(s.refusedArguments, s.startSession)
 	s.addTools()
 	timeout := c.SessionTimeout
 	if timeout < 0 {
@@ -121,13 +121,15 @@ func (s *Server) Handler() http.Handler {
 		return &mcpauth.TokenInfo{UserID: p.KeyID, Scopes: scopeNames(p), Extra: map[string]any{principalKey: p}}, nil
 	}, &mcpauth.RequireBearerTokenOptions{AllowMissingExpiration: true})(s.http)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ew := &errorBodies{ResponseWriter: w}
+		defer ew.finish()
 		if r.Header.Get("Authorization") == "" {
 			// No key: the API let the request through as the operator (a
 			// server with authentication off, or open on loopback).
-			s.http.ServeHTTP(w, r)
+			s.http.ServeHTTP(ew, r)
 			return
 		}
-		bearer.ServeHTTP(w, r)
+		bearer.ServeHTTP(ew, r)
 	})
 }
 
@@ -194,6 +196,36 @@ func (s *Server) Close() error {
 	return errors.Join(errs...)
 }
 
+// startSession creates a session's run when the session starts
+// (initialize), as a run of the caller who opened it, so that the run is
+// that caller's tenant's before its id can be named anywhere
+// (docs/DECISIONS.md, "One owner per run"). A run that cannot be created
+// then (the runs-per-hour quota) is created at the session's first call,
+// the way any fresh id is, and that call says why it cannot.
+func (s *Server) startSession(next sdk.MethodHandler) sdk.MethodHandler {
+	return func(ctx context.Context, method string, req sdk.Request) (sdk.Result, error) {
+		res, err := next(ctx, method, req)
+		if err != nil || method != "initialize" {
+			return res, err
+		}
+		ss, ok := req.GetSession().(*sdk.ServerSession)
+		if !ok {
+			return res, nil
+		}
+		p := auth.Operator
+		if ex := req.GetExtra(); ex != nil && ex.TokenInfo != nil {
+			if tp, ok := ex.TokenInfo.Extra[principalKey].(auth.Principal); ok {
+				p = tp
+			}
+		}
+		run := s.sessionRunOf(ss)
+		if err := s.orch.Create(auth.With(context.WithoutCancel(ctx), p), run); err != nil {
+			s.log.WarnContext(ctx, "create an MCP session's run; its first call will", "run", run, "err", err)
+		}
+		return res, nil
+	}
+}
+
 // run resolves the run a call works in: the run_id argument when given,
 // else the session's run.
 func (s *Server) run(req *sdk.CallToolRequest, arg string) (runid.ID, error) {
@@ -206,16 +238,20 @@ func (s *Server) run(req *sdk.CallToolRequest, arg string) (runid.ID, error) {
 		}
 		return id, nil
 	}
-	ss := req.Session
+	return s.sessionRunOf(req.Session), nil
+}
+
+// sessionRunOf is a session's run.
+func (s *Server) sessionRunOf(ss *sdk.ServerSession) runid.ID {
 	if id := ss.ID(); id != "" {
-		return sessionRun(id), nil
+		return sessionRun(id)
 	}
 	// A session without an id is a stdio (or in-memory) connection: one
 	// connection, one fresh run, for as long as it lasts.
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if id, ok := s.anon[ss]; ok {
-		return id, nil
+		return id
 	}
 	id := runid.Must("mcp-" + uuid.NewString())
 	s.anon[ss] = id
@@ -226,7 +262,7 @@ func (s *Server) run(req *sdk.CallToolRequest, arg string) (runid.ID, error) {
 		s.mu.Unlock()
 	}()
 	s.log.Info("mcp session started", "run", id)
-	return id, nil
+	return id
 }
 
 // sessionRun derives a session's run id from its Mcp-Session-Id: the same

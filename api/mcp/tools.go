@@ -29,15 +29,15 @@ const (
 	ToolRecipe      = "recipe_run"
 	ToolRecipes     = "recipe_list"
 	ToolRunStatus   = "run_status"
+	ToolRunSetup    = "run_setup"
 	metaRunID       = "triad/run_id"
-	runIDDesc       = "Optional: the run to work in, 1-64 characters from [A-Za-z0-9._-]. Omit it to use this MCP session's run; name another run to read or continue it (its kernel, files and journal)."
 	wildcardExplain = "(abridged; … stands for any value)"
 )
 
 // runArg is the optional run_id argument every run-scoped tool takes. It
 // stands in for the HTTP API's X-Run-Id header.
 type runArg struct {
-	RunID string `json:"run_id,omitempty"`
+	RunID string `json:"run_id,omitempty" format:"run-id" doc:"The run to work in, 1-64 characters from [A-Za-z0-9._-]. Absent, this MCP session's run; name another run to read or continue it (its kernel, files and journal)."`
 }
 
 // The tools' arguments: the HTTP API's request types plus run_id.
@@ -55,16 +55,19 @@ type (
 		runArg
 	}
 	pathArgs struct {
-		Path string `json:"path"`
+		wire.PathRequest
 		runArg
 	}
 	listArgs struct {
-		Prefix string `json:"prefix,omitempty"`
+		wire.ListRequest
 		runArg
 	}
 	noteArgs struct {
-		Text   string `json:"text"`
-		Author string `json:"author,omitempty"`
+		wire.NoteRequest
+		runArg
+	}
+	setupArgs struct {
+		wire.RunSetupRequest
 		runArg
 	}
 )
@@ -115,6 +118,10 @@ var examples = map[string]example{
 		Args:   `{}`,
 		Answer: `{"recipes": [{"name": "…", "title": "…", "description": "…", "backend": "…", "origin": "standard"}]}`,
 	},
+	ToolRunSetup: {
+		Args:   `{"template": "default", "seed": 7}`,
+		Answer: `{"run_id": "…", "seed": 7, "seed_from": "param", "as_of": "", "as_of_from": "none given", "source_date_epoch": 0, "python_hash_seed": 0, "triad": "…", "template": "default"}`,
+	},
 	ToolRunStatus: {
 		Args:   `{}`,
 		Answer: `{"run_id": "…", "status": "open", "steps": [{"step": 1, "tool": "tmp.write", "ok": true, "evaluation": "…", "score": "…", "duration_ms": "…"}], "artifacts": "…"}`,
@@ -159,55 +166,6 @@ func jsonText(v any) (*sdk.TextContent, error) {
 
 func ptr[T any](v T) *T { return &v }
 
-var (
-	execIn = map[string]string{
-		"code":            "Source of the cell in its language (the value of its last expression comes back in result), or for a bash command the script bash runs.",
-		"language":        `Optional: "python" (the default), "r", "javascript", "typescript" or "bash". R, JavaScript and TypeScript cells run in the run's own interpreter of that language (variables kept between cells), under the same jail, on the docker sandbox. "bash" without context is a command in the run's kernel container (exit_code is then in the answer); with context "bash" it runs in the run's bash kernel.`,
-		"context":         "Optional: the id of a code context of the run (an interpreter of its own, made through the E2B surface), or a language's name for the run's default interpreter of it; omitted means the run's kernel, or the language's default interpreter.",
-		"env":             "Optional, bash only: environment variables for the command.",
-		"cwd":             "Optional, bash only: the directory of the run's files the command starts in.",
-		"files_in":        "Optional: files to place in the working directory before the cell runs.",
-		"files_in[].name": "Where the file appears, relative to the working directory.",
-		"files_in[].path": "A run file's path, or sha256:<hex> of a file some run of yours holds.",
-		"timeout_s":       "Optional: the cell's deadline in seconds; omitted means the server default (60 s), and values over the server maximum are capped.",
-		"run_id":          runIDDesc,
-	}
-	execOut = map[string]string{
-		"ok":              "True when the cell ran to the end without raising.",
-		"stdout":          "Printed output, capped; see truncated and stdout_file.",
-		"stderr":          "Error stream output, capped; see truncated and stderr_file.",
-		"display":         "display_data bundles in order. Images are stored as run files and appear as {path, sha256, size}; they also come back as image content.",
-		"result":          "The last expression's value as a MIME bundle (data[\"text/plain\"] is its repr).",
-		"error":           "Why the cell failed: kind (execution_error, timeout, kernel_died, output_limit, interrupted, exit_code for a failed bash command), ename, evalue, traceback, message and suggestion.",
-		"files_out":       "Files the cell created or changed in the working directory, now run files.",
-		"files_deleted":   "Run files the cell removed.",
-		"execution_count": "The kernel's cell counter.",
-		"duration_ms":     "How long the cell ran.",
-		"truncated":       "True when some text was cut at the server's cap; the full text is in stdout_file / stderr_file.",
-		"stdout_file":     "The full stdout as a run file, when it was truncated.",
-		"stderr_file":     "The full stderr as a run file, when it was truncated.",
-		"kernel":          "Which backend ran the cell, and whether the kernel was restarted (its variables lost) during the call.",
-		"exit_code":       "A bash command's exit status (128+N when signal N ended it).",
-	}
-	searchIn = map[string]string{
-		"query":         "What to search for, 1-400 characters.",
-		"top_k":         "Optional: how many results, 1-20 (default 5).",
-		"include_page":  "Optional: also return each result's page text in content.",
-		"allow_domains": "Optional: only results from these hostnames and their subdomains, e.g. \"gartner.com\".",
-		"date_range":    "Optional: day, week, month, year, or YYYY-MM-DD..YYYY-MM-DD (inclusive).",
-		"run_id":        runIDDesc,
-	}
-	searchOut = map[string]string{
-		"results":      "Results, best first.",
-		"citations_id": "sha256 of the stored raw-results record (citations/ in the run); cite it.",
-	}
-	fileRef = map[string]string{
-		"path":   "The run path.",
-		"size":   "Size in bytes.",
-		"sha256": "sha256 of the content.",
-	}
-)
-
 func (s *Server) addTools() {
 	addTool(s, &sdk.Tool{
 		Name:  ToolExec,
@@ -216,8 +174,8 @@ func (s *Server) addTools() {
 			"the working directory holds the run's files. Answers stdout, stderr, the last expression's value (result), display outputs and the files the cell wrote. "+
 			"Plots (matplotlib inline, IPython display) come back as image content too. Long output is cut with truncated:true and kept whole in stdout_file. "+
 			"A cell that raises comes back with isError:true and ok:false, error {kind, ename, evalue, traceback, message, suggestion}; its earlier output and files are still there."),
-		InputSchema:  schemaFor[execArgs](execIn),
-		OutputSchema: schemaFor[wire.ExecResponse](execOut),
+		InputSchema:  schemaFor[execArgs](true),
+		OutputSchema: schemaFor[wire.ExecResponse](false),
 		Annotations:  &sdk.ToolAnnotations{OpenWorldHint: ptr(false)},
 	}, s.exec)
 
@@ -225,8 +183,8 @@ func (s *Server) addTools() {
 		Name:         ToolRestart,
 		Title:        "Restart the kernel",
 		Description:  describe(ToolRestart, "Restart this run's kernel: its variables are lost, its files stay. Use it when the kernel is wedged or its state is confused."),
-		InputSchema:  schemaFor[struct{ runArg }](map[string]string{"run_id": runIDDesc}),
-		OutputSchema: schemaFor[wire.RestartResponse](nil),
+		InputSchema:  schemaFor[struct{ runArg }](true),
+		OutputSchema: schemaFor[wire.RestartResponse](false),
 		Annotations:  &sdk.ToolAnnotations{DestructiveHint: ptr(true), IdempotentHint: true, OpenWorldHint: ptr(false)},
 	}, s.restart)
 
@@ -235,8 +193,8 @@ func (s *Server) addTools() {
 		Title: "Search the web (browser.search)",
 		Description: describe(ToolSearch, "Search the web (Tavily). Answers results {url, title, snippet, published_at, content} and citations_id, the sha256 of the raw answer kept in the run under citations/ for audit and replay. "+
 			"Save what you need with tmp_write or read it from citations/ in a cell."),
-		InputSchema:  schemaFor[searchArgs](searchIn),
-		OutputSchema: schemaFor[wire.SearchResponse](searchOut),
+		InputSchema:  schemaFor[searchArgs](true),
+		OutputSchema: schemaFor[wire.SearchResponse](false),
 		Annotations:  &sdk.ToolAnnotations{ReadOnlyHint: true, OpenWorldHint: ptr(true)},
 	}, s.search)
 
@@ -245,13 +203,8 @@ func (s *Server) addTools() {
 		Title: "Write a run file (tmp.write)",
 		Description: describe(ToolWrite, "Write a file into the run: text for UTF-8 content or bytes_b64 for binary (exactly one). The next cell sees it in its working directory. "+
 			"Paths are relative, without .. or a leading /; CEL.md and the journal's files are reserved."),
-		InputSchema: schemaFor[writeArgs](map[string]string{
-			"path":      "Relative path in the run, e.g. data/leads.csv.",
-			"text":      "The content as UTF-8 text.",
-			"bytes_b64": "The content as standard base64, for binary files.",
-			"run_id":    runIDDesc,
-		}),
-		OutputSchema: schemaFor[wire.FileRef](fileRef),
+		InputSchema:  schemaFor[writeArgs](true),
+		OutputSchema: schemaFor[wire.FileRef](false),
 		Annotations:  &sdk.ToolAnnotations{DestructiveHint: ptr(true), IdempotentHint: true, OpenWorldHint: ptr(false)},
 	}, s.write)
 
@@ -260,31 +213,26 @@ func (s *Server) addTools() {
 		Title: "Read a run file (tmp.read)",
 		Description: describe(ToolRead, "Read a run file: text when it is UTF-8, else bytes_b64. Images also come back as image content. "+
 			"Files over the inline limit are refused; read big files in a cell instead."),
-		InputSchema: schemaFor[pathArgs](map[string]string{"path": "Relative path in the run.", "run_id": runIDDesc}),
-		OutputSchema: schemaFor[wire.ReadResponse](map[string]string{
-			"path": "The run path.", "size": "Size in bytes.", "sha256": "sha256 of the content.",
-			"text": "The content, when it is valid UTF-8.", "bytes_b64": "The content as standard base64, when it is not UTF-8.",
-		}),
-		Annotations: &sdk.ToolAnnotations{ReadOnlyHint: true, OpenWorldHint: ptr(false)},
+		InputSchema:  schemaFor[pathArgs](true),
+		OutputSchema: schemaFor[wire.ReadResponse](false),
+		Annotations:  &sdk.ToolAnnotations{ReadOnlyHint: true, OpenWorldHint: ptr(false)},
 	}, s.read)
 
 	addTool(s, &sdk.Tool{
-		Name:        ToolList,
-		Title:       "List run files (tmp.list)",
-		Description: describe(ToolList, "List the run's files under a prefix (all of them without one), with size, sha256 and modification time."),
-		InputSchema: schemaFor[listArgs](map[string]string{"prefix": "Optional: a directory prefix such as artifacts/.", "run_id": runIDDesc}),
-		OutputSchema: schemaFor[wire.ListResponse](map[string]string{
-			"files": "The files, sorted by path.",
-		}),
-		Annotations: &sdk.ToolAnnotations{ReadOnlyHint: true, OpenWorldHint: ptr(false)},
+		Name:         ToolList,
+		Title:        "List run files (tmp.list)",
+		Description:  describe(ToolList, "List the run's files under a prefix (all of them without one), with size, sha256 and modification time."),
+		InputSchema:  schemaFor[listArgs](true),
+		OutputSchema: schemaFor[wire.ListResponse](false),
+		Annotations:  &sdk.ToolAnnotations{ReadOnlyHint: true, OpenWorldHint: ptr(false)},
 	}, s.list)
 
 	addTool(s, &sdk.Tool{
 		Name:         ToolDelete,
 		Title:        "Delete a run file (tmp.delete)",
 		Description:  describe(ToolDelete, "Delete a run file, from the run and from the kernel's working directory. The journal's files are reserved."),
-		InputSchema:  schemaFor[pathArgs](map[string]string{"path": "Relative path in the run.", "run_id": runIDDesc}),
-		OutputSchema: schemaFor[wire.OK](map[string]string{"ok": "True when the file was deleted."}),
+		InputSchema:  schemaFor[pathArgs](true),
+		OutputSchema: schemaFor[wire.OK](false),
 		Annotations:  &sdk.ToolAnnotations{DestructiveHint: ptr(true), IdempotentHint: false, OpenWorldHint: ptr(false)},
 	}, s.delete)
 
@@ -293,18 +241,16 @@ func (s *Server) addTools() {
 		Title: "Read the journal (CEL.md)",
 		Description: describe(ToolJournal, "Read the run's journal, CEL.md, as Markdown: one Step Block per tool call (inputs, artifacts with sha256, next steps, the evaluator's verdict) and operator notes. "+
 			"Read it to recover context: what was done, where each artifact is, what failed."),
-		InputSchema: schemaFor[struct{ runArg }](map[string]string{"run_id": runIDDesc}),
+		InputSchema: schemaFor[struct{ runArg }](true),
 		Annotations: &sdk.ToolAnnotations{ReadOnlyHint: true, OpenWorldHint: ptr(false)},
 	}, s.journal)
 
 	addTool(s, &sdk.Tool{
-		Name:        ToolNote,
-		Title:       "Add a journal note",
-		Description: describe(ToolNote, "Append a note to the run's journal (CEL.md). The next Step Block records that it saw the note."),
-		InputSchema: schemaFor[noteArgs](map[string]string{
-			"text": "The note, up to 64 KiB.", "author": "Optional: who wrote it.", "run_id": runIDDesc,
-		}),
-		OutputSchema: schemaFor[wire.OK](nil),
+		Name:         ToolNote,
+		Title:        "Add a journal note",
+		Description:  describe(ToolNote, "Append a note to the run's journal (CEL.md). The next Step Block records that it saw the note."),
+		InputSchema:  schemaFor[noteArgs](true),
+		OutputSchema: schemaFor[wire.OK](false),
 		Annotations:  &sdk.ToolAnnotations{OpenWorldHint: ptr(false)},
 	}, s.note)
 
@@ -313,47 +259,39 @@ func (s *Server) addTools() {
 		Title: "Run a recipe",
 		Description: describe(ToolRecipe, "Start a recipe (a predefined workflow of searches, cells and writes; recipe_list names them) in its own run and answer at once with its run_id. "+
 			"Follow it with run_status, journal_read, tmp_list and tmp_read, passing that run_id. Same body as POST /run."),
-		InputSchema: schemaFor[runner.Request](map[string]string{
-			"recipe":    "The recipe's name, e.g. market-scan.",
-			"objective": "Optional: the question the run answers; it heads the recipe's report.",
-			"params":    "Optional: the recipe's params by name (recipe_list shows them); omitted params take their defaults.",
-			"run_id":    "Optional: a fresh run id, or a failed or interrupted recipe run to resume. Omitted, a fresh run is made; the recipe never runs in this session's run.",
-		}),
-		OutputSchema: schemaFor[wire.RecipeRunStarted](map[string]string{
-			"run_id":     "The recipe's run: pass it as run_id to run_status, journal_read and the tmp tools.",
-			"status":     "queued, running, succeeded or failed.",
-			"status_url": "The run's status over HTTP (GET).",
-			"events_url": "The run's progress over HTTP, as Server-Sent Events.",
-			"resumes":    "How many times the run was resumed.",
-		}),
-		Annotations: &sdk.ToolAnnotations{OpenWorldHint: ptr(true)},
+		InputSchema:  schemaFor[runner.Request](true),
+		OutputSchema: schemaFor[wire.RecipeRunStarted](false),
+		Annotations:  &sdk.ToolAnnotations{OpenWorldHint: ptr(true)},
 	}, s.recipe)
 
 	addTool(s, &sdk.Tool{
-		Name:        ToolRecipes,
-		Title:       "List recipes",
-		Description: describe(ToolRecipes, "List the recipes recipe_run can start, with what each does and which sandbox it needs. Same answer as GET /recipes."),
-		InputSchema: schemaFor[struct{}](nil),
-		OutputSchema: schemaFor[wire.RecipeList](map[string]string{
-			"recipes": "The recipes, sorted by name.",
-		}),
-		Annotations: &sdk.ToolAnnotations{ReadOnlyHint: true, OpenWorldHint: ptr(false)},
+		Name:         ToolRecipes,
+		Title:        "List recipes",
+		Description:  describe(ToolRecipes, "List the recipes recipe_run can start, with what each does and which sandbox it needs. Same answer as GET /recipes."),
+		InputSchema:  schemaFor[struct{}](true),
+		OutputSchema: schemaFor[wire.RecipeList](false),
+		Annotations:  &sdk.ToolAnnotations{ReadOnlyHint: true, OpenWorldHint: ptr(false)},
 	}, s.recipeList)
+
+	addTool(s, &sdk.Tool{
+		Name:  ToolRunSetup,
+		Title: "Set up the run's sandbox",
+		Description: describe(ToolRunSetup, "Choose, before the run's first call, what its kernel starts from: a sandbox template (an image with extra packages, limits and an egress policy; "+
+			"an unknown name is refused with the names there are), a narrower egress policy than the template's (hosts by name; never wider), the seed and the as_of date. "+
+			"Without it a run gets the default template, seed 0 and no as_of. Same as POST /runs's body."),
+		InputSchema:  schemaFor[setupArgs](true),
+		OutputSchema: schemaFor[wire.RunSetup](false),
+		Annotations:  &sdk.ToolAnnotations{IdempotentHint: true, OpenWorldHint: ptr(false)},
+	}, s.runSetup)
 
 	addTool(s, &sdk.Tool{
 		Name:  ToolRunStatus,
 		Title: "Run status",
 		Description: describe(ToolRunStatus, "Report a run (this session's, or the one run_id names, such as a recipe run): its status (open for a session's run; queued, running, succeeded or failed for a recipe run), "+
 			"each tool call's outcome and evaluation, a recipe run's steps, and the artifact index. Same answer as GET /runs/{id}."),
-		InputSchema: schemaFor[struct{ runArg }](map[string]string{"run_id": runIDDesc}),
-		OutputSchema: schemaFor[wire.RunView](map[string]string{
-			"run_id":       "The run.",
-			"status":       "open for a run of tool calls; queued, running, succeeded or failed for a recipe run.",
-			"steps":        "One entry per tool call, in order, with the evaluator's verdict (PASS or FAIL) and score.",
-			"artifacts":    "The run's artifact index (artifacts/index.json).",
-			"recipe_steps": "A recipe run's steps and their status.",
-		}),
-		Annotations: &sdk.ToolAnnotations{ReadOnlyHint: true, OpenWorldHint: ptr(false)},
+		InputSchema:  schemaFor[struct{ runArg }](true),
+		OutputSchema: schemaFor[wire.RunView](false),
+		Annotations:  &sdk.ToolAnnotations{ReadOnlyHint: true, OpenWorldHint: ptr(false)},
 	}, s.runStatus)
 }
 
@@ -545,4 +483,17 @@ func (s *Server) runStatus(ctx context.Context, req *sdk.CallToolRequest, in str
 		return nil, view, err
 	}
 	return result(run), view, nil
+}
+
+func (s *Server) runSetup(ctx context.Context, req *sdk.CallToolRequest, in setupArgs) (*sdk.CallToolResult, wire.RunSetup, error) {
+	run, err := s.run(req, in.RunID)
+	if err != nil {
+		return nil, wire.RunSetup{}, err
+	}
+	setup, _ := in.Setup()
+	st, err := s.orch.SetRunSetup(ctx, run, setup)
+	if err != nil {
+		return nil, st, err
+	}
+	return result(run), st, nil
 }

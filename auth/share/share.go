@@ -74,7 +74,13 @@ type Config struct {
 	// CacheTTL is how long a record read from the store is trusted: a link
 	// revoked on another replica stops working within it. Zero means 2 s.
 	CacheTTL time.Duration
+	// Now is the clock links are made and checked by; nil is time.Now.
+	// Tests move it to see a link expire without waiting.
+	Now func() time.Time
 }
+
+// Now is the time by the links' clock (Config.Now).
+func (s *Links) Now() time.Time { return s.now() }
 
 // Links makes and checks share links.
 type Links struct {
@@ -97,7 +103,10 @@ func Open(ctx context.Context, meta tmpfs.Meta, c Config) (*Links, error) {
 	if c.CacheTTL <= 0 {
 		c.CacheTTL = 2 * time.Second
 	}
-	l := &Links{meta: meta, secret: c.Secret, ttl: c.CacheTTL, now: time.Now, cache: map[string]cached{}}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	l := &Links{meta: meta, secret: c.Secret, ttl: c.CacheTTL, now: c.Now, cache: map[string]cached{}}
 	if len(l.secret) == 0 {
 		s, err := storedSecret(ctx, meta)
 		if err != nil {

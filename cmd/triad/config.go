@@ -3,6 +3,8 @@ package main
 import (
 	"flag"
 	"fmt"
+	"github.com/triadhq/triad/internal/bodyread"
+	"github.com/triadhq/triad/wire"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -10,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/triadhq/triad/auth/seal"
 	"github.com/triadhq/triad/metrics"
 )
 
@@ -47,12 +50,15 @@ type config struct {
 	MetricsAuth bool
 	PublicURL   string
 	ShareSecret string
+	SealSecret  string
 	ShareTTL    time.Duration
 	ShareMaxTTL time.Duration
 	Quotas      quotaConfig
 	Console     bool
 	SessionTTL  time.Duration
 	ScrubRate   string
+	BodyIdle    time.Duration
+	BodyTimeout time.Duration
 
 	scrubRate int64
 
@@ -87,6 +93,7 @@ type quotaConfig struct {
 	Kernels     int
 	StoredBytes string
 	RunsPerHour int
+	Uploads     int
 
 	storedBytes int64
 }
@@ -101,6 +108,7 @@ func (c *config) serveFlags(f *flagSet) {
 	f.boolean(&c.MetricsAuth, "metrics-auth", false, "make /metrics on --addr need an admin key (it needs none by default)")
 	f.str(&c.PublicURL, "public-url", "", "the server's URL as callers reach it, for share links (default: the request's scheme and host)")
 	f.str(&c.ShareSecret, "share-secret", "", "secret that signs share links, at least 16 bytes (default: drawn once and kept in the store, so replicas agree); changing it voids every link")
+	f.str(&c.SealSecret, "seal-secret", "", "secret that seals what callers give as secrets (an E2B sandbox's envs) in the store, at least 16 bytes (default: drawn once and kept in the store, which keeps them out of plain text but not from whoever copies the whole store); changing it makes sealed values unreadable")
 	f.duration(&c.ShareTTL, "share-ttl", 24*time.Hour, "a share link's lifetime when the request names none")
 	f.duration(&c.ShareMaxTTL, "share-max-ttl", 30*24*time.Hour, "the longest lifetime a share link may ask for")
 	f.boolean(&c.Console, "console", true, "serve the web console at / (sign in with an API key)")
@@ -108,7 +116,16 @@ func (c *config) serveFlags(f *flagSet) {
 	f.int(&c.Quotas.Kernels, "quota-kernels", 4, "most kernels one tenant's runs may have live at once (0: no limit)")
 	f.str(&c.Quotas.StoredBytes, "quota-stored-bytes", "10GiB", "most bytes one tenant's runs may hold (0: no limit)")
 	f.int(&c.Quotas.RunsPerHour, "quota-runs-per-hour", 200, "most runs one tenant may start in an hour (0: no limit)")
+	f.int(&c.Quotas.Uploads, "quota-uploads", 4, "most streamed uploads one tenant may have in flight at once (0: no limit)")
+	f.duration(&c.BodyIdle, "body-idle", time.Minute, "cut a request body no byte of which arrived for this long (408 body_timeout); 0: never")
+	f.duration(&c.BodyTimeout, "body-timeout", time.Hour, "cut a request body still arriving after this long (408 body_timeout); 0: never")
 	f.str(&c.ScrubRate, "scrub-rate", "0", "re-hash every stored blob in the background at this many bytes a second, like 20MiB, quarantining those that fail (as triad fsck); 0: off")
+}
+
+// body is how request bodies are read: under --body-idle and
+// --body-timeout.
+func (c *config) body() bodyread.Config {
+	return bodyread.Config{Idle: c.BodyIdle, Total: c.BodyTimeout}
 }
 
 // validateServe checks serve's own flags.
@@ -124,14 +141,20 @@ func (c *config) validateServe() error {
 	if c.ShareSecret != "" && len(c.ShareSecret) < 16 {
 		return fmt.Errorf("--share-secret (TRIAD_SHARE_SECRET) must be at least 16 bytes")
 	}
+	if c.SealSecret != "" && len(c.SealSecret) < seal.MinSecret {
+		return fmt.Errorf("--seal-secret (TRIAD_SEAL_SECRET) must be at least %d bytes", seal.MinSecret)
+	}
 	if c.SessionTTL <= 0 {
 		return fmt.Errorf("--session-ttl must be positive")
 	}
-	if c.ShareTTL <= 0 || c.ShareMaxTTL < c.ShareTTL {
-		return fmt.Errorf("--share-ttl must be positive and at most --share-max-ttl")
+	if c.ShareTTL < wire.MinShareTTL || c.ShareMaxTTL < c.ShareTTL {
+		return fmt.Errorf("--share-ttl must be at least %s and at most --share-max-ttl", wire.MinShareTTL)
 	}
-	if c.Quotas.Kernels < 0 || c.Quotas.RunsPerHour < 0 {
-		return fmt.Errorf("--quota-kernels and --quota-runs-per-hour must be 0 (no limit) or positive")
+	if c.BodyIdle < 0 || c.BodyTimeout < 0 {
+		return fmt.Errorf("--body-idle and --body-timeout must be 0 (never) or positive")
+	}
+	if c.Quotas.Kernels < 0 || c.Quotas.RunsPerHour < 0 || c.Quotas.Uploads < 0 {
+		return fmt.Errorf("--quota-kernels, --quota-runs-per-hour and --quota-uploads must be 0 (no limit) or positive")
 	}
 	if strings.TrimSpace(c.Quotas.StoredBytes) != "0" {
 		var err error

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/triadhq/triad/api"
+	"github.com/triadhq/triad/api/e2b"
 	"github.com/triadhq/triad/api/mcp"
 	"github.com/triadhq/triad/auth/keys"
 	"github.com/triadhq/triad/auth/session"
@@ -174,7 +175,7 @@ func serve(ctx context.Context, args []string) error {
 	}
 	cfg := api.Config{Orchestrator: st.orch, Runner: st.runner, Logger: log, Keys: ks, OpenWithoutKeys: open, Shares: shares,
 		ShareTTL: c.ShareTTL, MaxShareTTL: c.ShareMaxTTL, PublicURL: c.PublicURL, TLS: c.TLSCert != "",
-		Metrics: c.metrics, MetricsNeedKey: c.MetricsAuth, Sessions: sessions}
+		Metrics: c.metrics, MetricsNeedKey: c.MetricsAuth, Sessions: sessions, Body: c.body()}
 	if c.MetricsAddr == "" {
 		cfg.MetricsHandler = c.metrics.Handler()
 	}
@@ -199,10 +200,24 @@ func serve(ctx context.Context, args []string) error {
 		}
 		defer e.Close()
 		handler = e.Handler(handler)
+	} else {
+		// The surface is off, but its old records still leave the runs.
+		ec, err := e2bRecords(ctx, &c, st, log)
+		if err == nil {
+			err = e2b.Migrate(ctx, ec)
+		}
+		if err != nil {
+			return err
+		}
 	}
 	srv := &http.Server{
-		Handler:           handler,
+		Handler: handler,
+		// A client that sends its headers slowly is cut after 10 s, and a
+		// kept-alive connection that sends nothing more is closed after
+		// 2 min; bodies have their own deadlines (--body-idle,
+		// --body-timeout), since a slow body is not a slow header.
 		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       2 * time.Minute,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
 	ln, err := net.Listen("tcp", c.Addr)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"path/filepath"
 	"runtime"
 	"strconv"
@@ -13,12 +14,14 @@ import (
 
 	"github.com/docker/docker/client"
 
+	"github.com/triadhq/triad/egress"
 	"github.com/triadhq/triad/orchestrator"
 	"github.com/triadhq/triad/orchestrator/kubelease"
 	"github.com/triadhq/triad/sandbox"
 	"github.com/triadhq/triad/sandbox/docker"
 	"github.com/triadhq/triad/sandbox/image"
 	"github.com/triadhq/triad/sandbox/kube"
+	"github.com/triadhq/triad/sandbox/template"
 )
 
 // sandboxConfig holds the sandbox flags.
@@ -45,6 +48,9 @@ type sandboxConfig struct {
 	KubeRunWait       time.Duration
 	KubeLeaseDuration time.Duration
 
+	Templates   string
+	EgressTrust string
+
 	memory, disk int64
 }
 
@@ -69,6 +75,8 @@ func (c *sandboxConfig) flags(f *flagSet) {
 	f.str(&c.KubeOwner, "kube-owner", "triad", "name of this Triad deployment on the cluster: replicas with the same name share kernel pods, the warm pool and run Leases")
 	f.duration(&c.KubeRunWait, "kube-run-wait", 5*time.Minute, "how long a call waits for a run another replica is serving before failing with kind conflict")
 	f.duration(&c.KubeLeaseDuration, "kube-lease-duration", 15*time.Second, "how long a run's Lease outlives a replica that stopped renewing it (died)")
+	f.str(&c.Templates, "templates", "", "directory of sandbox templates, one NAME.yaml each: image additions, limits and an egress policy (docs/sandboxes.md, \"Templates\"); a run picks one at creation")
+	f.str(&c.EgressTrust, "egress-trust", "", "PEM file of extra CA certificates the kernels of runs with egress trust (an internal package mirror's CA)")
 }
 
 func (c *sandboxConfig) validate() error {
@@ -249,4 +257,76 @@ func parseBytes(s string) (int64, error) {
 		return 0, fmt.Errorf("%q is not a size like 2GiB, 512MiB or 1048576", s)
 	}
 	return int64(f * float64(mult)), nil
+}
+
+// sandboxChoice is what runs may choose their sandbox from: the server's
+// templates, with their images present, and the egress proxy for the
+// backends whose kernels can reach the network through it.
+type sandboxChoice struct {
+	templates *template.Set
+	proxy     *egress.Proxy
+	trust     []byte
+	digest    func(ctx context.Context, ref string) (string, error)
+}
+
+// openTemplates loads --templates and makes each template's image present
+// on a Docker backend (built offline and cached by content on first use,
+// like the sandbox image); a Kubernetes backend's nodes must have them
+// (`triad image export --template NAME`).
+func openTemplates(ctx context.Context, c *config, backend sandbox.Backend, m egress.Metrics, log *slog.Logger, progress io.Writer) (sandboxChoice, error) {
+	var ch sandboxChoice
+	set, err := template.Load(c.Sandbox.Templates, nil)
+	if err != nil {
+		return ch, err
+	}
+	ch.templates = set
+	if backend == nil {
+		return ch, nil
+	}
+	if c.Sandbox.EgressTrust != "" {
+		if ch.trust, err = os.ReadFile(c.Sandbox.EgressTrust); err != nil {
+			return ch, fmt.Errorf("--egress-trust: %w", err)
+		}
+	}
+	switch backend.Name() {
+	case "docker", "kube":
+		ch.proxy = egress.New(egress.Config{Metrics: m, Logger: log.With("component", "egress")})
+	}
+	for _, t := range set.All() {
+		if t.Variant == nil {
+			continue
+		}
+		tag, err := t.Variant.Tag()
+		if err != nil {
+			return ch, err
+		}
+		switch backend.Name() {
+		case "docker":
+			cli, err := client.NewClientWithOpts(client.FromEnv, client.WithAPIVersionNegotiation())
+			if err != nil {
+				return ch, err
+			}
+			_, err = image.EnsureVariant(ctx, cli, image.Options{Progress: progress, Logger: log}, *t.Variant)
+			cli.Close()
+			if err != nil {
+				return ch, fmt.Errorf("template %s: %w", t.Name, err)
+			}
+		case "kube":
+			log.Info("template image: the cluster's nodes must have it (triad image export --template)", "template", t.Name, "image", tag)
+		default:
+			return ch, fmt.Errorf("template %s adds to the sandbox image, which --sandbox %s has none of: use docker or kube", t.Name, backend.Name())
+		}
+	}
+	if backend.Name() == "docker" {
+		ch.digest = func(ctx context.Context, ref string) (string, error) {
+			cli, err := client.NewClientWithOpts(client.FromEnv, client.WithAPIVersionNegotiation())
+			if err != nil {
+				return "", err
+			}
+			defer cli.Close()
+			return image.Digest(ctx, cli, ref)
+		}
+	}
+	log.Info("sandbox templates", "templates", strings.Join(set.Names(), ", "), "egress", ch.proxy != nil)
+	return ch, nil
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/triadhq/triad/browser/tavily"
 	"github.com/triadhq/triad/cel"
+	"github.com/triadhq/triad/egress"
 	"github.com/triadhq/triad/orchestrator"
 	"github.com/triadhq/triad/orchestrator/kernels"
 	"github.com/triadhq/triad/recipes"
@@ -96,6 +97,15 @@ func openStack(ctx context.Context, c *config, log *slog.Logger) (*stack, error)
 		return nil, err
 	}
 	s.closes = append(s.closes, closeEval)
+	var em egress.Metrics
+	if c.metrics != nil {
+		em = c.metrics
+	}
+	choice, err := openTemplates(ctx, c, backend, em, log, os.Stderr)
+	if err != nil {
+		s.Close()
+		return nil, err
+	}
 	lock, closeLock, err := runLock(c, backend, log)
 	if err != nil {
 		s.Close()
@@ -113,8 +123,14 @@ func openStack(ctx context.Context, c *config, log *slog.Logger) (*stack, error)
 		Evaluator: eval,
 		Search:    search,
 		Replay:    c.ReplaySearches,
-		Quotas:    orchestrator.Quotas{Kernels: c.Quotas.Kernels, StoredBytes: c.Quotas.storedBytes, RunsPerHour: c.Quotas.RunsPerHour},
-		Metrics:   orchMetrics(c),
+		Quotas: orchestrator.Quotas{Kernels: c.Quotas.Kernels, StoredBytes: c.Quotas.storedBytes, RunsPerHour: c.Quotas.RunsPerHour,
+			Uploads: c.Quotas.Uploads},
+		Metrics: orchMetrics(c),
+
+		Templates:   choice.templates,
+		Egress:      choice.proxy,
+		EgressTrust: choice.trust,
+		ImageDigest: choice.digest,
 	})
 	// The run index's last changes are written before the store closes.
 	s.closes = append(s.closes, func() { s.orch.Close() })

@@ -19,11 +19,11 @@ async function listAll(opts) {
 
 test('create with template, metadata and timeout; getInfo, list, connect, setTimeout, isRunning', SLOW, async () => {
   const tag = `t${Date.now()}`
-  const sbx = await Sandbox.create('my-template', { metadata: { suite: tag }, timeoutMs: 120_000 })
+  const sbx = await Sandbox.create('base', { metadata: { suite: tag }, timeoutMs: 120_000 })
   sandboxes.push(sbx)
   const info = await sbx.getInfo()
   assert.equal(info.sandboxId, sbx.sandboxId)
-  assert.equal(info.templateId, 'my-template')
+  assert.equal(info.templateId, 'base')
   assert.deepEqual(info.metadata, { suite: tag })
   assert.equal(info.state, 'running')
   const life = info.endAt.getTime() - info.startedAt.getTime()

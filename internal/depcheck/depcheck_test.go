@@ -20,7 +20,7 @@ const module = "github.com/triadhq/triad/"
 var layers = [][]string{
 	// 0: leaf helpers.
 	{"auth", "bench/internal/benchenv", "internal/crashpoint", "internal/fault", "internal/runid", "internal/keyedmutex", "internal/dockerarchive", "internal/safepath", "internal/version", "internal/testenv",
-		"internal/miniotest", "internal/procmem", "internal/depcheck", "recipes/sampledata/internal/gen", "recipes/sampledata/internal/regen"},
+		"internal/miniotest", "internal/procmem", "internal/apifuzz", "internal/bodyread", "internal/depcheck", "recipes/sampledata/internal/gen", "recipes/sampledata/internal/regen"},
 	// 1: the contract and the seams: wire types, the records' names, and
 	// the interfaces the tools implement.
 	{"wire", "runfiles", "tmpfs", "sandbox", "sandbox/internal/emit",
@@ -28,18 +28,19 @@ var layers = [][]string{
 		"api/e2b/envd", "api/e2b/envd/filesystem", "api/e2b/envd/filesystem/filesystemconnect",
 		"api/e2b/envd/process", "api/e2b/envd/process/processconnect"},
 	// 2: tools and records.
-	{"auth/keys", "auth/share", "auth/session", "metrics",
+	{"auth/keys", "auth/share", "auth/session", "auth/seal", "metrics",
 		"browser", "browser/replay", "browser/tavily", "browser/tavilytest",
 		"tmpfs/local", "tmpfs/s3", "tmpfs/tmpfstest",
 		"sandbox/docker", "sandbox/image", "sandbox/image/imagetest", "sandbox/jupyter", "sandbox/jupyter/zmtp",
 		"sandbox/jupyter/jupytertest", "sandbox/wasm",
-		"sandbox/hostdir", "sandbox/sandboxtest", "sandbox/kube", "sandbox/internal/jupytercell",
+		"sandbox/hostdir", "sandbox/sandboxtest", "sandbox/kube", "sandbox/internal/jupytercell", "sandbox/internal/relay",
 		"cel", "evaluator",
-		"recipes", "recipes/notebook", "recipes/sampledata"},
+		"recipes", "recipes/notebook", "recipes/sampledata",
+		"egress", "egress/egresstest", "sandbox/template", "sandbox/template/templatetest"},
 	// 3: the orchestration core.
 	{"orchestrator", "orchestrator/kernels", "orchestrator/workspace", "orchestrator/orchestratortest", "orchestrator/replay", "orchestrator/kubelease", "recipes/runner"},
 	// 4: surfaces. They share only the wire contract, never each other.
-	{"api", "api/mcp", "api/e2b", "api/e2b/tmpfsrecords", "api/e2b/recordstest", "console"},
+	{"api", "api/mcp", "api/e2b", "api/e2b/tmpfsrecords", "api/e2b/metarecords", "api/e2b/recordstest", "console"},
 	// 5: binaries and benchmarks: wiring only.
 	{"cmd/triad", "bench/sandbox", "bench/store", "bench/neighbour", "bench/scale", "bench/burst", "deploy/kubernetes"},
 }
@@ -50,20 +51,24 @@ var sameLayer = map[string][]string{
 	"api/e2b/envd/filesystem/filesystemconnect": {"api/e2b/envd/filesystem"},
 	"api/e2b/envd/process/processconnect":       {"api/e2b/envd/process"},
 	"api/e2b/tmpfsrecords":                      {"api/e2b"},
+	"api/e2b/metarecords":                       {"api/e2b"},
 	"api/e2b/recordstest":                       {"api/e2b"},
 	"internal/runid":                            {"internal/fault"},
 	"internal/safepath":                         {"internal/fault"},
+	"internal/bodyread":                         {"internal/fault"},
 	"internal/miniotest":                        {"internal/testenv"},
 	"wire":                                      {"tmpfs"},
 	"sandbox/internal/emit":                     {"sandbox"},
 	"browser/replay":                            {"browser"},
 	"browser/tavily":                            {"browser"},
-	"sandbox/docker":                            {"sandbox/image", "sandbox/jupyter", "sandbox/jupyter/zmtp", "sandbox/hostdir", "sandbox/internal/jupytercell"},
+	"sandbox/docker":                            {"sandbox/image", "sandbox/jupyter", "sandbox/jupyter/zmtp", "sandbox/hostdir", "sandbox/internal/jupytercell", "sandbox/internal/relay"},
 	"sandbox/internal/jupytercell":              {"sandbox/jupyter"},
 	"sandbox/image/imagetest":                   {"sandbox/image"},
+	"sandbox/template":                          {"sandbox/image", "egress"},
+	"sandbox/template/templatetest":             {"sandbox/template", "sandbox/image", "sandbox/image/imagetest", "egress/egresstest"},
 	"sandbox/wasm":                              {"sandbox/hostdir"},
 	"sandbox/jupyter":                           {"sandbox/jupyter/zmtp"},
-	"sandbox/kube":                              {"sandbox/image", "sandbox/jupyter", "sandbox/jupyter/zmtp", "sandbox/hostdir", "sandbox/internal/jupytercell"},
+	"sandbox/kube":                              {"sandbox/image", "sandbox/jupyter", "sandbox/jupyter/zmtp", "sandbox/hostdir", "sandbox/internal/jupytercell", "sandbox/internal/relay"},
 	"recipes":                                   {"browser", "recipes/notebook", "recipes/sampledata"},
 	"orchestrator":                              {"orchestrator/kernels", "orchestrator/workspace"},
 	"orchestrator/kernels":                      {"orchestrator/workspace"},

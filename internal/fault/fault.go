@@ -35,11 +35,18 @@ const (
 	Unavailable      Kind = "unavailable"       // 503: a backend (Docker, the sandbox) does not answer.
 	Internal         Kind = "internal"          // 500: a bug in Triad, never the caller's input.
 	Corrupt          Kind = "corrupt"           // 500: stored bytes failed their sha256 check (or were quarantined) and were not served.
+
+	IncompleteBody       Kind = "incomplete_body"        // 400: the request body ended before its Content-Length (or its chunked end).
+	BodyTimeout          Kind = "body_timeout"           // 408: the request body stopped arriving, or took too long in all.
+	MethodNotAllowed     Kind = "method_not_allowed"     // 405: the path exists, but not with this method (Allow lists those it has).
+	UnsupportedMediaType Kind = "unsupported_media_type" // 415: a body of a Content-Type or Content-Encoding the endpoint does not take.
+	RangeNotSatisfiable  Kind = "range_not_satisfiable"  // 416: a Range the file cannot satisfy.
 )
 
 // Kinds lists every kind, for documents that enumerate them (OpenAPI).
 var Kinds = []Kind{BadInput, MissingRun, InvalidRun, NotFound, Conflict, TooLarge, Unsupported, Reserved, Auth, Forbidden,
-	Quota, Timeout, KernelDied, UpstreamAuth, Upstream, NotConfigured, StoreUnavailable, Unavailable, Internal, Corrupt}
+	Quota, Timeout, KernelDied, UpstreamAuth, Upstream, NotConfigured, StoreUnavailable, Unavailable, Internal, Corrupt,
+	IncompleteBody, BodyTimeout, MethodNotAllowed, UnsupportedMediaType, RangeNotSatisfiable}
 
 // Error is a failure with everything a caller needs to correct itself.
 type Error struct {
@@ -89,8 +96,16 @@ func As(err error) *Error {
 // Status maps a kind to the HTTP status it is answered with.
 func Status(k Kind) int {
 	switch k {
-	case BadInput, MissingRun, InvalidRun:
+	case BadInput, MissingRun, InvalidRun, IncompleteBody:
 		return http.StatusBadRequest
+	case BodyTimeout:
+		return http.StatusRequestTimeout
+	case MethodNotAllowed:
+		return http.StatusMethodNotAllowed
+	case UnsupportedMediaType:
+		return http.StatusUnsupportedMediaType
+	case RangeNotSatisfiable:
+		return http.StatusRequestedRangeNotSatisfiable
 	case NotFound:
 		return http.StatusNotFound
 	case Conflict:

@@ -2,6 +2,8 @@
 package runid
 
 import (
+	"strings"
+
 	"github.com/google/uuid"
 
 	"github.com/triadhq/triad/internal/fault"
@@ -10,6 +12,11 @@ import (
 // MaxLen is the longest run id accepted. It keeps host paths (and the unix
 // socket paths built from them, limited to ~107 bytes) short.
 const MaxLen = 64
+
+// Pattern is the regular expression (RE2 and ECMA-262 alike) of the ids
+// Parse accepts, for documents that describe them (the OpenAPI document,
+// MCP's tool schemas); a test holds the two to the same answers.
+const Pattern = `^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`
 
 // ID is a validated run identifier: 1 to MaxLen characters from
 // [A-Za-z0-9._-], starting with a letter or digit. Its field is unexported,
@@ -20,6 +27,19 @@ type ID struct{ s string }
 
 // New mints a fresh run id.
 func New() ID { return ID{"r-" + uuid.NewString()} }
+
+// ReservedPrefix starts the ids of Triad's own runs. No caller may bring a
+// run with such an id into being by naming it (an implicit run): only
+// Triad names them, so no caller can take one first. The check is the
+// core's, where every run is resolved; Parse accepts the ids, so that
+// Triad can name its own. See docs/DECISIONS.md, "One owner per run".
+const ReservedPrefix = "triad-"
+
+// Reserved reports whether id starts with ReservedPrefix, in any case (a
+// store on a case-insensitive file system would take TRIAD-x for triad-x).
+func (id ID) Reserved() bool {
+	return len(id.s) >= len(ReservedPrefix) && strings.EqualFold(id.s[:len(ReservedPrefix)], ReservedPrefix)
+}
 
 // Must parses s and panics if it is not a valid run id: for ids built from
 // constants and other validated ids (prefix + uuid), never for input.

@@ -17,6 +17,28 @@ const (
 	MaxComponent = 255
 )
 
+// char is a character a path component may hold: anything but "/", a
+// backslash, and what unsafeRune refuses.
+const char = `[^/\\\p{Cc}\p{Cf}` + "\u2028\u2029" + `]`
+
+// name is a component that names something: not empty, ".", or "..".
+const name = `(?:[^./\\\p{Cc}\p{Cf}` + "\u2028\u2029" + `]` + char + `*|\.[^./\\\p{Cc}\p{Cf}` + "\u2028\u2029" + `]` + char + `*|\.\.` + char + `+)`
+
+// body is a path as Clean accepts it: components joined by "/", of which
+// empty and "." ones are skipped, the first not empty (no leading "/"), the
+// last not empty (no trailing "/"), and at least one a name.
+const body = `(?:\.(?:/\.?)*/)?` + name + `(?:(?:/\.?)*/(?:\.|` + name + `))*`
+
+// Pattern and PrefixPattern are the regular expressions (RE2 and ECMA-262
+// with the u flag alike) of the paths Clean and CleanPrefix accept, for
+// documents that describe them (the OpenAPI document, MCP's tool
+// schemas); a test holds each to the same answers as its function. Only
+// the byte limits (MaxPath, MaxComponent) are beyond a pattern.
+const (
+	Pattern       = `^` + body + `$`
+	PrefixPattern = `^(?:` + body + `(?:(?:/\.?)*/)?)?$`
+)
+
 const suggestion = "use a relative path such as \"data/kpis.csv\": no leading '/', no '..', no control or invisible characters, at most 1024 bytes"
 
 // Clean validates p as a run file path and returns its cleaned form

@@ -161,6 +161,23 @@ func New(c Config) *Manager {
 // Backend returns the backend's name ("docker" or "wasm").
 func (m *Manager) Backend() string { return m.c.Backend.Name() }
 
+// RunsCommands reports whether the backend's kernels run commands
+// (sandbox.Commander), for documents that say what this server takes. A
+// backend says so by a RunsCommands method (found through wrappers); one
+// that does not is assumed to (Docker, Kubernetes).
+func (m *Manager) RunsCommands() bool {
+	if rc, ok := sandbox.Ability[commandRunner](m.c.Backend); ok {
+		return rc.RunsCommands()
+	}
+	return true
+}
+
+// commandRunner is a backend that says whether its kernels run commands.
+type commandRunner interface {
+	sandbox.Backend
+	RunsCommands() bool
+}
+
 // Image returns what the backend names its kernels' image (a Docker image
 // tag, the python.wasm build), or "" when it names none.
 func (m *Manager) Image() string {
@@ -179,12 +196,14 @@ func (m *Manager) Runtime() string {
 	return ""
 }
 
-// Acquire returns the run's session, starting a kernel (from the pool when
-// one is ready) and materialising the run's files on first use. The
-// session is busy, and never reaped, until Release; each Acquire needs its
-// own Release (a command that outlives its call holds one). Callers
-// serialize Acquire per run.
-func (m *Manager) Acquire(ctx context.Context, run runid.ID) (*Session, error) {
+// Acquire returns the run's session, starting a kernel from spec (the
+// run's template: its image and limits over Config.Limits; from the pool
+// when spec asks for nothing beyond the defaults and a kernel is ready)
+// and materialising the run's files on first use. The session is busy,
+// and never reaped, until Release; each Acquire needs its own Release (a
+// command that outlives its call holds one). Callers serialize Acquire per
+// run.
+func (m *Manager) Acquire(ctx context.Context, run runid.ID, spec sandbox.Spec) (*Session, error) {
 	m.mu.Lock()
 	if m.closed {
 		m.mu.Unlock()
@@ -198,7 +217,7 @@ func (m *Manager) Acquire(ctx context.Context, run runid.ID) (*Session, error) {
 	}
 	m.mu.Unlock()
 
-	k, err := m.kernel(ctx, run)
+	k, err := m.kernel(ctx, run, spec)
 	if err != nil {
 		return nil, err
 	}
@@ -233,14 +252,20 @@ func (m *Manager) Release(s *Session) {
 
 // kernel claims a pooled kernel or starts one once its turn comes (a
 // kernel reaching the pool while the run waits serves it at once).
-func (m *Manager) kernel(ctx context.Context, run runid.ID) (sandbox.Kernel, error) {
+func (m *Manager) kernel(ctx context.Context, run runid.ID, spec sandbox.Spec) (sandbox.Kernel, error) {
+	// The pool's kernels run the backend's image with the default limits:
+	// a template's kernel starts afresh.
+	pool := m.pool
+	if spec.Image != "" || spec.Limits.Or(m.c.Limits) != m.c.Limits {
+		pool = nil
+	}
 	select {
-	case k := <-m.pool:
+	case k := <-pool:
 		m.log.DebugContext(ctx, "claimed a warm kernel", "run", run, "kernel", k.ID())
 		return k, nil
 	default:
 	}
-	k, err := m.admit.acquire(ctx, m.pool)
+	k, err := m.admit.acquire(ctx, pool)
 	if err != nil {
 		return nil, fmt.Errorf("start kernel for run %s: waiting for a start slot: %w", run, err)
 	}
@@ -248,7 +273,7 @@ func (m *Manager) kernel(ctx context.Context, run runid.ID) (sandbox.Kernel, err
 		m.log.DebugContext(ctx, "claimed a warm kernel after waiting", "run", run, "kernel", k.ID())
 		return k, nil
 	}
-	k, err = m.c.Backend.Start(ctx, sandbox.Spec{Owner: run.String(), Limits: m.c.Limits})
+	k, err = m.c.Backend.Start(ctx, sandbox.Spec{Owner: run.String(), Limits: spec.Limits.Or(m.c.Limits), Image: spec.Image})
 	m.admit.releaseRun()
 	if err != nil {
 		return nil, fmt.Errorf("start kernel for run %s: %w", run, err)

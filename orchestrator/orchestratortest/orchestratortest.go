@@ -3,25 +3,34 @@ package orchestratortest
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/docker/docker/client"
 
 	"github.com/triadhq/triad/auth"
 	"github.com/triadhq/triad/auth/keys"
 	"github.com/triadhq/triad/browser/tavily"
 	"github.com/triadhq/triad/browser/tavilytest"
 	"github.com/triadhq/triad/cel"
+	"github.com/triadhq/triad/egress"
 	"github.com/triadhq/triad/evaluator"
+	"github.com/triadhq/triad/internal/testenv"
 	"github.com/triadhq/triad/metrics"
 	"github.com/triadhq/triad/orchestrator"
 	"github.com/triadhq/triad/orchestrator/kernels"
 	"github.com/triadhq/triad/runfiles"
 	"github.com/triadhq/triad/sandbox"
 	"github.com/triadhq/triad/sandbox/docker"
+	"github.com/triadhq/triad/sandbox/image"
 	"github.com/triadhq/triad/sandbox/image/imagetest"
+	"github.com/triadhq/triad/sandbox/kube"
+	"github.com/triadhq/triad/sandbox/template"
 	"github.com/triadhq/triad/sandbox/wasm"
 	"github.com/triadhq/triad/tmpfs"
 	"github.com/triadhq/triad/tmpfs/local"
@@ -29,7 +38,8 @@ import (
 
 // Options choose the stack's parts.
 type Options struct {
-	// Sandbox is "docker", "wasm" or "" (none).
+	// Sandbox is "docker", "wasm", "kube" (the test cluster of
+	// scripts/kube.sh, from its TRIAD_KUBE* variables) or "" (none).
 	Sandbox string
 	// Warm is the kernel pool size.
 	Warm int
@@ -55,6 +65,12 @@ type Options struct {
 	// kernel set it high, so a loaded CI host's slow interrupt does not
 	// turn into a restart.
 	InterruptGrace time.Duration
+	// Templates, Egress and EgressTrust are orchestrator.Config's: the
+	// sandbox templates runs choose from, the egress proxy (with a test
+	// resolver, egresstest.Resolver) and the extra CAs kernels trust.
+	Templates   *template.Set
+	Egress      *egress.Proxy
+	EgressTrust []byte
 }
 
 // Stack is an assembled orchestrator and its parts.
@@ -145,6 +161,10 @@ func New(t testing.TB, o Options) *Stack {
 		db := newDocker(t, filepath.Join(s.Dir, "work", "docker"), o.InterruptGrace)
 		s.onClose(func() { db.Close() })
 		backend = db
+	case "kube":
+		kb := newKube(t)
+		s.onClose(func() { kb.Close() })
+		backend = kb
 	case "wasm":
 		wb, err := wasm.New(ctx, wasm.Config{WorkRoot: filepath.Join(s.Dir, "work", "wasm"), CacheDir: wazeroCache()})
 		if err != nil {
@@ -183,7 +203,18 @@ func New(t testing.TB, o Options) *Stack {
 	}
 	s.onClose(func() { ev.Close() })
 
-	cfg := orchestrator.Config{Store: s.Store, Kernels: s.Kernels, Journal: cel.New(s.Store), Evaluator: ev, RunIdle: o.RunIdle}
+	cfg := orchestrator.Config{Store: s.Store, Kernels: s.Kernels, Journal: cel.New(s.Store), Evaluator: ev, RunIdle: o.RunIdle,
+		Templates: o.Templates, Egress: o.Egress, EgressTrust: o.EgressTrust}
+	if o.Sandbox == "docker" {
+		cfg.ImageDigest = func(ctx context.Context, ref string) (string, error) {
+			cli, err := client.NewClientWithOpts(client.FromEnv, client.WithAPIVersionNegotiation())
+			if err != nil {
+				return "", err
+			}
+			defer cli.Close()
+			return image.Digest(ctx, cli, ref)
+		}
+	}
 	if o.Search {
 		s.Tavily = tavilytest.NewServer(t)
 		tc, err := tavily.New(tavily.Config{APIKey: s.Tavily.Key, BaseURL: s.Tavily.URL, Timeout: 10 * time.Second})
@@ -229,6 +260,33 @@ func newDocker(t testing.TB, workRoot string, grace time.Duration) *docker.Backe
 	b, err := docker.New(context.Background(), docker.Config{Image: Image(t), WorkRoot: workRoot, InterruptGrace: grace})
 	if err != nil {
 		t.Fatal(err)
+	}
+	return b
+}
+
+var kubeOwners atomic.Int64
+
+// newKube opens a Kubernetes backend on the test cluster (the variables
+// `eval "$(scripts/kube.sh up)"` sets), as a deployment of its own so that
+// no other test's backend adopts or sweeps its pods. A missing cluster
+// skips locally and fails under CI.
+func newKube(t testing.TB) *kube.Backend {
+	t.Helper()
+	kc, ns, img := os.Getenv("TRIAD_KUBECONFIG"), os.Getenv("TRIAD_KUBE_NAMESPACE"), os.Getenv("TRIAD_KUBE_IMAGE")
+	if kc == "" || ns == "" || img == "" {
+		testenv.Missing(t, `the test cluster (TRIAD_KUBECONFIG, TRIAD_KUBE_NAMESPACE, TRIAD_KUBE_IMAGE: eval "$(scripts/kube.sh up)")`)
+	}
+	rc, err := kube.RestConfig(kc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	b, err := kube.New(ctx, kube.Config{Rest: rc, Namespace: ns, Image: img,
+		Owner:    fmt.Sprintf("ot%d-%d", os.Getpid()%100000, kubeOwners.Add(1)),
+		Defaults: sandbox.Limits{MemoryBytes: 512 << 20, DiskBytes: 256 << 20}, MemoryRequest: 64 << 20, CPURequest: 0.05, TmpSize: 128 << 20})
+	if err != nil {
+		t.Fatalf("kube.New: %v", err)
 	}
 	return b
 }

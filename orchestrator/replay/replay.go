@@ -82,8 +82,23 @@ func Run(ctx context.Context, o *orchestrator.Orchestrator, orig runid.ID, opt O
 	if run.IsZero() {
 		run = runid.New()
 	}
+	// The replay is a new run of the caller's, made before anything can
+	// name it.
+	if err := o.Create(ctx, run); err != nil {
+		return nil, err
+	}
 	from := "the original's: replay of " + orig.String()
-	want := wire.RunSetup{Seed: setup0.Seed, SeedFrom: from, AsOf: setup0.AsOf, AsOfFrom: from, Recipe: setup0.Recipe, ReplayOf: orig.String()}
+	want := wire.RunSetup{Seed: setup0.Seed, SeedFrom: from, AsOf: setup0.AsOf, AsOfFrom: from, Recipe: setup0.Recipe, ReplayOf: orig.String(),
+		Template: setup0.Template}
+	// The replay's sandbox is the original's: its template, and its egress
+	// policy as recorded (the template's secrets come with it, by name).
+	if setup0.Egress != nil {
+		eg := *setup0.Egress
+		eg.Secrets = nil
+		want.Egress = &eg
+	} else {
+		want.Egress = &wire.EgressPolicy{Allow: []wire.EgressRule{}}
+	}
 	if opt.Seed != nil && *opt.Seed != setup0.Seed {
 		want.Seed, want.SeedFrom = *opt.Seed, fmt.Sprintf("param: replaced the original's %d", setup0.Seed)
 	}

@@ -8,6 +8,7 @@
 package runner
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -99,6 +100,12 @@ func New(c Config) *Runner {
 	return &Runner{c: c, o: c.Orchestrator, log: c.Logger, ctx: ctx, cancel: cancel, active: map[runid.ID]*active{}}
 }
 
+// Supports reports whether this server's sandbox can run rec: a recipe
+// that needs the Docker sandbox image runs only on it.
+func (r *Runner) Supports(rec *recipes.Recipe) bool {
+	return rec.Backend != recipes.BackendDocker || r.c.Backend == "docker"
+}
+
 // Catalog returns the recipes the runner knows.
 func (r *Runner) Catalog() *recipes.Catalog { return r.c.Catalog }
 
@@ -163,17 +170,23 @@ func (r *Runner) prepare(ctx context.Context, req Request, inputs map[string][]b
 		return nil, fault.New(fault.NotConfigured, "no sandbox backend is configured, and recipes need one",
 			"start triad with --sandbox docker, wasm or auto")
 	}
+	// A new run is created for the caller's tenant before anything can
+	// name it; a run_id names the caller's own run to resume, or a fresh
+	// id for a new run (another tenant's is not found).
 	run := runid.New()
-	if req.RunID != "" {
+	if req.RunID == "" {
+		if err := r.o.Create(ctx, run); err != nil {
+			return nil, err
+		}
+	} else {
 		id, err := runid.Parse(req.RunID)
 		if err != nil {
 			return nil, err
 		}
 		run = id
-	}
-	// The run becomes the caller's, or is another tenant's and not found.
-	if err := r.o.Claim(ctx, run); err != nil {
-		return nil, err
+		if err := r.o.OpenRun(ctx, run); err != nil {
+			return nil, err
+		}
 	}
 	prev, hasPrev, err := r.load(ctx, run)
 	if err != nil {
@@ -181,6 +194,10 @@ func (r *Runner) prepare(ctx context.Context, req Request, inputs map[string][]b
 	}
 	if req.Recipe == "" && hasPrev {
 		req.Recipe = prev.Recipe
+	}
+	if req.Recipe == "" && req.RunID != "" {
+		return nil, fault.New(fault.NotFound, fmt.Sprintf("run %s is no recipe run to resume", run),
+			"name a recipe to start one in it (GET /recipes lists them), or name a failed or interrupted recipe run")
 	}
 	if req.Recipe == "" {
 		return nil, fault.New(fault.BadInput, "recipe is empty", "name a recipe; GET /recipes lists them")
@@ -232,7 +249,7 @@ func (r *Runner) prepare(ctx context.Context, req Request, inputs map[string][]b
 	if err != nil {
 		return nil, err
 	}
-	if rec.Backend == recipes.BackendDocker && r.c.Backend != "docker" {
+	if !r.Supports(rec) {
 		return nil, fault.New(fault.Unsupported,
 			fmt.Sprintf("recipe %s needs the Docker sandbox (numpy, pandas and more), and this server runs the %s sandbox", rec.Name, r.c.Backend),
 			"start triad with --sandbox docker (or auto, with a Docker engine running), or run a recipe whose backend is any")
@@ -254,7 +271,7 @@ func (r *Runner) prepare(ctx context.Context, req Request, inputs map[string][]b
 	// The kernel's setup (seed, as_of) is recorded before the first call;
 	// a resume that would change it is refused here.
 	if _, err := r.o.SetRunSetup(ctx, run, wire.RunSetup{Seed: plan.Params[recipes.ParamSeed].(int64), SeedFrom: derived.SeedFrom,
-		AsOf: plan.Params[recipes.ParamAsOf].(string), AsOfFrom: derived.AsOfFrom, Recipe: rec.Name}); err != nil {
+		AsOf: plan.Params[recipes.ParamAsOf].(string), AsOfFrom: derived.AsOfFrom, Recipe: rec.Name, Template: cmp.Or(req.Template, rec.Template)}); err != nil {
 		return nil, err
 	}
 	st := State{RunID: run.String(), Recipe: rec.Name, Objective: objective, Params: plan.Params, Status: Queued, Created: time.Now().UTC()}

@@ -24,6 +24,7 @@ import (
 	"github.com/triadhq/triad/internal/fault"
 	"github.com/triadhq/triad/sandbox"
 	"github.com/triadhq/triad/sandbox/image"
+	"github.com/triadhq/triad/sandbox/internal/relay"
 )
 
 // Labels every container of this package carries.
@@ -221,8 +222,8 @@ func (cfg Config) withDefaults() (Config, error) {
 	if cfg.SocketRoot, err = filepath.Abs(cfg.SocketRoot); err != nil {
 		return cfg, err
 	}
-	// <SocketRoot>/<12-hex id>/k-5 must fit in sun_path with room to spare.
-	if n := len(cfg.SocketRoot) + len("/0123456789ab/k-5"); n > 100 {
+	// <SocketRoot>/<12-hex id>/egress (its longest name) must fit in sun_path with room to spare.
+	if n := len(cfg.SocketRoot) + len("/0123456789ab/"+egressSock); n > 100 {
 		return cfg, fmt.Errorf("docker backend: SocketRoot %q is too long for unix socket paths (%d bytes > 100); pick a shorter directory", cfg.SocketRoot, n)
 	}
 	if cfg.UID == 0 {
@@ -307,11 +308,13 @@ func (b *Backend) start(ctx context.Context, spec sandbox.Spec) (*Kernel, error)
 		b:        b,
 		id:       id,
 		owner:    spec.Owner,
+		image:    spec.Image,
 		limits:   lim,
 		sockDir:  filepath.Join(b.cfg.SocketRoot, id),
 		language: sandbox.LanguagePython,
 		closing:  make(chan struct{}),
 	}
+	k.egress = relay.NewLink(k.dialEgress, b.log.With("kernel", id))
 	t0 := time.Now()
 	if err := k.setup(ctx); err != nil {
 		k.teardown()

@@ -39,6 +39,7 @@ func TestConformance(t *testing.T) {
 		HostDir:    func(k sandbox.Kernel) string { return k.(*Kernel).wd.path },
 		Contexts:   true, // a second ipykernel in the container (docker exec)
 		Commands:   true, // docker exec in the container
+		Egress:     true, // the forwarder on the socket directory
 	})
 }
 

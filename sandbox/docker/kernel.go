@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -22,6 +23,7 @@ import (
 	"github.com/triadhq/triad/sandbox"
 	"github.com/triadhq/triad/sandbox/hostdir"
 	"github.com/triadhq/triad/sandbox/image"
+	"github.com/triadhq/triad/sandbox/internal/relay"
 	"github.com/triadhq/triad/sandbox/jupyter"
 )
 
@@ -30,6 +32,10 @@ const (
 	ctrWork    = image.Work
 	ctrSockets = "/run/kernel"
 )
+
+// egressSock is the egress forwarder's host endpoint in the socket
+// directory.
+const egressSock = "egress"
 
 // kernelCmd starts ipykernel as the container's main process. The shell
 // only seeds matplotlib's font cache into the tmpfs home (the root
@@ -40,7 +46,14 @@ const (
 // database is pointless for a throwaway kernel and costs a SQLite file per
 // start. Figures show inline by default because MPLBACKEND names the inline
 // backend (ipykernel would set it too).
+//
+// The egress forwarder (sandbox/internal/relay) starts first, in the
+// background: it listens on sandbox.EgressAddr and on the socket egressSock
+// in the bind-mounted socket directory, through which the host relays the
+// sandbox's connections to Triad's egress proxy. It reaches nothing by
+// itself, and refuses every connection of a run without a policy.
 var kernelCmd = []string{"/bin/sh", "-c", `mkdir -p "$MPLCONFIGDIR" && cp -a ` + image.MPLSeed + `/. "$MPLCONFIGDIR"/ 2>/dev/null; ` +
+	relay.Command("unix:"+ctrSockets+"/"+egressSock) + ` ` +
 	`exec python3 -c '` + image.KernelLauncher + `' -f ` + ctrSockets + `/conn.json ` +
 	`--InteractiveShell.colors=NoColor --HistoryManager.enabled=False --IPKernelApp.quiet=True`}
 
@@ -50,12 +63,17 @@ type Kernel struct {
 	b       *Backend
 	id      string // also the name of its work and socket directories
 	owner   string
+	image   string // a template's image, or "" for Config.Image
 	limits  sandbox.Limits
 	sockDir string
 
 	// files is the working directory as the core sees it; set by setup
 	// before the kernel is handed out, closed first thing in Close.
 	files *hostdir.Dir
+
+	// egress relays the sandbox's connections to the host (the
+	// container's kernel only; a context uses its parent's).
+	egress *relay.Link
 
 	// mu serializes Execute, Restart and the teardown in Close.
 	mu          sync.Mutex
@@ -94,7 +112,10 @@ type Kernel struct {
 	closeErr  error
 }
 
-var _ sandbox.Kernel = (*Kernel)(nil)
+var (
+	_ sandbox.Kernel = (*Kernel)(nil)
+	_ sandbox.Egress = (*Kernel)(nil)
+)
 
 var initTrue = true
 
@@ -178,8 +199,12 @@ func (k *Kernel) setup(ctx context.Context) error {
 
 func (k *Kernel) containerConfig() *container.Config {
 	b := k.b
+	img := b.cfg.Image
+	if k.image != "" {
+		img = k.image
+	}
 	return &container.Config{
-		Image:           b.cfg.Image,
+		Image:           img,
 		User:            fmt.Sprintf("%d:%d", b.cfg.UID, b.cfg.GID),
 		WorkingDir:      ctrWork,
 		Cmd:             kernelCmd,
@@ -580,9 +605,38 @@ func (k *Kernel) Close() error {
 	return k.closeErr
 }
 
+// EgressReady implements sandbox.Egress: the forwarder in the container
+// answers on its socket.
+func (k *Kernel) EgressReady(ctx context.Context) error {
+	if k.parent != nil {
+		return k.parent.EgressReady(ctx)
+	}
+	if k.isClosing() {
+		return sandbox.ErrClosed
+	}
+	return k.egress.Ready(ctx)
+}
+
+// AcceptEgress implements sandbox.Egress.
+func (k *Kernel) AcceptEgress(ctx context.Context) (net.Conn, error) {
+	if k.parent != nil {
+		return k.parent.AcceptEgress(ctx)
+	}
+	return k.egress.Accept(ctx)
+}
+
+// dialEgress connects to the forwarder's socket.
+func (k *Kernel) dialEgress(ctx context.Context) (net.Conn, error) {
+	var d net.Dialer
+	return d.DialContext(ctx, "unix", filepath.Join(k.sockDir, egressSock))
+}
+
 // teardown releases everything setup made, whatever state it reached.
 func (k *Kernel) teardown() error {
 	var errs []error
+	if k.egress != nil {
+		_ = k.egress.Close()
+	}
 	k.stopKernel()
 	if k.containerID != "" {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

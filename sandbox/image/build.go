@@ -233,6 +233,15 @@ func (b *builder) run(ctx context.Context, name string, args ...string) error {
 	return nil
 }
 
+// output runs a command and returns its stdout; its stderr goes to
+// Progress.
+func (b *builder) output(ctx context.Context, name string, args ...string) ([]byte, error) {
+	cmd := exec.CommandContext(ctx, name, args...)
+	cmd.Env = []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "LANG=C.UTF-8", "HOME=/root"}
+	cmd.Stderr = b.opts.Progress
+	return cmd.Output()
+}
+
 type tailWriter struct {
 	max   int
 	lines []string

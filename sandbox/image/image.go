@@ -323,6 +323,12 @@ func lock(ctx context.Context, cacheDir string) (func(), error) {
 
 // importTarball streams the cached root filesystem into the engine.
 func importTarball(ctx context.Context, cli Client, opts Options, tarball, tag string) error {
+	return importWith(ctx, cli, opts, tarball, tag, "triad sandbox image, "+recipeVersion+", built by debootstrap "+Suite, changes())
+}
+
+// importWith imports a root filesystem tarball as tag, with a message and
+// Dockerfile instructions.
+func importWith(ctx context.Context, cli Client, opts Options, tarball, tag, message string, changes []string) error {
 	f, err := os.Open(tarball)
 	if err != nil {
 		return fmt.Errorf("open image tarball: %w", err)
@@ -331,8 +337,8 @@ func importTarball(ctx context.Context, cli Client, opts Options, tarball, tag s
 	start := time.Now()
 	fmt.Fprintf(opts.Progress, "image: docker import %s as %s\n", tarball, tag)
 	rc, err := cli.ImageImport(ctx, image.ImportSource{Source: f, SourceName: "-"}, tag, image.ImportOptions{
-		Message: "triad sandbox image, " + recipeVersion + ", built by debootstrap " + Suite,
-		Changes: changes(),
+		Message: message,
+		Changes: changes,
 	})
 	if err != nil {
 		return fmt.Errorf("docker import %s: %w", tag, err)

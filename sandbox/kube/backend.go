@@ -163,7 +163,7 @@ func (b *Backend) start(ctx context.Context, spec sandbox.Spec) (*Kernel, error)
 	if run == "" {
 		run = "anonymous-" + newID() // never adopted by anyone
 	}
-	k := newKernel(b, run, b.limits(spec.Limits))
+	k := newKernel(b, run, b.limits(spec.Limits), spec.Image)
 	t0 := time.Now()
 	b.mu.Lock()
 	b.starting[run]++

@@ -34,14 +34,14 @@ func (b *Backend) labels(l sandbox.Limits, run string) map[string]string {
 
 // createPod creates a pod for run ("" for a warm pod) and waits until it
 // runs.
-func (b *Backend) createPod(ctx context.Context, l sandbox.Limits, run string) (string, error) {
+func (b *Backend) createPod(ctx context.Context, l sandbox.Limits, image, run string) (string, error) {
 	now := stamp(time.Now())
 	ann := map[string]string{}
 	if run != "" {
 		ann[AnnotationRun], ann[AnnotationClaimed], ann[AnnotationUsed] = run, now, now
 	}
 	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	p, err := b.cs.CoreV1().Pods(b.cfg.Namespace).Create(cctx, b.podSpec(l, "", b.labels(l, run), ann), metav1.CreateOptions{})
+	p, err := b.cs.CoreV1().Pods(b.cfg.Namespace).Create(cctx, b.podSpec(l, image, b.labels(l, run), ann), metav1.CreateOptions{})
 	cancel()
 	if err != nil {
 		return "", fmt.Errorf("create kernel pod: %w", err)
@@ -119,10 +119,10 @@ func (b *Backend) touch(name string) {
 
 // freshPod returns a connected pod that is run's kernel from now on: one
 // of this replica's warm pods, another replica's, or a new one.
-func (b *Backend) freshPod(ctx context.Context, l sandbox.Limits, run string) (*podConn, error) {
+func (b *Backend) freshPod(ctx context.Context, l sandbox.Limits, image, run string) (*podConn, error) {
 	// Warm pods were made, and their clients dialled, for the default
-	// limits, output limit included.
-	pooled := l == b.cfg.Defaults
+	// limits, output limit included, and the backend's own image.
+	pooled := l == b.cfg.Defaults && image == b.cfg.Image
 	for pooled {
 		b.mu.Lock()
 		var pc *podConn
@@ -167,7 +167,7 @@ func (b *Backend) freshPod(ctx context.Context, l sandbox.Limits, run string) (*
 			return pc, nil
 		}
 	}
-	name, err := b.createPod(ctx, l, run)
+	name, err := b.createPod(ctx, l, image, run)
 	if err != nil {
 		return nil, err
 	}

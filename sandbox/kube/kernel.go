@@ -14,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/triadhq/triad/sandbox"
+	"github.com/triadhq/triad/sandbox/internal/relay"
 	"github.com/triadhq/triad/sandbox/jupyter"
 	"github.com/triadhq/triad/sandbox/jupyter/zmtp"
 )
@@ -223,6 +224,7 @@ type Kernel struct {
 	b      *Backend
 	run    string
 	limits sandbox.Limits
+	image  string // the pods' image: Config.Image or a template's
 	files  *workDir
 	how    string // how the first pod was found, for the start log
 
@@ -236,6 +238,10 @@ type Kernel struct {
 	restarted bool
 
 	lastTouch time.Time // under mu
+
+	// egress relays the sandbox's connections to the host, over the
+	// current pod's port-forward.
+	egress *relay.Link
 
 	// umu guards the uses in progress (a cell, a working-directory
 	// operation: see use), and the heartbeat that marks the pod used
@@ -253,12 +259,40 @@ type Kernel struct {
 var (
 	_ sandbox.Kernel   = (*Kernel)(nil)
 	_ sandbox.Detacher = (*Kernel)(nil)
+	_ sandbox.Egress   = (*Kernel)(nil)
 )
 
-func newKernel(b *Backend, run string, l sandbox.Limits) *Kernel {
-	k := &Kernel{b: b, run: run, limits: l, closing: make(chan struct{})}
+func newKernel(b *Backend, run string, l sandbox.Limits, image string) *Kernel {
+	if image == "" {
+		image = b.cfg.Image
+	}
+	k := &Kernel{b: b, run: run, limits: l, image: image, closing: make(chan struct{})}
 	k.files = &workDir{k: k, aliases: map[sandbox.Stamp]sandbox.Stamp{}}
+	k.egress = relay.NewLink(k.dialEgress, b.log.With("run", run))
 	return k
+}
+
+// EgressReady implements sandbox.Egress: the forwarder in the current pod
+// answers on its port.
+func (k *Kernel) EgressReady(ctx context.Context) error {
+	if k.isClosing() {
+		return sandbox.ErrClosed
+	}
+	return k.egress.Ready(ctx)
+}
+
+// AcceptEgress implements sandbox.Egress.
+func (k *Kernel) AcceptEgress(ctx context.Context) (net.Conn, error) {
+	return k.egress.Accept(ctx)
+}
+
+// dialEgress connects to the forwarder of the kernel's current pod.
+func (k *Kernel) dialEgress(ctx context.Context) (net.Conn, error) {
+	pc := k.current()
+	if pc == nil {
+		return nil, errors.New("the kernel has no pod")
+	}
+	return pc.fwd.Dial(ctx, egressPort)
 }
 
 // ID implements sandbox.Kernel: the name of the kernel's current pod.
@@ -338,7 +372,7 @@ func (k *Kernel) place(ctx context.Context, adopt bool) error {
 			return err
 		}
 	}
-	pc, err := b.freshPod(ctx, k.limits, k.run)
+	pc, err := b.freshPod(ctx, k.limits, k.image, k.run)
 	if err != nil {
 		return err
 	}
@@ -368,7 +402,7 @@ func (k *Kernel) replace(ctx context.Context, old *podConn) error {
 			cancel()
 		}
 	}
-	pc, err := b.freshPod(ctx, k.limits, k.run)
+	pc, err := b.freshPod(ctx, k.limits, k.image, k.run)
 	if err != nil {
 		return err
 	}
@@ -540,6 +574,7 @@ func (k *Kernel) Detach() error { return k.release(false) }
 func (k *Kernel) release(deletePod bool) error {
 	k.closeOnce.Do(func() {
 		close(k.closing)
+		_ = k.egress.Close()
 		k.mu.Lock()
 		defer k.mu.Unlock()
 		k.pmu.Lock()

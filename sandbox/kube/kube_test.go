@@ -31,6 +31,7 @@ func TestConformance(t *testing.T) {
 			return c.newBackend(t, kube.Config{InterruptGrace: 10 * time.Second})
 		},
 		Interrupts: true,
+		Egress:     true, // the forwarder on the pod's loopback, by port-forward
 	})
 }
 

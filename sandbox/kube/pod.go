@@ -16,6 +16,7 @@ import (
 
 	"github.com/triadhq/triad/sandbox"
 	"github.com/triadhq/triad/sandbox/image"
+	"github.com/triadhq/triad/sandbox/internal/relay"
 )
 
 // Labels and annotations of the objects this package makes. Values of
@@ -68,6 +69,12 @@ const (
 // serves from inside the pod's network namespace.
 var kernelPorts = [5]int{50551, 50552, 50553, 50554, 50555}
 
+// egressPort is the egress forwarder's host endpoint on the pod's
+// loopback, which Triad reaches by port-forward like the kernel's ports;
+// the forwarder also listens on sandbox.EgressAddr for the kernel's
+// processes (sandbox/internal/relay).
+const egressPort = 50556
+
 // RunKey is the value of LabelRun for a run id: 32 hex digits of its
 // SHA-256.
 func RunKey(run string) string {
@@ -103,14 +110,16 @@ os.rename("%[6]s/conn.json.tmp", "%[6]s/conn.json")
 // is seeded into the home on /tmp, the connection file is written, and
 // ipykernel is exec'd through image.KernelLauncher, so the kernel's exit is
 // the container's exit and its termination reason (OOMKilled, the exit
-// code) is the pod status's.
+// code) is the pod status's. The egress forwarder starts in the
+// background before the kernel, under the same process limit.
 func kernelScript(pids int64) string {
 	return fmt.Sprintf(`ulimit -p %d || exit 90
 ulimit -c 0
 mkdir -p "$MPLCONFIGDIR" && cp -a %s/. "$MPLCONFIGDIR"/ 2>/dev/null
 python3 -c '%s' || exit 91
+%s
 exec python3 -c '%s' -f %s/conn.json --InteractiveShell.colors=NoColor --HistoryManager.enabled=False --IPKernelApp.quiet=True`,
-		pids, image.MPLSeed, connWriter, image.KernelLauncher, podRun)
+		pids, image.MPLSeed, connWriter, relay.Command(fmt.Sprintf("tcp:127.0.0.1:%d", egressPort)), image.KernelLauncher, podRun)
 }
 
 // podUID picks the uid a new pod runs as: a random one from a range of a
@@ -132,7 +141,7 @@ var agentLimits = corev1.ResourceList{
 
 // podSpec is a kernel pod: see docs/DECISIONS.md, "Kubernetes", for each
 // choice. It passes the restricted Pod Security Standard.
-func (b *Backend) podSpec(l sandbox.Limits, state string, labels, annotations map[string]string) *corev1.Pod {
+func (b *Backend) podSpec(l sandbox.Limits, img string, labels, annotations map[string]string) *corev1.Pod {
 	no, yes := false, true
 	zero := int64(0)
 	uid := podUID()
@@ -197,7 +206,7 @@ func (b *Backend) podSpec(l sandbox.Limits, state string, labels, annotations ma
 			},
 			Containers: []corev1.Container{{
 				Name:            kernelContainer,
-				Image:           b.cfg.Image,
+				Image:           img,
 				ImagePullPolicy: b.cfg.PullPolicy,
 				Command:         []string{"/bin/sh", "-c", kernelScript(l.Pids)},
 				WorkingDir:      podWork,
@@ -211,7 +220,7 @@ func (b *Backend) podSpec(l sandbox.Limits, state string, labels, annotations ma
 				},
 			}, {
 				Name:            agentContainer,
-				Image:           b.cfg.Image,
+				Image:           img,
 				ImagePullPolicy: b.cfg.PullPolicy,
 				Command:         []string{"sleep", "infinity"},
 				WorkingDir:      podWork,

@@ -64,7 +64,7 @@ func (b *Backend) fill() {
 
 // warmPod creates one warm pod and connects to its kernel.
 func (b *Backend) warmPod(ctx context.Context) (*podConn, error) {
-	name, err := b.createPod(ctx, b.cfg.Defaults, "")
+	name, err := b.createPod(ctx, b.cfg.Defaults, b.cfg.Image, "")
 	if err != nil {
 		return nil, err
 	}

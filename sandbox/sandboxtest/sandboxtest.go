@@ -6,11 +6,12 @@
 // shape, timeouts and the caller's hang-up, kernel death, files through the
 // WorkDir seam (symlinks and special files never followed), Close, parallel
 // kernels, the output limit and streaming, and the optional abilities it
-// claims (sandbox.Contexts, sandbox.Commander). A new backend is done when
+// claims (sandbox.Contexts, sandbox.Commander, sandbox.Egress). A new backend is done when
 // it passes, not when it compiles.
 package sandboxtest
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -18,6 +19,7 @@ import (
 	"io"
 	"io/fs"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -51,6 +53,8 @@ type Options struct {
 	// The suite checks whichever the backend claims: an ability claimed
 	// must pass its tests, one not claimed must not be implemented.
 	Contexts, Commands bool
+	// Egress is true when the backend's kernels implement sandbox.Egress.
+	Egress bool
 }
 
 // Run runs the suite.
@@ -70,6 +74,7 @@ func Run(t *testing.T, o Options) {
 	t.Run("Streaming", func(t *testing.T) { t.Parallel(); testStreaming(t, o) })
 	t.Run("Contexts", func(t *testing.T) { t.Parallel(); testContexts(t, o) })
 	t.Run("Commands", func(t *testing.T) { t.Parallel(); testCommands(t, o) })
+	t.Run("Egress", func(t *testing.T) { t.Parallel(); testEgress(t, o) })
 }
 
 // start starts a kernel on b, closed when the test ends.
@@ -740,5 +745,85 @@ for i in range(3):
 	}
 	if want := []string{"0\n", "1\n", "2\n"}; !slices.Equal(lines, want) {
 		t.Errorf("stdout events: got %q, want one per line %q", lines, want)
+	}
+}
+
+// egressCell asks for a URL through the sandbox's egress address, as a
+// cell with HTTP_PROXY set would, and prints the answer or the refusal.
+const egressCell = `import urllib.request, urllib.error
+try:
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({"http": "http://` + sandbox.EgressAddr + `"}))
+    print(opener.open("http://example.test/path", timeout=120).read().decode())
+except urllib.error.HTTPError as e:
+    print(e.code, e.reason)
+except OSError as e:
+    print("unreachable:", e)
+`
+
+// testEgress: a kernel that implements sandbox.Egress refuses its
+// processes' connections while nobody accepts them; once EgressReady
+// returns, each reaches AcceptEgress with its bytes both ways, and again
+// after a restart; Close ends AcceptEgress.
+func testEgress(t *testing.T, o Options) {
+	b := o.New(t)
+	k := start(t, b, sandbox.Spec{Owner: "egress"})
+	e, has := k.(sandbox.Egress)
+	if has != o.Egress {
+		t.Fatalf("the kernel implements sandbox.Egress: %v; the backend claims %v", has, o.Egress)
+	}
+	if !has {
+		return
+	}
+	got := ok(t, k, egressCell).col.Stdout.String()
+	if !strings.Contains(got, "403 Triad egress denied: this run has no egress policy") && !strings.Contains(got, "unreachable") {
+		t.Errorf("with nobody accepting, a connection got %q, want a refusal", got)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			c, err := e.AcceptEgress(ctx)
+			if err != nil {
+				return
+			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				defer c.Close()
+				req, err := http.ReadRequest(bufio.NewReader(c))
+				if err != nil {
+					return
+				}
+				body := "relayed " + req.Method + " " + req.URL.String()
+				fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s", len(body), body)
+			}()
+		}
+	}()
+	defer func() {
+		cancel()
+		wg.Wait()
+	}()
+	rctx, rcancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer rcancel()
+	if err := e.EgressReady(rctx); err != nil {
+		t.Fatalf("EgressReady: %v", err)
+	}
+	if got := ok(t, k, egressCell).col.Stdout.String(); !strings.Contains(got, "relayed GET http://example.test/path") {
+		t.Errorf("through the relay: %q, want the host's answer", got)
+	}
+	if err := k.Restart(rctx); err != nil {
+		t.Fatalf("Restart: %v", err)
+	}
+	if err := e.EgressReady(rctx); err != nil {
+		t.Fatalf("EgressReady after a restart: %v", err)
+	}
+	if got := ok(t, k, egressCell).col.Stdout.String(); !strings.Contains(got, "relayed GET http://example.test/path") {
+		t.Errorf("through the relay after a restart: %q, want the host's answer", got)
+	}
+	k.Close()
+	if _, err := e.AcceptEgress(context.Background()); !errors.Is(err, sandbox.ErrClosed) {
+		t.Errorf("AcceptEgress after Close: %v, want ErrClosed", err)
 	}
 }

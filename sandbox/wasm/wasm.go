@@ -276,6 +276,10 @@ func compilerConfig() (rc wazero.RuntimeConfig, err error) {
 // Name implements sandbox.Backend.
 func (b *Backend) Name() string { return "wasm" }
 
+// RunsCommands reports that wasm kernels run no commands: a WASI module
+// has no processes (orchestrator/kernels asks, for the API's contract).
+func (b *Backend) RunsCommands() bool { return false }
+
 // Image names the embedded interpreter by the hash of python.wasm, recorded
 // per run so a replay can tell when it ran on another build.
 func (b *Backend) Image() string { return "python.wasm@sha256:" + wasmDigest() }

@@ -1,8 +1,8 @@
-// Package tmpfsrecords keeps the E2B surface's sandbox records in Triad's file store, so every replica sharing the store and every restart knows the sandboxes.
+// Package tmpfsrecords reads the E2B surface's sandbox records where Triad kept them until issue 23: files of a reserved run, which a key of the default tenant could reach through the tools.
 //
-// The records are surface bookkeeping, not tool calls: they live under a
-// reserved run that no E2B call touches, one JSON file per sandbox. Access
-// tokens are never in them, only their digests (see e2b.Sandbox).
+// It is the source of the one migration that moves them into the store's
+// records outside runs (e2b.Legacy, api/e2b/metarecords), and of the tests
+// that write records the way Triad did. Nothing writes here any more.
 package tmpfsrecords
 
 import (
@@ -31,13 +31,16 @@ type Store interface {
 
 var _ Store = (*tmpfs.Store)(nil)
 
-// Records implements e2b.Records over a Store.
+// Records implements e2b.Legacy over a Store.
 type Records struct {
 	st  Store
 	run runid.ID
 }
 
-var _ e2b.Records = (*Records)(nil)
+var _ e2b.Legacy = (*Records)(nil)
+
+// Run implements e2b.Legacy: the reserved run that holds the records.
+func (r *Records) Run() runid.ID { return r.run }
 
 // New returns Records kept in st.
 func New(st Store) *Records {
