@@ -65,7 +65,19 @@ func (o *Orchestrator) Exec(ctx context.Context, run runid.ID, in wire.ExecReque
 type CallOption func(*callOptions)
 
 type callOptions struct {
-	env CellEnv
+	env   CellEnv
+	stdin bool
+	pty   *sandbox.TermSize
+}
+
+// WithStdin starts a background command with its standard input open
+// (Command.Input, Command.CloseStdin).
+func WithStdin() CallOption { return func(c *callOptions) { c.stdin = true } }
+
+// WithPty starts a background command in a pseudo-terminal of size
+// (Command.Input types into it, Command.Resize resizes it).
+func WithPty(size sandbox.TermSize) CallOption {
+	return func(c *callOptions) { c.pty = &size }
 }
 
 func callOpts(opts []CallOption) callOptions {

@@ -158,6 +158,11 @@ type ExecOutcome struct {
 	Command int
 	// ExitCode is a command's exit status once it ended.
 	ExitCode *int
+	// Stdin says how a background command's stdin was set up ("open", a
+	// terminal) and, at its end, what the caller sent it.
+	Stdin string
+	// Pid is a background command's pid in the sandbox, at its end.
+	Pid int
 	// HarvestErr says why the files a background command wrote could
 	// not all be stored.
 	HarvestErr string
@@ -180,7 +185,7 @@ func (e *ExecOutcome) Tool() string { return ToolExec }
 func (e *ExecOutcome) Inputs() []Input {
 	return inputs(Input{"code", e.Code}, Input{"language", e.Language}, Input{"context", e.Context},
 		Input{"command", e.command()}, Input{"cwd", e.Cwd}, Input{"env", e.EnvKeys},
-		Input{"files_in", e.FilesIn}, Input{"timeout_s", e.TimeoutS})
+		Input{"stdin", e.Stdin}, Input{"pid", e.Pid}, Input{"files_in", e.FilesIn}, Input{"timeout_s", e.TimeoutS})
 }
 
 // command names a background command's step: "#2 started", "#2 ended".

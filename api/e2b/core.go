@@ -35,7 +35,7 @@ type Core interface {
 	ExecStream(ctx context.Context, run runid.ID, in wire.ExecRequest, on func(orchestrator.ExecEvent), opts ...orchestrator.CallOption) (wire.ExecResponse, error)
 	// StartCommand starts a bash command in the run's kernel container,
 	// which runs without holding the run: commands.run.
-	StartCommand(ctx context.Context, run runid.ID, in wire.ExecRequest, on func(orchestrator.ExecEvent)) (*orchestrator.Command, error)
+	StartCommand(ctx context.Context, run runid.ID, in wire.ExecRequest, on func(orchestrator.ExecEvent), opts ...orchestrator.CallOption) (*orchestrator.Command, error)
 	// NewContext, Contexts, RestartContext and RemoveContext manage the
 	// run's code contexts: createCodeContext, listCodeContexts,
 	// restartCodeContext (the empty id restarts the run's kernel) and
