@@ -326,17 +326,25 @@ def op_conn(req):
 
 def op_kill(req):
     """SIGKILLs every process of this uid outside the agent's container (the
-    pod shares one process namespace): the kernel and its children."""
-    def cgroup(pid):
-        with open("/proc/%s/cgroup" % pid) as f:
-            return f.read()
+    pod shares one process namespace): the kernel and its children. A
+    process is the agent container's when it shares the agent's mount
+    namespace (each container has its own, and joining another takes a
+    privilege no process here has) or, where namespaces cannot be read, its
+    cgroup. Under gVisor every process shows the same cgroup, so the cgroup
+    alone made the agent kill its own container."""
+    def ident(pid):
+        try:
+            return "mnt:%d" % os.stat("/proc/%s/ns/mnt" % pid).st_ino
+        except OSError:
+            with open("/proc/%s/cgroup" % pid) as f:
+                return "cgroup:" + f.read()
 
-    mine, uid, n = cgroup("self"), os.getuid(), 0
+    mine, uid, n, me = ident("self"), os.getuid(), 0, os.getpid()
     for pid in os.listdir("/proc"):
-        if not pid.isdigit():
+        if not pid.isdigit() or int(pid) == me:
             continue
         try:
-            if os.stat("/proc/" + pid).st_uid != uid or cgroup(pid) == mine:
+            if os.stat("/proc/" + pid).st_uid != uid or ident(pid) == mine:
                 continue
             os.kill(int(pid), 9)
             n += 1
