@@ -12,6 +12,7 @@ import (
 	"github.com/triadhq/triad/internal/runid"
 	"github.com/triadhq/triad/orchestrator/journal"
 	"github.com/triadhq/triad/orchestrator/tenancy"
+	"github.com/triadhq/triad/sandbox"
 )
 
 // StepInfo is what a caller (the recipe runner, a replay) knows about a
@@ -38,8 +39,10 @@ type TraceRecord = journal.TraceRecord
 type CallOption func(*callOptions)
 
 type callOptions struct {
-	info journal.Info
-	env  CellEnv
+	info  journal.Info
+	env   CellEnv
+	stdin bool
+	pty   *sandbox.TermSize
 }
 
 func callOpts(opts []CallOption) callOptions {
@@ -56,9 +59,19 @@ func WithStep(info StepInfo) CallOption {
 	return func(c *callOptions) { c.info = info }
 }
 
-// WithEnv runs a Python cell with env (see CellEnv).
+// WithEnv runs a cell with env (see CellEnv).
 func WithEnv(env CellEnv) CallOption {
 	return func(c *callOptions) { c.env = env }
+}
+
+// WithStdin starts a background command with its standard input open
+// (Command.Input, Command.CloseStdin).
+func WithStdin() CallOption { return func(c *callOptions) { c.stdin = true } }
+
+// WithPty starts a background command in a pseudo-terminal of size
+// (Command.Input types into it, Command.Resize resizes it).
+func WithPty(size sandbox.TermSize) CallOption {
+	return func(c *callOptions) { c.pty = &size }
 }
 
 // call is one tool call in flight: everything the orchestration path

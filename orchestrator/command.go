@@ -109,8 +109,12 @@ type Command struct {
 	// N numbers the command among the run's commands, from 1.
 	N int
 
-	who    auth.Principal // who started it, who its end is recorded as
-	cm     sandbox.Commander
+	who   auth.Principal // who started it, who its end is recorded as
+	cm    sandbox.Commander
+	ctl   *sandbox.CommandControl
+	stdin bool
+	pty   *sandbox.TermSize
+
 	cancel context.CancelFunc
 	done   chan struct{}
 	out    wire.ExecResponse // set before done closes
@@ -135,6 +139,60 @@ func (c *Command) Wait(ctx context.Context) (wire.ExecResponse, error) {
 // as any end is; Wait returns it. Killing an ended command does nothing.
 func (c *Command) Kill() { c.cancel() }
 
+// Pid waits until the command runs and returns its pid in the sandbox; ok
+// is false when it ended without running (or its backend does not say).
+func (c *Command) Pid(ctx context.Context) (pid int, ok bool) { return c.ctl.Pid(ctx) }
+
+// Input writes b to the command's stdin (WithStdin) or types it into its
+// terminal (WithPty). What was sent is counted in the command's end step.
+func (c *Command) Input(b []byte) error {
+	if !c.stdin && c.pty == nil {
+		return fault.New(fault.BadInput, "the command was started without stdin", "start it with stdin open to send it input")
+	}
+	return c.send(sandbox.ControlOp{Data: b})
+}
+
+// CloseStdin closes the command's stdin (in a terminal: sends end of file).
+func (c *Command) CloseStdin() error {
+	if !c.stdin && c.pty == nil {
+		return fault.New(fault.BadInput, "the command was started without stdin", "start it with stdin open to close it")
+	}
+	return c.send(sandbox.ControlOp{Close: true})
+}
+
+// Resize resizes the command's terminal.
+func (c *Command) Resize(size sandbox.TermSize) error {
+	if c.pty == nil {
+		return fault.New(fault.BadInput, "the command has no terminal", "start it in a pseudo-terminal to resize it")
+	}
+	return c.send(sandbox.ControlOp{Size: &size})
+}
+
+// Signal sends signal sig to the command's process group.
+func (c *Command) Signal(sig int) error { return c.send(sandbox.ControlOp{Signal: sig}) }
+
+func (c *Command) send(op sandbox.ControlOp) error {
+	err := c.ctl.Send(op)
+	if errors.Is(err, sandbox.ErrCommandEnded) {
+		return fault.New(fault.NotFound, "the command is not running", "start it again")
+	}
+	if err != nil {
+		return fault.Wrap(fault.Unavailable, err, "could not reach the command", "try again; the command may have ended")
+	}
+	return nil
+}
+
+// stdinMode says in a step how a command's stdin was set up.
+func stdinMode(stdin bool, pty *sandbox.TermSize) string {
+	switch {
+	case pty != nil:
+		return fmt.Sprintf("a %dx%d terminal", pty.Cols, pty.Rows)
+	case stdin:
+		return "open"
+	}
+	return ""
+}
+
 // StartCommand is sandbox.exec with language bash in the background: the
 // call that starts the command is a step of the journal and returns once
 // the command runs; the command goes on without holding the run, its
@@ -142,7 +200,7 @@ func (c *Command) Kill() { c.cancel() }
 // ends (by itself, killed, or past in.TimeoutS) its end is recorded as a
 // step of its own, with what it wrote to the working directory. The
 // command is not tied to ctx: Kill ends it.
-func (o *Orchestrator) StartCommand(ctx context.Context, run runid.ID, in wire.ExecRequest, on func(ExecEvent)) (*Command, error) {
+func (o *Orchestrator) StartCommand(ctx context.Context, run runid.ID, in wire.ExecRequest, on func(ExecEvent), opts ...CallOption) (*Command, error) {
 	if o.kernels == nil {
 		return nil, fault.New(fault.NotConfigured, "no sandbox backend is configured", "start triad with --sandbox docker")
 	}
@@ -158,7 +216,9 @@ func (o *Orchestrator) StartCommand(ctx context.Context, run runid.ID, in wire.E
 	timeout := o.exec.timeout(in)
 	oc := execOutcome(in, timeout)
 	oc.Phase = PhaseStart
-	c := &Command{done: make(chan struct{}), who: auth.From(ctx)}
+	co := callOpts(opts)
+	oc.Stdin = stdinMode(co.stdin, co.pty)
+	c := &Command{done: make(chan struct{}), who: auth.From(ctx), ctl: sandbox.NewCommandControl(), stdin: co.stdin, pty: co.pty}
 	var x *cell
 	err := o.call(ctx, run, oc, nil, func(ctx context.Context, cl *call) error {
 		x = &cell{call: cl, in: in, timeout: timeout, oc: oc}
@@ -203,7 +263,9 @@ func (o *Orchestrator) runCommand(ctx context.Context, run runid.ID, in wire.Exe
 	defer o.kernels.Release(sess)
 	outp := newOutput(o.exec.StreamCap, o.exec.SpoolDir, on)
 	defer outp.close()
-	res, cerr := c.cm.Command(ctx, sandbox.Command{Args: bashArgs(in.Code), Env: o.sb.commandEnv(run, in.Env), Dir: in.Cwd, Output: outp.add})
+	res, cerr := c.cm.Command(ctx, sandbox.Command{Args: bashArgs(in.Code), Env: o.sb.commandEnv(run, in.Env), Dir: in.Cwd, Output: outp.add,
+		Stdin: c.stdin, Pty: c.pty, Control: c.ctl})
+	c.ctl.Ended()
 	if cerr != nil && ctx.Err() != nil && (errors.Is(cerr, context.Canceled) || errors.Is(cerr, context.DeadlineExceeded)) {
 		// Killed (or past its deadline) before it could start: it ended
 		// as a killed command does.
@@ -215,6 +277,17 @@ func (o *Orchestrator) runCommand(ctx context.Context, run runid.ID, in wire.Exe
 	}
 	oc := execOutcome(in, timeout)
 	oc.Phase, oc.Command, oc.Backend = PhaseEnd, c.N, o.kernels.Backend()
+	oc.Stdin = stdinMode(c.stdin, c.pty)
+	if st := c.ctl.Stats(); st != (sandbox.InputStats{}) {
+		oc.Stdin += fmt.Sprintf("; sent %d bytes in %d writes, %d resizes, %d signals", st.Bytes, st.Writes, st.Resizes, st.Signals)
+		if st.Closed {
+			oc.Stdin += ", stdin closed"
+		}
+	}
+	// Ended, so Pid answers at once.
+	if pid, ok := c.ctl.Pid(context.Background()); ok {
+		oc.Pid = pid
+	}
 	var out wire.ExecResponse
 	// The end is recorded as the caller that started the command.
 	rctx := auth.With(context.WithoutCancel(ctx), c.who)

@@ -48,7 +48,7 @@ func TestExecBash(t *testing.T) {
 	out, err = s.Orch.Exec(ctx, run, wire.ExecRequest{Language: "bash", Code: `echo "$GREETING" > greeting.txt; pwd`,
 		Env: map[string]string{"GREETING": "hello"}, Cwd: "sub"})
 	if err != nil || !out.OK || !strings.HasSuffix(out.Stdout, "/sub\n") {
-		t.Fatalf("got %+v, %v; want ok in /work/sub", out, err)
+		t.Fatalf("got %+v, %v; want ok in /home/user/sub", out, err)
 	}
 	if len(out.FilesOut) != 1 || out.FilesOut[0].Path != "sub/greeting.txt" {
 		t.Errorf("files_out: got %+v, want sub/greeting.txt", out.FilesOut)
@@ -193,11 +193,11 @@ func TestContexts(t *testing.T) {
 				}
 				return out.Result.Data["text/plain"]
 			}
-			a, err := s.Orch.NewContext(ctx, run, "")
+			a, err := s.Orch.NewContext(ctx, run, "", "")
 			if err != nil {
 				t.Fatal(err)
 			}
-			b, err := s.Orch.NewContext(ctx, run, "sub")
+			b, err := s.Orch.NewContext(ctx, run, "sub", "")
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -57,7 +57,7 @@ func (o *Orchestrator) Exec(ctx context.Context, run runid.ID, in wire.ExecReque
 	return o.ExecStream(ctx, run, in, nil, opts...)
 }
 
-// CellEnv is the environment a Python cell runs with beyond its kernel's,
+// CellEnv is the environment a cell runs with beyond its kernel's,
 // for values that are secrets (an E2B sandbox's envs): Triad sets them in
 // os.environ with setup cells of its own, which are never kept, journaled
 // or traced. The Step Block and the trace name the variables, never their
@@ -106,7 +106,7 @@ func (o *Orchestrator) ExecStream(ctx context.Context, run runid.ID, in wire.Exe
 	}
 	co := callOpts(opts)
 	if !co.env.empty() {
-		if in.Language == wire.LanguageBash {
+		if in.Language == wire.LanguageBash && in.Context == "" {
 			return wire.ExecResponse{}, fault.New(fault.BadInput, "a command's environment is its env", "send the variables in env")
 		}
 		if err := validEnv(co.env.Kernel); err != nil {
@@ -126,7 +126,7 @@ func (o *Orchestrator) ExecStream(ctx context.Context, run runid.ID, in wire.Exe
 		x := &cell{call: c, in: in, env: co.env, timeout: timeout, oc: oc, on: on}
 		kept := x.keepCode(ctx)
 		var err error
-		if in.Language == wire.LanguageBash {
+		if in.Language == wire.LanguageBash && in.Context == "" {
 			err = x.command(ctx)
 		} else {
 			err = x.python(ctx)
@@ -167,8 +167,8 @@ func (c ExecConfig) timeout(in wire.ExecRequest) time.Duration {
 func execOutcome(in wire.ExecRequest, timeout time.Duration) *ExecOutcome {
 	oc := &ExecOutcome{Code: codeSummary(in.Code), TimeoutS: timeout.Seconds(), FilesIn: in.FilesIn, Timeout: timeout,
 		Context: in.Context, Cwd: in.Cwd}
-	if in.Language == wire.LanguageBash {
-		oc.Language = wire.LanguageBash
+	oc.Language = in.Language
+	if in.Language == wire.LanguageBash && in.Context == "" {
 		oc.EnvKeys = slices.Sorted(maps.Keys(in.Env))
 	}
 	return oc
@@ -178,35 +178,8 @@ func validateExec(km *kernels.Manager, run runid.ID, in *wire.ExecRequest) error
 	if strings.TrimSpace(in.Code) == "" {
 		return fault.New(fault.BadInput, "code is empty", "send Python source in code (or the command, with language bash)")
 	}
-	switch in.Language {
-	case "", wire.LanguagePython:
-		in.Language = ""
-		if in.Env != nil || in.Cwd != "" {
-			return fault.New(fault.BadInput, "env and cwd apply to bash commands only",
-				"in a Python cell set os.environ and call os.chdir, or send language \"bash\"")
-		}
-		if in.Context != "" && !km.HasContext(run, in.Context) {
-			return fault.New(fault.NotFound, fmt.Sprintf("run %s has no context %q", run, in.Context),
-				"create the context first, or omit context to use the run's kernel")
-		}
-	case wire.LanguageBash:
-		if in.Context != "" {
-			return fault.New(fault.BadInput, "a bash command runs in the run's kernel container, not in a context",
-				"omit context for a bash command")
-		}
-		if in.Cwd != "" {
-			c, err := safepath.Clean(in.Cwd)
-			if err != nil {
-				fe := fault.As(err)
-				return fault.Badf("cwd is a directory of the run's files: "+fe.Suggestion, "cwd: %s", fe.Message)
-			}
-			in.Cwd = c
-		}
-		if err := validEnv(in.Env); err != nil {
-			return err
-		}
-	default:
-		return fault.Badf("omit language or send \"python\"; send \"bash\" for a command in the kernel's container", "language %q is not supported", in.Language)
+	if err := validateLanguage(km, run, in); err != nil {
+		return err
 	}
 	if in.TimeoutS != nil && !(*in.TimeoutS > 0) {
 		return fault.Badf("send timeout_s > 0, or omit it for the server default", "timeout_s is %v; it must be positive", *in.TimeoutS)
@@ -228,6 +201,74 @@ func validateExec(km *kernels.Manager, run runid.ID, in *wire.ExecRequest) error
 			}
 			in.FilesIn[i].Path = p
 		}
+	}
+	return nil
+}
+
+// validateLanguage settles which interpreter runs the cell (see
+// wire.ExecRequest.Language and Context): afterwards in.Language is ""
+// for Python, "bash" with an empty Context for a command, and otherwise
+// the cell's language with Context naming a context of that language or
+// the language itself (its default interpreter).
+func validateLanguage(km *kernels.Manager, run runid.ID, in *wire.ExecRequest) error {
+	lang := in.Language
+	if lang == wire.LanguagePython {
+		lang = ""
+	}
+	if lang != "" && !slices.Contains(wire.Languages, lang) {
+		return fault.Badf("send one of "+strings.Join(wire.Languages, ", ")+", or omit language for Python",
+			"language %q is not supported", in.Language)
+	}
+	switch {
+	case in.Context == "" || in.Context == wire.LanguagePython && lang == "":
+		in.Context = ""
+		if lang != "" && lang != wire.LanguageBash {
+			in.Context = lang // the language's default interpreter
+		}
+	case slices.Contains(wire.Languages, in.Context):
+		// A language's default interpreter, named.
+		if lang == "" {
+			lang = in.Context
+		}
+		if lang != in.Context {
+			return fault.Badf("omit context, or name an interpreter of language "+lang,
+				"context %q is the default %s interpreter, not a %s one", in.Context, in.Context, lang)
+		}
+		if lang == wire.LanguagePython {
+			lang, in.Context = "", ""
+		}
+	default:
+		c, ok := km.Context(run, in.Context)
+		if !ok {
+			return fault.New(fault.NotFound, fmt.Sprintf("run %s has no context %q", run, in.Context),
+				"create the context first, or omit context to use the run's kernel")
+		}
+		cl := c.Language
+		if cl == wire.LanguagePython {
+			cl = ""
+		}
+		if in.Language != "" && lang != cl {
+			return fault.Badf("omit language to run the cell in the context's, or name another context",
+				"context %s runs %s, not %s", in.Context, c.Language, in.Language)
+		}
+		lang = cl
+	}
+	in.Language = lang
+	if lang == wire.LanguageBash && in.Context == "" {
+		// A command.
+		if in.Cwd != "" {
+			c, err := safepath.Clean(in.Cwd)
+			if err != nil {
+				fe := fault.As(err)
+				return fault.Badf("cwd is a directory of the run's files: "+fe.Suggestion, "cwd: %s", fe.Message)
+			}
+			in.Cwd = c
+		}
+		return validEnv(in.Env)
+	}
+	if in.Env != nil || in.Cwd != "" {
+		return fault.New(fault.BadInput, "env and cwd apply to bash commands only",
+			"set the environment and directory in the cell itself, or send language \"bash\" without a context")
 	}
 	return nil
 }
@@ -302,7 +343,14 @@ func (x *cell) python(ctx context.Context) error {
 		return err
 	}
 	k, fresh := sess.Kernel, false
-	if in.Context != "" {
+	switch {
+	case in.Context == "":
+	case in.Context == in.Language:
+		var err error
+		if k, fresh, err = o.kernels.LanguageKernel(ctx, x.run, sess, in.Language); err != nil {
+			return contextErr(err, x.run, in.Context)
+		}
+	default:
 		var err error
 		if k, fresh, err = o.kernels.ContextKernel(ctx, x.run, sess, in.Context); err != nil {
 			return contextErr(err, x.run, in.Context)
@@ -312,14 +360,14 @@ func (x *cell) python(ctx context.Context) error {
 		// The values go to the interpreter in setup cells, which are not
 		// kept: the cell's kept source, its trace and its Step Block never
 		// hold them.
-		if err := runSetupCell(ctx, k, env.setCode()); err != nil {
+		if err := runSetupCell(ctx, k, env.setCode(in.Language)); err != nil {
 			return sandboxErr(fmt.Errorf("set the cell's environment variables: %w", err))
 		}
 		defer func() {
 			if len(env.Call) == 0 {
 				return
 			}
-			if err := runSetupCell(context.WithoutCancel(ctx), k, env.resetCode()); err != nil {
+			if err := runSetupCell(context.WithoutCancel(ctx), k, env.resetCode(in.Language)); err != nil {
 				o.log.WarnContext(ctx, "restore the environment after a cell", "run", x.run, "err", err)
 			}
 		}()
@@ -469,6 +517,9 @@ func contextErr(err error, run runid.ID, id string) error {
 	case errors.Is(err, kernels.ErrNoContext):
 		return fault.Wrap(fault.NotFound, err, fmt.Sprintf("run %s has no context %q", run, id),
 			"create the context first, or omit context to use the run's kernel")
+	case errors.Is(err, kernels.ErrNoLanguage):
+		return fault.Wrap(fault.Unsupported, err, "this sandbox backend has no kernel for that language: "+err.Error(),
+			"run Python, or start triad with --sandbox docker, whose image has the R, JavaScript, TypeScript and bash kernels")
 	case errors.Is(err, kernels.ErrNoContexts):
 		return fault.Wrap(fault.Unsupported, err, "this sandbox backend runs one interpreter per run",
 			"omit context, or start triad with --sandbox docker or wasm")
@@ -540,10 +591,21 @@ func (x *cell) keepStream(ctx context.Context, sp *spool, path string) (string, 
 // binaryMIME are the bundle types stored as files instead of inlined.
 var binaryMIME = map[string]string{"image/png": "png", "image/jpeg": "jpg", "image/gif": "gif", "image/svg+xml": "svg", "application/pdf": "pdf"}
 
+// jsonFileMIME are the JSON-valued bundle types stored as files (their
+// JSON as sent) instead of inlined: a chart's data and a DataFrame's can be
+// large, and like images they are artifacts of the cell, addressed by hash.
+var jsonFileMIME = map[string]string{wire.ChartMIME: "chart.json", wire.DataMIME: "data.json"}
+
 func shapeBundle(b sandbox.Bundle, name string, streamCap int, keep func(string, []byte) (tmpfs.File, error), images map[string][]byte) (wire.Bundle, bool) {
 	out := wire.Bundle{Data: map[string]any{}, Metadata: b.Metadata}
 	truncated := false
 	for mime, raw := range b.Data {
+		if ext, ok := jsonFileMIME[mime]; ok {
+			if f, err := keep(name+"."+ext, raw); err == nil {
+				out.Data[mime] = wire.Ref(f)
+				continue
+			}
+		}
 		if ext, ok := binaryMIME[mime]; ok {
 			var s string
 			if err := json.Unmarshal(raw, &s); err == nil {
@@ -705,9 +767,16 @@ func (o *Orchestrator) Stop(ctx context.Context, run runid.ID) error {
 // starts afresh on its next cell, and the answer says it was restarted.
 // Making, restarting and removing a context are steps of the journal
 // (tool sandbox.context).
-func (o *Orchestrator) NewContext(ctx context.Context, run runid.ID, cwd string) (wire.Context, error) {
+func (o *Orchestrator) NewContext(ctx context.Context, run runid.ID, cwd, language string) (wire.Context, error) {
 	if o.kernels == nil {
 		return wire.Context{}, fault.New(fault.NotConfigured, "no sandbox backend is configured", "start triad with --sandbox docker, wasm or auto")
+	}
+	if language == "" {
+		language = wire.LanguagePython
+	}
+	if !slices.Contains(wire.Languages, language) {
+		return wire.Context{}, fault.Badf("send one of "+strings.Join(wire.Languages, ", ")+", or omit language for Python",
+			"language %q is not supported", language)
 	}
 	if cwd != "" {
 		c, err := safepath.Clean(cwd)
@@ -718,13 +787,13 @@ func (o *Orchestrator) NewContext(ctx context.Context, run runid.ID, cwd string)
 		cwd = c
 	}
 	var out wire.Context
-	oc := &ContextOutcome{Op: ContextCreate, Cwd: cwd, Backend: o.kernels.Backend()}
+	oc := &ContextOutcome{Op: ContextCreate, Cwd: cwd, Language: language, Backend: o.kernels.Backend()}
 	err := o.call(ctx, run, oc, nil, func(ctx context.Context, c *call) error {
 		spec, err := o.setups.spec(ctx, c.r)
 		if err != nil {
 			return err
 		}
-		k, err := o.kernels.NewContext(ctx, run, cwd, spec)
+		k, err := o.kernels.NewContext(ctx, run, cwd, language, spec)
 		if err != nil {
 			return contextErr(err, run, "")
 		}
@@ -735,7 +804,24 @@ func (o *Orchestrator) NewContext(ctx context.Context, run runid.ID, cwd string)
 }
 
 func wireContext(c kernels.Context) wire.Context {
-	return wire.Context{ID: c.ID, Language: wire.LanguagePython, Cwd: c.Cwd, Created: c.Created}
+	return wire.Context{ID: c.ID, Language: c.Language, Cwd: c.Cwd, Created: c.Created}
+}
+
+// Languages lists the languages sandbox.exec runs on this server: Python,
+// and those the backend's kernels have (wire.Languages order). bash is
+// always there as a command where the backend runs commands.
+func (o *Orchestrator) Languages() []string {
+	out := []string{wire.LanguagePython}
+	if o.kernels == nil {
+		return out
+	}
+	have := o.kernels.Languages()
+	for _, l := range wire.Languages[1:] {
+		if slices.Contains(have, l) {
+			out = append(out, l)
+		}
+	}
+	return out
 }
 
 // Contexts lists the run's code contexts, oldest first.

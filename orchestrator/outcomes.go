@@ -60,7 +60,8 @@ type ExecOutcome struct {
 	Refused []string
 	Timeout time.Duration
 
-	// Language is "bash" for a command, empty for a Python cell.
+	// Language is the cell's language ("r", "javascript", ...), "bash"
+	// for a command or a bash cell, empty for a Python cell.
 	Language string
 	// Context is the code context that ran the cell, empty for the run's
 	// kernel.
@@ -77,6 +78,11 @@ type ExecOutcome struct {
 	Command int
 	// ExitCode is a command's exit status once it ended.
 	ExitCode *int
+	// Stdin says how a background command's stdin was set up ("open", a
+	// terminal) and, at its end, what the caller sent it.
+	Stdin string
+	// Pid is a background command's pid in the sandbox, at its end.
+	Pid int
 	// HarvestErr says why the files a background command wrote could
 	// not all be stored.
 	HarvestErr string
@@ -99,7 +105,7 @@ func (e *ExecOutcome) Tool() string { return ToolExec }
 func (e *ExecOutcome) Inputs() []Input {
 	return journal.Inputs(Input{Key: "code", Value: e.Code}, Input{Key: "language", Value: e.Language}, Input{Key: "context", Value: e.Context},
 		Input{Key: "command", Value: e.command()}, Input{Key: "cwd", Value: e.Cwd}, Input{Key: "env", Value: e.EnvKeys},
-		Input{Key: "files_in", Value: e.FilesIn}, Input{Key: "timeout_s", Value: e.TimeoutS})
+		Input{Key: "stdin", Value: e.Stdin}, Input{Key: "pid", Value: e.Pid}, Input{Key: "files_in", Value: e.FilesIn}, Input{Key: "timeout_s", Value: e.TimeoutS})
 }
 
 // command names a background command's step: "#2 started", "#2 ended".
@@ -131,8 +137,10 @@ func (e *ExecOutcome) Grade(req *evaluator.Request) {
 func (e *ExecOutcome) Describe(s *Step) (did, next []string, failed bool) {
 	what := fmt.Sprintf("Ran a Python cell in the %s kernel", e.Backend)
 	switch {
+	case e.Context != "" && e.Context == e.Language:
+		what = fmt.Sprintf("Ran a %s cell in the run's %s kernel, in the %s sandbox", languageName(e.Language), languageName(e.Language), e.Backend)
 	case e.Context != "":
-		what = fmt.Sprintf("Ran a Python cell in context %s of the %s kernel", e.Context, e.Backend)
+		what = fmt.Sprintf("Ran a %s cell in context %s of the %s kernel", languageName(e.Language), e.Context, e.Backend)
 	case e.Phase == PhaseStart:
 		what = fmt.Sprintf("Started bash command #%d in the %s kernel's container; it runs without holding the run, and its end is a step of its own", e.Command, e.Backend)
 	case e.Phase == PhaseEnd:
@@ -190,11 +198,27 @@ const (
 type ContextOutcome struct {
 	Op string
 	// ID is the context; empty (on restart) is the run's kernel.
-	ID      string
-	Cwd     string
-	Backend string
+	ID       string
+	Cwd      string
+	Language string
+	Backend  string
 	// Done is true when the operation succeeded.
 	Done bool
+}
+
+// languageName names a cell's language in the journal: "" is Python.
+func languageName(l string) string {
+	switch l {
+	case "", wire.LanguagePython:
+		return "Python"
+	case wire.LanguageR:
+		return "R"
+	case wire.LanguageJavaScript:
+		return "JavaScript"
+	case wire.LanguageTypeScript:
+		return "TypeScript"
+	}
+	return l
 }
 
 // Tool implements Outcome.
@@ -202,7 +226,11 @@ func (c *ContextOutcome) Tool() string { return ToolContext }
 
 // Inputs implements Outcome.
 func (c *ContextOutcome) Inputs() []Input {
-	return journal.Inputs(Input{Key: "op", Value: c.Op}, Input{Key: "context", Value: c.ID}, Input{Key: "cwd", Value: c.Cwd})
+	lang := c.Language
+	if lang == wire.LanguagePython {
+		lang = "" // the default goes unsaid, as in earlier journals
+	}
+	return journal.Inputs(Input{Key: "op", Value: c.Op}, Input{Key: "context", Value: c.ID}, Input{Key: "language", Value: lang}, Input{Key: "cwd", Value: c.Cwd})
 }
 
 // Grade implements Outcome.
@@ -219,7 +247,7 @@ func (c *ContextOutcome) Describe(s *Step) (did, next []string, failed bool) {
 	}
 	switch {
 	case c.Op == ContextCreate:
-		did = append(did, fmt.Sprintf("Started context %s: an interpreter of its own in the run's %s sandbox, its cells starting in %s", c.ID, c.Backend, where))
+		did = append(did, fmt.Sprintf("Started context %s: a %s interpreter of its own in the run's %s sandbox, its cells starting in %s", c.ID, languageName(c.Language), c.Backend, where))
 	case c.Op == ContextRestart && c.ID == "":
 		what := "Restarted the run's kernel: its variables are gone; the files stay"
 		if c.Backend == "docker" {

@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -294,9 +296,20 @@ del _triad_setup
 `)
 }
 
-// setCode is the setup cell that sets a cell's environment: Kernel once
-// per interpreter (a marker in its namespace says it was), Call always.
-func (e CellEnv) setCode() string {
+// setCode is the setup cell that sets a cell's environment in an
+// interpreter of lang ("" or python, r, javascript, typescript, bash):
+// in Python, Kernel once per interpreter (a marker in its namespace says
+// it was) and Call always; in the other languages, which keep no such
+// marker, Kernel and then Call before every cell.
+func (e CellEnv) setCode(lang string) string {
+	if lang != "" && lang != wire.LanguagePython {
+		all := maps.Clone(e.Kernel)
+		if all == nil {
+			all = map[string]string{}
+		}
+		maps.Copy(all, e.Call)
+		return langEnvCode(lang, all, nil)
+	}
 	return "# Triad: the cell's environment variables (their values are not kept)\n" +
 		"exec(" + pyStr(fmt.Sprintf(`import json as __triad_json, os as __triad_os
 if not globals().get("__triad_env_set"):
@@ -306,9 +319,9 @@ __triad_os.environ.update(__triad_json.loads(%s))
 del __triad_json, __triad_os`, pyJSON(e.Kernel), pyJSON(e.Call))) + ")\n"
 }
 
-// resetCode is the setup cell that undoes a cell's Call variables: each
-// back to its Kernel value, or unset.
-func (e CellEnv) resetCode() string {
+// resetCode is the setup cell that undoes a cell's Call variables in an
+// interpreter of lang: each back to its Kernel value, or unset.
+func (e CellEnv) resetCode(lang string) string {
 	restore := map[string]string{}
 	var unset []string
 	for k := range e.Call {
@@ -319,6 +332,9 @@ func (e CellEnv) resetCode() string {
 		}
 	}
 	sort.Strings(unset)
+	if lang != "" && lang != wire.LanguagePython {
+		return langEnvCode(lang, restore, unset)
+	}
 	u, _ := json.Marshal(unset)
 	return "# Triad: restore the environment after the cell\n" +
 		"exec(" + pyStr(fmt.Sprintf(`import json as __triad_json, os as __triad_os
@@ -326,6 +342,55 @@ __triad_os.environ.update(__triad_json.loads(%s))
 [__triad_os.environ.pop(k, None) for k in __triad_json.loads(%s)]
 del __triad_json, __triad_os`, pyJSON(restore), pyStr(string(u)))) + ")\n"
 }
+
+// langEnvCode is a cell in lang (R, JavaScript, TypeScript or bash) that
+// sets the variables in set and removes those in unset, printing nothing.
+// A JSON string literal is a string literal in R and JavaScript too.
+func langEnvCode(lang string, set map[string]string, unset []string) string {
+	keys := slices.Sorted(maps.Keys(set))
+	var b strings.Builder
+	switch lang {
+	case wire.LanguageR:
+		if len(keys) > 0 {
+			b.WriteString("invisible(Sys.setenv(")
+			for i, k := range keys {
+				if i > 0 {
+					b.WriteString(", ")
+				}
+				fmt.Fprintf(&b, "%s = %s", pyStr(k), pyStr(set[k]))
+			}
+			b.WriteString("))\n")
+		}
+		if len(unset) > 0 {
+			b.WriteString("invisible(Sys.unsetenv(c(")
+			for i, k := range unset {
+				if i > 0 {
+					b.WriteString(", ")
+				}
+				b.WriteString(pyStr(k))
+			}
+			b.WriteString(")))\n")
+		}
+	case wire.LanguageJavaScript, wire.LanguageTypeScript:
+		for _, k := range keys {
+			fmt.Fprintf(&b, "Deno.env.set(%s, %s);\n", pyStr(k), pyStr(set[k]))
+		}
+		for _, k := range unset {
+			fmt.Fprintf(&b, "Deno.env.delete(%s);\n", pyStr(k))
+		}
+	case wire.LanguageBash:
+		for _, k := range keys {
+			fmt.Fprintf(&b, "export %s=%s\n", shQuote(k), shQuote(set[k]))
+		}
+		for _, k := range unset {
+			fmt.Fprintf(&b, "unset %s\n", shQuote(k))
+		}
+	}
+	return b.String()
+}
+
+// shQuote quotes s for bash as one word.
+func shQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
 
 // pyJSON returns m as JSON inside a Python string literal.
 func pyJSON(m map[string]string) string {

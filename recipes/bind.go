@@ -54,8 +54,9 @@ type Step struct {
 	// the parameters cell has it: it makes no files, so resume cannot skip
 	// it by hash, and later cells need its variables in a fresh kernel.
 	Rerun bool
-	// Code is an exec step's cell source.
-	Code string `json:",omitempty"`
+	// Code is an exec step's cell source, in Language ("" for Python).
+	Code     string `json:",omitempty"`
+	Language string `json:",omitempty"`
 	// Search is a search step's browser.search arguments, validated, and
 	// SaveAs the run path its results are written to.
 	Search *browser.Request `json:",omitempty"`
@@ -223,7 +224,7 @@ func (r *Recipe) step(b Block, sc *scope) (Step, error) {
 	switch b.Kind {
 	case KindExec:
 		what = "python block"
-		s.Code = b.Body
+		s.Code, s.Language = b.Body, b.Language
 	case KindWrite:
 		p, err := path("path", b.path)
 		if err != nil {

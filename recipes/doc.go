@@ -33,7 +33,12 @@
 //   - ```python {outputs: [facts.json], timeout: 120}
 //     A sandbox.exec cell. Its source is never templated: cells read the
 //     params from the variables of the injected parameters cell, as with
-//     Papermill, and read every other input from files.
+//     Papermill, and read every other input from files. A ```r,
+//     ```javascript (```js), ```typescript (```ts) or ```bash block is a
+//     cell in that language (wire.ExecRequest.Language), with the same
+//     attributes, run in the run's default interpreter of the language
+//     (a bash block in the run's bash kernel); the params are Python
+//     variables only, so such a cell reads what it needs from files.
 //   - ```search
 //     YAML args for browser.search (query, top_k, include_page,
 //     allow_domains, date_range) plus save_as, the run path the results are

@@ -437,6 +437,15 @@ func makeParam(e entry[paramSpec]) (Param, error) {
 	return p, nil
 }
 
+// execLanguages are the fences besides python whose blocks are
+// sandbox.exec cells in another language (wire.ExecRequest.Language); a
+// bash block runs in the run's bash kernel, so its shell state carries to
+// the next bash block. Other fences (sh, json, ...) stay prose.
+var execLanguages = map[string]string{
+	"r": wire.LanguageR, "javascript": wire.LanguageJavaScript, "js": wire.LanguageJavaScript,
+	"typescript": wire.LanguageTypeScript, "ts": wire.LanguageTypeScript, "bash": wire.LanguageBash,
+}
+
 // blockAttrs is the flow mapping after a fence's language.
 type blockAttrs struct {
 	ID      string   `yaml:"id"`
@@ -496,12 +505,16 @@ func (r *Recipe) parseBody(lines []string, first int) error {
 		}
 		lang, attrs, _ := strings.Cut(info, " ")
 		kind, isStep := map[string]Kind{"python": KindExec, "search": KindSearch, "write": KindWrite}[lang]
+		cellLang, isCell := execLanguages[lang]
+		if isCell {
+			kind, isStep = KindExec, true
+		}
 		if !isStep {
 			prose = append(prose, lines[open:i+1]...)
 			continue
 		}
 		b := Block{Kind: kind, Title: title, Doc: strings.Trim(strings.Join(prose, "\n"), "\n"),
-			Line: open + 1, Body: strings.Join(body, "\n")}
+			Line: open + 1, Body: strings.Join(body, "\n"), Language: cellLang}
 		if len(body) > 0 {
 			b.Body += "\n"
 		}
@@ -521,6 +534,9 @@ func (r *Recipe) addBlock(b Block, attrs string, line int) error {
 	what := string(b.Kind) + " block"
 	if b.Kind == KindExec {
 		what = "python block"
+		if b.Language != "" {
+			what = b.Language + " block"
+		}
 	}
 	var a blockAttrs
 	if attrs != "" {

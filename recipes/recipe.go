@@ -135,6 +135,9 @@ type Block struct {
 	Line int
 	// Body is the text between the fences.
 	Body string
+	// Language is an exec block's language: "" for python, else "r",
+	// "javascript", "typescript" or "bash" (wire.ExecRequest.Language).
+	Language string
 	// Outputs are the declared output paths (templates unexpanded); for
 	// search and write blocks, save_as or path.
 	Outputs []string

@@ -23,6 +23,7 @@ import (
 	"io"
 	"net"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -68,6 +69,14 @@ type Imager interface {
 type Runtimer interface {
 	Backend
 	Runtime() string
+}
+
+// Polyglot is a Backend whose kernels implement Languages: an optional
+// ability, found with Ability. Languages lists what every kernel's
+// Languages does, so a caller can tell before any kernel starts.
+type Polyglot interface {
+	Backend
+	Languages() []string
 }
 
 // Wrapper is a Backend that wraps another (to count or time its calls)
@@ -216,6 +225,32 @@ type Contexts interface {
 	NewContext(ctx context.Context, cwd string) (Kernel, error)
 }
 
+// Languages is a Kernel that can start contexts whose interpreter is
+// another language's Jupyter kernel (R's IRkernel, Deno's for JavaScript
+// and TypeScript, a bash kernel): an optional ability, found by type
+// assertion. Such a context is like one from Contexts.NewContext (the
+// same sandbox, jail, limits and working directory), with the same Kernel
+// contract, except that a Cell's Code is in its language and Result.Threads
+// is always nil. See "Kernels in more languages" in docs/DECISIONS.md.
+type Languages interface {
+	// Languages lists the languages NewLanguageContext starts, from
+	// LanguageR, LanguageBash, LanguageJavaScript and LanguageTypeScript.
+	Languages() []string
+	// NewLanguageContext starts an interpreter of language that begins in
+	// cwd, as Contexts.NewContext does. A language the kernel does not
+	// list fails with ErrLanguage.
+	NewLanguageContext(ctx context.Context, cwd, language string) (Kernel, error)
+}
+
+// The languages of kernels. LanguagePython is every Kernel's own.
+const (
+	LanguagePython     = "python"
+	LanguageR          = "r"
+	LanguageBash       = "bash"
+	LanguageJavaScript = "javascript"
+	LanguageTypeScript = "typescript"
+)
+
 // Commander is a Kernel that can run commands in its sandbox, under the same
 // jail as its cells: an optional ability, found by type assertion. A
 // backend whose sandbox has no processes (wasm) does not implement it.
@@ -245,6 +280,19 @@ type Command struct {
 	// against the kernel's Limits.OutputBytes; past it the command is
 	// killed and the result says KindOutputLimit. Nil discards them.
 	Output func(Event)
+	// Stdin keeps the command's standard input open for Control's Data
+	// (closed by a Close op); without it stdin is empty.
+	Stdin bool
+	// Pty runs the command in a pseudo-terminal of that size, the
+	// leader of its session: the terminal is its stdin, stdout and
+	// stderr, its output arrives as EventStdout, and Control's Data is
+	// typed into it.
+	Pty *TermSize
+	// Control, when set, is started (CommandControl.Started) with the
+	// command's pid once it runs, and ended when it has ended. A backend
+	// that cannot control commands answers Stdin, Pty or Control with an
+	// unsupported error.
+	Control *CommandControl
 }
 
 // CommandResult is how a command ended.
@@ -554,7 +602,130 @@ var (
 	// regular file (a symlink, a FIFO, a device, a directory), which is
 	// never read or replaced; skip it.
 	ErrNotRegular = errors.New("sandbox: not a regular file")
+	// ErrLanguage means the kernel cannot start an interpreter of the
+	// language asked for; use one it lists, or another backend.
+	ErrLanguage = errors.New("sandbox: language not supported by this kernel")
 	// ErrStale means a WorkDir file is no longer the one the caller last
 	// saw (a cell changed it); write it whole instead.
 	ErrStale = errors.New("sandbox: file changed since it was last seen")
 )
+
+// TermSize is a pseudo-terminal's size.
+type TermSize struct {
+	Rows, Cols uint16
+}
+
+// ErrCommandEnded is what a CommandControl answers once its command has
+// ended (or before it started, for a command that never did).
+var ErrCommandEnded = errors.New("the command is not running")
+
+// CommandControl is how a caller talks to a command while it runs
+// (Command.Control): its real pid in the sandbox, its standard input, its
+// terminal's size, signals. The caller makes it with NewCommandControl;
+// the backend calls Started once the command runs and Ended when it has
+// ended. Its methods are safe for concurrent use.
+type CommandControl struct {
+	mu      sync.Mutex
+	pid     int
+	send    func(ControlOp) error
+	ended   bool
+	started chan struct{}
+	done    chan struct{}
+	in      InputStats
+}
+
+// InputStats counts what a caller sent a command, for its journal.
+type InputStats struct {
+	Writes, Bytes, Resizes, Signals int
+	Closed                          bool
+}
+
+// ControlOp is one thing a CommandControl sends a running command: Data
+// for its stdin (or terminal), Close to close its stdin, Signal to signal
+// its process group, Size to resize its terminal.
+type ControlOp struct {
+	Data   []byte
+	Close  bool
+	Signal int
+	Size   *TermSize
+}
+
+// NewCommandControl makes a CommandControl for one command.
+func NewCommandControl() *CommandControl {
+	return &CommandControl{started: make(chan struct{}), done: make(chan struct{})}
+}
+
+// Started is the backend's: the command runs as pid (in the sandbox's pid
+// namespace, 0 when it failed before it could start), and send delivers
+// ops to it.
+func (c *CommandControl) Started(pid int, send func(ControlOp) error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	select {
+	case <-c.started:
+		return
+	default:
+	}
+	c.pid, c.send = pid, send
+	close(c.started)
+}
+
+// Ended is the backend's (or the caller's, once Command returned): the
+// command has ended; ops fail from now on.
+func (c *CommandControl) Ended() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.ended {
+		c.ended = true
+		close(c.done)
+	}
+}
+
+// Pid waits until the command has started and returns its pid; ok is
+// false when it ended without starting or ctx ended first.
+func (c *CommandControl) Pid(ctx context.Context) (pid int, ok bool) {
+	select {
+	case <-c.started:
+		return c.pid, c.pid > 0
+	case <-c.done:
+		select {
+		case <-c.started:
+			return c.pid, c.pid > 0
+		default:
+			return 0, false
+		}
+	case <-ctx.Done():
+		return 0, false
+	}
+}
+
+// Send delivers op to the running command.
+func (c *CommandControl) Send(op ControlOp) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.ended || c.send == nil {
+		return ErrCommandEnded
+	}
+	if err := c.send(op); err != nil {
+		return err
+	}
+	switch {
+	case op.Close:
+		c.in.Closed = true
+	case op.Signal != 0:
+		c.in.Signals++
+	case op.Size != nil:
+		c.in.Resizes++
+	default:
+		c.in.Writes++
+		c.in.Bytes += len(op.Data)
+	}
+	return nil
+}
+
+// Stats returns what was sent so far.
+func (c *CommandControl) Stats() InputStats {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.in
+}

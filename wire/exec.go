@@ -8,21 +8,20 @@ import (
 // ExecRequest is sandbox.exec's input. Each field's contract (what it
 // means, what the server accepts) is in its tags; see schema.go.
 type ExecRequest struct {
-	Code     string            `json:"code" format:"non-blank" doc:"Python source of the cell (the value of its last expression comes back in result), or with language bash the script bash runs (bash -l -c). It must hold something other than white space."`
-	Language string            `json:"language,omitempty" enum:"python|bash" doc:"python (the default) or bash: a command in the run's kernel container, under the same jail as its cells, where the sandbox supports commands (docker); its exit status comes back as exit_code."`
-	Context  string            `json:"context,omitempty" doc:"The id of a code context of the run (an interpreter of its own, made through the E2B surface); absent means the run's kernel. Python only."`
+	Code     string            `json:"code" format:"non-blank" doc:"Source of the cell in its language (the value of its last expression comes back in result), or with language bash the script bash runs (bash -l -c). It must hold something other than white space."`
+	Language string            `json:"language,omitempty" enum:"python|r|javascript|typescript|bash" doc:"python (the default, or the language of the context named), r, javascript, typescript or bash. Each runs in a Jupyter kernel in the run's sandbox, under the same jail and limits as Python (R's IRkernel, Deno's kernel for JavaScript and TypeScript, a bash kernel), in the run's default interpreter of that language (made on first use, its variables kept from cell to cell) unless context names one of its contexts. bash without a context is a command instead: bash -l -c code in the run's kernel container, with env and cwd, its exit status coming back as exit_code; with context bash it runs in the run's bash kernel. Languages other than Python, and commands, need a sandbox with them (docker); the others answer unsupported."`
+	Context  string            `json:"context,omitempty" doc:"The interpreter that runs the cell: absent is the run's kernel (Python) or the language's default interpreter; the id of a code context of the run (an interpreter of its own language, made through the E2B surface) is that context; a language's name (python, r, javascript, typescript, bash) is that language's default interpreter."`
 	Env      map[string]string `json:"env,omitempty" keyPattern:"^[^=\\x00]+$" valuePattern:"^[^\\x00]*$" doc:"Environment variables for a bash command, added to the sandbox's: names without = or NUL, values without NUL. Bash only: a Python cell sets os.environ itself."`
 	Cwd      string            `json:"cwd,omitempty" format:"run-dir" doc:"Where a bash command starts: a directory of the run's files, empty for their root. Bash only."`
 	FilesIn  []FileIn          `json:"files_in,omitempty" doc:"Files to place in the working directory before the cell runs."`
 	TimeoutS *float64          `json:"timeout_s,omitempty" exclusiveMinimum:"0" doc:"The cell's deadline in seconds: absent takes the server's default (60 s); values over the server's maximum are capped to it."`
 }
 
-// Conditions implements Conditional: env and cwd are for bash commands,
-// context for Python cells.
+// Conditions implements Conditional: env and cwd are for bash commands
+// (a bash cell in the bash kernel is checked by the orchestrator).
 func (ExecRequest) Conditions() []Condition {
 	return []Condition{
 		{Field: "language", Value: LanguageBash, Fields: []string{"env", "cwd"}},
-		{Field: "language", Value: LanguageBash, Not: true, Fields: []string{"context"}},
 	}
 }
 
@@ -38,7 +37,7 @@ type ExecResponse struct {
 	OK             bool          `json:"ok" doc:"True when the cell ran to the end without raising (for bash, exited 0)."`
 	Stdout         string        `json:"stdout" doc:"Printed output, capped; see truncated and stdout_file."`
 	Stderr         string        `json:"stderr" doc:"Error stream output, capped; see truncated and stderr_file."`
-	Display        []Bundle      `json:"display" doc:"The cell's display_data bundles in order. Images are stored as run files and appear as {path, size, sha256}."`
+	Display        []Bundle      `json:"display" doc:"The cell's display_data bundles in order. Images, charts and data (ChartMIME, DataMIME) are stored as run files and appear as {path, size, sha256}."`
 	Result         *Bundle       `json:"result,omitempty" doc:"The value of the cell's last expression as a MIME bundle (data[\"text/plain\"] is its repr)."`
 	Error          *ExecError    `json:"error,omitempty" doc:"Why the cell failed: kind (execution_error, timeout, kernel_died, output_limit, interrupted, or exit_code for a failed bash command), ename, evalue, traceback, message and suggestion."`
 	FilesOut       []FileRef     `json:"files_out" doc:"Files the cell created or changed in the working directory, now run files."`
@@ -55,11 +54,17 @@ type ExecResponse struct {
 	BackgroundThreads []string `json:"background_threads,omitempty" doc:"The threads the run's cells started that were still running when this cell returned. Triad does not wait for them, and the cell's timeout does not stop them. Files they write later appear in the next exec's files_out; what they print after their cell returned is dropped, and what they display goes with the exec running at the time."`
 }
 
-// The languages of ExecRequest.
+// The languages of ExecRequest and Context.
 const (
-	LanguagePython = "python"
-	LanguageBash   = "bash"
+	LanguagePython     = "python"
+	LanguageBash       = "bash"
+	LanguageR          = "r"
+	LanguageJavaScript = "javascript"
+	LanguageTypeScript = "typescript"
 )
+
+// Languages are the languages of ExecRequest, Python first.
+var Languages = []string{LanguagePython, LanguageR, LanguageJavaScript, LanguageTypeScript, LanguageBash}
 
 // RefusedFile is a file a cell wrote that Triad did not store.
 type RefusedFile struct {
@@ -76,6 +81,18 @@ type KernelInfo struct {
 	// variables are gone.
 	Restarted bool `json:"restarted"`
 }
+
+// The MIME types of Triad's own rich displays, which Python kernels add
+// beside a figure's PNG and a DataFrame's HTML: a matplotlib figure as
+// structured chart data (type line, scatter, bar, pie, box_and_whisker,
+// superchart or unknown, with titles, labels, units, ticks, scales and
+// elements, in E2B's schema), and a pandas DataFrame as {column: [values]}.
+// In an ExecResponse each is stored as a JSON run file and given as a
+// FileRef, like an image; a streamed ExecEvent carries it inline.
+const (
+	ChartMIME = "application/vnd.triad.chart+json"
+	DataMIME  = "application/vnd.triad.data+json"
+)
 
 // Bundle is a MIME bundle as returned to callers: text types as strings,
 // JSON types as JSON, and images as a FileRef to the stored bytes.
@@ -136,7 +153,8 @@ const (
 // variables, its own current directory) in the run's sandbox, beside the
 // run's kernel. ExecRequest.Context names it.
 type Context struct {
-	ID       string `json:"id"`
+	ID string `json:"id"`
+	// Language is its interpreter's: one of Languages.
 	Language string `json:"language"`
 	// Cwd is where its cells start: a directory of the run's files, ""
 	// for their root.

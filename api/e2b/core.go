@@ -35,13 +35,16 @@ type Core interface {
 	ExecStream(ctx context.Context, run runid.ID, in wire.ExecRequest, on func(orchestrator.ExecEvent), opts ...orchestrator.CallOption) (wire.ExecResponse, error)
 	// StartCommand starts a bash command in the run's kernel container,
 	// which runs without holding the run: commands.run.
-	StartCommand(ctx context.Context, run runid.ID, in wire.ExecRequest, on func(orchestrator.ExecEvent)) (*orchestrator.Command, error)
+	StartCommand(ctx context.Context, run runid.ID, in wire.ExecRequest, on func(orchestrator.ExecEvent), opts ...orchestrator.CallOption) (*orchestrator.Command, error)
 	// NewContext, Contexts, RestartContext and RemoveContext manage the
 	// run's code contexts: createCodeContext, listCodeContexts,
 	// restartCodeContext (the empty id restarts the run's kernel) and
 	// removeCodeContext.
-	NewContext(ctx context.Context, run runid.ID, cwd string) (wire.Context, error)
+	NewContext(ctx context.Context, run runid.ID, cwd, language string) (wire.Context, error)
 	Contexts(run runid.ID) []wire.Context
+	// Languages lists the languages the sandbox's kernels run, Python
+	// first: each has a default context.
+	Languages() []string
 	RestartContext(ctx context.Context, run runid.ID, id string) error
 	RemoveContext(ctx context.Context, run runid.ID, id string) error
 	// WriteStream is tmp.write for a streamed body: files.write.

@@ -476,7 +476,7 @@ func TestFiles(t *testing.T) {
 			t.Fatal(err)
 		}
 		e := r.Msg.GetEntry()
-		if e.GetType() != fspb.FileType_FILE_TYPE_FILE || e.GetSize() != int64(len(csv)) || e.GetPath() != "/home/user/data/a.csv" || e.GetMetadata()["sha256"] != sum(csv) {
+		if e.GetType() != fspb.FileType_FILE_TYPE_FILE || e.GetSize() != int64(len(csv)) || e.GetPath() != "/home/user/data/a.csv" || len(e.GetMetadata()) != 0 {
 			t.Fatalf("stat: got %v", e)
 		}
 		r, err = fs.Stat(ctx, connect.NewRequest(&fspb.StatRequest{Path: "/home/user/data"}))
@@ -526,8 +526,8 @@ func TestFiles(t *testing.T) {
 		if _, err := fs.Stat(ctx, connect.NewRequest(&fspb.StatRequest{Path: "out"})); codeOf(err) != connect.CodeNotFound {
 			t.Fatalf("removed dir still there: %v", err)
 		}
-		if _, err := fs.Remove(ctx, connect.NewRequest(&fspb.RemoveRequest{Path: "out"})); codeOf(err) != connect.CodeNotFound {
-			t.Fatalf("remove missing: got %v, want not_found", err)
+		if _, err := fs.Remove(ctx, connect.NewRequest(&fspb.RemoveRequest{Path: "out"})); err != nil {
+			t.Fatalf("remove missing: got %v, want done (envd's os.RemoveAll)", err)
 		}
 	})
 
@@ -683,8 +683,11 @@ func TestExecute(t *testing.T) {
 		if st, lines := h.execute(t, sb, map[string]any{"code": "1", "context_id": "nope"}); st != 404 {
 			t.Fatalf("unknown context: got %d %v, want 404 (NotFoundError)", st, lines)
 		}
-		if st, lines := h.execute(t, sb, map[string]any{"code": "1", "language": "r"}); st < 400 || st >= 500 {
-			t.Fatalf("language r: got %d %v", st, lines)
+		if st, lines := h.execute(t, sb, map[string]any{"code": "1", "language": "java"}); st != 422 {
+			t.Fatalf("language java (no kernel): got %d %v, want 422", st, lines)
+		}
+		if st, lines := h.execute(t, sb, map[string]any{"code": "1", "language": "cobol"}); st != 422 {
+			t.Fatalf("language cobol: got %d %v, want 422", st, lines)
 		}
 		if st, lines := h.execute(t, sb, map[string]any{}); st != 400 {
 			t.Fatalf("no code: got %d %v", st, lines)
@@ -787,8 +790,8 @@ func TestExecute(t *testing.T) {
 		if st, _, b := h.do(t, http.MethodDelete, "/contexts/nope", hdr, nil); st != 404 {
 			t.Fatalf("remove unknown: got %d %s", st, b)
 		}
-		if st, _, b := h.do(t, http.MethodPost, "/contexts", hdr, strings.NewReader(`{"language": "r"}`)); st < 400 || st >= 500 {
-			t.Fatalf("create an R context: got %d %s, want a 4xx", st, b)
+		if st, _, b := h.do(t, http.MethodPost, "/contexts", hdr, strings.NewReader(`{"language": "java"}`)); st != 422 {
+			t.Fatalf("create a Java context (no kernel): got %d %s, want 422", st, b)
 		}
 		if st, _, b := h.do(t, http.MethodPost, "/contexts", hdr, strings.NewReader(`{"cwd": "/etc"}`)); st != 400 {
 			t.Fatalf("create a context outside the files: got %d %s, want 400", st, b)
@@ -821,8 +824,8 @@ func TestExecute(t *testing.T) {
 		if got := value(a.ID, "v"); got != "a" {
 			t.Errorf("v in a: got %v, want a", got)
 		}
-		if got := value(c.ID, "v, cwd"); got != "('c', '/work/sub')" {
-			t.Errorf("v, cwd in c: got %v, want ('c', '/work/sub')", got)
+		if got := value(c.ID, "v, cwd"); got != "('c', '/home/user/sub')" {
+			t.Errorf("v, cwd in c: got %v, want ('c', '/home/user/sub')", got)
 		}
 		if got := value(e2b.DefaultContext, "v"); got != "NameError" {
 			t.Errorf("v in the default context: got %v, want NameError", got)
@@ -838,8 +841,11 @@ func TestExecute(t *testing.T) {
 		}
 		st, _, b = h.do(t, http.MethodGet, "/contexts", hdr, nil)
 		var list []codeContext
-		if st != 200 || json.Unmarshal(b, &list) != nil || len(list) != 3 || list[0].ID != e2b.DefaultContext || list[1].ID != a.ID || list[2].ID != c.ID {
-			t.Fatalf("list: got %d %s, want default, a, c", st, b)
+		// default (Python), each other language's default context, then
+		// the sandbox's own.
+		if st != 200 || json.Unmarshal(b, &list) != nil || len(list) != 7 || list[0].ID != e2b.DefaultContext ||
+			list[1].ID != "r" || list[1].Language != "r" || list[2].ID != "javascript" || list[5].ID != a.ID || list[6].ID != c.ID {
+			t.Fatalf("list: got %d %s, want default, r, javascript, typescript, bash, a, c", st, b)
 		}
 		if st, _, b := h.do(t, http.MethodDelete, "/contexts/"+c.ID, hdr, nil); st != 200 {
 			t.Fatalf("remove c: got %d %s", st, b)
@@ -905,7 +911,7 @@ func TestCommands(t *testing.T) {
 	})
 	t.Run("envs", func(t *testing.T) {
 		_, out, errOut, end := run(t, `echo "$GREETING $WHO" >&2; pwd`, map[string]string{"WHO": "world"})
-		if end.GetExitCode() != 0 || errOut != "hello world\n" || out != "/work\n" {
+		if end.GetExitCode() != 0 || errOut != "hello world\n" || out != "/home/user\n" {
 			t.Fatalf("got stdout %q stderr %q end %v", out, errOut, end)
 		}
 	})
@@ -1000,13 +1006,129 @@ func TestCommands(t *testing.T) {
 			t.Errorf("the command's start and end are not journaled:\n%s", cel)
 		}
 	})
-	t.Run("unsupported", func(t *testing.T) {
-		_, err := proc.SendInput(t.Context(), connect.NewRequest(&procpb.SendInputRequest{}))
-		if codeOf(err) != connect.CodeUnimplemented {
-			t.Fatalf("stdin: got %v", err)
+	sel := func(pid uint32) *procpb.ProcessSelector {
+		return &procpb.ProcessSelector{Selector: &procpb.ProcessSelector_Pid{Pid: pid}}
+	}
+	// start starts a command and returns its stream after the start event.
+	start := func(t *testing.T, req *procpb.StartRequest) (*connect.ServerStreamForClient[procpb.StartResponse], uint32) {
+		t.Helper()
+		s, err := proc.Start(t.Context(), connect.NewRequest(req))
+		if err != nil {
+			t.Fatal(err)
 		}
-		if _, err := proc.SendSignal(t.Context(), connect.NewRequest(&procpb.SendSignalRequest{Process: &procpb.ProcessSelector{Selector: &procpb.ProcessSelector_Pid{Pid: 999}}})); codeOf(err) != connect.CodeNotFound {
+		t.Cleanup(func() { s.Close() })
+		if !s.Receive() || s.Msg().GetEvent().GetStart() == nil {
+			t.Fatalf("first event %v, want the start (%v)", s.Msg(), s.Err())
+		}
+		return s, s.Msg().GetEvent().GetStart().GetPid()
+	}
+	// drain reads a command's stream to its end: stdout (or the terminal's
+	// output) and the end event.
+	drain := func(s *connect.ServerStreamForClient[procpb.StartResponse]) (out string, end *procpb.ProcessEvent_EndEvent) {
+		for s.Receive() {
+			e := s.Msg().GetEvent()
+			out += string(e.GetData().GetStdout()) + string(e.GetData().GetPty())
+			if e.GetEnd() != nil {
+				end = e.GetEnd()
+			}
+		}
+		return out, end
+	}
+	t.Run("stdin: sendStdin, closeStdin; the pid is the process's own", func(t *testing.T) {
+		s, pid := start(t, &procpb.StartRequest{Stdin: ptr(true), Process: &procpb.ProcessConfig{Cmd: "/bin/bash", Args: []string{"-l", "-c", "cat"}}})
+		// The pid is the command's in the sandbox: another command sees it.
+		if _, out, _, end := run(t, fmt.Sprintf("tr '\\0' ' ' < /proc/%d/cmdline", pid), nil); end.GetExitCode() != 0 || !strings.Contains(out, "cat") {
+			t.Fatalf("/proc/%d/cmdline: %q %v, want the command's (bash -l -c cat)", pid, out, end)
+		}
+		for _, in := range []string{"Hello, ", "World!\n", "!@#$%^&*()_+"} {
+			if _, err := proc.SendInput(t.Context(), connect.NewRequest(&procpb.SendInputRequest{Process: sel(pid),
+				Input: &procpb.ProcessInput{Input: &procpb.ProcessInput_Stdin{Stdin: []byte(in)}}})); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if _, err := proc.CloseStdin(t.Context(), connect.NewRequest(&procpb.CloseStdinRequest{Process: sel(pid)})); err != nil {
+			t.Fatal(err)
+		}
+		out, end := drain(s)
+		if out != "Hello, World!\n!@#$%^&*()_+" || end == nil || end.GetExitCode() != 0 {
+			t.Fatalf("cat got %q, end %v (%v)", out, end, s.Err())
+		}
+		if _, err := proc.SendInput(t.Context(), connect.NewRequest(&procpb.SendInputRequest{Process: sel(pid),
+			Input: &procpb.ProcessInput{Input: &procpb.ProcessInput_Stdin{Stdin: []byte("late")}}})); codeOf(err) != connect.CodeNotFound {
+			t.Fatalf("stdin to an ended command: got %v, want not_found", err)
+		}
+		_, _, cel := h.do(t, http.MethodGet, "/cel", map[string]string{"X-Run-Id": sb.SandboxID}, nil)
+		if !strings.Contains(string(cel), "sent 26 bytes in 3 writes") || !strings.Contains(string(cel), "stdin closed") {
+			t.Errorf("the input sent is not in the command's end step:\n%s", cel)
+		}
+	})
+	t.Run("a command without stdin takes none", func(t *testing.T) {
+		s, pid := start(t, &procpb.StartRequest{Process: &procpb.ProcessConfig{Cmd: "/bin/bash", Args: []string{"-l", "-c", "cat; echo done"}}})
+		if _, err := proc.SendInput(t.Context(), connect.NewRequest(&procpb.SendInputRequest{Process: sel(pid),
+			Input: &procpb.ProcessInput{Input: &procpb.ProcessInput_Stdin{Stdin: []byte("x")}}})); err != nil && codeOf(err) != connect.CodeInvalidArgument && codeOf(err) != connect.CodeNotFound {
+			t.Fatalf("stdin to a command without it: got %v, want invalid_argument (or not_found once it ended)", err)
+		}
+		if out, end := drain(s); out != "done\n" || end.GetExitCode() != 0 {
+			t.Fatalf("got %q %v: cat should read an empty stdin", out, end)
+		}
+	})
+	t.Run("pty: create, sendInput, resize, kill", func(t *testing.T) {
+		pty := func(t *testing.T) (*connect.ServerStreamForClient[procpb.StartResponse], uint32) {
+			return start(t, &procpb.StartRequest{Pty: &procpb.PTY{Size: &procpb.PTY_Size{Cols: 80, Rows: 24}},
+				Process: &procpb.ProcessConfig{Cmd: "/bin/bash", Args: []string{"-i", "-l"}, Envs: map[string]string{"TERM": "xterm-256color", "ABC": "123"}}})
+		}
+		typeIn := func(pid uint32, text string) {
+			if _, err := proc.SendInput(t.Context(), connect.NewRequest(&procpb.SendInputRequest{Process: sel(pid),
+				Input: &procpb.ProcessInput{Input: &procpb.ProcessInput_Pty{Pty: []byte(text)}}})); err != nil {
+				t.Fatal(err)
+			}
+		}
+		s, pid := pty(t)
+		typeIn(pid, "tty; echo $ABC; tput cols\nexit\n")
+		out, end := drain(s)
+		if !strings.Contains(out, "/dev/pts/") || !strings.Contains(out, "123") || !strings.Contains(out, "80") || end == nil || end.GetExitCode() != 0 {
+			t.Fatalf("the terminal's output %q, end %v (%v)", out, end, s.Err())
+		}
+		s, pid = pty(t)
+		if _, err := proc.Update(t.Context(), connect.NewRequest(&procpb.UpdateRequest{Process: sel(pid), Pty: &procpb.PTY{Size: &procpb.PTY_Size{Cols: 100, Rows: 24}}})); err != nil {
+			t.Fatal(err)
+		}
+		typeIn(pid, "tput cols\nexit\n")
+		if out, end := drain(s); !strings.Contains(out, "100") || end.GetExitCode() != 0 {
+			t.Fatalf("after resize: %q %v", out, end)
+		}
+		_, pid = pty(t)
+		if _, err := proc.SendSignal(t.Context(), connect.NewRequest(&procpb.SendSignalRequest{Process: sel(pid), Signal: procpb.Signal_SIGNAL_SIGKILL})); err != nil {
+			t.Fatal(err)
+		}
+		// Killing answers once it is gone.
+		if _, _, _, end := run(t, fmt.Sprintf("kill -0 %d", pid), nil); end.GetExitCode() == 0 {
+			t.Fatalf("kill -0 %d: the killed terminal's shell is still there", pid)
+		}
+	})
+	t.Run("a timeout is deadline_exceeded (the SDK's TimeoutError)", func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(t.Context(), 3*time.Second)
+		defer cancel()
+		s, err := proc.Start(ctx, connect.NewRequest(&procpb.StartRequest{Process: &procpb.ProcessConfig{Cmd: "/bin/bash", Args: []string{"-l", "-c", "sleep 600"}}}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		for s.Receive() {
+			if e := s.Msg().GetEvent().GetEnd(); e != nil {
+				t.Fatalf("got an end %v, want deadline_exceeded", e)
+			}
+		}
+		if codeOf(s.Err()) != connect.CodeDeadlineExceeded {
+			t.Fatalf("got %v, want deadline_exceeded", s.Err())
+		}
+	})
+	t.Run("unknown pid", func(t *testing.T) {
+		if _, err := proc.SendSignal(t.Context(), connect.NewRequest(&procpb.SendSignalRequest{Process: sel(999999)})); codeOf(err) != connect.CodeNotFound {
 			t.Fatalf("kill unknown pid: got %v, want not_found (the SDK returns false)", err)
+		}
+		if _, err := proc.SendInput(t.Context(), connect.NewRequest(&procpb.SendInputRequest{Process: sel(999999)})); codeOf(err) != connect.CodeNotFound {
+			t.Fatalf("stdin to an unknown pid: got %v, want not_found", err)
 		}
 	})
 }
@@ -1121,3 +1243,5 @@ func TestAuthorize(t *testing.T) {
 		t.Errorf("kill as tenant-b: got %d %s, want 404", code, b)
 	}
 }
+
+func ptr[T any](v T) *T { return &v }

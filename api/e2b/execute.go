@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -65,17 +66,30 @@ func (s *Server) execute(w http.ResponseWriter, r *http.Request) error {
 	if in.ContextID != "" && in.Language != "" {
 		return fault.New(fault.BadInput, "only one of context_id and language may be given", "send the context, or the language, not both")
 	}
-	switch strings.ToLower(strings.TrimSpace(in.Language)) {
-	case "", "python", "py":
-	default:
-		return fault.New(fault.Unsupported, fmt.Sprintf("language %q is not supported: Triad's kernels run Python", in.Language), "omit language, or send python")
+	lang, err := language(in.Language)
+	if err != nil {
+		return err
 	}
+	// A language other than Python runs in the run's default interpreter
+	// of it, whose context id is the language (wire.ExecRequest.Context).
 	ctxID := ""
-	if in.ContextID != "" && in.ContextID != DefaultContext {
-		if !s.hasContext(sb.ID, in.ContextID) {
+	if lang != wire.LanguagePython {
+		ctxID = lang
+	}
+	switch {
+	case in.ContextID == "" || in.ContextID == DefaultContext:
+	case slices.Contains(s.c.Core.Languages(), in.ContextID):
+		// A language's default context (listCodeContexts shows them).
+		ctxID, lang = in.ContextID, in.ContextID
+		if lang == wire.LanguagePython {
+			ctxID = ""
+		}
+	default:
+		c, ok := s.context(sb.ID, in.ContextID)
+		if !ok {
 			return contextNotFound(in.ContextID)
 		}
-		ctxID = in.ContextID
+		ctxID, lang = c.ID, c.Language
 	}
 	if err := validEnvs(in.EnvVars); err != nil {
 		return err
@@ -108,7 +122,7 @@ func (s *Server) execute(w http.ResponseWriter, r *http.Request) error {
 	// The cell has no deadline of its own beyond the server's maximum: the
 	// SDK's timeoutMs is never sent, it aborts the request, and a request
 	// that ends interrupts the cell (docs/e2b-protocol.md §4).
-	out, err := s.c.Core.ExecStream(ctx, sb.ID, wire.ExecRequest{Code: code, Context: ctxID, TimeoutS: seconds(24 * time.Hour)},
+	out, err := s.c.Core.ExecStream(ctx, sb.ID, wire.ExecRequest{Code: code, Language: lang, Context: ctxID, TimeoutS: seconds(24 * time.Hour)},
 		func(e orchestrator.ExecEvent) {
 			switch e.Type {
 			case wire.EventStdout, wire.EventStderr:
@@ -127,6 +141,28 @@ func (s *Server) execute(w http.ResponseWriter, r *http.Request) error {
 	}
 	writeEnd(lw, out)
 	return nil
+}
+
+// language maps the SDKs' language names onto Triad's (wire.Languages).
+// Java has no kernel here: none can be built offline (docs/e2b.md).
+func language(name string) (string, error) {
+	switch n := strings.ToLower(strings.TrimSpace(name)); n {
+	case "", "python", "py", "python3":
+		return wire.LanguagePython, nil
+	case "js", "javascript", "node", "deno":
+		return wire.LanguageJavaScript, nil
+	case "ts", "typescript":
+		return wire.LanguageTypeScript, nil
+	case "r":
+		return wire.LanguageR, nil
+	case "bash", "sh", "shell":
+		return wire.LanguageBash, nil
+	case "java":
+		return "", fault.New(fault.Unsupported, "language \"java\" is not supported: Triad's sandbox image has no Java kernel (none can be built without Maven Central)",
+			"run the code in python, js, ts, r or bash")
+	}
+	return "", fault.New(fault.Unsupported, fmt.Sprintf("language %q is not supported", name),
+		"send python, js, ts, r or bash")
 }
 
 // lineWriter writes JSON lines and flushes each. It is safe for
@@ -209,6 +245,8 @@ var mimeKeys = map[string]string{
 	"text/plain": "text", "text/html": "html", "text/markdown": "markdown", "image/svg+xml": "svg",
 	"image/png": "png", "image/jpeg": "jpeg", "application/pdf": "pdf", "text/latex": "latex",
 	"application/json": "json", "application/javascript": "javascript", "e2b/data": "data", "e2b/chart": "chart",
+	// Triad's own chart and data displays (sandbox/image/python/triad_display.py).
+	wire.ChartMIME: "chart", wire.DataMIME: "data",
 }
 
 // liveResult turns a kernel's bundle data into an E2B result line, each
@@ -238,14 +276,14 @@ func liveResult(data map[string]json.RawMessage, main bool) map[string]any {
 	return out
 }
 
-// hasContext reports whether the sandbox's run has the code context id.
-func (s *Server) hasContext(run runid.ID, id string) bool {
+// context returns the sandbox's run's code context id.
+func (s *Server) context(run runid.ID, id string) (wire.Context, bool) {
 	for _, c := range s.c.Core.Contexts(run) {
 		if c.ID == id {
-			return true
+			return c, true
 		}
 	}
-	return false
+	return wire.Context{}, false
 }
 
 // contextNotFound is the 404 the code interpreter SDK reads as its
@@ -259,9 +297,13 @@ func toContextJSON(c wire.Context) contextJSON {
 }
 
 // contextsList is listCodeContexts: the default context (the run's
-// kernel) and the run's own.
+// kernel), each other language's default context (its id is the
+// language's name), and the run's own.
 func (s *Server) contextsList(w http.ResponseWriter, r *http.Request) error {
 	out := []contextJSON{defaultContext()}
+	for _, l := range s.c.Core.Languages()[1:] {
+		out = append(out, contextJSON{ID: l, Language: l, Cwd: Home})
+	}
 	for _, c := range s.c.Core.Contexts(sandboxOf(r.Context()).ID) {
 		out = append(out, toContextJSON(c))
 	}
@@ -278,10 +320,9 @@ func (s *Server) contextCreate(w http.ResponseWriter, r *http.Request) error {
 	if err := s.decodeLoose(w, r, &in, true); err != nil {
 		return err
 	}
-	switch strings.ToLower(strings.TrimSpace(in.Language)) {
-	case "", "python", "py":
-	default:
-		return fault.New(fault.Unsupported, fmt.Sprintf("language %q is not supported: Triad's contexts run Python", in.Language), "omit language, or send python")
+	lang, err := language(in.Language)
+	if err != nil {
+		return err
 	}
 	cwd := ""
 	if in.Cwd != "" {
@@ -291,7 +332,7 @@ func (s *Server) contextCreate(w http.ResponseWriter, r *http.Request) error {
 		}
 		cwd = p
 	}
-	c, err := s.c.Core.NewContext(r.Context(), sandboxOf(r.Context()).ID, cwd)
+	c, err := s.c.Core.NewContext(r.Context(), sandboxOf(r.Context()).ID, cwd, lang)
 	if err != nil {
 		return err
 	}

@@ -98,7 +98,7 @@ func (f *filesystemService) MakeDir(ctx context.Context, req *connect.Request[fs
 }
 
 // Remove is files.remove: tmp.delete of the file, or of every file under
-// the directory.
+// the directory; a path with nothing there is removed already.
 func (f *filesystemService) Remove(ctx context.Context, req *connect.Request[fspb.RemoveRequest]) (*connect.Response[fspb.RemoveResponse], error) {
 	sb := sandboxOf(ctx)
 	p, err := runPath(req.Msg.GetPath())
@@ -125,7 +125,7 @@ func (f *filesystemService) Remove(ctx context.Context, req *connect.Request[fsp
 			}
 		}
 	default:
-		return nil, connectErr(noPath(req.Msg.GetPath()))
+		// Nothing there: done, as envd's remove (os.RemoveAll) answers.
 	}
 	return connect.NewResponse(&fspb.RemoveResponse{}), nil
 }

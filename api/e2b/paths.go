@@ -152,14 +152,14 @@ func joinRun(dir, rel string) string {
 	return dir + "/" + rel
 }
 
-// fileEntry describes a run file as envd's EntryInfo. Its sha256 is in
-// metadata, so SDK users see the content address Triad keeps.
+// fileEntry describes a run file as envd's EntryInfo. Its metadata is
+// only what a caller set (none: Triad keeps no file metadata), as envd's;
+// the content address is Triad's own API's (tmp.list).
 func fileEntry(f wire.FileInfo) *fspb.EntryInfo {
 	return &fspb.EntryInfo{
 		Name: path.Base(f.Path), Type: fspb.FileType_FILE_TYPE_FILE, Path: sdkPath(f.Path), Size: f.Size,
 		Mode: 0o644, Permissions: "-rw-r--r--", Owner: "user", Group: "user",
 		ModifiedTime: timestamppb.New(f.ModifiedAt),
-		Metadata:     map[string]string{"sha256": f.SHA256.String()},
 	}
 }
 

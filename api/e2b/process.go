@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"connectrpc.com/connect"
@@ -18,6 +19,7 @@ import (
 	"github.com/triadhq/triad/internal/fault"
 	"github.com/triadhq/triad/internal/runid"
 	"github.com/triadhq/triad/orchestrator"
+	"github.com/triadhq/triad/sandbox"
 	"github.com/triadhq/triad/wire"
 )
 
@@ -41,9 +43,12 @@ var _ processconnect.ProcessHandler = (*processService)(nil)
 // never sees output before its start.
 type command struct {
 	pid uint32
-	cfg *procpb.ProcessConfig
-	tag string
-	c   *orchestrator.Command
+	pty bool
+	// gone is set when the sandbox was killed or paused under the command.
+	gone atomic.Bool
+	cfg  *procpb.ProcessConfig
+	tag  string
+	c    *orchestrator.Command
 
 	mu      sync.Mutex
 	streams map[*attached]struct{}
@@ -164,6 +169,7 @@ func (p *processes) list(run runid.ID) []*command {
 // killAll kills every command of the sandbox: it was killed or paused.
 func (p *processes) killAll(run runid.ID) {
 	for _, c := range p.list(run) {
+		c.gone.Store(true)
 		c.c.Kill()
 	}
 }
@@ -180,14 +186,18 @@ func (ps *processService) Start(ctx context.Context, req *connect.Request[procpb
 	switch {
 	case cfg.GetCmd() == "":
 		return connectErr(fault.New(fault.BadInput, "process.cmd is empty", "commands.run sends /bin/bash -l -c <cmd>; send a command"))
-	case req.Msg.Pty != nil:
-		return connect.NewError(connect.CodeUnimplemented, errors.New("pty is not supported on Triad yet: commands run without a terminal"))
-	case req.Msg.GetStdin():
-		return connect.NewError(connect.CodeUnimplemented, errors.New("stdin is not supported on Triad yet: run the command with stdin: false (the default)"))
 	}
 	in, err := commandRequest(sb, cfg)
 	if err != nil {
 		return connectErr(err)
+	}
+	var opts []orchestrator.CallOption
+	pty := req.Msg.GetPty() != nil
+	if pty {
+		size := req.Msg.GetPty().GetSize()
+		opts = append(opts, orchestrator.WithPty(sandbox.TermSize{Rows: clampTerm(size.GetRows(), 24), Cols: clampTerm(size.GetCols(), 80)}))
+	} else if req.Msg.GetStdin() {
+		opts = append(opts, orchestrator.WithStdin())
 	}
 	timeout := 24 * time.Hour // capped by the server's maximum cell time
 	if dl, ok := ctx.Deadline(); ok {
@@ -197,16 +207,23 @@ func (ps *processService) Start(ctx context.Context, req *connect.Request[procpb
 	}
 	in.TimeoutS = seconds(timeout)
 	send := func(e *procpb.ProcessEvent) error { return stream.Send(&procpb.StartResponse{Event: e}) }
-	c := &command{pid: ps.s.procs.pid(sb.ID), cfg: cfg, tag: req.Msg.GetTag(), streams: map[*attached]struct{}{}}
+	c := &command{cfg: cfg, tag: req.Msg.GetTag(), pty: pty, streams: map[*attached]struct{}{}}
 	// Output is delivered under c.mu: holding it until the start event is
-	// out keeps the command's first output behind it.
+	// out keeps the command's first output behind it. The backend says
+	// the command's pid before the command runs, so waiting for it here
+	// never waits on the command's output.
 	c.mu.Lock()
-	oc, err := ps.s.c.Core.StartCommand(ctx, sb.ID, in, func(e orchestrator.ExecEvent) { c.deliver(dataEvent(e)) })
+	oc, err := ps.s.c.Core.StartCommand(ctx, sb.ID, in, func(e orchestrator.ExecEvent) { c.deliver(dataEvent(e, c.pty)) }, opts...)
 	if err != nil {
 		c.mu.Unlock()
 		return connectErr(err)
 	}
 	c.c = oc
+	if pid, ok := oc.Pid(ctx); ok {
+		c.pid = uint32(pid) // the command's own pid in the sandbox
+	} else {
+		c.pid = ps.s.procs.pid(sb.ID) // it never ran: a number for its events
+	}
 	ps.s.procs.add(sb.ID, c)
 	go func() {
 		<-oc.Done()
@@ -241,6 +258,18 @@ func (ps *processService) follow(ctx context.Context, h http.Header, c *command,
 			}
 		case <-c.c.Done():
 			out, err := c.c.Wait(ctx)
+			if c.gone.Load() {
+				// The sandbox was killed or paused under the command:
+				// the stream breaks off, as envd's does when its
+				// sandbox goes, and the SDK's health check then finds
+				// the sandbox gone (TimeoutError).
+				panic(http.ErrAbortHandler)
+			}
+			if err == nil && out.Error != nil && out.Error.Kind == wire.CellTimeout {
+				// Its timeoutMs ran out: envd's deadline_exceeded, the
+				// SDK's TimeoutError.
+				return connect.NewError(connect.CodeDeadlineExceeded, errors.New(out.Error.Message))
+			}
 			return c.sendTo(a, endEvent(out, err))
 		}
 	}
@@ -285,40 +314,129 @@ func (ps *processService) SendSignal(ctx context.Context, req *connect.Request[p
 		return nil, connect.NewError(connect.CodeNotFound, errors.New("no such process in flight (commands.list shows them)"))
 	}
 	c.c.Kill()
+	// Answer once it is gone, so that what the caller does next (kill -0
+	// <pid>) sees it gone.
+	select {
+	case <-c.c.Done():
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
 	return connect.NewResponse(&procpb.SendSignalResponse{}), nil
 }
 
-var errStdin = errors.New("stdin and terminal resizing are not supported on Triad yet: commands run with stdin closed")
-
-// SendInput: see errStdin.
-func (ps *processService) SendInput(context.Context, *connect.Request[procpb.SendInputRequest]) (*connect.Response[procpb.SendInputResponse], error) {
-	return nil, connect.NewError(connect.CodeUnimplemented, errStdin)
+// SendInput is commands.sendStdin and pty.sendInput: the bytes go to the
+// command's stdin, or are typed into its terminal.
+func (ps *processService) SendInput(ctx context.Context, req *connect.Request[procpb.SendInputRequest]) (*connect.Response[procpb.SendInputResponse], error) {
+	c, err := ps.running(ctx, req.Msg.GetProcess())
+	if err != nil {
+		return nil, err
+	}
+	if err := c.input(req.Msg.GetInput()); err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(&procpb.SendInputResponse{}), nil
 }
 
-// StreamInput: see errStdin.
-func (ps *processService) StreamInput(context.Context, *connect.ClientStream[procpb.StreamInputRequest]) (*connect.Response[procpb.StreamInputResponse], error) {
-	return nil, connect.NewError(connect.CodeUnimplemented, errStdin)
+// StreamInput is SendInput as a stream: a start event names the process,
+// data events follow.
+func (ps *processService) StreamInput(ctx context.Context, stream *connect.ClientStream[procpb.StreamInputRequest]) (*connect.Response[procpb.StreamInputResponse], error) {
+	var c *command
+	for stream.Receive() {
+		switch {
+		case stream.Msg().GetStart() != nil:
+			var err error
+			if c, err = ps.running(ctx, stream.Msg().GetStart().GetProcess()); err != nil {
+				return nil, err
+			}
+		case stream.Msg().GetData() != nil:
+			if c == nil {
+				return nil, connect.NewError(connect.CodeInvalidArgument, errors.New("send the start event (the process) before data"))
+			}
+			if err := c.input(stream.Msg().GetData().GetInput()); err != nil {
+				return nil, err
+			}
+		}
+	}
+	if err := stream.Err(); err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(&procpb.StreamInputResponse{}), nil
 }
 
-// CloseStdin: see errStdin.
-func (ps *processService) CloseStdin(context.Context, *connect.Request[procpb.CloseStdinRequest]) (*connect.Response[procpb.CloseStdinResponse], error) {
-	return nil, connect.NewError(connect.CodeUnimplemented, errStdin)
+// CloseStdin is commands.closeStdin: the command reads end of file.
+func (ps *processService) CloseStdin(ctx context.Context, req *connect.Request[procpb.CloseStdinRequest]) (*connect.Response[procpb.CloseStdinResponse], error) {
+	c, err := ps.running(ctx, req.Msg.GetProcess())
+	if err != nil {
+		return nil, err
+	}
+	if err := c.c.CloseStdin(); err != nil {
+		return nil, connectErr(err)
+	}
+	return connect.NewResponse(&procpb.CloseStdinResponse{}), nil
 }
 
-// Update: see errStdin.
-func (ps *processService) Update(context.Context, *connect.Request[procpb.UpdateRequest]) (*connect.Response[procpb.UpdateResponse], error) {
-	return nil, connect.NewError(connect.CodeUnimplemented, errStdin)
+// Update is pty.resize.
+func (ps *processService) Update(ctx context.Context, req *connect.Request[procpb.UpdateRequest]) (*connect.Response[procpb.UpdateResponse], error) {
+	c, err := ps.running(ctx, req.Msg.GetProcess())
+	if err != nil {
+		return nil, err
+	}
+	if size := req.Msg.GetPty().GetSize(); size != nil {
+		if err := c.c.Resize(sandbox.TermSize{Rows: clampTerm(size.GetRows(), 24), Cols: clampTerm(size.GetCols(), 80)}); err != nil {
+			return nil, connectErr(err)
+		}
+	}
+	return connect.NewResponse(&procpb.UpdateResponse{}), nil
+}
+
+// running finds a command in flight of the request's sandbox.
+func (ps *processService) running(ctx context.Context, sel *procpb.ProcessSelector) (*command, error) {
+	c := ps.s.procs.find(sandboxOf(ctx).ID, sel)
+	if c == nil {
+		return nil, connect.NewError(connect.CodeNotFound, errors.New("no such process in flight (commands.list shows them)"))
+	}
+	return c, nil
+}
+
+// input sends a command its stdin or terminal input.
+func (c *command) input(in *procpb.ProcessInput) error {
+	b := in.GetStdin()
+	if c.pty {
+		b = append(b, in.GetPty()...)
+	}
+	if len(b) == 0 {
+		return nil
+	}
+	if err := c.c.Input(b); err != nil {
+		return connectErr(err)
+	}
+	return nil
+}
+
+// clampTerm is a terminal dimension: def when absent, at most 1000.
+func clampTerm(n uint32, def uint16) uint16 {
+	switch {
+	case n == 0:
+		return def
+	case n > 1000:
+		return 1000
+	}
+	return uint16(n)
 }
 
 func startEvent(pid uint32) *procpb.ProcessEvent {
 	return &procpb.ProcessEvent{Event: &procpb.ProcessEvent_Start{Start: &procpb.ProcessEvent_StartEvent{Pid: pid}}}
 }
 
-// dataEvent is a command's stdout or stderr chunk as envd sends it.
-func dataEvent(e orchestrator.ExecEvent) *procpb.ProcessEvent {
+// dataEvent is a command's stdout or stderr chunk as envd sends it; a
+// terminal's output is pty data.
+func dataEvent(e orchestrator.ExecEvent, pty bool) *procpb.ProcessEvent {
 	b := []byte(e.Text)
 	d := &procpb.ProcessEvent_DataEvent{Output: &procpb.ProcessEvent_DataEvent_Stdout{Stdout: b}}
-	if e.Type == wire.EventStderr {
+	switch {
+	case pty:
+		d.Output = &procpb.ProcessEvent_DataEvent_Pty{Pty: b}
+	case e.Type == wire.EventStderr:
 		d.Output = &procpb.ProcessEvent_DataEvent_Stderr{Stderr: b}
 	}
 	return &procpb.ProcessEvent{Event: &procpb.ProcessEvent_Data{Data: d}}

@@ -89,3 +89,39 @@ test('stdout streams while the command runs', SLOW, async () => {
     assert.ok(lines[i - 1].at <= Number(lines[i].l.split(' ')[1]), 'line arrived after the next was printed: not streamed')
   }
 })
+
+test("stdin: sendStdin and closeStdin reach cat; the pid is the process's own", SLOW, async () => {
+  const sbx = await create()
+  const cmd = await sbx.commands.run('cat', { background: true, stdin: true })
+  const seen = await sbx.commands.run(`tr '\\0' ' ' < /proc/${cmd.pid}/cmdline`)
+  assert.match(seen.stdout, /cat/)
+  await sbx.commands.sendStdin(cmd.pid, 'Hello, ')
+  await cmd.sendStdin('World!')
+  await cmd.closeStdin()
+  const done = await cmd.wait()
+  assert.equal(done.exitCode, 0)
+  assert.equal(done.stdout, 'Hello, World!')
+})
+
+test('pty: a terminal takes input, resizes, and is killed at once', SLOW, async () => {
+  const sbx = await create()
+  let out = ''
+  const dec = new TextDecoder()
+  const term = await sbx.pty.create({ cols: 80, rows: 24, onData: (d) => { out += dec.decode(d) }, envs: { ABC: '123' } })
+  await sbx.pty.resize(term.pid, { cols: 100, rows: 24 })
+  await sbx.pty.sendInput(term.pid, new TextEncoder().encode('echo $ABC; tput cols\nexit\n'))
+  await term.wait()
+  assert.equal(term.exitCode, 0)
+  assert.match(out, /123/)
+  assert.match(out, /100/)
+  const other = await sbx.pty.create({ cols: 80, rows: 24, onData: () => {} })
+  assert.equal(await sbx.pty.kill(other.pid), true)
+  await assert.rejects(sbx.commands.run(`kill -0 ${other.pid}`), CommandExitError)
+  assert.equal(await sbx.pty.kill(999999), false)
+})
+
+test("a command's timeoutMs raises the SDK's TimeoutError", SLOW, async () => {
+  const sbx = await create()
+  const h = await sbx.commands.run('sleep 60', { background: true, timeoutMs: 2000 })
+  await assert.rejects(h.wait(), (e) => e.name === 'TimeoutError')
+})

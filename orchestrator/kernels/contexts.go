@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"slices"
 	"time"
@@ -12,13 +13,18 @@ import (
 	"github.com/triadhq/triad/sandbox"
 )
 
-// NewContext makes a code context for the run: an interpreter in the
-// run's kernel (started from spec if need be) that begins its cells in
-// cwd, a path relative to the run's files. Callers serialize it with
+// NewContext makes a code context for the run: an interpreter of language
+// in the run's kernel (started from spec if need be) that begins its cells
+// in cwd, a path relative to the run's files. Callers serialize it with
 // Acquire per run.
-func (m *Manager) NewContext(ctx context.Context, run runid.ID, cwd string, spec sandbox.Spec) (Context, error) {
+func (m *Manager) NewContext(ctx context.Context, run runid.ID, cwd, language string, spec sandbox.Spec) (Context, error) {
 	m.mu.Lock()
-	n := len(m.contexts[run])
+	n := 0
+	for _, c := range m.contexts[run] {
+		if !c.implicit {
+			n++
+		}
+	}
 	m.mu.Unlock()
 	if n >= m.c.MaxContexts {
 		return Context{}, fmt.Errorf("run %s has %d contexts: %w", run, n, ErrTooManyContexts)
@@ -28,17 +34,13 @@ func (m *Manager) NewContext(ctx context.Context, run runid.ID, cwd string, spec
 		return Context{}, err
 	}
 	defer m.Release(s)
-	cs, ok := s.Kernel.(sandbox.Contexts)
-	if !ok {
-		return Context{}, fmt.Errorf("%s kernels: %w", m.Backend(), ErrNoContexts)
-	}
-	k, err := cs.NewContext(ctx, cwd)
+	k, err := m.startContext(ctx, s.Kernel, cwd, language)
 	if err != nil {
 		return Context{}, fmt.Errorf("new context for run %s: %w", run, err)
 	}
 	var r [6]byte
 	_, _ = rand.Read(r[:])
-	c := &contextState{Context: Context{ID: "ctx-" + hex.EncodeToString(r[:]), Cwd: cwd, Created: time.Now().UTC()}}
+	c := &contextState{Context: Context{ID: "ctx-" + hex.EncodeToString(r[:]), Language: language, Cwd: cwd, Created: time.Now().UTC()}}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.sessions[run] != s {
@@ -53,13 +55,45 @@ func (m *Manager) NewContext(ctx context.Context, run runid.ID, cwd string, spec
 	return c.Context, nil
 }
 
-// Contexts lists the run's contexts in the order they were made.
+// startContext starts an interpreter of language beside kernel k.
+func (m *Manager) startContext(ctx context.Context, k sandbox.Kernel, cwd, language string) (sandbox.Kernel, error) {
+	if language == sandbox.LanguagePython {
+		cs, ok := k.(sandbox.Contexts)
+		if !ok {
+			return nil, fmt.Errorf("%s kernels: %w", m.Backend(), ErrNoContexts)
+		}
+		return cs.NewContext(ctx, cwd)
+	}
+	ls, ok := k.(sandbox.Languages)
+	if !ok || !slices.Contains(ls.Languages(), language) {
+		return nil, fmt.Errorf("%s kernels, language %s: %w", m.Backend(), language, ErrNoLanguage)
+	}
+	c, err := ls.NewLanguageContext(ctx, cwd, language)
+	if errors.Is(err, sandbox.ErrLanguage) {
+		return nil, fmt.Errorf("%s kernels, language %s: %w: %w", m.Backend(), language, ErrNoLanguage, err)
+	}
+	return c, err
+}
+
+// Languages lists the languages whose interpreters the backend's kernels
+// start besides Python (sandbox.Polyglot); nil when they start none.
+func (m *Manager) Languages() []string {
+	if p, ok := sandbox.Ability[sandbox.Polyglot](m.c.Backend); ok {
+		return p.Languages()
+	}
+	return nil
+}
+
+// Contexts lists the run's contexts in the order they were made; a
+// language's default interpreter is not one.
 func (m *Manager) Contexts(run runid.ID) []Context {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	out := make([]Context, 0, len(m.contexts[run]))
 	for _, c := range m.contexts[run] {
-		out = append(out, c.Context)
+		if !c.implicit {
+			out = append(out, c.Context)
+		}
 	}
 	return out
 }
@@ -68,7 +102,36 @@ func (m *Manager) Contexts(run runid.ID) []Context {
 func (m *Manager) HasContext(run runid.ID, id string) bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return m.find(run, id) != nil
+	c := m.find(run, id)
+	return c != nil && !c.implicit
+}
+
+// Context returns the run's context by that id.
+func (m *Manager) Context(run runid.ID, id string) (Context, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	c := m.find(run, id)
+	if c == nil || c.implicit {
+		return Context{}, false
+	}
+	return c.Context, true
+}
+
+// LanguageKernel returns the run's default interpreter of language (not
+// Python: that is the run's kernel) in s, the run's session from Acquire,
+// starting it on first use in this kernel. fresh is true when it ran cells
+// before and was started again: its variables are gone. It is a context
+// whose id is the language, made on first use, never listed.
+func (m *Manager) LanguageKernel(ctx context.Context, run runid.ID, s *Session, language string) (k sandbox.Kernel, fresh bool, err error) {
+	m.mu.Lock()
+	if m.find(run, language) == nil {
+		m.contexts[run] = append(m.contexts[run], &contextState{
+			Context:  Context{ID: language, Language: language, Created: time.Now().UTC()},
+			implicit: true,
+		})
+	}
+	m.mu.Unlock()
+	return m.ContextKernel(ctx, run, s, language)
 }
 
 func (m *Manager) find(run runid.ID, id string) *contextState {
@@ -98,11 +161,7 @@ func (m *Manager) ContextKernel(ctx context.Context, run runid.ID, s *Session, i
 	if k != nil {
 		return k, false, nil
 	}
-	cs, ok := s.Kernel.(sandbox.Contexts)
-	if !ok {
-		return nil, false, fmt.Errorf("%s kernels: %w", m.Backend(), ErrNoContexts)
-	}
-	k, err = cs.NewContext(ctx, c.Cwd)
+	k, err = m.startContext(ctx, s.Kernel, c.Cwd, c.Language)
 	if err != nil {
 		return nil, false, fmt.Errorf("start context %q of run %s: %w", id, run, err)
 	}
@@ -182,10 +241,16 @@ func (m *Manager) RemoveContext(run runid.ID, id string) error {
 	return nil
 }
 
-// ForgetContexts ends and forgets every context of the run (the run is
-// over).
+// ForgetContexts ends and forgets every context of the run, the
+// languages' default interpreters included (the run is over).
 func (m *Manager) ForgetContexts(run runid.ID) {
-	for _, c := range m.Contexts(run) {
-		_ = m.RemoveContext(run, c.ID)
+	m.mu.Lock()
+	var ids []string
+	for _, c := range m.contexts[run] {
+		ids = append(ids, c.ID)
+	}
+	m.mu.Unlock()
+	for _, id := range ids {
+		_ = m.RemoveContext(run, id)
 	}
 }

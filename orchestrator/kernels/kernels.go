@@ -62,6 +62,9 @@ type Config struct {
 type Context struct {
 	// ID names the context in exec requests.
 	ID string
+	// Language is its interpreter's language (sandbox.LanguagePython, R,
+	// bash, JavaScript or TypeScript).
+	Language string
 	// Cwd is where its cells start: a path relative to the run's files,
 	// "" for their root.
 	Cwd string
@@ -77,6 +80,10 @@ var (
 	// ErrNoContexts means the backend's kernels cannot run more than one
 	// interpreter (they do not implement sandbox.Contexts).
 	ErrNoContexts = errors.New("kernels: the backend has no contexts")
+	// ErrNoLanguage means the backend's kernels cannot start an
+	// interpreter of the language asked for (they do not implement
+	// sandbox.Languages, or do not list it).
+	ErrNoLanguage = errors.New("kernels: the backend has no kernel for that language")
 	// ErrTooManyContexts means the run has Config.MaxContexts contexts
 	// already: remove one first.
 	ErrTooManyContexts = errors.New("kernels: too many contexts")
@@ -87,6 +94,10 @@ var (
 type contextState struct {
 	Context
 	used bool
+	// implicit marks a language's default interpreter (its ID is the
+	// language): made on first use, not listed, not counted against
+	// MaxContexts.
+	implicit bool
 }
 
 // Session is a run's live kernel and its working directory.

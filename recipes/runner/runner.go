@@ -572,7 +572,10 @@ func (r *Runner) step(ctx context.Context, run runid.ID, plan *recipes.Plan, i i
 	opt := orchestrator.WithStep(info)
 	switch s.Kind {
 	case recipes.KindExec:
-		in := wire.ExecRequest{Code: s.Code}
+		in := wire.ExecRequest{Code: s.Code, Language: s.Language}
+		if s.Language == wire.LanguageBash {
+			in.Context = wire.LanguageBash // the run's bash kernel, not a one-off command
+		}
 		if s.Timeout > 0 {
 			t := s.Timeout.Seconds()
 			in.TimeoutS = &t

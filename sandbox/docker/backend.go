@@ -23,6 +23,7 @@ import (
 
 	"github.com/triadhq/triad/internal/fault"
 	"github.com/triadhq/triad/sandbox"
+	"github.com/triadhq/triad/sandbox/image"
 	"github.com/triadhq/triad/sandbox/internal/relay"
 )
 
@@ -191,6 +192,10 @@ func (b *Backend) open(ctx context.Context) error {
 	if err := b.removeLeftovers(ctx); err != nil {
 		return err
 	}
+	// Triad's Python modules, mounted read-only into every kernel.
+	if err := image.WritePython(b.pythonDir()); err != nil {
+		return fmt.Errorf("write the kernels' Python modules: %w", err)
+	}
 	if err := b.quota.probe(ctx); err != nil {
 		b.log.WarnContext(ctx, "sandbox disk quota unavailable: working directories are plain directories limited only by the host disk", "err", err)
 	} else {
@@ -253,6 +258,10 @@ func (cfg Config) withDefaults() (Config, error) {
 	return cfg, nil
 }
 
+// pythonDir holds the modules image.WritePython writes, mounted at
+// image.PythonDir in every kernel.
+func (b *Backend) pythonDir() string { return filepath.Join(b.cfg.SocketRoot, "python") }
+
 // rootHash names a WorkRoot in labels and default socket paths.
 func rootHash(root string) string {
 	h := sha256.Sum256([]byte(root))
@@ -296,13 +305,14 @@ func (b *Backend) start(ctx context.Context, spec sandbox.Spec) (*Kernel, error)
 	lim := b.limits(spec.Limits)
 	id := newID()
 	k := &Kernel{
-		b:       b,
-		id:      id,
-		owner:   spec.Owner,
-		image:   spec.Image,
-		limits:  lim,
-		sockDir: filepath.Join(b.cfg.SocketRoot, id),
-		closing: make(chan struct{}),
+		b:        b,
+		id:       id,
+		owner:    spec.Owner,
+		image:    spec.Image,
+		limits:   lim,
+		sockDir:  filepath.Join(b.cfg.SocketRoot, id),
+		language: sandbox.LanguagePython,
+		closing:  make(chan struct{}),
 	}
 	k.egress = relay.NewLink(k.dialEgress, b.log.With("kernel", id))
 	t0 := time.Now()
@@ -453,6 +463,7 @@ func (b *Backend) Close() error {
 	wg.Wait()
 	// The socket root is this backend's alone; it goes once it is empty
 	// (Remove fails harmlessly if a caller put something else there).
+	_ = os.RemoveAll(b.pythonDir())
 	_ = os.Remove(b.cfg.SocketRoot)
 	b.release()
 	return errors.Join(errs...)

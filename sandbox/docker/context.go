@@ -16,7 +16,10 @@ import (
 	"github.com/triadhq/triad/sandbox/image"
 )
 
-var _ sandbox.Contexts = (*Kernel)(nil)
+var (
+	_ sandbox.Contexts  = (*Kernel)(nil)
+	_ sandbox.Languages = (*Kernel)(nil)
+)
 
 // MaxContexts is how many contexts one kernel may have at a time. Each is a
 // full interpreter sharing the container's memory, pids and socket
@@ -35,24 +38,62 @@ var ErrTooManyContexts = errors.New("docker: too many contexts")
 // contextCmd starts a context's interpreter: the shell seeds matplotlib's
 // font cache (a restarted container has a fresh home), records its pid (the
 // host signals the interpreter through it: docker cannot signal an exec),
-// enters the context's directory, made if missing, and execs the same
-// ipykernel boot as the kernel's. The pid file and directory come from the
-// environment, so no value is spliced into the script.
-var contextCmd = []string{"/bin/sh", "-c", `mkdir -p "$MPLCONFIGDIR" && cp -a ` + image.MPLSeed + `/. "$MPLCONFIGDIR"/ 2>/dev/null; ` +
-	`echo $$ >"$TRIAD_PIDFILE" && mkdir -p "$TRIAD_CWD" && cd "$TRIAD_CWD" && ` +
-	`exec python3 -c '` + image.KernelLauncher + `' -f "$TRIAD_CONN" ` +
-	`--InteractiveShell.colors=NoColor --HistoryManager.enabled=False --IPKernelApp.quiet=True`}
+// enters the context's directory, made if missing, and execs the
+// language's kernel: for Python the same ipykernel boot as the kernel's.
+// The pid file, directory and connection file come from the environment,
+// so no value is spliced into the script.
+func contextCmd(language string) []string {
+	return []string{"/bin/sh", "-c", `mkdir -p "$MPLCONFIGDIR" && cp -a ` + image.MPLSeed + `/. "$MPLCONFIGDIR"/ 2>/dev/null; ` +
+		`echo $$ >"$TRIAD_PIDFILE" && mkdir -p "$TRIAD_CWD" && cd "$TRIAD_CWD" && exec ` + languageKernels[language]}
+}
+
+// languageKernels are the commands that start each language's Jupyter
+// kernel on the connection file $TRIAD_CONN (ipc sockets in the socket
+// directory). See docs/DECISIONS.md, "Kernels in more languages".
+var languageKernels = map[string]string{
+	sandbox.LanguagePython: `python3 -c '` + image.KernelLauncher + `' -f "$TRIAD_CONN" ` +
+		`--InteractiveShell.colors=NoColor --HistoryManager.enabled=False --IPKernelApp.quiet=True`,
+	// IRkernel (Debian's r-cran-irkernel) speaks ipc through pbdZMQ.
+	sandbox.LanguageR: `R --no-echo --no-save --no-restore -e "IRkernel::main()" --args "$TRIAD_CONN"`,
+	// Triad's own bash kernel (sandbox/image/python).
+	sandbox.LanguageBash: `python3 -m triad_bash_kernel -f "$TRIAD_CONN" --IPKernelApp.quiet=True`,
+	// Deno's kernel runs JavaScript and TypeScript alike; it binds tcp
+	// only, so a relay joins it to the ipc sockets.
+	sandbox.LanguageJavaScript: `python3 -m triad_deno_kernel "$TRIAD_CONN"`,
+	sandbox.LanguageTypeScript: `python3 -m triad_deno_kernel "$TRIAD_CONN"`,
+}
+
+// Languages implements sandbox.Languages.
+func (k *Kernel) Languages() []string { return k.b.Languages() }
+
+var _ sandbox.Polyglot = (*Backend)(nil)
+
+// Languages implements sandbox.Polyglot: the image's kernels besides
+// Python's.
+func (b *Backend) Languages() []string {
+	return []string{sandbox.LanguageR, sandbox.LanguageBash, sandbox.LanguageJavaScript, sandbox.LanguageTypeScript}
+}
 
 // NewContext implements sandbox.Contexts: a second ipykernel in the
 // kernel's container, started with docker exec as the kernel's uid, so it
-// has the same jail and limits (shared with the kernel) and the same /work;
-// its connection file and sockets sit in the kernel's socket directory.
-// Restarting the kernel restarts its container, which ends its contexts:
-// each reports that as a death on its next cell and comes back fresh. See
-// docs/DECISIONS.md, "Contexts and commands at the seam".
+// has the same jail and limits (shared with the kernel) and the same
+// working directory; its connection file and sockets sit in the kernel's
+// socket directory. Restarting the kernel restarts its container, which
+// ends its contexts: each reports that as a death on its next cell and
+// comes back fresh. See docs/DECISIONS.md, "Contexts and commands at the
+// seam".
 func (k *Kernel) NewContext(ctx context.Context, cwd string) (sandbox.Kernel, error) {
+	return k.NewLanguageContext(ctx, cwd, sandbox.LanguagePython)
+}
+
+// NewLanguageContext implements sandbox.Languages: a context as NewContext
+// makes, whose interpreter is the language's Jupyter kernel.
+func (k *Kernel) NewLanguageContext(ctx context.Context, cwd, language string) (sandbox.Kernel, error) {
 	if k.parent != nil {
-		return k.parent.NewContext(ctx, cwd)
+		return k.parent.NewLanguageContext(ctx, cwd, language)
+	}
+	if _, ok := languageKernels[language]; !ok {
+		return nil, fmt.Errorf("language %q: %w", language, sandbox.ErrLanguage)
 	}
 	dir := ctrWork
 	if cwd != "" {
@@ -75,6 +116,7 @@ func (k *Kernel) NewContext(ctx context.Context, cwd string) (sandbox.Kernel, er
 		parent:      k,
 		name:        "c" + hex.EncodeToString(r[:]),
 		cwd:         dir,
+		language:    language,
 		closing:     make(chan struct{}),
 	}
 	k.ctxMu.Lock()
@@ -97,9 +139,9 @@ func (k *Kernel) NewContext(ctx context.Context, cwd string) (sandbox.Kernel, er
 	t := time.Now()
 	if err := c.boot(ctx); err != nil {
 		_ = c.teardownContext()
-		return nil, fmt.Errorf("start context in kernel %s: %w", k.ID(), err)
+		return nil, fmt.Errorf("start %s context in kernel %s: %w", language, k.ID(), err)
 	}
-	k.b.log.InfoContext(ctx, "sandbox context started", "kernel", c.ID(), "owner", k.owner, "cwd", dir, "duration", time.Since(t).Round(time.Millisecond))
+	k.b.log.InfoContext(ctx, "sandbox context started", "kernel", c.ID(), "owner", k.owner, "language", language, "cwd", dir, "duration", time.Since(t).Round(time.Millisecond))
 	c.phases = nil
 	return c, nil
 }
@@ -121,7 +163,7 @@ func (k *Kernel) startExec(ctx context.Context) error {
 			"TRIAD_CONN=" + ctrSockets + "/" + k.connFile(),
 		},
 		WorkingDir: ctrWork,
-		Cmd:        contextCmd,
+		Cmd:        contextCmd(k.language),
 	})
 	if err != nil {
 		return fmt.Errorf("create exec: %w", err)

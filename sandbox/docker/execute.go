@@ -34,6 +34,7 @@ func (k *Kernel) Execute(ctx context.Context, cell sandbox.Cell) (*sandbox.Resul
 		Grace:       k.b.cfg.InterruptGrace,
 		OutputBytes: k.limits.OutputBytes,
 		Restarted:   restarted,
+		NoThreads:   k.language != sandbox.LanguagePython,
 		ID:          k.ID(),
 		Log:         k.b.log,
 	})

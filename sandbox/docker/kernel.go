@@ -29,9 +29,8 @@ import (
 
 // Paths inside the container.
 const (
-	ctrWork    = "/work"
+	ctrWork    = image.Work
 	ctrSockets = "/run/kernel"
-	ctrHome    = image.Home
 )
 
 // egressSock is the egress forwarder's host endpoint in the socket
@@ -95,12 +94,14 @@ type Kernel struct {
 	// exec in its parent's container; parent is nil for the container's
 	// own kernel. name prefixes the context's connection file, pid file
 	// and sockets in the shared socket directory; cwd is where its
-	// interpreter starts, in the container; bootedAt tells a death caused
-	// by the container's restart from one of its own. A kernel keeps its
-	// live contexts in contexts, guarded by ctxMu.
+	// interpreter starts, in the container; language is its interpreter's
+	// (sandbox.LanguagePython for the kernel); bootedAt tells a death
+	// caused by the container's restart from one of its own. A kernel
+	// keeps its live contexts in contexts, guarded by ctxMu.
 	parent   *Kernel
 	name     string
 	cwd      string
+	language string
 	execID   string
 	bootedAt time.Time
 	ctxMu    sync.Mutex
@@ -209,10 +210,7 @@ func (k *Kernel) containerConfig() *container.Config {
 		Cmd:             kernelCmd,
 		Hostname:        "sandbox",
 		NetworkDisabled: true,
-		Env: []string{
-			"HOME=" + ctrHome,
-			"MPLCONFIGDIR=" + ctrHome + "/.config/matplotlib",
-			"MPLBACKEND=module://matplotlib_inline.backend_inline",
+		Env: append(image.KernelEnv(),
 			"LANG=C.UTF-8",
 			"PYTHONDONTWRITEBYTECODE=1",
 			"PYTHONHASHSEED=0", // fixed for every kernel, pooled ones too; the run's seed is set when a run claims it
@@ -220,7 +218,7 @@ func (k *Kernel) containerConfig() *container.Config {
 			// not the container's quota; one CPU wants one thread.
 			fmt.Sprintf("OMP_NUM_THREADS=%d", max(1, int(k.limits.CPUs+0.5))),
 			fmt.Sprintf("OPENBLAS_NUM_THREADS=%d", max(1, int(k.limits.CPUs+0.5))),
-		},
+		),
 		Labels: b.labels(k.owner),
 	}
 }
@@ -240,6 +238,7 @@ func (k *Kernel) hostConfig() *container.HostConfig {
 		Mounts: []mount.Mount{
 			{Type: mount.TypeBind, Source: k.wd.path, Target: ctrWork},
 			{Type: mount.TypeBind, Source: k.sockDir, Target: ctrSockets},
+			{Type: mount.TypeBind, Source: b.pythonDir(), Target: image.PythonDir, ReadOnly: true},
 		},
 		Resources: container.Resources{
 			Memory:     k.limits.MemoryBytes,

@@ -89,23 +89,51 @@ func buildRootfs(ctx context.Context, opts Options, dst string) (err error) {
 		return err
 	}
 
-	b.step("sandbox user %d:%d, mount points, matplotlib font cache", UID, GID)
-	if err := b.chroot(ctx, "groupadd", "--gid", fmt.Sprint(GID), "sandbox"); err != nil {
+	b.step("sandbox user %s (%d:%d), home %s, mount points, matplotlib font cache", User, UID, GID, Home)
+	if err := b.chroot(ctx, "groupadd", "--gid", fmt.Sprint(GID), User); err != nil {
 		return err
 	}
 	if err := b.chroot(ctx, "useradd", "--uid", fmt.Sprint(UID), "--gid", fmt.Sprint(GID),
-		"--no-create-home", "--home-dir", Home, "--shell", "/bin/sh", "sandbox"); err != nil {
+		"--no-create-home", "--home-dir", Home, "--shell", "/bin/bash", User); err != nil {
 		return err
 	}
-	for _, d := range []string{"work", "run/kernel"} {
+	// Work is the mount point of the run's files (and HOME); /work names
+	// it too, for code written for Triad's earlier layout.
+	for _, d := range []string{Work, "run/kernel", Scratch} {
 		if err := os.MkdirAll(filepath.Join(root, d), 0o755); err != nil {
 			return err
 		}
+	}
+	if err := os.Chown(filepath.Join(root, Work), UID, GID); err != nil {
+		return err
+	}
+	if err := os.Symlink(Work, filepath.Join(root, "work")); err != nil {
+		return err
 	}
 	// The run-time rootfs is read-only, so matplotlib could never keep a
 	// font cache; build it once here for the kernel to copy into its tmpfs.
 	if err := b.chroot(ctx, "env", "MPLCONFIGDIR="+MPLSeed, "HOME=/root",
 		"python3", "-c", "import matplotlib.font_manager as f; f.fontManager.findfont('DejaVu Sans')"); err != nil {
+		return err
+	}
+
+	b.step("sudo shim, mount point %s; Deno %s for the JavaScript and TypeScript kernels", PythonDir, denoVersion)
+	if err := installTriad(root); err != nil {
+		return err
+	}
+	deno, err := denoTarball(ctx, b, opts.CacheDir)
+	if err != nil {
+		return err
+	}
+	if err := installDeno(deno, root); err != nil {
+		return err
+	}
+	if err := b.chroot(ctx, "deno", "--version"); err != nil {
+		return err
+	}
+	// IRkernel loads as it will at run time: a package that is missing or
+	// broken fails the build, not a run.
+	if err := b.chroot(ctx, "Rscript", "-e", "library(IRkernel)"); err != nil {
 		return err
 	}
 

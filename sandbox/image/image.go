@@ -31,7 +31,7 @@ var packagesTxt []byte
 const (
 	// recipeVersion names the build steps in build.go. Bump it whenever those
 	// steps change what ends up in the root filesystem.
-	recipeVersion = "triad-sandbox-builder/3"
+	recipeVersion = "triad-sandbox-builder/4"
 	// Suite is the Debian release the image is built from.
 	Suite = "trixie"
 	// Repository is the image name; the tag is the recipe hash.
@@ -41,9 +41,27 @@ const (
 	// reach their sockets); the image does not depend on a passwd entry.
 	UID = 1000
 	GID = 1000
-	// Home is the sandbox user's home. It lives on the container's /tmp
-	// tmpfs because the root filesystem is read-only at run time.
-	Home = "/tmp/home"
+	// User is the sandbox user's name, E2B's: agents written for E2B's
+	// sandboxes say `user` and /home/user.
+	User = "user"
+	// Work is where a kernel sees the run's files, its working directory
+	// (the run's files are mounted here). It is also the sandbox user's
+	// HOME, as in E2B's sandboxes, so relative paths, ~ and /home/user name
+	// the same files from a cell, a command and every surface. /work is a
+	// symlink to it, for code written against Triad's earlier layout. See
+	// docs/DECISIONS.md, "One working directory: /home/user".
+	Work = "/home/user"
+	// Home is the sandbox user's home: the working directory.
+	Home = Work
+	// Scratch holds what tools keep for themselves and nobody asked to
+	// keep (matplotlib's font cache, IPython's profile, Jupyter's runtime
+	// files, Deno's module cache): on the container's /tmp tmpfs, so it is
+	// neither harvested into the run's files nor counted in its quota.
+	Scratch = "/tmp/home"
+	// PythonDir is where a kernel finds Triad's own Python modules (rich
+	// displays, the bash kernel, the Deno kernel's relay), mounted
+	// read-only by the backend from WritePython; it is on PYTHONPATH.
+	PythonDir = "/opt/triad/python"
 	// MPLSeed holds a matplotlib font cache built at image build time; the
 	// kernel copies it into MPLCONFIGDIR at start so that the first plot
 	// does not spend a second scanning fonts.
@@ -71,10 +89,11 @@ func Hash() string { return hashOf(packagesTxt) }
 
 func hashOf(list []byte) string {
 	h := sha256.New()
-	fmt.Fprintf(h, "%s\nsuite=%s uid=%d gid=%d home=%s mplseed=%s\n", recipeVersion, Suite, UID, GID, Home, MPLSeed)
+	fmt.Fprintf(h, "%s\nsuite=%s uid=%d gid=%d user=%s home=%s work=%s mplseed=%s\n", recipeVersion, Suite, UID, GID, User, Home, Work, MPLSeed)
 	for _, c := range changes() {
 		fmt.Fprintln(h, c)
 	}
+	fmt.Fprintf(h, "deno=%s %s sudo=%x\n", denoVersion, denoIntegrity, sha256.Sum256(sudoShim))
 	h.Write(list)
 	return hex.EncodeToString(h.Sum(nil))
 }
@@ -101,17 +120,36 @@ type RunConfig struct {
 // Config returns the image's run-time configuration.
 func Config() RunConfig {
 	return RunConfig{
-		Env: []string{
+		Env: append([]string{
 			"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
 			"LANG=C.UTF-8",
-			"HOME=" + Home,
-			"MPLCONFIGDIR=" + Home + "/.config/matplotlib",
-			"MPLBACKEND=module://matplotlib_inline.backend_inline",
 			"PYTHONDONTWRITEBYTECODE=1",
-		},
-		WorkingDir: "/work",
+		}, KernelEnv()...),
+		WorkingDir: Work,
 		User:       fmt.Sprintf("%d:%d", UID, GID),
 		Cmd:        []string{"python3"},
+	}
+}
+
+// KernelEnv is the environment every interpreter and command in a sandbox
+// gets from both backends, beside PATH and LANG: HOME is the working
+// directory, the caches tools keep for themselves live in Scratch, and
+// Triad's Python modules are importable.
+func KernelEnv() []string {
+	return []string{
+		"HOME=" + Home,
+		"USER=" + User,
+		"MPLCONFIGDIR=" + Scratch + "/.config/matplotlib",
+		"MPLBACKEND=module://matplotlib_inline.backend_inline",
+		"IPYTHONDIR=" + Scratch + "/.ipython",
+		"JUPYTER_RUNTIME_DIR=" + Scratch + "/.local/share/jupyter/runtime",
+		"JUPYTER_DATA_DIR=" + Scratch + "/.local/share/jupyter",
+		"JUPYTER_CONFIG_DIR=" + Scratch + "/.jupyter",
+		"XDG_CACHE_HOME=" + Scratch + "/.cache",
+		"DENO_DIR=" + Scratch + "/.cache/deno",
+		"DENO_NO_UPDATE_CHECK=1",
+		"R_HISTFILE=" + Scratch + "/.Rhistory",
+		"PYTHONPATH=" + PythonDir,
 	}
 }
 

@@ -50,7 +50,7 @@ func TestDockerfileInstallsTheList(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"FROM debian:trixie-slim", "COPY packages.txt", "$(grep -v '^#' /tmp/packages.txt)", "--uid 1000", "WORKDIR /work"} {
+	for _, want := range []string{"FROM debian:trixie-slim", "COPY packages.txt", "$(grep -v '^#' /tmp/packages.txt)", "--uid 1000", "WORKDIR /home/user", "COPY bin/sudo", "package/deno"} {
 		if !bytes.Contains(df, []byte(want)) {
 			t.Errorf("Dockerfile lacks %q", want)
 		}
@@ -110,7 +110,7 @@ func TestEnsure(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got, want := inspect.Config.WorkingDir, "/work"; got != want {
+	if got, want := inspect.Config.WorkingDir, "/home/user"; got != want {
 		t.Errorf("WorkingDir: got %q, want %q", got, want)
 	}
 	if got, want := inspect.Config.User, "1000:1000"; got != want {

@@ -21,9 +21,12 @@ package image
 // about 15% of a start's CPU and 12 MiB of each idle kernel's memory
 // (docs/DECISIONS.md, "Kernel start imports").
 //
+// Once the kernel is up, triad_display (sandbox/image/python, on
+// PYTHONPATH) adds the chart and data displays and PIL's save hook.
+//
 // Written without single quotes: it is quoted for sh.
 const KernelLauncher = `import sys
-sys.path[:] = [p for p in sys.path if p not in ("", "/work")]
+sys.path[:] = [p for p in sys.path if p not in ("", "/work", "/home/user")]
 class _Deferred:
     names = ("debugpy", "jedi")
     def find_spec(self, name, path=None, target=None):
@@ -55,5 +58,11 @@ try:
 finally:
     sys.meta_path.remove(_deferred)
     del _Deferred, _deferred
+try:
+    import triad_display
+    triad_display.register(_app.shell)
+    del triad_display
+except Exception as e:
+    print("triad: rich displays (charts, data) unavailable:", e, file=sys.stderr)
 _app.start()
 `

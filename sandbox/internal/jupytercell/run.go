@@ -47,6 +47,9 @@ type Settings struct {
 	// Restarted is set when the kernel was restarted since the last cell:
 	// the Result says so.
 	Restarted bool
+	// NoThreads is set for a kernel that is not Python's: it is not asked
+	// for the threads a cell left (Result.Threads stays nil).
+	NoThreads bool
 	// ID names the kernel in log records; Log receives them.
 	ID  string
 	Log *slog.Logger
@@ -216,6 +219,9 @@ func (c *run) send(ctx context.Context, code string) (*jupyter.Execution, error)
 	client := k.Client()
 	ch := make(chan sent, 1)
 	opts := jupyter.ExecOptions{OnOutput: c.onOutput, MaxOutput: c.em.Limit(), UserExpressions: threadExprs, SkipHistory: c.setup}
+	if c.cfg.NoThreads {
+		opts.UserExpressions = nil
+	}
 	go func() {
 		ex, err := client.Execute(context.WithoutCancel(ctx), code, opts)
 		ch <- sent{ex, err}

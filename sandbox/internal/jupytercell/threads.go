@@ -93,6 +93,9 @@ func parseThreads(exprs map[string]json.RawMessage) (names []string, ok bool) {
 // else from a silent cell that asks (after an exception, an interrupt, a
 // redial). A kernel that does not answer in time reports none.
 func (c *run) threads(ctx context.Context, o jupyter.Output) []string {
+	if c.cfg.NoThreads {
+		return nil
+	}
 	if names, ok := parseThreads(o.UserExpressions); ok {
 		return names
 	}
