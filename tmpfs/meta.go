@@ -2,6 +2,9 @@ package tmpfs
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -136,4 +139,39 @@ func (noMeta) PutMeta(context.Context, string, []byte, Cond) (string, error) {
 func (noMeta) DeleteMeta(context.Context, string) error { return errNoMeta }
 func (noMeta) ListMeta(context.Context, string, string, int) ([]string, error) {
 	return nil, errNoMeta
+}
+
+// StoredSecret returns the 32 random bytes kept hex-encoded in the JSON
+// field named field of the record at key, drawing and storing them if
+// there is none. Replicas starting at once agree: each tries to create
+// the record (IfAbsent), and the losers read the winner's. The share
+// links' secret and the records' sealing key are drawn this way.
+func StoredSecret(ctx context.Context, meta Meta, key, field string) ([]byte, error) {
+	for range 3 {
+		b, _, err := meta.GetMeta(ctx, key)
+		if err == nil {
+			var r map[string]string
+			if err := json.Unmarshal(b, &r); err != nil {
+				return nil, fmt.Errorf("%s: %w", key, err)
+			}
+			return hex.DecodeString(r[field])
+		}
+		if !errors.Is(err, ErrNotFound) {
+			return nil, err
+		}
+		s := make([]byte, 32)
+		if _, err := rand.Read(s); err != nil {
+			return nil, err
+		}
+		nb, err := json.Marshal(map[string]string{field: hex.EncodeToString(s)})
+		if err != nil {
+			return nil, err
+		}
+		if _, err := meta.PutMeta(ctx, key, nb, Cond{IfAbsent: true}); err == nil {
+			return s, nil
+		} else if !errors.Is(err, ErrPrecondition) {
+			return nil, err
+		}
+	}
+	return nil, fmt.Errorf("%s: could not read or create the secret", key)
 }

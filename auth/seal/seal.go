@@ -23,7 +23,6 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -65,7 +64,7 @@ type Sealer struct {
 func Open(ctx context.Context, meta tmpfs.Meta, c Config) (*Sealer, error) {
 	secret := c.Secret
 	if len(secret) == 0 {
-		s, err := storedKey(ctx, meta)
+		s, err := tmpfs.StoredSecret(ctx, meta, secretKey, "key")
 		if err != nil {
 			return nil, fmt.Errorf("the seal key: %w", err)
 		}
@@ -126,37 +125,4 @@ func (s *Sealer) Open(sealed string, ad []byte) ([]byte, error) {
 		return nil, ErrDamaged
 	}
 	return plain, nil
-}
-
-// storedKey reads the store's key, drawing it if there is none. Two
-// replicas starting at once both try to create it; the loser reads the
-// winner's.
-func storedKey(ctx context.Context, meta tmpfs.Meta) ([]byte, error) {
-	type rec struct {
-		Key string `json:"key"`
-	}
-	for range 3 {
-		b, _, err := meta.GetMeta(ctx, secretKey)
-		if err == nil {
-			var r rec
-			if err := json.Unmarshal(b, &r); err != nil {
-				return nil, err
-			}
-			return hex.DecodeString(r.Key)
-		}
-		if !errors.Is(err, tmpfs.ErrNotFound) {
-			return nil, err
-		}
-		k := make([]byte, 32)
-		if _, err := rand.Read(k); err != nil {
-			return nil, err
-		}
-		nb, _ := json.Marshal(rec{Key: hex.EncodeToString(k)})
-		if _, err := meta.PutMeta(ctx, secretKey, nb, tmpfs.Cond{IfAbsent: true}); err == nil {
-			return k, nil
-		} else if !errors.Is(err, tmpfs.ErrPrecondition) {
-			return nil, err
-		}
-	}
-	return nil, errors.New("could not read or create the key")
 }

@@ -23,7 +23,6 @@ import (
 	"crypto/sha256"
 	"encoding/base32"
 	"encoding/base64"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -116,7 +115,7 @@ func Open(ctx context.Context, meta tmpfs.Meta, c Config) (*Links, error) {
 	}
 	l := &Links{meta: meta, secret: c.Secret, ttl: c.CacheTTL, now: c.Now, cache: map[string]cached{}}
 	if len(l.secret) == 0 {
-		s, err := storedSecret(ctx, meta)
+		s, err := tmpfs.StoredSecret(ctx, meta, secretKey, "secret")
 		if err != nil {
 			return nil, fmt.Errorf("share links' secret: %w", err)
 		}
@@ -126,37 +125,6 @@ func Open(ctx context.Context, meta tmpfs.Meta, c Config) (*Links, error) {
 		return nil, fmt.Errorf("the share secret must be at least 16 bytes")
 	}
 	return l, nil
-}
-
-// storedSecret reads the store's secret, drawing it if there is none. Two
-// replicas starting at once both try to create it; the loser reads the
-// winner's.
-func storedSecret(ctx context.Context, meta tmpfs.Meta) ([]byte, error) {
-	type rec struct {
-		Secret string `json:"secret"`
-	}
-	for range 3 {
-		b, _, err := meta.GetMeta(ctx, secretKey)
-		if err == nil {
-			var r rec
-			if err := json.Unmarshal(b, &r); err != nil {
-				return nil, err
-			}
-			return hex.DecodeString(r.Secret)
-		}
-		if !errors.Is(err, tmpfs.ErrNotFound) {
-			return nil, err
-		}
-		s := make([]byte, 32)
-		rand.Read(s)
-		nb, _ := json.Marshal(rec{Secret: hex.EncodeToString(s)})
-		if _, err := meta.PutMeta(ctx, secretKey, nb, tmpfs.Cond{IfAbsent: true}); err == nil {
-			return s, nil
-		} else if !errors.Is(err, tmpfs.ErrPrecondition) {
-			return nil, err
-		}
-	}
-	return nil, errors.New("could not read or create the secret")
 }
 
 // Create stores l (its ID and Created are filled in) and returns it with
