@@ -106,7 +106,7 @@ func (s *Server) Document() (*openapi3.T, error) {
 			Description: "Three tools for AI agents (sandbox.exec, browser.search, tmp files), a journal and recipes. " +
 				"Every error is the ErrorBody schema with the status its kind implies; see the ErrorDetail schema for the kinds. " +
 				"Requests are validated against this document before they run: a request it does not allow is refused with 400 bad_input, " +
-				"and formats named here (" + strings.Join(formatNames(), ", ") + ") are Triad's own, each described in the README's API section."},
+				"and formats named here (" + strings.Join(formatNames(), ", ") + ") are Triad's own, each described in docs/api.md."},
 		Paths: openapi3.NewPaths(),
 		Components: &openapi3.Components{
 			Schemas: g.schemas,

@@ -139,7 +139,7 @@ func New(c Config) *Server {
 	r.UseEncodedPath()
 	r.NotFoundHandler = s.handle(func(w http.ResponseWriter, r *http.Request) error {
 		return fault.New(fault.NotFound, fmt.Sprintf("no route %s %s", r.Method, r.URL.Path),
-			"see the API section of the README for the endpoints, or GET /openapi.json")
+			"see docs/api.md for the endpoints, or GET /openapi.json")
 	})
 	r.MethodNotAllowedHandler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		allow := s.allowed(r)

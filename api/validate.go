@@ -217,7 +217,7 @@ func (s *Server) decode(w http.ResponseWriter, r *http.Request, v any) error {
 		if rt != nil && rt.OptionalBody {
 			return nil
 		}
-		return fault.New(fault.BadInput, "the request body is empty", "send a JSON object; see the README's API section or GET /openapi.json")
+		return fault.New(fault.BadInput, "the request body is empty", "send a JSON object; see docs/api.md or GET /openapi.json")
 	}
 	return s.decodeJSON(rt, r.Method, b, v)
 }

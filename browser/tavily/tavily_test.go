@@ -94,7 +94,7 @@ func wantFault(t *testing.T, err error, kind fault.Kind, status int) *fault.Erro
 	return fe
 }
 
-// TestMapping asserts, row by row of the README's mapping table, the exact
+// TestMapping asserts, row by row of docs/search.md's mapping table, the exact
 // body the client sends upstream.
 func TestMapping(t *testing.T) {
 	t.Parallel()

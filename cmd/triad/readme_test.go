@@ -7,13 +7,13 @@ import (
 	"testing"
 )
 
-// TestREADMEListsEveryFlag keeps the README's configuration table true:
+// TestREADMEListsEveryFlag keeps the configuration table (docs/configuration.md) true:
 // every flag of triad serve (serveFlagSet, which registers the common,
 // E2B and sandbox flags too) has a row naming the flag and its TRIAD_* twin, and every
 // flag a row names exists (serve's, or the client's --api-key of triad run
 // and triad replay). A row may name several flags: "| `--a`, `--b` |".
 func TestREADMEListsEveryFlag(t *testing.T) {
-	readme, err := os.ReadFile("../../README.md")
+	readme, err := os.ReadFile("../../docs/configuration.md")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -32,18 +32,18 @@ func TestREADMEListsEveryFlag(t *testing.T) {
 	fs.VisitAll(func(f *flag.Flag) {
 		row, ok := rows[f.Name]
 		if !ok {
-			t.Errorf("--%s has no row in README.md's configuration table", f.Name)
+			t.Errorf("--%s has no row in docs/configuration.md's table", f.Name)
 			return
 		}
 		if env := "`" + envName(f.Name) + "`"; !strings.Contains(row, env) {
-			t.Errorf("README.md's row for --%s does not name %s:\n%s", f.Name, env, row)
+			t.Errorf("docs/configuration.md's row for --%s does not name %s:\n%s", f.Name, env, row)
 		}
 		delete(rows, f.Name)
 	})
 	delete(rows, "api-key") // triad run's and triad replay's, for --server
 	for name := range rows {
 		if fs.Lookup(name) == nil {
-			t.Errorf("README.md has a row for --%s, which triad serve does not have", name)
+			t.Errorf("docs/configuration.md has a row for --%s, which triad serve does not have", name)
 		}
 	}
 }

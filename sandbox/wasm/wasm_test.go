@@ -268,7 +268,7 @@ func TestError(t *testing.T) {
 	}
 }
 
-// TestStdlib checks what the README promises about the standard library.
+// TestStdlib checks what docs/sandboxes.md promises about the standard library.
 func TestStdlib(t *testing.T) {
 	t.Parallel()
 	k := startKernel(t, testBackend(t), sandbox.Spec{Owner: "run-stdlib"})
@@ -285,7 +285,7 @@ func TestStdlib(t *testing.T) {
 	code = "import importlib\nthere = []\nfor m in " + pyList(missing) +
 		":\n    try:\n        importlib.import_module(m)\n        there.append(m)\n    except ImportError:\n        pass\nthere"
 	if got := plain(t, mustOK(t, k, code)); got != "[]" {
-		t.Errorf("modules the README calls missing import fine: %s", got)
+		t.Errorf("modules the docs call missing import fine: %s", got)
 	}
 	// A few real uses, not just imports.
 	res := mustOK(t, k, `import hashlib, gzip, decimal, datetime, random, pathlib
