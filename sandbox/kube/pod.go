@@ -58,7 +58,7 @@ const (
 
 // Paths inside the pod.
 const (
-	podWork = "/work"
+	podWork = image.Work // /work in the image is a symlink to it
 	podRun  = "/run/kernel"
 	podHome = image.Home
 )
