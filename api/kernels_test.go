@@ -111,16 +111,18 @@ df`})
 	}
 }
 
-// wasm has no kernels but Python's: another language is unsupported, with a
-// suggestion, and the call is journaled as a failed step.
+// wasm has no kernels but Python's, and the live document says so (the
+// language's enum is python alone): another language is refused as the
+// document refuses it, 400, with a suggestion that names the backend
+// that has it.
 func TestExecLanguageUnsupportedOnWasm(t *testing.T) {
 	t.Parallel()
 	c := sandboxServer(t, "wasm")
 	for _, lang := range []string{wire.LanguageR, wire.LanguageJavaScript, wire.LanguageTypeScript} {
 		_, a := c.exec("r-wasm-lang", map[string]any{"code": "1", "language": lang})
 		var e wire.ErrorBody
-		if err := json.Unmarshal(a.body, &e); err != nil || a.status != 501 && a.status != 422 || e.Error.Kind != "unsupported" || !strings.Contains(e.Error.Suggestion, "--sandbox docker") {
-			t.Errorf("%s on wasm: got %d %s, want unsupported suggesting --sandbox docker", lang, a.status, a.body)
+		if err := json.Unmarshal(a.body, &e); err != nil || a.status != 400 || e.Error.Kind != "bad_input" || !strings.Contains(e.Error.Suggestion, "--sandbox docker") {
+			t.Errorf("%s on wasm: got %d %s, want 400 bad_input suggesting --sandbox docker", lang, a.status, a.body)
 		}
 	}
 }

@@ -144,7 +144,7 @@ func (s *Server) Document() (*openapi3.T, error) {
 		// This server's sandbox runs Python cells only.
 		if l := g.schemas["ExecRequest"].Value.Properties["language"]; l != nil {
 			l.Value.Enum = []any{wire.LanguagePython}
-			l.Value.Description += " This server's sandbox runs Python only."
+			l.Value.Description += " This server's sandbox runs Python only: the other languages need triad started with --sandbox docker."
 		}
 	}
 	if s.runner != nil {

@@ -94,7 +94,7 @@ func TestSandboxExecOverHTTP(t *testing.T) {
 			}
 			// Bad inputs are 400s.
 			for _, in := range []map[string]any{
-				{"code": ""}, {"code": "1", "language": "r"}, {"code": "1", "timeout_s": -1},
+				{"code": ""}, {"code": "1", "language": "cobol"}, {"code": "1", "timeout_s": -1},
 				{"code": "1", "files_in": []map[string]string{{"name": "../x", "path": "out.csv"}}},
 			} {
 				if _, a := c.exec(run, in); a.status != 400 {

@@ -66,7 +66,6 @@ func TestExecBash(t *testing.T) {
 	}
 
 	for _, bad := range []wire.ExecRequest{
-		{Language: "bash", Code: "true", Context: "ctx-x"},
 		{Language: "bash", Code: "true", Cwd: "../etc"},
 		{Language: "bash", Code: "true", Env: map[string]string{"A=B": "c"}},
 		{Code: "1", Env: map[string]string{"A": "b"}},
@@ -75,6 +74,12 @@ func TestExecBash(t *testing.T) {
 		if _, err := s.Orch.Exec(ctx, run, bad); fault.From(err).Kind != fault.BadInput {
 			t.Errorf("Exec(%+v): got %v, want bad_input", bad, err)
 		}
+	}
+	// bash with a context runs in that context (the run's bash kernel, or
+	// one made with NewContext): a context the run does not have is not
+	// found, as for any language.
+	if _, err := s.Orch.Exec(ctx, run, wire.ExecRequest{Language: "bash", Code: "true", Context: "ctx-x"}); fault.From(err).Kind != fault.NotFound {
+		t.Errorf("bash in an unknown context: got %v, want not_found", err)
 	}
 }
 

@@ -590,7 +590,7 @@ apply_base() {
   # Tests run as Triad's own ServiceAccount, with exactly the deployed Role.
   # The token is bound to the ServiceAccount's uid: a recreated account
   # invalidates it, so check it and mint a new one when needed.
-  if ! KUBECONFIG="$ETC/triad.kubeconfig" "$BIN/kubectl" --request-timeout 10s auth can-i create pods -n "$KERNEL_NS" >/dev/null 2>&1; then
+  if [ ! -f "$ETC/triad.kubeconfig" ] || ! KUBECONFIG="$ETC/triad.kubeconfig" "$BIN/kubectl" --request-timeout 10s auth can-i create pods -n "$KERNEL_NS" >/dev/null 2>&1; then
     local token
     token=$(K -n "$TRIAD_NS" create token "$TRIAD_SA" --duration 8760h)
     mk_kubeconfig "$ETC/triad.kubeconfig" "system:serviceaccount:$TRIAD_NS:$TRIAD_SA" "$token" "$KERNEL_NS"

@@ -69,10 +69,27 @@ func summary(t *testing.T, tap string) map[string]int {
 	counts := map[string]int{}
 	sc := bufio.NewScanner(strings.NewReader(tap))
 	sc.Buffer(make([]byte, 1<<20), 16<<20)
+	// A failing test's diagnostic block (the YAML between "not ok" and
+	// "...") is logged right under its verdict, so the reason is in the
+	// first screen of a failed run's output, not after the whole TAP.
+	diag := 0
 	for sc.Scan() {
 		l := sc.Text()
 		if strings.HasPrefix(l, "ok ") || strings.HasPrefix(l, "not ok ") {
 			t.Log(l)
+			diag = 0
+			if strings.HasPrefix(l, "not ok ") {
+				diag = 40
+			}
+			continue
+		}
+		if diag > 0 {
+			if strings.TrimSpace(l) == "..." {
+				diag = 0
+			} else {
+				t.Log("    " + l)
+				diag--
+			}
 		}
 		if f := strings.Fields(l); len(f) == 3 && f[0] == "#" {
 			if n, err := strconv.Atoi(f[2]); err == nil {

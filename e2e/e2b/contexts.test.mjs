@@ -12,10 +12,13 @@ after(async () => {
 test('the default context is listed, and restarting it drops its variables', SLOW, async () => {
   const sbx = await Sandbox.create()
   sandboxes.push(sbx)
+  // The run's default Python context first, then each other language's
+  // default (its id is the language's name), then the run's own: none yet.
   const ctxs = await sbx.listCodeContexts()
-  assert.equal(ctxs.length, 1)
   assert.equal(ctxs[0].language, 'python')
   assert.equal(ctxs[0].cwd, '/home/user')
+  assert.deepEqual(ctxs.slice(1).map((c) => [c.id, c.language]), ctxs.slice(1).map((c) => [c.language, c.language]))
+  assert.equal(new Set(ctxs.map((c) => c.language)).size, ctxs.length)
   await sbx.runCode('v = 1', { context: ctxs[0] })
   await sbx.restartCodeContext(ctxs[0])
   const exec = await sbx.runCode('v', { context: ctxs[0] })

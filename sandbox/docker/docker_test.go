@@ -74,7 +74,7 @@ func TestFiguresAndLibraries(t *testing.T) {
 
 	// The working directory is /work (the suite checks files through
 	// Files()), and a module there imports.
-	mustOK(t, k, "import os\nassert os.getcwd() == '/work', os.getcwd()")
+	mustOK(t, k, "import os\nassert os.getcwd() == '/home/user', os.getcwd()")
 	if _, err := k.Files().Put(t.Context(), "helper.py", strings.NewReader("def f():\n    return 5\n")); err != nil {
 		t.Fatal(err)
 	}

@@ -27,7 +27,7 @@ import struct
 import sys
 import time
 
-ROOT = "/work"
+ROOT = "/home/user"  # image.Work (sandbox/image); /work is a symlink to it
 CONN = "/run/kernel/conn.json"
 TMP_PREFIX = ".triad-put-"
 MAX_FRAME = 1 << 20

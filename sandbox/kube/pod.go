@@ -59,9 +59,8 @@ const (
 
 // Paths inside the pod.
 const (
-	podWork = "/work"
+	podWork = image.Work // /work in the image is a symlink to it
 	podRun  = "/run/kernel"
-	podHome = image.Home
 )
 
 // kernelPorts are the kernel's shell, iopub, stdin, control and heartbeat
@@ -154,15 +153,19 @@ func (b *Backend) podSpec(l sandbox.Limits, img string, labels, annotations map[
 		RunAsNonRoot:             &yes,
 		Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
 	}
+	// The environment is the Docker backend's (image.KernelEnv): HOME is the
+	// working directory, and the caches tools keep for themselves (matplotlib's
+	// font list, IPython's profile) live in Scratch on the pod's /tmp, never in
+	// the run's files.
 	env := []corev1.EnvVar{
-		{Name: "HOME", Value: podHome},
-		{Name: "USER", Value: "sandbox"},
-		{Name: "MPLCONFIGDIR", Value: podHome + "/.config/matplotlib"},
-		{Name: "MPLBACKEND", Value: "module://matplotlib_inline.backend_inline"},
 		{Name: "LANG", Value: "C.UTF-8"},
 		{Name: "PYTHONDONTWRITEBYTECODE", Value: "1"},
 		{Name: "OMP_NUM_THREADS", Value: threads},
 		{Name: "OPENBLAS_NUM_THREADS", Value: threads},
+	}
+	for _, kv := range image.KernelEnv() {
+		k, v, _ := strings.Cut(kv, "=")
+		env = append(env, corev1.EnvVar{Name: k, Value: v})
 	}
 	// The working directory's emptyDir is evicted past its sizeLimit; the
 	// container's own ephemeral storage is only its logs (the root is
