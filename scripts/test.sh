@@ -100,25 +100,37 @@ go vet ./...
 race_pkgs="./orchestrator/kernels/ ./orchestrator/workspace/ ./orchestrator/kubelease/ ./tmpfs/... ./sandbox/jupyter/... ./sandbox/internal/..."
 race_tests='^(TestConcurrentCallsAreSerialized|TestSharedRunLock|TestCrashWithLeaseAndMarker|TestStoreErrorKinds|TestIdleRunForgottenAndRecovered|TestWarmExecResolvesOnce|TestArtifactIndexAgrees|TestBackgroundThreadFiles|TestContexts|TestRunIsolation|TestOwnerDecidedAtCreation|TestE2BSandboxIsItsCreators|TestSurfaceStateOutOfToolsReach|TestTenantsSeeOnlyTheirRuns|TestStalledUploadHoldsNoRun|TestUploadsPerTenant|TestKeys|TestRevokedKeyOnSecondServer|TestShareLinks|TestRunsList|TestByteAndRunQuotas|TestKernelQuota|TestRunEventsForEveryRun|TestSessionCookies|TestStreamedUploadDedupAndRestart)$'
 
-step "go test (without the race packages and tests; kernels under gVisor: Docker's runsc, Kubernetes' gvisor RuntimeClass)"
+# The whole suite runs under runc (the host's kernel behind Triad's seccomp
+# profile); the sandbox suites, the E2B SDK suite and the exec paths
+# (contexts, commands, interrupts, output caps) run again under gVisor
+# below. Every rule must hold under either runtime, and the gVisor pass
+# stays within CI's budget by not repeating what no runtime can change.
+step "go test (without the race packages and tests; kernels under runc)"
 mapfile -t race_list < <(go list $race_pkgs)
 mapfile -t rest < <(go list ./... | grep -vxF -f <(printf '%s\n' "${race_list[@]}"))
 # race_tests' names are unique to ./orchestrator and ./api
 # (TestRaceTestsAreUnique in internal/depcheck), so skipping them here
 # skips nothing else.
-go test -count=1 -timeout 60m -skip "$race_tests" "$@" "${rest[@]}"
+TRIAD_DOCKER_RUNTIME=runc TRIAD_KUBE_RUNTIME_CLASS= \
+  go test -count=1 -timeout 60m -skip "$race_tests|^TestEscape\$" "$@" "${rest[@]}"
 
 step "go test -race ($race_pkgs; and race_tests of ./orchestrator and ./api)"
-go test -race -count=1 -timeout 60m "$@" "${race_list[@]}"
-go test -race -count=1 -timeout 60m -run "$race_tests" "$@" ./orchestrator ./api
-
-# The jail, limits and conformance suites of both backends once more under
-# runc (the host's kernel behind Triad's seccomp profile): every rule must
-# hold under either runtime. TestEscape runs both runtimes itself, so it
-# runs once, above.
-step "go test of sandbox/docker and sandbox/kube under runc"
+# Races are the Go code's: the kernels run under runc, the quicker runtime.
 TRIAD_DOCKER_RUNTIME=runc TRIAD_KUBE_RUNTIME_CLASS= \
-  go test -count=1 -timeout 40m -skip '^TestEscape$' "$@" ./sandbox/docker ./sandbox/kube
+  go test -race -count=1 -timeout 60m "$@" "${race_list[@]}"
+TRIAD_DOCKER_RUNTIME=runc TRIAD_KUBE_RUNTIME_CLASS= \
+  go test -race -count=1 -timeout 60m -run "$race_tests" "$@" ./orchestrator ./api
+
+# The same suites under gVisor, as triad serve runs by default (Docker's
+# runsc; Kubernetes' gvisor RuntimeClass, which scripts/kube.sh env sets):
+# both backends' conformance, jail, limits, files and escape tests
+# (TestEscape runs each escape under both runtimes and says which it
+# needs), the E2B SDK suite, and the orchestrator's exec paths.
+step "go test under gVisor (sandbox/docker, sandbox/kube, the E2B SDK suite, exec paths)"
+TRIAD_DOCKER_RUNTIME=runsc \
+  go test -count=1 -timeout 40m "$@" ./sandbox/docker ./sandbox/kube
+TRIAD_DOCKER_RUNTIME=runsc \
+  go test -count=1 -timeout 40m -run '^(TestE2BSDK|TestExecBash|TestStartCommand|TestContexts|TestExecHangUpKeepsKernel|TestExecOutputLimit|TestExecStream|TestCallsMarkAReplacedKernel)$' "$@" ./cmd/triad ./orchestrator
 
 # Fuzz targets, each for a bounded number of inputs (about 25 s each on a
 # quiet machine): the kernel's frame reader (nothing a cell writes to a
