@@ -65,6 +65,10 @@ step "E2B's published spec (scripts/e2b-spec.sh)"
 # never committed: they come from the cache, or from raw.githubusercontent.com
 # where the network allows, or a maintainer places them once with
 # scripts/e2b-spec.sh place <e2b-dev/E2B git dir>.
+# The search tool's fetch keeps a git directory of e2b-dev/E2B here.
+if [ -z "${E2B_GIT_DIR:-}" ] && [ -d /work/.mirror/e2b-dev+E2B/repo ]; then
+  export E2B_GIT_DIR=/work/.mirror/e2b-dev+E2B/repo
+fi
 if TRIAD_E2B_SPEC=$(scripts/e2b-spec.sh place 2>/dev/null); then
   export TRIAD_E2B_SPEC
   echo "== test.sh: E2B's spec is in $TRIAD_E2B_SPEC: the full check runs" >&2
