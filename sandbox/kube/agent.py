@@ -327,14 +327,23 @@ def op_conn(req):
 def op_kill(req):
     """SIGKILLs every process of this uid outside the agent's container (the
     pod shares one process namespace): the kernel and its children. A
-    process is the agent container's when it shares the agent's mount
-    namespace (each container has its own, and joining another takes a
-    privilege no process here has) or, where namespaces cannot be read, its
-    cgroup. Under gVisor every process shows the same cgroup, so the cgroup
-    alone made the agent kill its own container."""
+    process is the agent container's when it sees the same mounts as the
+    agent (its mount points and their options, from /proc/PID/mountinfo):
+    each container has its own, the kernel's has /tmp and a writable
+    /run/kernel, and no process here can change its mounts. Where mountinfo
+    cannot be read, its cgroup. Neither namespace inodes nor cgroups tell
+    containers apart under gVisor: its /proc/PID/ns links carry a fake inode
+    per process, and every process shows one cgroup, so either made the
+    agent kill its own container."""
     def ident(pid):
         try:
-            return "mnt:%d" % os.stat("/proc/%s/ns/mnt" % pid).st_ino
+            with open("/proc/%s/mountinfo" % pid) as f:
+                seen = []
+                for line in f:
+                    fields = line.split()
+                    if len(fields) > 5:
+                        seen.append(fields[4] + " " + fields[5])
+                return "mounts:" + "\n".join(sorted(seen))
         except OSError:
             with open("/proc/%s/cgroup" % pid) as f:
                 return "cgroup:" + f.read()
