@@ -327,30 +327,25 @@ def op_conn(req):
 def op_kill(req):
     """SIGKILLs every process of this uid outside the agent's container (the
     pod shares one process namespace): the kernel and its children. A
-    process is the agent container's when it sees the same mounts as the
-    agent (its mount points and their options, from /proc/PID/mountinfo):
-    each container has its own, the kernel's has /tmp and a writable
-    /run/kernel, and no process here can change its mounts. Where mountinfo
-    cannot be read, its cgroup. Neither namespace inodes nor cgroups tell
-    containers apart under gVisor: its /proc/PID/ns links carry a fake inode
-    per process, and every process shows one cgroup, so either made the
-    agent kill its own container."""
+    process is the agent container's when its root directory is the
+    agent's (the device and inode of /proc/PID/root: each container has a
+    root filesystem of its own, and no process here can change its root);
+    where that cannot be read, its cgroup. PID 1 is the pod's pause
+    process, never touched: under gVisor it runs as the pod's uid, and
+    killing it ends the whole pod, the agent's container with it. Under
+    gVisor neither cgroups, namespace inodes (a fake one per process) nor
+    mountinfo (one view for all) tell containers apart; roots do."""
     def ident(pid):
         try:
-            with open("/proc/%s/mountinfo" % pid) as f:
-                seen = []
-                for line in f:
-                    fields = line.split()
-                    if len(fields) > 5:
-                        seen.append(fields[4] + " " + fields[5])
-                return "mounts:" + "\n".join(sorted(seen))
+            st = os.stat("/proc/%s/root/" % pid)
+            return "root:%d:%d" % (st.st_dev, st.st_ino)
         except OSError:
             with open("/proc/%s/cgroup" % pid) as f:
                 return "cgroup:" + f.read()
 
     mine, uid, n, me = ident("self"), os.getuid(), 0, os.getpid()
     for pid in os.listdir("/proc"):
-        if not pid.isdigit() or int(pid) == me:
+        if not pid.isdigit() or int(pid) in (1, me):
             continue
         try:
             if os.stat("/proc/" + pid).st_uid != uid or ident(pid) == mine:
