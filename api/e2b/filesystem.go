@@ -196,31 +196,6 @@ func (s *Server) moveFile(ctx context.Context, sb Sandbox, src, dst string) (*fs
 	return e, nil
 }
 
-// WatchDir is not served yet: the run's files change only through the
-// orchestrator, which has no change feed for surfaces. The answer is a
-// clear unimplemented error, which the SDK raises as SandboxError.
-func (f *filesystemService) WatchDir(ctx context.Context, req *connect.Request[fspb.WatchDirRequest], _ *connect.ServerStream[fspb.WatchDirResponse]) error {
-	return errWatch
-}
-
-// CreateWatcher is the polling twin of WatchDir; see WatchDir.
-func (f *filesystemService) CreateWatcher(context.Context, *connect.Request[fspb.CreateWatcherRequest]) (*connect.Response[fspb.CreateWatcherResponse], error) {
-	return nil, errWatch
-}
-
-// GetWatcherEvents: see WatchDir.
-func (f *filesystemService) GetWatcherEvents(context.Context, *connect.Request[fspb.GetWatcherEventsRequest]) (*connect.Response[fspb.GetWatcherEventsResponse], error) {
-	return nil, errWatch
-}
-
-// RemoveWatcher: see WatchDir.
-func (f *filesystemService) RemoveWatcher(context.Context, *connect.Request[fspb.RemoveWatcherRequest]) (*connect.Response[fspb.RemoveWatcherResponse], error) {
-	return nil, errWatch
-}
-
-var errWatch = connect.NewError(connect.CodeUnimplemented, errors.New(
-	"files.watchDir is not supported on Triad yet: the run's files change only through calls you make, each journaled in CEL.md (poll files.list, or read GET /cel)"))
-
 // connectCode maps a fault kind to the Connect code the SDKs turn into the
 // matching exception (docs/e2b-protocol.md §3).
 func connectCode(k fault.Kind) connect.Code {

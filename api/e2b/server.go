@@ -80,6 +80,9 @@ type Config struct {
 	// Limits are the kernels' limits (--memory, --cpus, --disk), which
 	// getInfo and list report as cpuCount, memoryMB and diskSizeMB.
 	Limits sandbox.Limits
+	// WatchInterval is how often a files.watchDir watcher looks at the
+	// sandbox's files (200 ms).
+	WatchInterval time.Duration
 	// Body sets the deadlines an upload's body is read under (its
 	// progress and its whole; see internal/bodyread).
 	Body   bodyread.Config
@@ -97,6 +100,7 @@ type Server struct {
 	done  chan struct{}
 	once  sync.Once
 	procs *processes
+	watch *watchers
 }
 
 // New returns a Server and starts its expiry loop; Close stops it.
@@ -112,6 +116,9 @@ func New(ctx context.Context, c Config) (*Server, error) {
 	}
 	if c.MaxTimeout > 0 && c.DefaultTimeout > c.MaxTimeout {
 		c.DefaultTimeout = c.MaxTimeout
+	}
+	if c.WatchInterval <= 0 {
+		c.WatchInterval = 200 * time.Millisecond
 	}
 	if c.ExpiryInterval <= 0 {
 		c.ExpiryInterval = time.Second
@@ -139,17 +146,18 @@ func New(ctx context.Context, c Config) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{c: c, log: c.Logger, reg: reg, stop: make(chan struct{}), done: make(chan struct{}), procs: newProcesses()}
+	s := &Server{c: c, log: c.Logger, reg: reg, stop: make(chan struct{}), done: make(chan struct{}), procs: newProcesses(), watch: newWatchers()}
 	s.ctl = s.controlRoutes()
 	s.data = s.dataRoutes()
 	go s.expire()
 	return s, nil
 }
 
-// Close stops the expiry loop. It is safe to call twice.
+// Close stops the expiry loop and every watcher. It is safe to call twice.
 func (s *Server) Close() error {
 	s.once.Do(func() { close(s.stop) })
 	<-s.done
+	s.watch.close()
 	return nil
 }
 
@@ -215,6 +223,7 @@ func (s *Server) pause(ctx context.Context, id runid.ID, now time.Time) {
 		return
 	}
 	s.procs.killAll(id)
+	s.watch.endAll(id, errSandboxGone(id, "paused after its timeout"))
 	if err := s.c.Core.Stop(ctx, id); err != nil {
 		s.log.ErrorContext(ctx, "stop kernel of paused sandbox", "sandbox", id, "err", err)
 	}
