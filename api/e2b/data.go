@@ -11,6 +11,8 @@ import (
 	"net/http"
 	"path"
 	"strconv"
+	"strings"
+	"time"
 
 	"connectrpc.com/connect"
 
@@ -55,6 +57,12 @@ func (s *Server) dataRoutes() http.Handler {
 	}))
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		sb, err := s.admit(r)
+		var ae envdAuthError
+		if errors.As(err, &ae) {
+			s.log.InfoContext(r.Context(), "E2B signed files URL refused", "method", r.Method, "err", err)
+			writeJSON(w, http.StatusUnauthorized, map[string]any{"code": http.StatusUnauthorized, "message": ae.msg})
+			return
+		}
 		if err != nil {
 			// isRunning (/health) reads a 502 as "not running" and
 			// nothing else (docs/e2b-protocol.md §5).
@@ -88,8 +96,15 @@ func (s *Server) dataRoutes() http.Handler {
 // SDKs read as "the sandbox is not running", docs/e2b-protocol.md §3), the
 // same byte for byte, so the data plane tells nobody which sandboxes
 // exist; only a caller with a token learns that its sandbox is paused.
+//
+// A files request signed with one of the sandbox's tokens (downloadUrl,
+// uploadUrl) is admitted by its signature instead, with or without
+// E2b-Sandbox-Id (see signing.go).
 func (s *Server) admit(r *http.Request) (Sandbox, error) {
 	raw := r.Header.Get(HeaderSandboxID)
+	if raw == "" && isSigned(r) {
+		return s.admitSigned(r)
+	}
 	notRunning := func(msg, sug string) error {
 		return statusError{http.StatusBadGateway, fault.New(fault.NotFound, msg, sug)}
 	}
@@ -113,7 +128,19 @@ func (s *Server) admit(r *http.Request) (Sandbox, error) {
 		return sb, fault.Wrap(fault.StoreUnavailable, err, "the sandbox record could not be read", "retry; GET /healthz shows the store's state")
 	}
 	if !sb.tokenOK(r.Header.Get(HeaderAccessToken)) && !sb.tokenOK(r.Header.Get(HeaderTrafficToken)) {
-		return Sandbox{}, unknown
+		if r.Header.Get(HeaderAccessToken) != "" || !isSigned(r) {
+			return Sandbox{}, unknown
+		}
+		l, err := parseSigned(r)
+		if err != nil {
+			return Sandbox{}, err
+		}
+		if !l.signedBy(sb) {
+			return Sandbox{}, unknown
+		}
+		if l.expired(time.Now()) {
+			return Sandbox{}, errExpiredLink
+		}
 	}
 	if sb.State != StateRunning {
 		return sb, notRunning(fmt.Sprintf("sandbox %s is paused: it passed its timeout", id),
@@ -193,6 +220,9 @@ type writeInfo struct {
 // file streams into the store as its own tmp.write.
 func (s *Server) filePost(w http.ResponseWriter, r *http.Request) error {
 	sb := sandboxOf(r.Context())
+	if err := noMetadata(r.Header); err != nil {
+		return err
+	}
 	limit := s.c.Core.Limits().StreamBody
 	if r.ContentLength > limit {
 		return fault.New(fault.TooLarge, fmt.Sprintf("the body is %d bytes; the limit is %d", r.ContentLength, limit),
@@ -272,6 +302,22 @@ func (s *Server) filePost(w http.ResponseWriter, r *http.Request) error {
 		return fault.New(fault.BadInput, "the multipart body has no part named file", "send one part named file per file, its filename the path")
 	}
 	return writeJSON(w, http.StatusOK, out)
+}
+
+// metadataHeader prefixes the SDK's file metadata headers (files.write
+// with metadata, envd 0.6.2).
+const metadataHeader = "X-Metadata-"
+
+// noMetadata refuses file metadata: Triad keeps none per file, and a
+// write that carried some must not seem to have kept it.
+func noMetadata(h http.Header) error {
+	for k := range h {
+		if len(k) > len(metadataHeader) && strings.EqualFold(k[:len(metadataHeader)], metadataHeader) {
+			return fault.New(fault.Unsupported, fmt.Sprintf("Triad keeps no file metadata, and this write carries %s", k),
+				"write the file without metadata, or keep it in a file of its own (for example <name>.meta.json)")
+		}
+	}
+	return nil
 }
 
 func uploadPath(p string) (string, error) {

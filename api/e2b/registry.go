@@ -49,6 +49,11 @@ type Sandbox struct {
 	// TokenSHA256 are the hex sha256 digests of the envd access tokens
 	// create and connect handed out, newest last.
 	TokenSHA256 []string
+	// Tokens are the same tokens themselves, newest last: a signed
+	// files URL (downloadUrl, uploadUrl) is a digest over one of them,
+	// which only the token can check (see signing.go). Kept sealed at
+	// rest, as the envs.
+	Tokens []string
 	// Internet is true when the sandbox's run has an egress policy that
 	// allows something: getInfo's allowInternetAccess.
 	Internet bool
@@ -66,7 +71,10 @@ type record struct {
 	EndAt       time.Time         `json:"end_at"`
 	State       string            `json:"state"`
 	TokenSHA256 []string          `json:"token_sha256"`
-	Internet    bool              `json:"internet,omitempty"`
+	// TokensSealed is Sandbox.Tokens, sealed for the sandbox's id; a
+	// record made before signed URLs has none, and its links never match.
+	TokensSealed string `json:"tokens_sealed,omitempty"`
+	Internet     bool   `json:"internet,omitempty"`
 }
 
 // legacyRecord is a record as Triad kept it before the core owned every
@@ -103,6 +111,15 @@ func (g *registry) encode(s Sandbox) ([]byte, error) {
 			return nil, err
 		}
 	}
+	if len(s.Tokens) > 0 {
+		b, err := json.Marshal(s.Tokens)
+		if err != nil {
+			return nil, err
+		}
+		if r.TokensSealed, err = g.seal.Seal(b, tokensAD(s.ID)); err != nil {
+			return nil, err
+		}
+	}
 	return json.Marshal(r)
 }
 
@@ -122,6 +139,15 @@ func (g *registry) decode(b []byte) (Sandbox, error) {
 			return Sandbox{}, err
 		}
 	}
+	if r.TokensSealed != "" {
+		plain, err := g.seal.Open(r.TokensSealed, tokensAD(r.ID))
+		if err != nil {
+			return Sandbox{}, fmt.Errorf("open the sandbox's tokens: %w", err)
+		}
+		if err := json.Unmarshal(plain, &s.Tokens); err != nil {
+			return Sandbox{}, err
+		}
+	}
 	return s, nil
 }
 
@@ -129,6 +155,7 @@ func (s Sandbox) clone() Sandbox {
 	s.Metadata = maps.Clone(s.Metadata)
 	s.Envs = maps.Clone(s.Envs)
 	s.TokenSHA256 = slices.Clone(s.TokenSHA256)
+	s.Tokens = slices.Clone(s.Tokens)
 	return s
 }
 
@@ -143,8 +170,16 @@ func (s *Sandbox) newToken() (string, error) {
 	if n := len(s.TokenSHA256); n > maxTokens {
 		s.TokenSHA256 = s.TokenSHA256[n-maxTokens:]
 	}
+	s.Tokens = append(s.Tokens, tok)
+	if n := len(s.Tokens); n > maxTokens {
+		s.Tokens = s.Tokens[n-maxTokens:]
+	}
 	return tok, nil
 }
+
+// tokensAD binds a record's sealed tokens to its sandbox, apart from its
+// envs.
+func tokensAD(id runid.ID) []byte { return []byte(id.String() + "/tokens") }
 
 // tokenOK reports whether tok is one of the sandbox's access tokens.
 func (s *Sandbox) tokenOK(tok string) bool {

@@ -44,11 +44,14 @@ const (
 )
 
 // EnvdVersion is the envd version the control plane reports. It gates
-// features in the SDKs (docs/e2b-protocol.md §5): 0.6.1 turns on streamed
-// octet-stream uploads and leaves file metadata off, which Triad does not
-// keep, so the SDK refuses metadata with its own TemplateError instead of
-// Triad dropping it silently.
-const EnvdVersion = "0.6.1"
+// features in the SDKs (docs/e2b-protocol.md §5): 0.6.4 turns on streamed
+// octet-stream uploads, recursive watches, entries in watch events (0.6.3)
+// and watches with allowNetworkMounts (0.6.4, which Triad serves as any
+// watch: a run's files are on no network mount). It also lets the SDK send
+// file metadata (0.6.2, X-Metadata-* headers), which Triad does not keep:
+// files.write refuses it with a 422 that says so, never dropping it
+// silently (see noMetadata).
+const EnvdVersion = "0.6.4"
 
 // Config configures a Server.
 type Config struct {
@@ -167,7 +170,9 @@ func (s *Server) Close() error {
 func (s *Server) Handler(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch {
-		case r.Header.Get(HeaderSandboxID) != "":
+		case r.Header.Get(HeaderSandboxID) != "", isSigned(r):
+			// A signed files URL names no sandbox: its signature
+			// does (signing.go).
 			s.data.ServeHTTP(w, r)
 		case isControlPath(r.URL.Path):
 			s.ctl.ServeHTTP(w, r)
