@@ -123,7 +123,7 @@ func (t tree) entries(depth int) []*fspb.EntryInfo {
 				dirs[d] = f.ModifiedAt
 			}
 		}
-		if len(parts) <= depth {
+		if len(parts) <= depth && !isKeep(f.Path, f.Size) {
 			out = append(out, fileEntry(f))
 		}
 	}
@@ -163,13 +163,25 @@ func fileEntry(f wire.FileInfo) *fspb.EntryInfo {
 	}
 }
 
+// isKeep reports whether a file is the empty .keep that files.makeDir
+// writes (keepFile): it makes its directory exist, and is not listed or
+// watched as a file of its own, so a directory made empty looks empty.
+func isKeep(p string, size int64) bool { return size == 0 && path.Base(p) == keepFile }
+
+// dirSize is the size getInfo and list give a directory: Triad's
+// directories are the prefixes of its files and have no inode, so they
+// report the size of a directory's first block on Linux's filesystems (as
+// envd's stat does for a small directory), never 0, which the SDK reads
+// as "not a directory".
+const dirSize = 4096
+
 func dirEntry(p string, mod time.Time) *fspb.EntryInfo {
 	name := path.Base(p)
 	if p == "" {
 		name = path.Base(Home)
 	}
 	return &fspb.EntryInfo{
-		Name: name, Type: fspb.FileType_FILE_TYPE_DIRECTORY, Path: sdkPath(p),
+		Name: name, Type: fspb.FileType_FILE_TYPE_DIRECTORY, Path: sdkPath(p), Size: dirSize,
 		Mode: 0o755, Permissions: "drwxr-xr-x", Owner: "user", Group: "user",
 		ModifiedTime: timestamppb.New(mod),
 	}

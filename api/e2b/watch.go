@@ -81,7 +81,7 @@ func (s *Server) snap(ctx context.Context, run runid.ID, w watchSpec) (snapshot,
 				break
 			}
 		}
-		if !w.recursive && len(parts) > 1 {
+		if !w.recursive && len(parts) > 1 || isKeep(p, st.Size) {
 			continue
 		}
 		n := node{state: st}
