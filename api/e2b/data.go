@@ -11,7 +11,6 @@ import (
 	"net/http"
 	"path"
 	"strconv"
-	"strings"
 	"time"
 
 	"connectrpc.com/connect"
@@ -210,9 +209,10 @@ func filePathParam(r *http.Request) (string, error) {
 
 // writeInfo is envd's answer for one uploaded file.
 type writeInfo struct {
-	Path string `json:"path"`
-	Name string `json:"name"`
-	Type string `json:"type"`
+	Path     string            `json:"path"`
+	Name     string            `json:"name"`
+	Type     string            `json:"type"`
+	Metadata map[string]string `json:"metadata,omitempty"`
 }
 
 // filePost is files.write: POST /files, either one octet-stream body
@@ -220,7 +220,8 @@ type writeInfo struct {
 // file streams into the store as its own tmp.write.
 func (s *Server) filePost(w http.ResponseWriter, r *http.Request) error {
 	sb := sandboxOf(r.Context())
-	if err := noMetadata(r.Header); err != nil {
+	meta, err := parseMetadata(r.Header)
+	if err != nil {
 		return err
 	}
 	limit := s.c.Core.Limits().StreamBody
@@ -263,7 +264,10 @@ func (s *Server) filePost(w http.ResponseWriter, r *http.Request) error {
 		if err != nil {
 			return err
 		}
-		out = append(out, info(ref.Path))
+		if err := s.setMeta(r.Context(), sb.ID, ref, meta); err != nil {
+			return err
+		}
+		out = append(out, info(ref.Path, meta))
 		return writeJSON(w, http.StatusOK, out)
 	}
 	mr := multipart.NewReader(body, params["boundary"])
@@ -296,28 +300,15 @@ func (s *Server) filePost(w http.ResponseWriter, r *http.Request) error {
 		if err != nil {
 			return err
 		}
-		out = append(out, info(ref.Path))
+		if err := s.setMeta(r.Context(), sb.ID, ref, meta); err != nil {
+			return err
+		}
+		out = append(out, info(ref.Path, meta))
 	}
 	if len(out) == 0 {
 		return fault.New(fault.BadInput, "the multipart body has no part named file", "send one part named file per file, its filename the path")
 	}
 	return writeJSON(w, http.StatusOK, out)
-}
-
-// metadataHeader prefixes the SDK's file metadata headers (files.write
-// with metadata, envd 0.6.2).
-const metadataHeader = "X-Metadata-"
-
-// noMetadata refuses file metadata: Triad keeps none per file, and a
-// write that carried some must not seem to have kept it.
-func noMetadata(h http.Header) error {
-	for k := range h {
-		if len(k) > len(metadataHeader) && strings.EqualFold(k[:len(metadataHeader)], metadataHeader) {
-			return fault.New(fault.Unsupported, fmt.Sprintf("Triad keeps no file metadata, and this write carries %s", k),
-				"write the file without metadata, or keep it in a file of its own (for example <name>.meta.json)")
-		}
-	}
-	return nil
 }
 
 func uploadPath(p string) (string, error) {
@@ -339,6 +330,6 @@ func rawFileName(p *multipart.Part) string {
 	return params["filename"]
 }
 
-func info(p string) writeInfo {
-	return writeInfo{Path: sdkPath(p), Name: path.Base(p), Type: "file"}
+func info(p string, meta map[string]string) writeInfo {
+	return writeInfo{Path: sdkPath(p), Name: path.Base(p), Type: "file", Metadata: meta}
 }

@@ -108,7 +108,7 @@ func (t tree) below() []wire.FileInfo {
 
 // entries lists the tree's files and directories down to depth levels
 // below the root, sorted by path.
-func (t tree) entries(depth int) []*fspb.EntryInfo {
+func (t tree) entries(depth int, sb Sandbox) []*fspb.EntryInfo {
 	dirs := map[string]time.Time{}
 	var out []*fspb.EntryInfo
 	for _, f := range t.below() {
@@ -124,7 +124,7 @@ func (t tree) entries(depth int) []*fspb.EntryInfo {
 			}
 		}
 		if len(parts) <= depth && !isKeep(f.Path, f.Size) {
-			out = append(out, fileEntry(f))
+			out = append(out, fileEntry(f, sb.metaOf(f)))
 		}
 	}
 	for d, mod := range dirs {
@@ -153,13 +153,13 @@ func joinRun(dir, rel string) string {
 }
 
 // fileEntry describes a run file as envd's EntryInfo. Its metadata is
-// only what a caller set (none: Triad keeps no file metadata), as envd's;
-// the content address is Triad's own API's (tmp.list).
-func fileEntry(f wire.FileInfo) *fspb.EntryInfo {
+// only what a caller set with files.write (meta, see filemeta.go), as
+// envd's; the content address is Triad's own API's (tmp.list).
+func fileEntry(f wire.FileInfo, meta map[string]string) *fspb.EntryInfo {
 	return &fspb.EntryInfo{
 		Name: path.Base(f.Path), Type: fspb.FileType_FILE_TYPE_FILE, Path: sdkPath(f.Path), Size: f.Size,
 		Mode: 0o644, Permissions: "-rw-r--r--", Owner: "user", Group: "user",
-		ModifiedTime: timestamppb.New(f.ModifiedAt),
+		ModifiedTime: timestamppb.New(f.ModifiedAt), Metadata: meta,
 	}
 }
 

@@ -54,6 +54,9 @@ type Sandbox struct {
 	// which only the token can check (see signing.go). Kept sealed at
 	// rest, as the envs.
 	Tokens []string
+	// FileMeta is the metadata files.write set on the sandbox's files,
+	// by run path (filemeta.go).
+	FileMeta map[string]fileMeta
 	// Internet is true when the sandbox's run has an egress policy that
 	// allows something: getInfo's allowInternetAccess.
 	Internet bool
@@ -73,8 +76,9 @@ type record struct {
 	TokenSHA256 []string          `json:"token_sha256"`
 	// TokensSealed is Sandbox.Tokens, sealed for the sandbox's id; a
 	// record made before signed URLs has none, and its links never match.
-	TokensSealed string `json:"tokens_sealed,omitempty"`
-	Internet     bool   `json:"internet,omitempty"`
+	TokensSealed string              `json:"tokens_sealed,omitempty"`
+	FileMeta     map[string]fileMeta `json:"file_meta,omitempty"`
+	Internet     bool                `json:"internet,omitempty"`
 }
 
 // legacyRecord is a record as Triad kept it before the core owned every
@@ -101,7 +105,7 @@ type Sealer interface {
 
 func (g *registry) encode(s Sandbox) ([]byte, error) {
 	r := record{ID: s.ID, Template: s.Template, Metadata: s.Metadata, TimeoutS: s.TimeoutS, StartedAt: s.StartedAt,
-		EndAt: s.EndAt, State: s.State, TokenSHA256: s.TokenSHA256, Internet: s.Internet}
+		EndAt: s.EndAt, State: s.State, TokenSHA256: s.TokenSHA256, FileMeta: s.FileMeta, Internet: s.Internet}
 	if len(s.Envs) > 0 {
 		b, err := json.Marshal(s.Envs)
 		if err != nil {
@@ -129,7 +133,7 @@ func (g *registry) decode(b []byte) (Sandbox, error) {
 		return Sandbox{}, err
 	}
 	s := Sandbox{ID: r.ID, Template: r.Template, Metadata: r.Metadata, TimeoutS: r.TimeoutS, StartedAt: r.StartedAt,
-		EndAt: r.EndAt, State: r.State, TokenSHA256: r.TokenSHA256, Internet: r.Internet}
+		EndAt: r.EndAt, State: r.State, TokenSHA256: r.TokenSHA256, FileMeta: r.FileMeta, Internet: r.Internet}
 	if r.EnvsSealed != "" {
 		plain, err := g.seal.Open(r.EnvsSealed, []byte(r.ID.String()))
 		if err != nil {
@@ -156,6 +160,7 @@ func (s Sandbox) clone() Sandbox {
 	s.Envs = maps.Clone(s.Envs)
 	s.TokenSHA256 = slices.Clone(s.TokenSHA256)
 	s.Tokens = slices.Clone(s.Tokens)
+	s.FileMeta = maps.Clone(s.FileMeta)
 	return s
 }
 

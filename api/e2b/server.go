@@ -47,10 +47,8 @@ const (
 // features in the SDKs (docs/e2b-protocol.md §5): 0.6.4 turns on streamed
 // octet-stream uploads, recursive watches, entries in watch events (0.6.3)
 // and watches with allowNetworkMounts (0.6.4, which Triad serves as any
-// watch: a run's files are on no network mount). It also lets the SDK send
-// file metadata (0.6.2, X-Metadata-* headers), which Triad does not keep:
-// files.write refuses it with a 422 that says so, never dropping it
-// silently (see noMetadata).
+// watch: a run's files are on no network mount) and file metadata (0.6.2,
+// X-Metadata-* headers on files.write, kept as filemeta.go says).
 const EnvdVersion = "0.6.4"
 
 // Config configures a Server.

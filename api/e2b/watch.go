@@ -175,7 +175,7 @@ func (w watchSpec) entry(rel string, n node) *fspb.EntryInfo {
 		// the store's time is not this version's.
 		info.ModifiedAt = nowUTC()
 	}
-	return fileEntry(info)
+	return fileEntry(info, nil)
 }
 
 // openWatch resolves a watch request: the directory must exist and be a

@@ -331,7 +331,7 @@ func TestSignedURLs(t *testing.T) {
 		}
 		return "/files?" + q.Encode()
 	}
-	future, past := time.Now().Unix()+60, time.Now().Unix()-10
+	future, past := time.Now().Unix()+86400, time.Now().Unix()-86400
 
 	t.Run("download without the sandbox's id", func(t *testing.T) {
 		for _, exp := range []*int64{nil, &future} {
@@ -416,21 +416,107 @@ func TestSignedURLs(t *testing.T) {
 	})
 }
 
-func TestEnvdVersionAndMetadata(t *testing.T) {
+func TestFileMetadata(t *testing.T) {
 	h := newLightHarness(t)
 	sb := h.create(t, nil)
 	if sb.EnvdVersion != e2b.EnvdVersion || e2b.EnvdVersion != "0.6.4" {
 		t.Fatalf("envdVersion: got %q (const %q), want 0.6.4", sb.EnvdVersion, e2b.EnvdVersion)
 	}
-	hdr := envd(sb)
-	hdr["Content-Type"] = "application/octet-stream"
-	hdr["X-Metadata-Author"] = "mish"
-	st, _, b := h.do(t, http.MethodPost, "/files?path=m.txt", hdr, strings.NewReader("x"))
-	var eb errBody
-	if st != 422 || json.Unmarshal(b, &eb) != nil || eb.Error.Kind != "unsupported" || eb.Error.Suggestion == "" {
-		t.Fatalf("metadata: got %d %s, want 422 unsupported with a suggestion", st, b)
+	fs, _ := h.rpc(sb)
+	ctx := t.Context()
+	write := func(t *testing.T, p, body string, meta map[string]string) (int, string) {
+		t.Helper()
+		hdr := envd(sb)
+		hdr["Content-Type"] = "application/octet-stream"
+		for k, v := range meta {
+			hdr["X-Metadata-"+k] = v
+		}
+		st, _, b := h.do(t, http.MethodPost, "/files?path="+url.QueryEscape(p), hdr, strings.NewReader(body))
+		return st, string(b)
 	}
-	if st, _, _ := h.do(t, http.MethodGet, "/files?path=m.txt", envd(sb), nil); st != 404 {
-		t.Fatalf("a refused write left a file: got %d", st)
+	statMeta := func(t *testing.T, p string) map[string]string {
+		t.Helper()
+		res, err := fs.Stat(ctx, connect.NewRequest(&fspb.StatRequest{Path: p}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res.Msg.GetEntry().GetMetadata()
 	}
+
+	t.Run("written, shown by write, getInfo, list and rename", func(t *testing.T) {
+		st, b := write(t, "d/m.txt", "x", map[string]string{"Author": "mish", "purpose": "up load"})
+		if st != 200 || !strings.Contains(b, `"metadata":{"author":"mish","purpose":"up load"}`) {
+			t.Fatalf("write: got %d %s", st, b)
+		}
+		if got := statMeta(t, "d/m.txt"); fmt.Sprint(got) != "map[author:mish purpose:up load]" {
+			t.Fatalf("getInfo: got %v", got)
+		}
+		l, err := fs.ListDir(ctx, connect.NewRequest(&fspb.ListDirRequest{Path: "d"}))
+		if err != nil || len(l.Msg.GetEntries()) != 1 || l.Msg.GetEntries()[0].GetMetadata()["author"] != "mish" {
+			t.Fatalf("list: got %v %v", l, err)
+		}
+		mv, err := fs.Move(ctx, connect.NewRequest(&fspb.MoveRequest{Source: "d/m.txt", Destination: "e/m.txt"}))
+		if err != nil || mv.Msg.GetEntry().GetMetadata()["author"] != "mish" || statMeta(t, "e/m.txt")["purpose"] != "up load" {
+			t.Fatalf("rename: got %v %v", mv, err)
+		}
+	})
+
+	t.Run("overwritten bytes have none", func(t *testing.T) {
+		write(t, "o.txt", "first", map[string]string{"author": "mish"})
+		if st, b := write(t, "o.txt", "second", nil); st != 200 || strings.Contains(b, "metadata") {
+			t.Fatalf("overwrite: got %d %s", st, b)
+		}
+		if got := statMeta(t, "o.txt"); len(got) != 0 {
+			t.Fatalf("after overwrite: got %v, want none", got)
+		}
+		// A write from Triad's own API changes the bytes: the metadata
+		// was the old bytes'.
+		write(t, "t.txt", "first", map[string]string{"author": "mish"})
+		if st, _, b := h.do(t, http.MethodPut, "/tmp/files/t.txt", map[string]string{"X-Run-Id": sb.SandboxID}, strings.NewReader("by tmp")); st != 200 {
+			t.Fatalf("PUT: got %d %s", st, b)
+		}
+		if got := statMeta(t, "t.txt"); len(got) != 0 {
+			t.Fatalf("after tmp.write: got %v, want none", got)
+		}
+	})
+
+	t.Run("removed with its file", func(t *testing.T) {
+		write(t, "r.txt", "same", map[string]string{"k": "v"})
+		if _, err := fs.Remove(ctx, connect.NewRequest(&fspb.RemoveRequest{Path: "r.txt"})); err != nil {
+			t.Fatal(err)
+		}
+		if st, _, b := h.do(t, http.MethodPut, "/tmp/files/r.txt", map[string]string{"X-Run-Id": sb.SandboxID}, strings.NewReader("same")); st != 200 {
+			t.Fatalf("PUT: got %d %s", st, b)
+		}
+		if got := statMeta(t, "r.txt"); len(got) != 0 {
+			t.Fatalf("a removed file's metadata came back: %v", got)
+		}
+	})
+
+	t.Run("bad metadata is a 400, and writes nothing", func(t *testing.T) {
+		// (A key that is no HTTP token cannot be sent at all.)
+		for _, meta := range []map[string]string{{"k": "caf\u00e9"}, {"k": "tab\there"}} {
+			st, b := write(t, "bad.txt", "x", meta)
+			var eb errBody
+			if st != 400 || json.Unmarshal([]byte(b), &eb) != nil || eb.Error.Suggestion == "" {
+				t.Errorf("%v: got %d %s, want 400 with a suggestion", meta, st, b)
+			}
+		}
+		if st, _, _ := h.do(t, http.MethodGet, "/files?path=bad.txt", envd(sb), nil); st != 404 {
+			t.Fatalf("a refused write left a file: got %d", st)
+		}
+	})
+
+	t.Run("bounded", func(t *testing.T) {
+		big := strings.Repeat("v", 8000)
+		var st int
+		var b string
+		for i := 0; i < 40 && st != 429; i++ {
+			st, b = write(t, fmt.Sprintf("big/%d.txt", i), "x", map[string]string{"k": big, "k2": big, "k3": big, "k4": big})
+		}
+		var eb errBody
+		if st != 429 || json.Unmarshal([]byte(b), &eb) != nil || eb.Error.Kind != "quota" {
+			t.Fatalf("got %d %s, want 429 quota once the sandbox's metadata is full", st, b)
+		}
+	})
 }

@@ -206,7 +206,7 @@ test('signed download and upload URLs, with and without an expiry', SLOW, async 
   await assertJournal(sbx.sandboxId, { 'tmp.write': 2, 'tmp.read': 3 })
 })
 
-test('files metadata: envd 0.6.4, directories, makeDir markers, and file metadata refused', SLOW, async () => {
+test('files metadata: envd 0.6.4, directories, makeDir markers, and file metadata kept with the bytes', SLOW, async () => {
   const sbx = await Sandbox.create()
   sandboxes.push(sbx)
   await sbx.files.makeDir('d/sub')
@@ -222,7 +222,17 @@ test('files metadata: envd 0.6.4, directories, makeDir markers, and file metadat
     ['sub', FileType.DIR, 4096, 0o755, 'drwxr-xr-x', 'user', 'user'],
   ])
   assert.ok(list.every((e) => e.modifiedTime instanceof Date && e.symlinkTarget === undefined))
-  await assert.rejects(sbx.files.write('m.txt', 'x', { metadata: { author: 'me' } }), (e) =>
-    e instanceof SandboxError && /keeps no file metadata/.test(e.message))
-  assert.equal(await sbx.files.exists('m.txt'), false)
+
+  const w = await sbx.files.write('m.txt', 'x', { metadata: { author: 'me', purpose: 'test' } })
+  assert.deepEqual(w.metadata, { author: 'me', purpose: 'test' })
+  assert.deepEqual((await sbx.files.getInfo('m.txt')).metadata, { author: 'me', purpose: 'test' })
+  assert.deepEqual((await sbx.files.rename('m.txt', 'd/m.txt')).metadata, { author: 'me', purpose: 'test' })
+  assert.deepEqual((await sbx.files.list('d')).find((e) => e.name === 'm.txt').metadata, { author: 'me', purpose: 'test' })
+  // A cell that rewrites the file makes new bytes: the metadata was the old ones'.
+  await sbx.runCode('open("d/m.txt", "w").write("rewritten")')
+  assert.equal((await sbx.files.getInfo('d/m.txt')).metadata, undefined)
+  await sbx.files.write('d/m.txt', 'again', { metadata: { v: '2' } })
+  await sbx.files.write('d/m.txt', 'no metadata now')
+  assert.equal((await sbx.files.getInfo('d/m.txt')).metadata, undefined)
+  await assertJournal(sbx.sandboxId, { 'tmp.write': 6, 'sandbox.exec': 1 })
 })
