@@ -285,6 +285,8 @@ type registry struct {
 	log  *slog.Logger
 	mu   sync.Mutex
 	m    map[runid.ID]Sandbox
+	// rescanned is when signer last read every record (signing.go).
+	rescanned time.Time
 }
 
 func newRegistry(ctx context.Context, recs Records, seal Sealer, log *slog.Logger) (*registry, error) {

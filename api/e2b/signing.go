@@ -136,6 +136,12 @@ func (s *Server) admitSigned(r *http.Request) (Sandbox, error) {
 	return sb, nil
 }
 
+// rescanEvery bounds how often a signature that matches no sandbox known
+// here sends the registry to read every record (sandboxes another replica
+// made): anyone can send forged signatures, and each full read unseals
+// every record.
+const rescanEvery = time.Second
+
 // signer finds the sandbox whose token made the link's signature.
 func (g *registry) signer(ctx context.Context, l signedLink) (Sandbox, bool) {
 	g.mu.Lock()
@@ -145,6 +151,12 @@ func (g *registry) signer(ctx context.Context, l signedLink) (Sandbox, bool) {
 			return sb.clone(), true
 		}
 	}
+	now := time.Now()
+	if now.Sub(g.rescanned) < rescanEvery {
+		g.mu.Unlock()
+		return Sandbox{}, false
+	}
+	g.rescanned = now
 	g.mu.Unlock()
 	all, err := g.list(ctx)
 	if err != nil {
