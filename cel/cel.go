@@ -460,21 +460,60 @@ func (j *Journal) Next(ctx context.Context, run runid.ID) (int, []Note, error) {
 // Append checkpoints the journal as CEL.step_{n}.md and appends b. It
 // returns the files it wrote (the checkpoint and the journal).
 func (j *Journal) Append(ctx context.Context, run runid.ID, b Block) ([]Write, error) {
+	sb, err := j.Stage(ctx, run, b)
+	if err != nil {
+		return nil, err
+	}
+	res, err := j.store.Commit(ctx, run, sb.Changes)
+	if err != nil {
+		return nil, err
+	}
+	return sb.Done(res), nil
+}
+
+// Staged is a Step Block ready to be committed together with the step's
+// other records, in one tmpfs.Store.Commit: Changes checkpoint the
+// journal as CEL.step_{n}.md and append the block. Once they are
+// committed, Done takes their results and returns the files written.
+type Staged struct {
+	Changes []tmpfs.Change
+	st      *state
+	n       int
+	text    []byte
+}
+
+// Stage prepares the append of b (Append, in two halves, for a caller
+// that commits it with other changes). Nothing is written, and the
+// journal's count of steps moves only at Done.
+func (j *Journal) Stage(ctx context.Context, run runid.ID, b Block) (Staged, error) {
 	st, err := j.state(ctx, run)
 	if err != nil {
-		return nil, err
+		return Staged{}, err
 	}
 	if b.N != st.steps+1 {
-		return nil, fmt.Errorf("journal of run %s: step %d appended after step %d", run, b.N, st.steps)
+		return Staged{}, fmt.Errorf("journal of run %s: step %d appended after step %d", run, b.N, st.steps)
 	}
-	files, err := j.append(ctx, run, runfiles.Checkpoint(b.N), Format(b))
+	f, err := j.store.Stat(ctx, run, Path)
 	if err != nil {
-		return nil, err
+		return Staged{}, fmt.Errorf("journal of run %s: %w", run, err)
 	}
-	st.steps = b.N
-	st.notes = nil
-	st.summary = nil
-	return files, nil
+	// The checkpoint is a second name for the journal's current blob,
+	// and the append stores only the block's bytes: the cost does not
+	// grow with the journal.
+	text := []byte(Format(b))
+	return Staged{
+		Changes: []tmpfs.Change{{Path: runfiles.Checkpoint(b.N), Link: &f}, {Path: Path, Data: text}},
+		st:      st, n: b.N, text: text,
+	}, nil
+}
+
+// Done records that the staged changes were committed; res are the
+// commit's results for them, in order.
+func (s Staged) Done(res []tmpfs.Committed) []Write {
+	s.st.steps = s.n
+	s.st.notes = nil
+	s.st.summary = nil
+	return []Write{{File: res[0].File}, {File: res[1].File, Appended: s.text, Prev: res[1].Prev.SHA256}}
 }
 
 // AddNote appends an operator note; the next Step Block sees it.

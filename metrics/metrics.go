@@ -343,6 +343,24 @@ func (x *index) Put(ctx context.Context, run runid.ID, f tmpfs.File) error {
 	return err
 }
 
+// PutAll implements tmpfs.Batcher when the wrapped index does, and
+// otherwise puts one by one: a wrapper must not cost the store its group
+// commit (tmpfs.Store.Commit).
+func (x *index) PutAll(ctx context.Context, run runid.ID, files []tmpfs.File) error {
+	var err error
+	if b, ok := x.x.(tmpfs.Batcher); ok {
+		err = b.PutAll(ctx, run, files)
+	} else {
+		for _, f := range files {
+			if err = x.x.Put(ctx, run, f); err != nil {
+				break
+			}
+		}
+	}
+	x.m.op(x.name, "index_put", err)
+	return err
+}
+
 func (x *index) Delete(ctx context.Context, run runid.ID, path string) error {
 	err := x.x.Delete(ctx, run, path)
 	x.m.op(x.name, "index_delete", err)

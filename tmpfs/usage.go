@@ -106,3 +106,40 @@ func (s *Store) deleteIndex(ctx context.Context, run runid.ID, p string) error {
 	}
 	return nil
 }
+
+// putAllIndex puts files in the run's index as one group (Batcher, when
+// the index has it) and keeps the run's usage. Called with the run
+// locked.
+func (s *Store) putAllIndex(ctx context.Context, run runid.ID, files []File) error {
+	b, ok := unwrapIndex[Batcher](s.index)
+	if !ok {
+		for _, f := range files {
+			if err := s.putIndex(ctx, run, f); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	var old int64
+	tracked := s.tracked(run)
+	if tracked {
+		for _, f := range files {
+			if cur, err := s.index.Get(ctx, run, f.Path); err == nil {
+				old += cur.Size
+			} else if !errors.Is(err, ErrNotFound) {
+				return err
+			}
+		}
+	}
+	if err := b.PutAll(ctx, run, files); err != nil {
+		return err
+	}
+	if tracked {
+		var n int64
+		for _, f := range files {
+			n += f.Size
+		}
+		s.addUsage(run, n-old)
+	}
+	return nil
+}

@@ -284,6 +284,7 @@ func (s *Server) kill(w http.ResponseWriter, r *http.Request) error {
 		return fault.Wrap(fault.StoreUnavailable, err, "the sandbox record could not be removed", "retry the kill")
 	}
 	s.procs.killAll(sb.ID)
+	s.watch.endAll(sb.ID, errSandboxGone(sb.ID, "killed"))
 	if err := s.c.Core.Stop(r.Context(), sb.ID); err != nil {
 		s.log.ErrorContext(r.Context(), "stop kernel of killed sandbox", "sandbox", sb.ID, "err", err)
 	}

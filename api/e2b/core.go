@@ -53,6 +53,10 @@ type Core interface {
 	Open(ctx context.Context, run runid.ID, path string, opts ...orchestrator.CallOption) (tmpfs.File, *tmpfs.Reader, error)
 	// List is tmp.list: files.list, exists and getInfo.
 	List(ctx context.Context, run runid.ID, prefix string, opts ...orchestrator.CallOption) (wire.ListResponse, error)
+	// WorkingFiles lists the run's working directory as it is now (the
+	// store's index and the live kernel's directory), a read that is not
+	// journaled: files.watchDir polls it.
+	WorkingFiles(ctx context.Context, run runid.ID, prefix string) (map[string]orchestrator.FileState, error)
 	// Delete is tmp.delete: files.remove.
 	Delete(ctx context.Context, run runid.ID, path string, opts ...orchestrator.CallOption) (wire.OK, error)
 	// Stop ends the run's kernel, keeping its files: a sandbox past its

@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"path"
 	"strconv"
+	"time"
 
 	"connectrpc.com/connect"
 
@@ -55,6 +56,12 @@ func (s *Server) dataRoutes() http.Handler {
 	}))
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		sb, err := s.admit(r)
+		var ae envdAuthError
+		if errors.As(err, &ae) {
+			s.log.InfoContext(r.Context(), "E2B signed files URL refused", "method", r.Method, "err", err)
+			writeJSON(w, http.StatusUnauthorized, map[string]any{"code": http.StatusUnauthorized, "message": ae.msg})
+			return
+		}
 		if err != nil {
 			// isRunning (/health) reads a 502 as "not running" and
 			// nothing else (docs/e2b-protocol.md §5).
@@ -88,8 +95,15 @@ func (s *Server) dataRoutes() http.Handler {
 // SDKs read as "the sandbox is not running", docs/e2b-protocol.md §3), the
 // same byte for byte, so the data plane tells nobody which sandboxes
 // exist; only a caller with a token learns that its sandbox is paused.
+//
+// A files request signed with one of the sandbox's tokens (downloadUrl,
+// uploadUrl) is admitted by its signature instead, with or without
+// E2b-Sandbox-Id (see signing.go).
 func (s *Server) admit(r *http.Request) (Sandbox, error) {
 	raw := r.Header.Get(HeaderSandboxID)
+	if raw == "" && isSigned(r) {
+		return s.admitSigned(r)
+	}
 	notRunning := func(msg, sug string) error {
 		return statusError{http.StatusBadGateway, fault.New(fault.NotFound, msg, sug)}
 	}
@@ -113,7 +127,19 @@ func (s *Server) admit(r *http.Request) (Sandbox, error) {
 		return sb, fault.Wrap(fault.StoreUnavailable, err, "the sandbox record could not be read", "retry; GET /healthz shows the store's state")
 	}
 	if !sb.tokenOK(r.Header.Get(HeaderAccessToken)) && !sb.tokenOK(r.Header.Get(HeaderTrafficToken)) {
-		return Sandbox{}, unknown
+		if r.Header.Get(HeaderAccessToken) != "" || !isSigned(r) {
+			return Sandbox{}, unknown
+		}
+		l, err := parseSigned(r)
+		if err != nil {
+			return Sandbox{}, err
+		}
+		if !l.signedBy(sb) {
+			return Sandbox{}, unknown
+		}
+		if l.expired(time.Now()) {
+			return Sandbox{}, errExpiredLink
+		}
 	}
 	if sb.State != StateRunning {
 		return sb, notRunning(fmt.Sprintf("sandbox %s is paused: it passed its timeout", id),
@@ -183,9 +209,10 @@ func filePathParam(r *http.Request) (string, error) {
 
 // writeInfo is envd's answer for one uploaded file.
 type writeInfo struct {
-	Path string `json:"path"`
-	Name string `json:"name"`
-	Type string `json:"type"`
+	Path     string            `json:"path"`
+	Name     string            `json:"name"`
+	Type     string            `json:"type"`
+	Metadata map[string]string `json:"metadata,omitempty"`
 }
 
 // filePost is files.write: POST /files, either one octet-stream body
@@ -193,6 +220,10 @@ type writeInfo struct {
 // file streams into the store as its own tmp.write.
 func (s *Server) filePost(w http.ResponseWriter, r *http.Request) error {
 	sb := sandboxOf(r.Context())
+	meta, err := parseMetadata(r.Header)
+	if err != nil {
+		return err
+	}
 	limit := s.c.Core.Limits().StreamBody
 	if r.ContentLength > limit {
 		return fault.New(fault.TooLarge, fmt.Sprintf("the body is %d bytes; the limit is %d", r.ContentLength, limit),
@@ -233,7 +264,10 @@ func (s *Server) filePost(w http.ResponseWriter, r *http.Request) error {
 		if err != nil {
 			return err
 		}
-		out = append(out, info(ref.Path))
+		if err := s.setMeta(r.Context(), sb.ID, ref, meta); err != nil {
+			return err
+		}
+		out = append(out, info(ref.Path, meta))
 		return writeJSON(w, http.StatusOK, out)
 	}
 	mr := multipart.NewReader(body, params["boundary"])
@@ -266,7 +300,10 @@ func (s *Server) filePost(w http.ResponseWriter, r *http.Request) error {
 		if err != nil {
 			return err
 		}
-		out = append(out, info(ref.Path))
+		if err := s.setMeta(r.Context(), sb.ID, ref, meta); err != nil {
+			return err
+		}
+		out = append(out, info(ref.Path, meta))
 	}
 	if len(out) == 0 {
 		return fault.New(fault.BadInput, "the multipart body has no part named file", "send one part named file per file, its filename the path")
@@ -293,6 +330,6 @@ func rawFileName(p *multipart.Part) string {
 	return params["filename"]
 }
 
-func info(p string) writeInfo {
-	return writeInfo{Path: sdkPath(p), Name: path.Base(p), Type: "file"}
+func info(p string, meta map[string]string) writeInfo {
+	return writeInfo{Path: sdkPath(p), Name: path.Base(p), Type: "file", Metadata: meta}
 }

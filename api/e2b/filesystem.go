@@ -40,7 +40,7 @@ func (f *filesystemService) Stat(ctx context.Context, req *connect.Request[fspb.
 	file, dir := t.kind()
 	switch {
 	case file != nil:
-		return connect.NewResponse(&fspb.StatResponse{Entry: fileEntry(*file)}), nil
+		return connect.NewResponse(&fspb.StatResponse{Entry: fileEntry(*file, sb.metaOf(*file))}), nil
 	case dir:
 		return connect.NewResponse(&fspb.StatResponse{Entry: dirEntry(p, t.dirModTime())}), nil
 	}
@@ -73,7 +73,7 @@ func (f *filesystemService) ListDir(ctx context.Context, req *connect.Request[fs
 	case !dir:
 		return nil, connectErr(noPath(req.Msg.GetPath()))
 	}
-	return connect.NewResponse(&fspb.ListDirResponse{Entries: t.entries(depth)}), nil
+	return connect.NewResponse(&fspb.ListDirResponse{Entries: t.entries(depth, sb)}), nil
 }
 
 // MakeDir is files.makeDir: the directory exists once it holds a file, so
@@ -118,11 +118,19 @@ func (f *filesystemService) Remove(ctx context.Context, req *connect.Request[fsp
 		if _, err := f.s.c.Core.Delete(ctx, sb.ID, p); err != nil {
 			return nil, connectErr(err)
 		}
+		if err := f.s.dropMeta(ctx, sb.ID, []string{p}); err != nil {
+			return nil, connectErr(err)
+		}
 	case dir:
+		var gone []string
 		for _, x := range t.below() {
 			if _, err := f.s.c.Core.Delete(ctx, sb.ID, x.Path); err != nil {
 				return nil, connectErr(err)
 			}
+			gone = append(gone, x.Path)
+		}
+		if err := f.s.dropMeta(ctx, sb.ID, gone); err != nil {
+			return nil, connectErr(err)
 		}
 	default:
 		// Nothing there: done, as envd's remove (os.RemoveAll) answers.
@@ -173,6 +181,9 @@ func (f *filesystemService) Move(ctx context.Context, req *connect.Request[fspb.
 		}
 		last = e
 	}
+	if err := f.s.moveMeta(ctx, sb.ID, moves); err != nil {
+		return nil, connectErr(err)
+	}
 	if dir {
 		last = dirEntry(dst, nowUTC())
 	}
@@ -192,34 +203,14 @@ func (s *Server) moveFile(ctx context.Context, sb Sandbox, src, dst string) (*fs
 	if _, err := s.c.Core.Delete(ctx, sb.ID, src); err != nil {
 		return nil, err
 	}
-	e := fileEntry(listed(ref))
-	return e, nil
+	// The metadata moves with the bytes (see Move).
+	f := listed(ref)
+	var meta map[string]string
+	if m, ok := sb.FileMeta[src]; ok && m.SHA256 == ref.SHA256 {
+		meta = m.Meta
+	}
+	return fileEntry(f, meta), nil
 }
-
-// WatchDir is not served yet: the run's files change only through the
-// orchestrator, which has no change feed for surfaces. The answer is a
-// clear unimplemented error, which the SDK raises as SandboxError.
-func (f *filesystemService) WatchDir(ctx context.Context, req *connect.Request[fspb.WatchDirRequest], _ *connect.ServerStream[fspb.WatchDirResponse]) error {
-	return errWatch
-}
-
-// CreateWatcher is the polling twin of WatchDir; see WatchDir.
-func (f *filesystemService) CreateWatcher(context.Context, *connect.Request[fspb.CreateWatcherRequest]) (*connect.Response[fspb.CreateWatcherResponse], error) {
-	return nil, errWatch
-}
-
-// GetWatcherEvents: see WatchDir.
-func (f *filesystemService) GetWatcherEvents(context.Context, *connect.Request[fspb.GetWatcherEventsRequest]) (*connect.Response[fspb.GetWatcherEventsResponse], error) {
-	return nil, errWatch
-}
-
-// RemoveWatcher: see WatchDir.
-func (f *filesystemService) RemoveWatcher(context.Context, *connect.Request[fspb.RemoveWatcherRequest]) (*connect.Response[fspb.RemoveWatcherResponse], error) {
-	return nil, errWatch
-}
-
-var errWatch = connect.NewError(connect.CodeUnimplemented, errors.New(
-	"files.watchDir is not supported on Triad yet: the run's files change only through calls you make, each journaled in CEL.md (poll files.list, or read GET /cel)"))
 
 // connectCode maps a fault kind to the Connect code the SDKs turn into the
 // matching exception (docs/e2b-protocol.md §3).

@@ -108,7 +108,7 @@ func (t tree) below() []wire.FileInfo {
 
 // entries lists the tree's files and directories down to depth levels
 // below the root, sorted by path.
-func (t tree) entries(depth int) []*fspb.EntryInfo {
+func (t tree) entries(depth int, sb Sandbox) []*fspb.EntryInfo {
 	dirs := map[string]time.Time{}
 	var out []*fspb.EntryInfo
 	for _, f := range t.below() {
@@ -123,8 +123,8 @@ func (t tree) entries(depth int) []*fspb.EntryInfo {
 				dirs[d] = f.ModifiedAt
 			}
 		}
-		if len(parts) <= depth {
-			out = append(out, fileEntry(f))
+		if len(parts) <= depth && !isKeep(f.Path, f.Size) {
+			out = append(out, fileEntry(f, sb.metaOf(f)))
 		}
 	}
 	for d, mod := range dirs {
@@ -153,15 +153,27 @@ func joinRun(dir, rel string) string {
 }
 
 // fileEntry describes a run file as envd's EntryInfo. Its metadata is
-// only what a caller set (none: Triad keeps no file metadata), as envd's;
-// the content address is Triad's own API's (tmp.list).
-func fileEntry(f wire.FileInfo) *fspb.EntryInfo {
+// only what a caller set with files.write (meta, see filemeta.go), as
+// envd's; the content address is Triad's own API's (tmp.list).
+func fileEntry(f wire.FileInfo, meta map[string]string) *fspb.EntryInfo {
 	return &fspb.EntryInfo{
 		Name: path.Base(f.Path), Type: fspb.FileType_FILE_TYPE_FILE, Path: sdkPath(f.Path), Size: f.Size,
 		Mode: 0o644, Permissions: "-rw-r--r--", Owner: "user", Group: "user",
-		ModifiedTime: timestamppb.New(f.ModifiedAt),
+		ModifiedTime: timestamppb.New(f.ModifiedAt), Metadata: meta,
 	}
 }
+
+// isKeep reports whether a file is the empty .keep that files.makeDir
+// writes (keepFile): it makes its directory exist, and is not listed or
+// watched as a file of its own, so a directory made empty looks empty.
+func isKeep(p string, size int64) bool { return size == 0 && path.Base(p) == keepFile }
+
+// dirSize is the size getInfo and list give a directory: Triad's
+// directories are the prefixes of its files and have no inode, so they
+// report the size of a directory's first block on Linux's filesystems (as
+// envd's stat does for a small directory), never 0, which the SDK reads
+// as "not a directory".
+const dirSize = 4096
 
 func dirEntry(p string, mod time.Time) *fspb.EntryInfo {
 	name := path.Base(p)
@@ -169,7 +181,7 @@ func dirEntry(p string, mod time.Time) *fspb.EntryInfo {
 		name = path.Base(Home)
 	}
 	return &fspb.EntryInfo{
-		Name: name, Type: fspb.FileType_FILE_TYPE_DIRECTORY, Path: sdkPath(p),
+		Name: name, Type: fspb.FileType_FILE_TYPE_DIRECTORY, Path: sdkPath(p), Size: dirSize,
 		Mode: 0o755, Permissions: "drwxr-xr-x", Owner: "user", Group: "user",
 		ModifiedTime: timestamppb.New(mod),
 	}

@@ -49,6 +49,14 @@ type Sandbox struct {
 	// TokenSHA256 are the hex sha256 digests of the envd access tokens
 	// create and connect handed out, newest last.
 	TokenSHA256 []string
+	// Tokens are the same tokens themselves, newest last: a signed
+	// files URL (downloadUrl, uploadUrl) is a digest over one of them,
+	// which only the token can check (see signing.go). Kept sealed at
+	// rest, as the envs.
+	Tokens []string
+	// FileMeta is the metadata files.write set on the sandbox's files,
+	// by run path (filemeta.go).
+	FileMeta map[string]fileMeta
 	// Internet is true when the sandbox's run has an egress policy that
 	// allows something: getInfo's allowInternetAccess.
 	Internet bool
@@ -66,7 +74,11 @@ type record struct {
 	EndAt       time.Time         `json:"end_at"`
 	State       string            `json:"state"`
 	TokenSHA256 []string          `json:"token_sha256"`
-	Internet    bool              `json:"internet,omitempty"`
+	// TokensSealed is Sandbox.Tokens, sealed for the sandbox's id; a
+	// record made before signed URLs has none, and its links never match.
+	TokensSealed string              `json:"tokens_sealed,omitempty"`
+	FileMeta     map[string]fileMeta `json:"file_meta,omitempty"`
+	Internet     bool                `json:"internet,omitempty"`
 }
 
 // legacyRecord is a record as Triad kept it before the core owned every
@@ -93,13 +105,22 @@ type Sealer interface {
 
 func (g *registry) encode(s Sandbox) ([]byte, error) {
 	r := record{ID: s.ID, Template: s.Template, Metadata: s.Metadata, TimeoutS: s.TimeoutS, StartedAt: s.StartedAt,
-		EndAt: s.EndAt, State: s.State, TokenSHA256: s.TokenSHA256, Internet: s.Internet}
+		EndAt: s.EndAt, State: s.State, TokenSHA256: s.TokenSHA256, FileMeta: s.FileMeta, Internet: s.Internet}
 	if len(s.Envs) > 0 {
 		b, err := json.Marshal(s.Envs)
 		if err != nil {
 			return nil, err
 		}
 		if r.EnvsSealed, err = g.seal.Seal(b, []byte(s.ID.String())); err != nil {
+			return nil, err
+		}
+	}
+	if len(s.Tokens) > 0 {
+		b, err := json.Marshal(s.Tokens)
+		if err != nil {
+			return nil, err
+		}
+		if r.TokensSealed, err = g.seal.Seal(b, tokensAD(s.ID)); err != nil {
 			return nil, err
 		}
 	}
@@ -112,13 +133,22 @@ func (g *registry) decode(b []byte) (Sandbox, error) {
 		return Sandbox{}, err
 	}
 	s := Sandbox{ID: r.ID, Template: r.Template, Metadata: r.Metadata, TimeoutS: r.TimeoutS, StartedAt: r.StartedAt,
-		EndAt: r.EndAt, State: r.State, TokenSHA256: r.TokenSHA256, Internet: r.Internet}
+		EndAt: r.EndAt, State: r.State, TokenSHA256: r.TokenSHA256, FileMeta: r.FileMeta, Internet: r.Internet}
 	if r.EnvsSealed != "" {
 		plain, err := g.seal.Open(r.EnvsSealed, []byte(r.ID.String()))
 		if err != nil {
 			return Sandbox{}, fmt.Errorf("open the sandbox's envs: %w", err)
 		}
 		if err := json.Unmarshal(plain, &s.Envs); err != nil {
+			return Sandbox{}, err
+		}
+	}
+	if r.TokensSealed != "" {
+		plain, err := g.seal.Open(r.TokensSealed, tokensAD(r.ID))
+		if err != nil {
+			return Sandbox{}, fmt.Errorf("open the sandbox's tokens: %w", err)
+		}
+		if err := json.Unmarshal(plain, &s.Tokens); err != nil {
 			return Sandbox{}, err
 		}
 	}
@@ -129,6 +159,8 @@ func (s Sandbox) clone() Sandbox {
 	s.Metadata = maps.Clone(s.Metadata)
 	s.Envs = maps.Clone(s.Envs)
 	s.TokenSHA256 = slices.Clone(s.TokenSHA256)
+	s.Tokens = slices.Clone(s.Tokens)
+	s.FileMeta = maps.Clone(s.FileMeta)
 	return s
 }
 
@@ -143,8 +175,16 @@ func (s *Sandbox) newToken() (string, error) {
 	if n := len(s.TokenSHA256); n > maxTokens {
 		s.TokenSHA256 = s.TokenSHA256[n-maxTokens:]
 	}
+	s.Tokens = append(s.Tokens, tok)
+	if n := len(s.Tokens); n > maxTokens {
+		s.Tokens = s.Tokens[n-maxTokens:]
+	}
 	return tok, nil
 }
+
+// tokensAD binds a record's sealed tokens to its sandbox, apart from its
+// envs.
+func tokensAD(id runid.ID) []byte { return []byte(id.String() + "/tokens") }
 
 // tokenOK reports whether tok is one of the sandbox's access tokens.
 func (s *Sandbox) tokenOK(tok string) bool {
@@ -245,6 +285,8 @@ type registry struct {
 	log  *slog.Logger
 	mu   sync.Mutex
 	m    map[runid.ID]Sandbox
+	// rescanned is when signer last read every record (signing.go).
+	rescanned time.Time
 }
 
 func newRegistry(ctx context.Context, recs Records, seal Sealer, log *slog.Logger) (*registry, error) {

@@ -44,11 +44,12 @@ const (
 )
 
 // EnvdVersion is the envd version the control plane reports. It gates
-// features in the SDKs (docs/e2b-protocol.md §5): 0.6.1 turns on streamed
-// octet-stream uploads and leaves file metadata off, which Triad does not
-// keep, so the SDK refuses metadata with its own TemplateError instead of
-// Triad dropping it silently.
-const EnvdVersion = "0.6.1"
+// features in the SDKs (docs/e2b-protocol.md §5): 0.6.4 turns on streamed
+// octet-stream uploads, recursive watches, entries in watch events (0.6.3)
+// and watches with allowNetworkMounts (0.6.4, which Triad serves as any
+// watch: a run's files are on no network mount) and file metadata (0.6.2,
+// X-Metadata-* headers on files.write, kept as filemeta.go says).
+const EnvdVersion = "0.6.4"
 
 // Config configures a Server.
 type Config struct {
@@ -80,6 +81,9 @@ type Config struct {
 	// Limits are the kernels' limits (--memory, --cpus, --disk), which
 	// getInfo and list report as cpuCount, memoryMB and diskSizeMB.
 	Limits sandbox.Limits
+	// WatchInterval is how often a files.watchDir watcher looks at the
+	// sandbox's files (200 ms).
+	WatchInterval time.Duration
 	// Body sets the deadlines an upload's body is read under (its
 	// progress and its whole; see internal/bodyread).
 	Body   bodyread.Config
@@ -97,6 +101,7 @@ type Server struct {
 	done  chan struct{}
 	once  sync.Once
 	procs *processes
+	watch *watchers
 }
 
 // New returns a Server and starts its expiry loop; Close stops it.
@@ -112,6 +117,9 @@ func New(ctx context.Context, c Config) (*Server, error) {
 	}
 	if c.MaxTimeout > 0 && c.DefaultTimeout > c.MaxTimeout {
 		c.DefaultTimeout = c.MaxTimeout
+	}
+	if c.WatchInterval <= 0 {
+		c.WatchInterval = 200 * time.Millisecond
 	}
 	if c.ExpiryInterval <= 0 {
 		c.ExpiryInterval = time.Second
@@ -139,17 +147,18 @@ func New(ctx context.Context, c Config) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{c: c, log: c.Logger, reg: reg, stop: make(chan struct{}), done: make(chan struct{}), procs: newProcesses()}
+	s := &Server{c: c, log: c.Logger, reg: reg, stop: make(chan struct{}), done: make(chan struct{}), procs: newProcesses(), watch: newWatchers()}
 	s.ctl = s.controlRoutes()
 	s.data = s.dataRoutes()
 	go s.expire()
 	return s, nil
 }
 
-// Close stops the expiry loop. It is safe to call twice.
+// Close stops the expiry loop and every watcher. It is safe to call twice.
 func (s *Server) Close() error {
 	s.once.Do(func() { close(s.stop) })
 	<-s.done
+	s.watch.close()
 	return nil
 }
 
@@ -159,7 +168,9 @@ func (s *Server) Close() error {
 func (s *Server) Handler(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch {
-		case r.Header.Get(HeaderSandboxID) != "":
+		case r.Header.Get(HeaderSandboxID) != "", isSigned(r):
+			// A signed files URL names no sandbox: its signature
+			// does (signing.go).
 			s.data.ServeHTTP(w, r)
 		case isControlPath(r.URL.Path):
 			s.ctl.ServeHTTP(w, r)
@@ -215,6 +226,7 @@ func (s *Server) pause(ctx context.Context, id runid.ID, now time.Time) {
 		return
 	}
 	s.procs.killAll(id)
+	s.watch.endAll(id, errSandboxGone(id, "paused after its timeout"))
 	if err := s.c.Core.Stop(ctx, id); err != nil {
 		s.log.ErrorContext(ctx, "stop kernel of paused sandbox", "sandbox", id, "err", err)
 	}

@@ -1,8 +1,8 @@
 // files.*: the sandbox's files are the run's tmp.* files.
 import { test, after } from 'node:test'
 import assert from 'node:assert/strict'
-import { Sandbox, FileType, SandboxError } from '@e2b/code-interpreter'
-import { SLOW, assertJournal, triad, sha256 } from './helpers.mjs'
+import { Sandbox, FileType, SandboxError, FilesystemEventType, FileNotFoundError } from '@e2b/code-interpreter'
+import { SLOW, SANDBOX_URL, assertJournal, triad, sha256 } from './helpers.mjs'
 
 const sandboxes = []
 after(async () => {
@@ -94,9 +94,145 @@ test('write bytes, a stream and several files at once; makeDir, rename, getInfo'
   await assertJournal(sbx.sandboxId, { 'tmp.write': 6, 'tmp.read': 3, 'tmp.delete': 1 })
 })
 
-test('watchDir is a clear unsupported error', SLOW, async () => {
+test('watchDir sees files.write, a cell, a running command and Triad\'s own PUT /tmp/files; kill ends it', SLOW, async () => {
   const sbx = await Sandbox.create()
   sandboxes.push(sbx)
-  await assert.rejects(sbx.files.watchDir('/home/user', () => {}), (e) =>
-    e instanceof SandboxError && /not supported on Triad/.test(e.message))
+  await sbx.files.makeDir('watched')
+  const events = []
+  const waiters = []
+  const seen = (name, type) => events.some((e) => e.name === name && e.type === type)
+  const waitFor = (name, type) =>
+    seen(name, type) ? Promise.resolve() : new Promise((resolve) => waiters.push({ name, type, resolve }))
+  let exited
+  const exitedP = new Promise((resolve) => { exited = resolve })
+  const handle = await sbx.files.watchDir('watched', (e) => {
+    events.push(e)
+    for (const w of waiters.filter((w) => w.name === e.name && w.type === e.type)) w.resolve()
+  }, { recursive: true, includeEntry: true, onExit: (err) => exited(err) })
+
+  await sbx.files.write('watched/sdk.txt', 'from files.write')
+  await waitFor('sdk.txt', FilesystemEventType.WRITE)
+  const entry = events.find((e) => e.name === 'sdk.txt' && e.entry).entry
+  assert.equal(entry.path, '/home/user/watched/sdk.txt')
+  assert.equal(entry.size, 'from files.write'.length)
+
+  await sbx.runCode('open("watched/cell.txt", "w").write("from a cell")')
+  await waitFor('cell.txt', FilesystemEventType.CREATE)
+
+  // A background command writes, and waits until the test saw the write:
+  // the event comes while the command still runs, before its harvest.
+  const cmd = await sbx.commands.run('mkdir -p watched/deep && echo running > watched/deep/cmd.txt; while [ ! -e seen ]; do sleep 0.05; done', { background: true })
+  await waitFor('deep', FilesystemEventType.CREATE)
+  await waitFor('deep/cmd.txt', FilesystemEventType.CREATE)
+  await sbx.files.write('seen', '')
+  await cmd.wait()
+
+  const res = await triad('/tmp/files/watched/put.txt', { run: sbx.sandboxId, method: 'PUT', body: 'streamed' })
+  assert.equal(res.status, 200, await res.text())
+  await waitFor('put.txt', FilesystemEventType.CREATE)
+
+  await sbx.files.remove('watched/sdk.txt')
+  await waitFor('sdk.txt', FilesystemEventType.REMOVE)
+
+  await sbx.kill()
+  const err = await exitedP
+  assert.ok(err instanceof Error, `onExit got ${err}`)
+  await handle.stop()
+})
+
+test('watchDir: a missing directory, a file; the polling form over Connect', SLOW, async () => {
+  const sbx = await Sandbox.create()
+  sandboxes.push(sbx)
+  await assert.rejects(sbx.files.watchDir('nowhere', () => {}), (e) => e instanceof FileNotFoundError)
+  await sbx.files.write('plain.txt', 'x')
+  await assert.rejects(sbx.files.watchDir('plain.txt', () => {}), (e) => e instanceof SandboxError)
+
+  // E2B's Python SDK watches with CreateWatcher / GetWatcherEvents.
+  const rpc = async (method, body) => {
+    const res = await fetch(`${SANDBOX_URL}/filesystem.Filesystem/${method}`, {
+      method: 'POST',
+      headers: { 'Content-Type': 'application/json', 'E2b-Sandbox-Id': sbx.sandboxId, 'E2b-Sandbox-Port': '49983', 'X-Access-Token': sbx.envdAccessToken },
+      body: JSON.stringify(body),
+    })
+    return { status: res.status, body: await res.json() }
+  }
+  const made = await rpc('CreateWatcher', { path: '/home/user', recursive: false })
+  assert.equal(made.status, 200, JSON.stringify(made.body))
+  await sbx.files.write('polled.txt', 'p')
+  let got = []
+  while (!got.some((e) => e.name === 'polled.txt' && e.type === 'EVENT_TYPE_WRITE')) {
+    const ev = await rpc('GetWatcherEvents', { watcherId: made.body.watcherId })
+    assert.equal(ev.status, 200, JSON.stringify(ev.body))
+    got = got.concat(ev.body.events ?? [])
+  }
+  assert.equal((await rpc('RemoveWatcher', { watcherId: made.body.watcherId })).status, 200)
+  const gone = await rpc('GetWatcherEvents', { watcherId: made.body.watcherId })
+  assert.equal(gone.status, 404)
+  assert.equal(gone.body.code, 'not_found')
+  const bad = await rpc('CreateWatcher', { path: '/etc' })
+  assert.equal(bad.status, 400)
+  await assertJournal(sbx.sandboxId, { 'tmp.list': 3, 'tmp.write': 2 })
+})
+
+test('signed download and upload URLs, with and without an expiry', SLOW, async () => {
+  const sbx = await Sandbox.create({ secure: true })
+  sandboxes.push(sbx)
+  await sbx.files.write('hello.txt', 'hello world')
+  const down = await sbx.downloadUrl('hello.txt', { useSignatureExpiration: 10_000 })
+  assert.ok(!down.includes(sbx.sandboxId), 'the link names no sandbox: the signature does')
+  let res = await fetch(down)
+  assert.equal(res.status, 200)
+  assert.equal(await res.text(), 'hello world')
+  res = await fetch(await sbx.downloadUrl('hello.txt'))
+  assert.equal(await res.text(), 'hello world')
+
+  res = await fetch(await sbx.downloadUrl('hello.txt', { useSignatureExpiration: -10_000 }))
+  assert.equal(res.status, 401)
+  assert.deepEqual(await res.json(), { code: 401, message: 'signature is already expired' })
+  res = await fetch(down.replace('hello.txt', 'other.txt'))
+  assert.equal(res.status, 401)
+  assert.deepEqual(await res.json(), { code: 401, message: 'invalid signature' })
+
+  const form = new FormData()
+  form.append('file', 'uploaded by link')
+  res = await fetch(await sbx.uploadUrl('up.txt', { useSignatureExpiration: 10_000 }), { method: 'POST', body: form })
+  assert.equal(res.status, 200)
+  assert.deepEqual(await res.json(), [{ name: 'up.txt', path: '/home/user/up.txt', type: 'file' }])
+  assert.equal(await sbx.files.read('up.txt'), 'uploaded by link')
+
+  await sbx.kill()
+  res = await fetch(down)
+  assert.equal(res.status, 401, 'a killed sandbox\'s links are dead')
+  await assertJournal(sbx.sandboxId, { 'tmp.write': 2, 'tmp.read': 3 })
+})
+
+test('files metadata: envd 0.6.4, directories, makeDir markers, and file metadata kept with the bytes', SLOW, async () => {
+  const sbx = await Sandbox.create()
+  sandboxes.push(sbx)
+  await sbx.files.makeDir('d/sub')
+  await sbx.files.write('d/f.txt', 'four')
+  const dir = await sbx.files.getInfo('d')
+  assert.equal(dir.type, FileType.DIR)
+  assert.ok(dir.size > 0)
+  assert.equal(dir.mode, 0o755)
+  assert.equal(dir.permissions, 'drwxr-xr-x')
+  const list = await sbx.files.list('d')
+  assert.deepEqual(list.map((e) => [e.name, e.type, e.size, e.mode, e.permissions, e.owner, e.group]).sort(), [
+    ['f.txt', FileType.FILE, 4, 0o644, '-rw-r--r--', 'user', 'user'],
+    ['sub', FileType.DIR, 4096, 0o755, 'drwxr-xr-x', 'user', 'user'],
+  ])
+  assert.ok(list.every((e) => e.modifiedTime instanceof Date && e.symlinkTarget === undefined))
+
+  const w = await sbx.files.write('m.txt', 'x', { metadata: { author: 'me', purpose: 'test' } })
+  assert.deepEqual(w.metadata, { author: 'me', purpose: 'test' })
+  assert.deepEqual((await sbx.files.getInfo('m.txt')).metadata, { author: 'me', purpose: 'test' })
+  assert.deepEqual((await sbx.files.rename('m.txt', 'd/m.txt')).metadata, { author: 'me', purpose: 'test' })
+  assert.deepEqual((await sbx.files.list('d')).find((e) => e.name === 'm.txt').metadata, { author: 'me', purpose: 'test' })
+  // A cell that rewrites the file makes new bytes: the metadata was the old ones'.
+  await sbx.runCode('open("d/m.txt", "w").write("rewritten")')
+  assert.equal((await sbx.files.getInfo('d/m.txt')).metadata, undefined)
+  await sbx.files.write('d/m.txt', 'again', { metadata: { v: '2' } })
+  await sbx.files.write('d/m.txt', 'no metadata now')
+  assert.equal((await sbx.files.getInfo('d/m.txt')).metadata, undefined)
+  await assertJournal(sbx.sandboxId, { 'tmp.write': 6, 'sandbox.exec': 1 })
 })

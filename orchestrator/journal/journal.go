@@ -23,7 +23,6 @@ import (
 	"path"
 	"sort"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/triadhq/triad/auth"
@@ -127,12 +126,13 @@ type Recording struct {
 	Header func(ctx context.Context) (cel.Header, error)
 }
 
-// Record writes a step's records, in order: the Step Block with the
-// evaluator's verdict (the step's commit point: a call-in-progress record
-// without one is an interrupted step), then evaluations.jsonl and
-// trace.jsonl, in parallel, and the artifact index. Each is appended
-// (tmpfs.Store.Append) and the evaluator sees the step, not the run, so a
-// step costs the same however long the run is. It returns the writes, for
+// Record writes a step's records as one group commit
+// (tmpfs.Store.Commit): the Step Block with the evaluator's verdict and
+// its checkpoint, the evaluations.jsonl and trace.jsonl lines and the
+// artifact index are all in the run's records or none is (a
+// call-in-progress record without them is an interrupted step). Each
+// journal file is appended, and the evaluator sees the step, not the
+// run, so a step costs the same however long the run is. It returns the writes, for
 // the live kernel's copies, and the call as the run's feed shows it.
 func (j *Journal) Record(ctx context.Context, r Recording) ([]cel.Write, wire.CallEvent, error) {
 	s, run := r.Step, r.Step.Run
@@ -143,11 +143,10 @@ func (j *Journal) Record(ctx context.Context, r Recording) ([]cel.Write, wire.Ca
 	}
 	req := j.request(ctx, r.Cache, s, r.Info)
 	verdict := j.grade(ctx, run, req)
-	wrote, err := j.cel.Append(ctx, run, stepBlock(s, r.Info, r.N, r.Notes, verdict))
+	staged, err := j.cel.Stage(ctx, run, stepBlock(s, r.Info, r.N, r.Notes, verdict))
 	if err != nil {
 		return nil, wire.CallEvent{}, err
 	}
-	writes = append(writes, wrote...)
 
 	el := EvalLine{Step: r.N, Tool: s.Outcome.Tool(), Verdict: verdict}
 	if verdict.Ungraded {
@@ -165,27 +164,33 @@ func (j *Journal) Record(ctx context.Context, r Recording) ([]cel.Write, wire.Ca
 	if err != nil {
 		return nil, wire.CallEvent{}, err
 	}
-	var (
-		wg         sync.WaitGroup
-		wev, wtr   cel.Write
-		eerr, terr error
-	)
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		wev, eerr = j.appendLine(ctx, run, runfiles.Evaluations, ev)
-	}()
-	wtr, terr = j.appendLine(ctx, run, runfiles.Trace, line)
-	wg.Wait()
-	if err := errors.Join(eerr, terr); err != nil {
+	ev, line = append(ev, '\n'), append(line, '\n')
+	changes := append(staged.Changes,
+		tmpfs.Change{Path: runfiles.Evaluations, Data: ev},
+		tmpfs.Change{Path: runfiles.Trace, Data: line})
+	idx, ok, err := j.index(ctx, run, r.N, s.Artifacts)
+	if err != nil {
 		return nil, wire.CallEvent{}, err
 	}
-	writes = append(writes, wev, wtr)
-
-	if f, ok, err := j.updateIndex(ctx, run, r.N, s.Artifacts); err != nil {
+	if ok {
+		changes = append(changes, tmpfs.Change{Path: runfiles.Index, Data: idx, Whole: true})
+	}
+	// The step's one group commit: the Step Block and its checkpoint,
+	// the evaluation and trace lines and the artifact index are in the
+	// run's records all together or not at all (see "One group commit
+	// per step" in docs/DECISIONS.md). A crash before it leaves the
+	// call-in-progress record, and the step is recorded as interrupted.
+	res, err := j.store.Commit(ctx, run, changes)
+	if err != nil {
 		return nil, wire.CallEvent{}, err
-	} else if ok {
-		writes = append(writes, cel.Write{File: f})
+	}
+	n := len(staged.Changes)
+	writes = append(writes, staged.Done(res[:n])...)
+	writes = append(writes,
+		cel.Write{File: res[n].File, Appended: ev, Prev: res[n].Prev.SHA256},
+		cel.Write{File: res[n+1].File, Appended: line, Prev: res[n+1].Prev.SHA256})
+	if ok {
+		writes = append(writes, cel.Write{File: res[n+2].File})
 	}
 	if rc := r.Info.Receipt; rc != nil {
 		rc.Step, rc.Verdict = r.N, verdict
@@ -390,9 +395,9 @@ func (j *Journal) appendLine(ctx context.Context, run runid.ID, p string, line [
 	return cel.Write{File: f, Appended: text, Prev: prev.SHA256}, err
 }
 
-// updateIndex adds the step's deliverables (files under artifacts/) to
-// artifacts/index.json.
-func (j *Journal) updateIndex(ctx context.Context, run runid.ID, step int, arts []tmpfs.File) (tmpfs.File, bool, error) {
+// index returns artifacts/index.json with the step's deliverables (files
+// under artifacts/) added, or false when the step has none.
+func (j *Journal) index(ctx context.Context, run runid.ID, step int, arts []tmpfs.File) ([]byte, bool, error) {
 	var add []tmpfs.File
 	for _, a := range arts {
 		if runfiles.IsDeliverable(a.Path) {
@@ -400,7 +405,7 @@ func (j *Journal) updateIndex(ctx context.Context, run runid.ID, step int, arts 
 		}
 	}
 	if len(add) == 0 {
-		return tmpfs.File{}, false, nil
+		return nil, false, nil
 	}
 	var idx struct {
 		Artifacts []wire.IndexEntry `json:"artifacts"`
@@ -409,7 +414,7 @@ func (j *Journal) updateIndex(ctx context.Context, run runid.ID, step int, arts 
 	if err == nil {
 		json.Unmarshal(old, &idx)
 	} else if !errors.Is(err, tmpfs.ErrNotFound) {
-		return tmpfs.File{}, false, err
+		return nil, false, err
 	}
 	byPath := map[string]wire.IndexEntry{}
 	for _, e := range idx.Artifacts {
@@ -421,7 +426,7 @@ func (j *Journal) updateIndex(ctx context.Context, run runid.ID, step int, arts 
 	// Deliverables a later step deleted leave the index too.
 	live, err := j.store.List(ctx, run, runfiles.ArtifactsDir)
 	if err != nil {
-		return tmpfs.File{}, false, err
+		return nil, false, err
 	}
 	exists := map[string]bool{}
 	for _, f := range live {
@@ -436,10 +441,9 @@ func (j *Journal) updateIndex(ctx context.Context, run runid.ID, step int, arts 
 	sort.Slice(idx.Artifacts, func(i, k int) bool { return idx.Artifacts[i].Path < idx.Artifacts[k].Path })
 	b, err := runfiles.MarshalIndent(idx)
 	if err != nil {
-		return tmpfs.File{}, false, err
+		return nil, false, err
 	}
-	f, err := j.store.WriteBytes(ctx, run, runfiles.Index, append(b, '\n'))
-	return f, err == nil, err
+	return append(b, '\n'), true, nil
 }
 
 // Trace reads the run's trace records as they stand.

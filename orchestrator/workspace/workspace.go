@@ -335,3 +335,9 @@ func (d *Dir) harvestFile(ctx context.Context, p string, already, quota int64) (
 	d.seen[p] = synced{stamp: e.Stamp, file: f}
 	return f, f.Size, nil
 }
+
+// Scan lists the directory's regular files as they are now, without
+// storing anything or changing what the last sync saw: a read for a
+// watcher, safe beside a running cell or command (the directory's Scan
+// only walks it).
+func (d *Dir) Scan(ctx context.Context) (sandbox.Listing, error) { return d.wd.Scan(ctx) }

@@ -25,7 +25,18 @@ type Index struct {
 
 	mu   sync.Mutex
 	runs map[runid.ID]*runIndex
+
+	// crash, set only by tests, is called at each point of a record's
+	// write (crashPoints); an error stops the write there, as if the
+	// process had died at that point, and the test reopens the index.
+	crash func(point string) error
 }
+
+// crashPoints are the points of a record's write where a test can stop it:
+// before any byte of it is written, with half of it written (a torn
+// line), with all of it written but not fsynced, and after the fsync but
+// before the index in memory or the caller learns of it.
+var crashPoints = []string{"before-record", "torn-record", "before-sync", "after-sync"}
 
 var _ tmpfs.Index = (*Index)(nil)
 
@@ -40,8 +51,11 @@ type runIndex struct {
 }
 
 type record struct {
-	Op string `json:"op"` // "put" or "del"
+	Op string `json:"op"` // "put", "del" or "batch"
 	tmpfs.File
+	// Files are a batch's puts (tmpfs.Batcher): one line, so a crash
+	// leaves all of them or none.
+	Files []tmpfs.File `json:"files,omitempty"`
 }
 
 // NewIndex returns an index rooted at dataDir.
@@ -146,6 +160,10 @@ func (x *Index) load(run runid.ID) (*runIndex, error) {
 			if !had {
 				r.dirs.Add(rec.Path, 1)
 			}
+		case "batch":
+			for _, f := range rec.Files {
+				r.put(f)
+			}
 		case "del":
 			delete(r.files, rec.Path)
 			if had {
@@ -185,9 +203,24 @@ func (x *Index) append(run runid.ID, r *runIndex, rec record) error {
 	if err != nil {
 		return err
 	}
-	n, err := r.log.Write(append(b, '\n'))
+	line := append(b, '\n')
+	n, err := 0, x.crashAt("before-record")
+	if err == nil && x.crash != nil {
+		if err = x.crashAt("torn-record"); err != nil {
+			r.log.Write(line[:len(line)/2])
+		}
+	}
+	if err == nil {
+		n, err = r.log.Write(line)
+	}
+	if err == nil {
+		err = x.crashAt("before-sync")
+	}
 	if err == nil {
 		err = r.log.Sync()
+	}
+	if err == nil {
+		err = x.crashAt("after-sync")
 	}
 	if err != nil {
 		// Reopen next time, which cuts whatever part of this record landed.
@@ -201,6 +234,21 @@ func (x *Index) append(run runid.ID, r *runIndex, rec record) error {
 		return x.compact(run, r)
 	}
 	return nil
+}
+
+func (x *Index) crashAt(point string) error {
+	if x.crash == nil {
+		return nil
+	}
+	return x.crash(point)
+}
+
+// put applies one put to the run's files in memory.
+func (r *runIndex) put(f tmpfs.File) {
+	if _, had := r.files[f.Path]; !had {
+		r.dirs.Add(f.Path, 1)
+	}
+	r.files[f.Path] = f
 }
 
 // compact rewrites the log as one put per live file, atomically.
@@ -274,6 +322,31 @@ func (x *Index) Put(ctx context.Context, run runid.ID, f tmpfs.File) error {
 		r.dirs.Add(f.Path, 1)
 	}
 	r.files[f.Path] = f
+	return nil
+}
+
+var _ tmpfs.Batcher = (*Index)(nil)
+
+// PutAll implements tmpfs.Batcher: the puts are one record of the run's
+// log, written with one fsync, so a crash leaves all of them or none (a
+// torn last line is never replayed). A journaled step is one such record
+// (tmpfs.Store.Commit); see "One group commit per step" in
+// docs/DECISIONS.md.
+func (x *Index) PutAll(ctx context.Context, run runid.ID, files []tmpfs.File) error {
+	if len(files) == 0 {
+		return nil
+	}
+	r, err := x.run(run)
+	if err != nil {
+		return err
+	}
+	defer r.mu.Unlock()
+	if err := x.append(run, r, record{Op: "batch", Files: files}); err != nil {
+		return err
+	}
+	for _, f := range files {
+		r.put(f)
+	}
 	return nil
 }
 

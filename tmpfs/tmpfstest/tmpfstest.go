@@ -244,6 +244,7 @@ func Run(t *testing.T, newStore func(t *testing.T) *tmpfs.Store) {
 	})
 	t.Run("Meta", func(t *testing.T) { testMeta(t, newStore) })
 	t.Run("Append", func(t *testing.T) { testAppend(t, newStore) })
+	t.Run("Commit", func(t *testing.T) { testCommit(t, newStore) })
 	t.Run("Usage", func(t *testing.T) {
 		s := newStore(t)
 		ctx := t.Context()
@@ -581,4 +582,62 @@ func testMeta(t *testing.T, newStore func(t *testing.T) *tmpfs.Store) {
 	if b, _, err := m2.GetMeta(ctx, ns+"count"); err != nil || string(b) != "30" {
 		t.Fatalf("counter after 30 concurrent increments: got %q, %v, want 30", b, err)
 	}
+}
+
+// testCommit checks a group commit: appends, a whole write and a link
+// land together, each reads back as its own bytes after a restart, usage
+// follows, and a path that is not a valid place for a file fails the
+// whole group with nothing changed.
+func testCommit(t *testing.T, newStore func(t *testing.T) *tmpfs.Store) {
+	ctx := t.Context()
+	s := newStore(t)
+	run := runid.New()
+	if _, err := s.Usage(ctx, run); err != nil {
+		t.Fatal(err)
+	}
+	j, err := s.Append(ctx, run, "CEL.md", []byte("# log\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := s.Commit(ctx, run, []tmpfs.Change{
+		{Path: "CEL.step_1.md", Link: &j},
+		{Path: "CEL.md", Data: []byte("## Step 1\n")},
+		{Path: "trace.jsonl", Data: []byte("{}\n")},
+		{Path: "artifacts/index.json", Data: []byte("[]\n"), Whole: true},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res) != 4 || res[1].Prev.SHA256 != j.SHA256 || !res[2].Prev.SHA256.IsZero() {
+		t.Fatalf("got %+v, want four results, CEL.md's from %s, trace.jsonl's from nothing", res, j.SHA256.Short())
+	}
+	want := map[string]string{"CEL.step_1.md": "# log\n", "CEL.md": "# log\n## Step 1\n", "trace.jsonl": "{}\n", "artifacts/index.json": "[]\n"}
+	check := func(s *tmpfs.Store) {
+		t.Helper()
+		for p, w := range want {
+			got, f, err := s.ReadAll(ctx, run, p)
+			if err != nil || string(got) != w || f.SHA256 != tmpfs.DigestOf([]byte(w)) {
+				t.Fatalf("%s: got %q (%v), want %q", p, got, err, w)
+			}
+		}
+	}
+	check(s)
+	check(newStore(t))
+	files, _ := s.List(ctx, run, "")
+	var total int64
+	for _, f := range files {
+		total += f.Size
+	}
+	if u, err := s.Usage(ctx, run); err != nil || u != total {
+		t.Fatalf("usage: got %d (%v), want %d", u, err, total)
+	}
+	// A file where a directory is needed fails the group: nothing of it
+	// is in the index.
+	if _, err := s.Commit(ctx, run, []tmpfs.Change{
+		{Path: "trace.jsonl", Data: []byte("{}\n")},
+		{Path: "CEL.md/x", Data: []byte("no")},
+	}); !errors.Is(err, tmpfs.ErrConflict) {
+		t.Fatalf("a commit under a file: got %v, want ErrConflict", err)
+	}
+	check(s)
 }
