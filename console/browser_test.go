@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -20,6 +21,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/cdproto"
 	"github.com/chromedp/cdproto/browser"
 	"github.com/chromedp/cdproto/cdp"
 	"github.com/chromedp/cdproto/emulation"
@@ -258,10 +260,27 @@ func (tb *tab) do(actions ...chromedp.Action[chromedp.Void]) {
 	if _, err := chromedp.Call(ctx, page.BringToFront, cdp.Empty{}); err != nil {
 		tb.t.Fatalf("browser: bring the tab to front: %v", err)
 	}
-	if err := chromedp.Do(ctx, actions...); err != nil {
-		shot := tb.shot("failed-" + strings.NewReplacer(" ", "-", "/", "-").Replace(tb.t.Name()))
-		tb.t.Fatalf("browser: %v; the page is in %s", err, shot)
+	for _, a := range actions {
+		// The browser can renumber the DOM between finding a node and
+		// acting on it ("Could not find node with given id"): the action
+		// failed before it touched the page, so it is run again on the
+		// node found afresh. Any other error fails the test.
+		err := chromedp.Do(ctx, a)
+		for try := 0; err != nil && staleNode(err) && try < 5; try++ {
+			err = chromedp.Do(ctx, a)
+		}
+		if err != nil {
+			shot := tb.shot("failed-" + strings.NewReplacer(" ", "-", "/", "-").Replace(tb.t.Name()))
+			tb.t.Fatalf("browser: %v; the page is in %s", err, shot)
+		}
 	}
+}
+
+// staleNode reports whether err is the browser's answer for a node ID that
+// a document update invalidated after the query found it.
+func staleNode(err error) bool {
+	var e *cdproto.Error
+	return errors.As(err, &e) && strings.Contains(e.Message, "Could not find node with given id")
 }
 
 // open navigates and returns the document's HTTP status.

@@ -100,14 +100,7 @@ func TestCallsMarkAReplacedKernel(t *testing.T) {
 	if _, err := s.Orch.Exec(ctx, run, wire.ExecRequest{Code: "y = 2"}); err != nil {
 		t.Fatal(err)
 	}
-	rr, err := s.Orch.ReadRun(ctx, run)
-	if err != nil {
-		t.Fatal(err)
-	}
-	calls, err := rr.Calls(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	calls := runCalls(t, s, run)
 	var fresh []bool
 	for _, c := range calls {
 		fresh = append(fresh, c.FreshKernel)

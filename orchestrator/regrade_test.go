@@ -68,14 +68,7 @@ func ungradedStep(t *testing.T, s *orchestratortest.Stack, st *orchestratortest.
 	if len(lines) != 1 || lines[0]["ungraded"] != true || lines[0]["request"] == nil {
 		t.Fatalf("evaluations.jsonl: got %v, want one ungraded line with its request", lines)
 	}
-	rr, err := s.Orch.ReadRun(ctx, run)
-	if err != nil {
-		t.Fatal(err)
-	}
-	calls, err := rr.Calls(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	calls := runCalls(t, s, run)
 	if len(calls) != 1 || calls[0].Verdict != "UNGRADED" {
 		t.Fatalf("calls: got %+v, want one UNGRADED", calls)
 	}
@@ -115,14 +108,7 @@ func gradedLate(t *testing.T, s *orchestratortest.Stack, run runid.ID) {
 	if len(view.Steps) != 1 || view.Steps[0].Evaluation != "PASS" {
 		t.Fatalf("GET /runs/{id} steps: got %+v, want one step PASS", view.Steps)
 	}
-	rr, err := s.Orch.ReadRun(ctx, run)
-	if err != nil {
-		t.Fatal(err)
-	}
-	calls, err := rr.Calls(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	calls := runCalls(t, s, run)
 	if len(calls) != 1 || calls[0].Verdict != "PASS" {
 		t.Fatalf("calls: got %+v, want one PASS", calls)
 	}
@@ -187,4 +173,18 @@ func TestUngradedAcrossRestart(t *testing.T) {
 		}
 	}
 	gradedLate(t, s2, run)
+}
+
+// runCalls reads the run's calls as GET /runs/{id}/calls answers them.
+func runCalls(t *testing.T, s *orchestratortest.Stack, run runid.ID) []wire.CallEvent {
+	t.Helper()
+	rr, err := s.Orch.ReadRun(s.Ctx(t), run)
+	if err != nil {
+		t.Fatal(err)
+	}
+	calls, err := rr.Calls(s.Ctx(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return calls
 }

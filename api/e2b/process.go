@@ -239,15 +239,23 @@ func (ps *processService) Start(ctx context.Context, req *connect.Request[procpb
 	return ps.follow(ctx, req.Header(), c, self)
 }
 
+// pingTicker ticks at the interval, in seconds, the Connect client asks
+// for in Keepalive-Ping-Interval, for a server stream's keepalive events;
+// without one it never ticks. stop releases the ticker.
+func pingTicker(h http.Header) (ticks <-chan time.Time, stop func()) {
+	n, err := strconv.Atoi(h.Get("Keepalive-Ping-Interval"))
+	if err != nil || n <= 0 {
+		return nil, func() {}
+	}
+	t := time.NewTicker(time.Duration(n) * time.Second)
+	return t.C, t.Stop
+}
+
 // follow keeps a stream attached to a command until the command ends (then
 // it sends the end event) or the client goes away.
 func (ps *processService) follow(ctx context.Context, h http.Header, c *command, a *attached) error {
-	var keep <-chan time.Time
-	if n, err := strconv.Atoi(h.Get("Keepalive-Ping-Interval")); err == nil && n > 0 {
-		t := time.NewTicker(time.Duration(n) * time.Second)
-		defer t.Stop()
-		keep = t.C
-	}
+	keep, stop := pingTicker(h)
+	defer stop()
 	for {
 		select {
 		case <-ctx.Done():

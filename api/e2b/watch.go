@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"sort"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -403,12 +402,8 @@ func (f *filesystemService) WatchDir(ctx context.Context, req *connect.Request[f
 	if err := stream.Send(&fspb.WatchDirResponse{Event: &fspb.WatchDirResponse_Start{Start: &fspb.WatchDirResponse_StartEvent{}}}); err != nil {
 		return err
 	}
-	var keep <-chan time.Time
-	if n, err := strconv.Atoi(req.Header().Get("Keepalive-Ping-Interval")); err == nil && n > 0 {
-		t := time.NewTicker(time.Duration(n) * time.Second)
-		defer t.Stop()
-		keep = t.C
-	}
+	keep, stop := pingTicker(req.Header())
+	defer stop()
 	for {
 		select {
 		case <-ctx.Done():

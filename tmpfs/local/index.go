@@ -156,10 +156,7 @@ func (x *Index) load(run runid.ID) (*runIndex, error) {
 		_, had := r.files[rec.Path]
 		switch rec.Op {
 		case "put":
-			r.files[rec.Path] = rec.File
-			if !had {
-				r.dirs.Add(rec.Path, 1)
-			}
+			r.put(rec.File)
 		case "batch":
 			for _, f := range rec.Files {
 				r.put(f)
@@ -318,10 +315,7 @@ func (x *Index) Put(ctx context.Context, run runid.ID, f tmpfs.File) error {
 	if err := x.append(run, r, record{Op: "put", File: f}); err != nil {
 		return err
 	}
-	if _, had := r.files[f.Path]; !had {
-		r.dirs.Add(f.Path, 1)
-	}
-	r.files[f.Path] = f
+	r.put(f)
 	return nil
 }
 
