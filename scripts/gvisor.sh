@@ -8,6 +8,10 @@
 #   scripts/gvisor.sh docker    install, then register the runtime "runsc" with
 #                               the Docker engine (daemon.json + SIGHUP; the
 #                               default runtime is never changed); print its name
+#   scripts/gvisor.sh variant NAME FLAG...
+#                               register the same runsc again as NAME with
+#                               these flags instead (for measuring where the
+#                               time goes: go run ./bench/gvisor -variant NAME)
 #   scripts/gvisor.sh version   print the pinned version
 #
 # The binaries are built from the Go module proxy (static: CGO_ENABLED=0, or
@@ -191,6 +195,13 @@ EOF
 case "${1:-}" in
 install) cmd_install ;;
 docker) cmd_docker ;;
+variant)
+	[ $# -ge 2 ] || die "usage: scripts/gvisor.sh variant NAME FLAG..."
+	[ "$2" != runsc ] || die "a variant needs its own name, not runsc"
+	RUNTIME_NAME=$2
+	RUNTIME_ARGS=("${@:3}")
+	cmd_docker
+	;;
 version) echo "$GVISOR_VERSION" ;;
 *)
 	sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//' >&2

@@ -3,7 +3,11 @@
 // Usage (a Docker engine with runsc registered, scripts/gvisor.sh docker,
 // and the sandbox image are needed):
 //
-//	go run ./bench/gvisor [-n 30] [-new 8] [-starts 5]
+//	go run ./bench/gvisor [-n 30] [-new 8] [-starts 5] [-variant NAME]
+//
+// With -variant, the two sides are runsc and NAME, another registration of
+// the same runsc with other flags (scripts/gvisor.sh docker NAME FLAGS...),
+// to find where gVisor's time goes.
 //
 // Two servers run side by side in this process, each with its own Docker
 // backend (one per runtime), warm pool, journal and evaluator, on one
@@ -55,8 +59,6 @@ import (
 	"github.com/triadhq/triad/tmpfs/local"
 )
 
-var runtimes = []string{docker.RuntimeRunc, docker.RuntimeRunsc}
-
 // side is one runtime's backend and server.
 type side struct {
 	rt     string
@@ -70,7 +72,14 @@ func main() {
 	n := flag.Int("n", 30, "timed calls per warm measure and runtime")
 	newRuns := flag.Int("new", 8, "new runs per first-exec measure and runtime")
 	starts := flag.Int("starts", 5, "kernel starts per runtime")
+	variant := flag.String("variant", "", "compare runsc with this other registration of it (say, runsc with other flags in the engine's daemon.json) instead of runc with runsc")
 	flag.Parse()
+	// Each side is a runtime as the backend takes it and the engine's name
+	// for it.
+	runtimes := [][2]string{{docker.RuntimeRunc, docker.RuntimeRunc}, {docker.RuntimeRunsc, docker.RuntimeRunsc}}
+	if *variant != "" {
+		runtimes = [][2]string{{docker.RuntimeRunsc, docker.RuntimeRunsc}, {docker.RuntimeRunsc, *variant}}
+	}
 	ctx := context.Background()
 	fmt.Printf("load average at start: %s\n", benchenv.LoadAvg())
 	defer func() { fmt.Printf("load average at end: %s\n", benchenv.LoadAvg()) }()
@@ -94,12 +103,13 @@ func main() {
 	defer ev.Close()
 
 	var sides []*side
-	for _, rt := range runtimes {
-		b, err := docker.New(ctx, docker.Config{Image: tag, WorkRoot: filepath.Join(dir, "work-"+rt), Runtime: rt})
+	for _, r := range runtimes {
+		rt := r[1]
+		b, err := docker.New(ctx, docker.Config{Image: tag, WorkRoot: filepath.Join(dir, "work-"+rt), Runtime: r[0], RunscName: r[1]})
 		check(err)
 		defer b.Close()
-		if b.Runtime() != rt {
-			panic(fmt.Sprintf("backend runtime %q, want %q (register runsc: scripts/gvisor.sh docker)", b.Runtime(), rt))
+		if b.Runtime() != r[0] {
+			panic(fmt.Sprintf("backend runtime %q, want %q (register runsc: scripts/gvisor.sh docker)", b.Runtime(), r[0]))
 		}
 		k := kernels.New(kernels.Config{Backend: b, Store: store, Warm: 2, Protect: runfiles.IsKept, Omit: runfiles.IsCheckpoint})
 		defer k.Close()
@@ -168,12 +178,12 @@ func main() {
 		}
 	}
 
-	fmt.Printf("\n%-40s %-24s %-24s %s\n", "measure (p50 / p90)", "runc", "runsc", "runsc/runc p50")
+	fmt.Printf("\n%-40s %-24s %-24s %s\n", "measure (p50 / p90)", sides[0].rt, sides[1].rt, sides[1].rt+"/"+sides[0].rt+" p50")
 	for _, name := range []string{"warm `1+1`, journaled", "pandas groupby, 1 M rows", "100 MB file written and harvested", "first exec of a new run (pool)", "kernel start"} {
 		a, b := sides[0].timing[name], sides[1].timing[name]
 		fmt.Printf("%-40s %-24s %-24s %.2f×\n", name, pct(a), pct(b), float64(p50(b))/float64(p50(a)))
 	}
-	fmt.Printf("%-40s %-24s %-24s\n", "idle kernel host memory (PSS)", mem[docker.RuntimeRunc], mem[docker.RuntimeRunsc])
+	fmt.Printf("%-40s %-24s %-24s\n", "idle kernel host memory (PSS)", mem[sides[0].rt], mem[sides[1].rt])
 }
 
 // hostMemory sums the proportional set size of every host process of the

@@ -119,6 +119,12 @@ type Config struct {
 	// cell and the host's), or RuntimeAuto or "" for runsc when the
 	// engine has it and runc otherwise. See docs/DECISIONS.md, "gVisor".
 	Runtime string
+	// RunscName is the name the engine registered gVisor under; zero
+	// means RuntimeRunsc. A second registration of the same runsc with
+	// other flags (profiling, overlay or file-access modes) is measured
+	// by naming it here: kernels still get gVisor's limits (see
+	// hostConfig), and Runtime() still answers RuntimeRunsc.
+	RunscName string
 	// Instance names this Triad instance in a label, for operators.
 	Instance string
 	// Labels are extra container labels.
@@ -130,14 +136,15 @@ type Config struct {
 // Backend starts jailed ipykernel containers. It implements
 // sandbox.Backend.
 type Backend struct {
-	cfg     Config
-	cli     *client.Client
-	log     *slog.Logger
-	rootTag string // value of LabelRoot
-	quota   quotaFS
-	quotaOK bool // loop-mounted quotas work here
-	lock    *os.File
-	runtime string // RuntimeRunc or RuntimeRunsc, resolved by open
+	cfg           Config
+	cli           *client.Client
+	log           *slog.Logger
+	rootTag       string // value of LabelRoot
+	quota         quotaFS
+	quotaOK       bool // loop-mounted quotas work here
+	lock          *os.File
+	runtime       string // RuntimeRunc or RuntimeRunsc, resolved by open
+	engineRuntime string // the engine's name for runtime (Config.RunscName for runsc)
 
 	mu      sync.Mutex
 	kernels map[*Kernel]struct{}
@@ -233,7 +240,13 @@ func (b *Backend) resolveRuntime(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("docker engine info: %w: %w", sandbox.ErrUnavailable, err)
 	}
-	_, hasRunsc := info.Runtimes[RuntimeRunsc]
+	_, hasRunsc := info.Runtimes[b.cfg.RunscName]
+	defer func() {
+		b.engineRuntime = b.runtime
+		if b.runtime == RuntimeRunsc {
+			b.engineRuntime = b.cfg.RunscName
+		}
+	}()
 	switch want := b.cfg.Runtime; want {
 	case RuntimeAuto:
 		b.runtime = RuntimeRunc
@@ -244,10 +257,8 @@ func (b *Backend) resolveRuntime(ctx context.Context) error {
 		}
 	case RuntimeRunsc:
 		if !hasRunsc {
-			return fmt.Errorf("the docker engine has no runtime %q (register gVisor with `scripts/gvisor.sh docker`, or choose runc): %w", want, sandbox.ErrUnavailable)
+			return fmt.Errorf("the docker engine has no runtime %q (register gVisor with `scripts/gvisor.sh docker`, or choose runc): %w", b.cfg.RunscName, sandbox.ErrUnavailable)
 		}
-		b.runtime = want
-	case "runsc-debug":
 		b.runtime = want
 	default:
 		b.runtime = RuntimeRunc
@@ -259,9 +270,12 @@ func (cfg Config) withDefaults() (Config, error) {
 	switch cfg.Runtime {
 	case "":
 		cfg.Runtime = RuntimeAuto
-	case RuntimeAuto, RuntimeRunc, RuntimeRunsc, "runsc-debug":
+	case RuntimeAuto, RuntimeRunc, RuntimeRunsc:
 	default:
 		return cfg, fmt.Errorf("docker backend: Runtime %q: want %s, %s or %s", cfg.Runtime, RuntimeRunsc, RuntimeRunc, RuntimeAuto)
+	}
+	if cfg.RunscName == "" {
+		cfg.RunscName = RuntimeRunsc
 	}
 	if cfg.Image == "" {
 		return cfg, errors.New("docker backend: Config.Image is required")

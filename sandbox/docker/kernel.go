@@ -242,7 +242,7 @@ func (k *Kernel) hostConfig() *container.HostConfig {
 		pids = RunscHostPids(pids)
 	}
 	return &container.HostConfig{
-		Runtime:        b.runtime,
+		Runtime:        b.engineRuntime,
 		NetworkMode:    "none",
 		CapDrop:        []string{"ALL"},
 		SecurityOpt:    []string{"no-new-privileges", seccompOpt},
