@@ -2,7 +2,7 @@
 import { test, after } from 'node:test'
 import assert from 'node:assert/strict'
 import { Sandbox, CommandExitError } from '@e2b/code-interpreter'
-import { SLOW, assertJournal } from './helpers.mjs'
+import { SLOW, assertJournal, patient } from './helpers.mjs'
 
 const sandboxes = []
 after(async () => {
@@ -10,7 +10,7 @@ after(async () => {
 })
 
 async function create(opts) {
-  const s = await Sandbox.create(opts)
+  const s = await Sandbox.create(patient(opts))
   sandboxes.push(s)
   return s
 }

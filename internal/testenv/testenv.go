@@ -11,6 +11,7 @@ import (
 	"os"
 	"sync"
 	"testing"
+	"time"
 )
 
 // InCI reports whether the tests run under CI, where nothing may be skipped.
@@ -99,4 +100,19 @@ func lineDiff(want, got []byte) string {
 		}
 	}
 	return out.String()
+}
+
+// Patience is how long a test waits for something that takes quiet on a
+// quiet machine: until the test binary's deadline (go test -timeout) less a
+// minute to report, and never less than quiet. A loaded machine (CI beside
+// other builds, kernels under gVisor) takes many times longer than a quiet
+// one, and a deadline load can miss is a bug, not a guard.
+func Patience(t testing.TB, quiet time.Duration) time.Duration {
+	d := 30 * time.Minute
+	if dt, ok := t.(interface{ Deadline() (time.Time, bool) }); ok {
+		if dl, ok := dt.Deadline(); ok {
+			d = time.Until(dl) - time.Minute
+		}
+	}
+	return max(d, quiet)
 }

@@ -604,7 +604,7 @@ func TestLeftoversRemovedAfterKill9(t *testing.T) {
 			_ = b.Close()
 		}
 	})
-	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
+	ctx, cancel := context.WithTimeout(t.Context(), testenv.Patience(t, 3*time.Minute))
 	defer cancel()
 	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestHelperLeakKernel$", "-test.v")
 	cmd.Env = append(os.Environ(), "TRIAD_LEAK_ROOT="+root, "TRIAD_LEAK_IMAGE="+img)

@@ -41,7 +41,7 @@ func newBackend(t testing.TB, cfg Config) *Backend {
 
 func startKernel(t testing.TB, b *Backend, spec sandbox.Spec) sandbox.Kernel {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), testenv.Patience(t, 2*time.Minute))
 	defer cancel()
 	k, err := b.Start(ctx, spec)
 	if err != nil {
@@ -78,7 +78,7 @@ func run1(t testing.TB, k sandbox.Kernel, code string, timeout time.Duration) *r
 // mustOK runs a cell that has to succeed and returns its stdout.
 func mustOK(t testing.TB, k sandbox.Kernel, code string) string {
 	t.Helper()
-	res := run1(t, k, code, 60*time.Second)
+	res := run1(t, k, code, testenv.Patience(t, 60*time.Second))
 	if !res.OK {
 		t.Fatalf("cell %q failed: %s", firstLine(code), describe(res))
 	}

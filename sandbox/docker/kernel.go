@@ -119,9 +119,11 @@ var (
 
 var initTrue = true
 
-// bootTimeout bounds a kernel's boot: container start to the first
-// kernel_info reply. A boot takes about half a second; minutes mean the
-// kernel is stuck.
+// bootTimeout is how long a kernel's boot (container start to the first
+// kernel_info reply) may take before it must show progress: a boot takes
+// about a second on a quiet machine. After it, the boot goes on as long as
+// the container keeps using CPU (sandbox.WhileProgressing): a loaded
+// machine starves a boot, a stuck one uses nothing.
 const bootTimeout = 2 * time.Minute
 
 // socketDirSize caps the tmpfs behind a kernel's socket directory: room for
@@ -327,9 +329,9 @@ func (k *Kernel) boot(ctx context.Context) error {
 	k.phase("start", &t)
 	// A kernel that dies while booting (a broken image, a too-small memory
 	// limit) must fail the boot at once rather than at ctx's deadline; one
-	// that neither answers nor exits fails at bootTimeout, because restarts
-	// run on contexts without a deadline.
-	tctx, tcancel := context.WithTimeout(ctx, bootTimeout)
+	// that neither answers nor exits fails once it stops using CPU after
+	// bootTimeout, because restarts run on contexts without a deadline.
+	tctx, tcancel := sandbox.WhileProgressing(ctx, bootTimeout, k.cpuUsed)
 	defer tcancel()
 	bctx, bcancel := context.WithCancelCause(tctx)
 	defer bcancel(nil)
@@ -687,4 +689,19 @@ func (k *Kernel) teardown() error {
 		errs = append(errs, fmt.Errorf("remove socket dir: %w", err))
 	}
 	return errors.Join(errs...)
+}
+
+// cpuUsed is the CPU time the kernel's container has used, as the engine
+// reports it (its cgroup, under either runtime).
+func (k *Kernel) cpuUsed(ctx context.Context) (time.Duration, error) {
+	r, err := k.b.cli.ContainerStatsOneShot(ctx, k.containerID)
+	if err != nil {
+		return 0, err
+	}
+	defer r.Body.Close()
+	var st container.StatsResponse
+	if err := json.NewDecoder(r.Body).Decode(&st); err != nil {
+		return 0, err
+	}
+	return time.Duration(st.CPUStats.CPUUsage.TotalUsage), nil
 }
