@@ -204,10 +204,8 @@ func (s *Server) forkOne(r *http.Request, from runid.ID, sb Sandbox) (sandboxJSO
 // forked from the sandbox's, each with its envs and metadata. The first
 // failure before any fork started is the answer; later ones are entries.
 func (s *Server) fork(w http.ResponseWriter, r *http.Request) error {
-	src, err := s.lookup(r)
-	if err != nil {
-		return err
-	}
+	// The body is checked first, as E2B's API does: a bad count is 400
+	// whatever the sandbox.
 	var in forkBody
 	if err := s.decodeLoose(w, r, &in, true); err != nil {
 		return err
@@ -220,6 +218,10 @@ func (s *Server) fork(w http.ResponseWriter, r *http.Request) error {
 		count = *in.Count
 	}
 	life, err := s.lifetime(in.Timeout)
+	if err != nil {
+		return err
+	}
+	src, err := s.lookup(r)
 	if err != nil {
 		return err
 	}
