@@ -310,13 +310,15 @@ def writable(e):
 
 def main():
     hl = listen(sys.argv[1])
-    cl = listen(("tcp:" + sys.argv[2]) if len(sys.argv) > 2 else ("tcp:%s:%d" % PROXY))
-    sel.register(hl, R, "hosts")
-    sel.register(cl, R, "clients")
+    # The ports endpoint listens before PROXY does: once a process can
+    # reach PROXY, the host can reach a port.
     pl = None
     if sys.argv[1].startswith("unix:"):
         pl = listen(sys.argv[1] + ".ports")
         sel.register(pl, R, "ports")
+    cl = listen(("tcp:" + sys.argv[2]) if len(sys.argv) > 2 else ("tcp:%s:%d" % PROXY))
+    sel.register(hl, R, "hosts")
+    sel.register(cl, R, "clients")
     while True:
         for key, ev in sel.select():
             d = key.data
