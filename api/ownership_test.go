@@ -197,6 +197,8 @@ func apiProbes(run string) map[string]req {
 		"GET /runs/{id}/files/{path:.+}":  id("GET", "/runs/{id}/files/secret.csv", ""),
 		"HEAD /runs/{id}/files/{path:.+}": id("HEAD", "/runs/{id}/files/secret.csv", ""),
 		"POST /runs/{id}/replay":          id("POST", "/runs/{id}/replay", ""),
+		"POST /runs/{id}/snapshots":       id("POST", "/runs/{id}/snapshots", `{"name": "b-was-here"}`),
+		"POST /runs/{id}/fork":            id("POST", "/runs/{id}/fork", ""),
 		"POST /runs/{id}/share":           id("POST", "/runs/{id}/share", `{"path": "secret.csv"}`),
 		"GET /runs/{id}/shares":           id("GET", "/runs/{id}/shares", ""),
 		"PATCH /runs/{id}":                id("PATCH", "/runs/{id}", `{"name": "b was here"}`),
@@ -396,7 +398,8 @@ func (w *world) probe(a, b *tenant, run string) int {
 	for _, p := range []req{{"GET", "/sandboxes/{id}", nil, ""}, {"DELETE", "/sandboxes/{id}", nil, ""},
 		{"POST", "/sandboxes/{id}/timeout", nil, `{"timeout": 60}`}, {"POST", "/sandboxes/{id}/connect", nil, `{"timeout": 60}`},
 		{"POST", "/v2/sandboxes/{id}/connect", nil, `{"timeout": 60}`}, {"POST", "/sandboxes/{id}/resume", nil, `{}`},
-		{"POST", "/sandboxes/{id}/pause", nil, ""}} {
+		{"POST", "/sandboxes/{id}/pause", nil, ""}, {"POST", "/sandboxes/{id}/snapshots", nil, `{"name": "b"}`},
+		{"POST", "/sandboxes/{id}/fork", nil, `{"count": 1}`}, {"GET", "/sandboxes/{id}/metrics", nil, ""}} {
 		n++
 		path := strings.Replace(p.path, "{id}", run, 1)
 		ans := w.send(req{p.method, path, map[string]string{e2b.HeaderAPIKey: b.key, "Content-Type": "application/json"}, p.body})

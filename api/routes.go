@@ -218,6 +218,13 @@ func (s *Server) table() []*route {
 			{Name: "download", Tag: `enum:"0|1|false|true" doc:"1 (or true) to download it (Content-Disposition: attachment) rather than show it."`},
 		}, AnswerType: "application/octet-stream", h: s.runFile},
 		{Methods: post, Path: "/runs/{id}/replay", Scope: auth.Runs, PathParams: []param{runIDParam}, Summary: "Replay a run from its trace as a new run, and report per file whether it came out the same", Body: wire.ReplayRequest{}, OptionalBody: true, OK: http.StatusCreated, Answer: wire.ReplayReport{}, h: s.runReplay},
+		{Methods: post, Path: "/runs/{id}/snapshots", Scope: auth.Runs, PathParams: []param{runIDParam}, Summary: "Snapshot a run's files, by reference (no bytes copied), as a read-only run of the caller's; kernel memory is not kept. A step of the run's journal", Body: wire.SnapshotRequest{}, OptionalBody: true, OK: http.StatusCreated, Answer: wire.Snapshot{}, h: s.runSnapshot,
+			Links: map[string]link{"fork": {Op: "post_runs_id_fork", Params: map[string]any{"path.id": "$response.body#/id"}, Description: "Make a run from the snapshot"}}},
+		{Methods: post, Path: "/runs/{id}/fork", Scope: auth.Runs, PathParams: []param{runIDParam}, Summary: "A new run of the caller's from a run or a snapshot: its files by reference (no bytes copied), its setup; kernel memory is not kept. The new run's first step says so", Body: wire.ForkRequest{}, OptionalBody: true, OK: http.StatusCreated, Answer: wire.Fork{}, h: s.runFork,
+			Links: map[string]link{
+				"journal": runLink("get_cel", "The new run's journal"),
+				"exec":    runLink("post_sandbox_exec", "Run a cell in the new run"),
+			}},
 		{Methods: post, Path: "/runs/{id}/share", Scope: auth.Runs, PathParams: []param{runIDParam}, Summary: "A link that downloads a run's file (or files under a prefix) without a key", Body: wire.ShareRequest{}, OK: http.StatusCreated, Answer: wire.Share{}, h: s.shareCreate,
 			Links: map[string]link{"revoke": {Op: "delete_shares_id", Params: map[string]any{"path.id": "$response.body#/id"}, Description: "Revoke the link"}}},
 		{Methods: get, Path: "/runs/{id}/shares", Scope: auth.Runs, PathParams: []param{runIDParam}, Summary: "The run's live share links, newest first, each with its URL", Answer: wire.ShareList{}, h: s.shareList},

@@ -40,6 +40,10 @@ type Core interface {
 	replay.Core
 	ExecStream(ctx context.Context, run runid.ID, in wire.ExecRequest, on func(orchestrator.ExecEvent), opts ...orchestrator.CallOption) (wire.ExecResponse, error)
 	Status(ctx context.Context, run runid.ID) (wire.RunView, error)
+	// Snapshot and Fork: a run's files kept by reference as a read-only
+	// snapshot, and a new run made from a run or a snapshot.
+	Snapshot(ctx context.Context, run runid.ID, in wire.SnapshotRequest) (wire.Snapshot, error)
+	Fork(ctx context.Context, from, into runid.ID) (wire.Fork, error)
 	Subscribe(ctx context.Context, run runid.ID) (<-chan orchestrator.Update, func(), error)
 	Runs(ctx context.Context, q orchestrator.RunsQuery) (wire.RunList, error)
 	// SetLabels names and tags a run (PATCH /runs/{id}).

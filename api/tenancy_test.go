@@ -95,6 +95,10 @@ func TestTenantsSeeOnlyTheirRuns(t *testing.T) {
 			return b.do("HEAD", "/runs/"+runA+"/files/artifacts/secret.csv", "", nil)
 		},
 		"POST /runs/{id}/replay": func() answer { return b.do("POST", "/runs/"+runA+"/replay", "", nil) },
+		"POST /runs/{id}/snapshots": func() answer {
+			return b.do("POST", "/runs/"+runA+"/snapshots", "", body(map[string]any{"name": "b-was-here"}))
+		},
+		"POST /runs/{id}/fork": func() answer { return b.do("POST", "/runs/"+runA+"/fork", "", nil) },
 		"POST /runs/{id}/share": func() answer {
 			return b.do("POST", "/runs/"+runA+"/share", "", body(map[string]any{"path": "artifacts/secret.csv"}))
 		},

@@ -181,6 +181,9 @@ func (o *Orchestrator) resolve(ctx context.Context, id runid.ID, out Outcome, op
 		}
 		err = o.t.CheckBytes(ctx, c.who, ow, add)
 	}
+	if err == nil && ow.SnapshotOf != "" {
+		err = frozen(ow)
+	}
 	if err != nil {
 		done()
 		return nil, err

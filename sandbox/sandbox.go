@@ -590,6 +590,44 @@ type Egress interface {
 	AcceptEgress(ctx context.Context) (net.Conn, error)
 }
 
+// Ports is a Kernel whose sandbox's TCP ports the host can reach while the
+// sandbox's network stays closed: an optional ability, found by type
+// assertion. A connection reaches the port on the sandbox's loopback, as a
+// process in the sandbox would (Docker: through the egress forwarder's
+// ports socket; Kubernetes: a port-forward), so a server a command starts
+// there can be reached from Triad's listener (E2B's getHost).
+type Ports interface {
+	// DialPort connects to port on the sandbox's loopback. A port
+	// nothing listens on fails with ErrNoListener.
+	DialPort(ctx context.Context, port int) (net.Conn, error)
+}
+
+// Meter is a Kernel that can say what its sandbox uses now: an optional
+// ability, found by type assertion.
+type Meter interface {
+	// Usage reads the sandbox's CPU and memory from its cgroup.
+	Usage(ctx context.Context) (Usage, error)
+}
+
+// Usage is what a sandbox uses, read from its cgroup at one moment.
+type Usage struct {
+	// At is when it was read.
+	At time.Time
+	// CPUTime is the CPU time the sandbox's processes have used since it
+	// started, and CPUs how many CPUs it may use (its limit, or the
+	// host's).
+	CPUTime time.Duration
+	CPUs    float64
+	// CPUPercent is the share of CPUs the sandbox used over the backend's
+	// last sampling window (about a second), 0 to 100.
+	CPUPercent float64
+	// MemoryBytes is the memory in use (without the page cache),
+	// MemoryCacheBytes the page cache, MemoryLimitBytes the limit.
+	MemoryBytes      int64
+	MemoryCacheBytes int64
+	MemoryLimitBytes int64
+}
+
 // Errors returned by Backends, Kernels and WorkDirs.
 var (
 	// ErrClosed means the kernel or backend was closed; start a new kernel.
@@ -605,6 +643,9 @@ var (
 	// ErrLanguage means the kernel cannot start an interpreter of the
 	// language asked for; use one it lists, or another backend.
 	ErrLanguage = errors.New("sandbox: language not supported by this kernel")
+	// ErrNoListener means nothing in the sandbox listens on the port
+	// asked for; start the server first.
+	ErrNoListener = errors.New("sandbox: nothing listens on that port")
 	// ErrStale means a WorkDir file is no longer the one the caller last
 	// saw (a cell changed it); write it whole instead.
 	ErrStale = errors.New("sandbox: file changed since it was last seen")

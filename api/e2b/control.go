@@ -52,6 +52,10 @@ type sandboxJSON struct {
 	// they send no X-Access-Token: with it, every data-plane call carries
 	// the sandbox's credential.
 	TrafficAccessToken string `json:"trafficAccessToken"`
+	// Domain is the domain getHost(port) builds its host under:
+	// <port>-<sandboxID>.<domain>, which Triad's listener proxies to the
+	// port in the sandbox (ports.go).
+	Domain string `json:"domain,omitempty"`
 }
 
 // sandboxDetailJSON is E2B's SandboxDetail and ListedSandbox.
@@ -91,9 +95,14 @@ func (s *Server) controlRoutes() http.Handler {
 	mux.Handle("/v2/sandboxes/{id}/connect", s.methods(map[string]handlerFunc{http.MethodPost: s.connect}))
 	mux.Handle("/sandboxes/{id}/resume", s.methods(map[string]handlerFunc{http.MethodPost: s.connect}))
 	mux.Handle("/sandboxes/{id}/pause", s.methods(map[string]handlerFunc{http.MethodPost: s.pauseNow}))
+	mux.Handle("/sandboxes/{id}/snapshots", s.methods(map[string]handlerFunc{http.MethodPost: s.snapshotCreate}))
+	mux.Handle("/sandboxes/{id}/fork", s.methods(map[string]handlerFunc{http.MethodPost: s.fork}))
+	mux.Handle("/sandboxes/{id}/metrics", s.methods(map[string]handlerFunc{http.MethodGet: s.metrics}))
+	mux.Handle("/snapshots", s.methods(map[string]handlerFunc{http.MethodGet: s.snapshotList}))
+	mux.Handle("/templates/{id}", s.methods(map[string]handlerFunc{http.MethodDelete: s.snapshotDelete}))
 	mux.Handle("/", s.handle(func(w http.ResponseWriter, r *http.Request) error {
 		return fault.New(fault.Unsupported, fmt.Sprintf("Triad's E2B surface does not serve %s %s", r.Method, r.URL.Path),
-			"Triad serves create, connect, kill, list, getInfo, setTimeout and pause; see docs/e2b-protocol.md")
+			"Triad serves create, connect, kill, list, getInfo, setTimeout, pause, fork, snapshots and metrics; see docs/e2b-protocol.md")
 	}))
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		p, ok := s.authorize(r)
@@ -153,6 +162,9 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) error {
 	if strings.TrimSpace(in.TemplateID) == "" {
 		return fault.New(fault.BadInput, "templateID is empty", "name a template: base or code-interpreter-v1 (Triad's default), or one of the server's (GET /templates)")
 	}
+	if snap, ok := s.snapshotOf(r, in.TemplateID); ok {
+		return s.createFromSnapshot(w, r, in, snap)
+	}
 	for name, raw := range map[string]json.RawMessage{"mcp": in.MCP, "iam": in.IAM, "volumeMounts": in.VolumeMounts} {
 		if len(raw) > 0 && string(raw) != "null" {
 			// 400, a status E2B's spec documents for create (422 is
@@ -201,8 +213,14 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) error {
 		return fault.Wrap(fault.StoreUnavailable, err, "the sandbox could not be recorded", "retry; GET /healthz shows the store's state")
 	}
 	s.log.InfoContext(r.Context(), "E2B sandbox created", "sandbox", sb.ID, "template", sb.Template, "timeout", life)
-	return writeJSON(w, http.StatusCreated, sandboxJSON{TemplateID: sb.Template, SandboxID: sb.ID.String(), ClientID: clientID,
-		EnvdVersion: EnvdVersion, EnvdAccessToken: tok, TrafficAccessToken: tok})
+	return writeJSON(w, http.StatusCreated, s.sandboxAnswer(r, sb, tok))
+}
+
+// sandboxAnswer is create's, connect's and a fork's answer for sb, with
+// its new access token.
+func (s *Server) sandboxAnswer(r *http.Request, sb Sandbox, tok string) sandboxJSON {
+	return sandboxJSON{TemplateID: sb.Template, SandboxID: sb.ID.String(), ClientID: clientID,
+		EnvdVersion: EnvdVersion, EnvdAccessToken: tok, TrafficAccessToken: tok, Domain: s.domain(r)}
 }
 
 // validEnvs refuses environment variable names a process could not have.
@@ -388,8 +406,7 @@ func (s *Server) connect(w http.ResponseWriter, r *http.Request) error {
 		status = http.StatusCreated
 		s.log.InfoContext(r.Context(), "E2B sandbox resumed: its next call starts a fresh kernel over its files", "sandbox", id)
 	}
-	return writeJSON(w, status, sandboxJSON{TemplateID: sb.Template, SandboxID: sb.ID.String(), ClientID: clientID,
-		EnvdVersion: EnvdVersion, EnvdAccessToken: tok, TrafficAccessToken: tok})
+	return writeJSON(w, status, s.sandboxAnswer(r, sb, tok))
 }
 
 // pauseNow is POST /sandboxes/{id}/pause: what a timeout does, now.

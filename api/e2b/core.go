@@ -3,11 +3,13 @@ package e2b
 import (
 	"context"
 	"io"
+	"net"
 	"time"
 
 	"github.com/triadhq/triad/auth"
 	"github.com/triadhq/triad/internal/runid"
 	"github.com/triadhq/triad/orchestrator"
+	"github.com/triadhq/triad/sandbox"
 	"github.com/triadhq/triad/tmpfs"
 	"github.com/triadhq/triad/wire"
 )
@@ -70,6 +72,21 @@ type Core interface {
 	SetRunSetup(ctx context.Context, run runid.ID, s wire.RunSetup) (wire.RunSetup, error)
 	// CheckSetup validates a setup before the run is created.
 	CheckSetup(ctx context.Context, run runid.ID, s wire.RunSetup) error
+	// Snapshot keeps a sandbox's files by reference as a snapshot (a step
+	// of its run): createSnapshot. Fork makes a sandbox's run from a run
+	// or a snapshot: fork, and create from a snapshot. SnapshotInfo,
+	// Snapshots and DeleteSnapshot are getting one, listSnapshots and
+	// deleteSnapshot; another tenant's snapshot is not found.
+	Snapshot(ctx context.Context, run runid.ID, in wire.SnapshotRequest) (wire.Snapshot, error)
+	Fork(ctx context.Context, from, into runid.ID) (wire.Fork, error)
+	SnapshotInfo(ctx context.Context, id runid.ID) (wire.Snapshot, error)
+	Snapshots(ctx context.Context, q orchestrator.SnapshotQuery) ([]wire.Snapshot, error)
+	DeleteSnapshot(ctx context.Context, id runid.ID) error
+	// DialPort connects to a port in the sandbox for a getHost request,
+	// a step of the run's journal; Usage reads what the sandbox's kernel
+	// uses now, from its cgroup: getMetrics.
+	DialPort(ctx context.Context, run runid.ID, port int, request, via string) (net.Conn, error)
+	Usage(ctx context.Context, run runid.ID) (sandbox.Usage, bool, error)
 }
 
 var _ Core = (*orchestrator.Orchestrator)(nil)

@@ -81,6 +81,11 @@ func (s *Server) dataRoutes() http.Handler {
 			return
 		}
 		ctx := auth.With(context.WithValue(r.Context(), sandboxKey{}, sb), p)
+		if port, ok := otherPort(r.Header.Get(HeaderSandboxPort)); ok {
+			// A port of the sandbox's own processes, as getHost's.
+			s.proxyPort(w, r.WithContext(ctx), sb.ID, port, "E2b-Sandbox-Port")
+			return
+		}
 		mux.ServeHTTP(w, r.WithContext(ctx))
 	})
 }
@@ -107,11 +112,11 @@ func (s *Server) admit(r *http.Request) (Sandbox, error) {
 	notRunning := func(msg, sug string) error {
 		return statusError{http.StatusBadGateway, fault.New(fault.NotFound, msg, sug)}
 	}
-	switch port := r.Header.Get(HeaderSandboxPort); port {
-	case "", EnvdPort, InterpreterPort:
-	default:
-		return Sandbox{}, notRunning(fmt.Sprintf("nothing listens on port %s of sandbox %q", port, raw),
-			"Triad serves envd (49983) and the code interpreter (49999) only")
+	if port := r.Header.Get(HeaderSandboxPort); port != "" {
+		if _, ok := otherPort(port); !ok && port != EnvdPort && port != InterpreterPort {
+			return Sandbox{}, notRunning(fmt.Sprintf("port %q of sandbox %q is not a TCP port", port, raw),
+				"send E2b-Sandbox-Port from 1 to 65535: envd (49983), the code interpreter (49999), or a port a process in the sandbox listens on")
+		}
 	}
 	unknown := notRunning(fmt.Sprintf("no running sandbox %q takes this access token", raw),
 		"use the sandbox object that Sandbox.create or Sandbox.connect returned (connect hands out a fresh token); a killed sandbox is gone, but its run's journal and files stay readable through Triad's API")
@@ -332,4 +337,17 @@ func rawFileName(p *multipart.Part) string {
 
 func info(p string, meta map[string]string) writeInfo {
 	return writeInfo{Path: sdkPath(p), Name: path.Base(p), Type: "file", Metadata: meta}
+}
+
+// otherPort reads an E2b-Sandbox-Port that names a port of the sandbox's
+// own processes: any TCP port but envd's and the interpreter's.
+func otherPort(raw string) (int, bool) {
+	if raw == EnvdPort || raw == InterpreterPort {
+		return 0, false
+	}
+	n, err := strconv.Atoi(raw)
+	if err != nil || n < 1 || n > 65535 {
+		return 0, false
+	}
+	return n, true
 }

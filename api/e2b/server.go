@@ -84,6 +84,11 @@ type Config struct {
 	// WatchInterval is how often a files.watchDir watcher looks at the
 	// sandbox's files (200 ms).
 	WatchInterval time.Duration
+	// Domain is what getHost(port) builds <port>-<sandboxID>.<domain>
+	// under (create's domain): a wildcard name that reaches this
+	// listener. Empty means the request's own host, 127.0.0.1 and ::1
+	// named localhost (browsers and curl resolve *.localhost to loopback).
+	Domain string
 	// Body sets the deadlines an upload's body is read under (its
 	// progress and its whole; see internal/bodyread).
 	Body   bodyread.Config
@@ -167,12 +172,16 @@ func (s *Server) Close() error {
 // and /v2/sandboxes are control plane, the rest is Triad's own API.
 func (s *Server) Handler(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if port, id, ok := portHost(r.Host); ok {
+			s.servePortHost(w, r, port, id)
+			return
+		}
 		switch {
 		case r.Header.Get(HeaderSandboxID) != "", isSigned(r):
 			// A signed files URL names no sandbox: its signature
 			// does (signing.go).
 			s.data.ServeHTTP(w, r)
-		case isControlPath(r.URL.Path):
+		case isControlPath(r):
 			s.ctl.ServeHTTP(w, r)
 		default:
 			next.ServeHTTP(w, r)
@@ -180,13 +189,16 @@ func (s *Server) Handler(next http.Handler) http.Handler {
 	})
 }
 
-func isControlPath(p string) bool {
-	for _, pre := range []string{"/sandboxes", "/v2/sandboxes"} {
+func isControlPath(r *http.Request) bool {
+	p := r.URL.Path
+	for _, pre := range []string{"/sandboxes", "/v2/sandboxes", "/snapshots"} {
 		if p == pre || strings.HasPrefix(p, pre+"/") {
 			return true
 		}
 	}
-	return false
+	// deleteSnapshot: E2B deletes a snapshot as a template. Triad's own
+	// API has no DELETE there, and sends Authorization, not X-API-Key.
+	return r.Method == http.MethodDelete && strings.HasPrefix(p, "/templates/") && r.Header.Get(HeaderAPIKey) != ""
 }
 
 // expire pauses sandboxes past their end: their kernels stop, their files

@@ -72,6 +72,7 @@ type e2bConfig struct {
 	APIKey         string
 	DefaultTimeout time.Duration
 	MaxTimeout     time.Duration
+	Domain         string
 }
 
 func (c *e2bConfig) flags(f *flagSet) {
@@ -79,6 +80,7 @@ func (c *e2bConfig) flags(f *flagSet) {
 	f.str(&c.APIKey, "e2b-api-key", "", "the X-API-Key E2B's control plane demands (E2B_API_KEY in the SDKs); empty leaves it open, as the rest of the API")
 	f.duration(&c.DefaultTimeout, "e2b-default-timeout", 300*time.Second, "lifetime of an E2B sandbox whose create names none; past it the kernel stops and the files stay")
 	f.duration(&c.MaxTimeout, "e2b-max-timeout", 0, "longest lifetime an E2B sandbox may ask for; 0 means no cap")
+	f.str(&c.Domain, "e2b-domain", "", "the domain getHost(port) builds <port>-<sandboxID>.<domain> under, a wildcard name that reaches --addr; empty means the request's own host (127.0.0.1 becomes localhost)")
 }
 
 func (c *e2bConfig) validate() error {

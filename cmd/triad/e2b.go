@@ -48,7 +48,7 @@ func openE2B(ctx context.Context, c *config, st *stack, ks *keys.Store, open boo
 		log.Warn("the E2B surface takes any X-API-Key while the server runs without keys: set --e2b-api-key (TRIAD_E2B_API_KEY) or create a Triad key")
 	}
 	ec.Authorize, ec.DefaultTimeout, ec.MaxTimeout = authorize, c.E2B.DefaultTimeout, c.E2B.MaxTimeout
-	ec.Limits, ec.Body = c.Sandbox.limits(), c.body()
+	ec.Limits, ec.Body, ec.Domain = c.Sandbox.limits(), c.body(), c.E2B.Domain
 	return e2b.New(ctx, ec)
 }
 

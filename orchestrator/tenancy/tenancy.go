@@ -59,6 +59,11 @@ type Owner struct {
 	KeyID   string    `json:"key_id,omitempty"`
 	Name    string    `json:"name,omitempty"`
 	Created time.Time `json:"created"`
+	// SnapshotOf is the run a snapshot run was taken from (CreateSnapshot),
+	// empty for every other run. Decided at creation, as the owner: a
+	// snapshot's files never change (docs/DECISIONS.md, "Snapshots and
+	// forks").
+	SnapshotOf string `json:"snapshot_of,omitempty"`
 }
 
 // Caller is who started the run, as run views show it.
@@ -222,6 +227,16 @@ func (t *Tenancy) Create(ctx context.Context, run runid.ID, p auth.Principal) (O
 		t.runStatus("open")
 	}
 	return ow, won, err
+}
+
+// CreateSnapshot is Create for a snapshot of run of: a run of p's tenant,
+// within the same runs-per-hour quota, whose owner record says what it
+// was taken from.
+func (t *Tenancy) CreateSnapshot(ctx context.Context, run runid.ID, p auth.Principal, of runid.ID) (Owner, bool, error) {
+	if err := t.checkRunsPerHour(ctx, p); err != nil {
+		return Owner{}, false, err
+	}
+	return t.put(ctx, Owner{Run: run, Tenant: p.Tenant, KeyID: p.KeyID, Name: p.Name, Created: time.Now().UTC(), SnapshotOf: of.String()})
 }
 
 // Adopt records ow for a run that existed before the core knew its owner

@@ -294,8 +294,8 @@ func (cfg Config) withDefaults() (Config, error) {
 	if cfg.SocketRoot, err = filepath.Abs(cfg.SocketRoot); err != nil {
 		return cfg, err
 	}
-	// <SocketRoot>/<12-hex id>/egress (its longest name) must fit in sun_path with room to spare.
-	if n := len(cfg.SocketRoot) + len("/0123456789ab/"+egressSock); n > 100 {
+	// <SocketRoot>/<12-hex id>/egress.ports (its longest name) must fit in sun_path with room to spare.
+	if n := len(cfg.SocketRoot) + len("/0123456789ab/"+egressSock+relay.PortsSuffix); n > 100 {
 		return cfg, fmt.Errorf("docker backend: SocketRoot %q is too long for unix socket paths (%d bytes > 100); pick a shorter directory", cfg.SocketRoot, n)
 	}
 	if cfg.UID == 0 {

@@ -597,3 +597,18 @@ func newID() string {
 	_, _ = rand.Read(r[:])
 	return hex.EncodeToString(r[:])
 }
+
+var _ sandbox.Ports = (*Kernel)(nil)
+
+// DialPort implements sandbox.Ports: a port-forward through the API
+// server to the port on the pod's loopback, as the host reaches the
+// egress forwarder; the pod's network stays closed. A port nothing listens
+// on fails when first read or written (the kubelet reports it on the
+// forward's error stream).
+func (k *Kernel) DialPort(ctx context.Context, port int) (net.Conn, error) {
+	pc := k.current()
+	if pc == nil {
+		return nil, sandbox.ErrClosed
+	}
+	return pc.fwd.Dial(ctx, port)
+}

@@ -8,6 +8,10 @@
 # one, writing P on it first, then relays bytes both ways. With no host
 # connection at all (a run without an egress policy) it answers at once
 # with a refusal. A second argument, "HOST:PORT", moves PROXY (for tests). It is plumbing, not a boundary: the host decides.
+# With a unix host endpoint it also listens at PATH.ports, where the host
+# asks for a port of the sandbox (getHost): the host writes the port and a
+# newline; the forwarder connects to it on the loopback of the sandbox and
+# writes P, then relays bytes both ways, or writes E, why, and a newline.
 # Written without single quotes: it is quoted for sh.
 import collections, os, selectors, socket, sys
 
@@ -48,10 +52,17 @@ class End:
 
 
 class Pair:
-    __slots__ = ("ends", "closed")
+    __slots__ = ("ends", "closed", "counted")
 
-    def __init__(self):
-        self.ends, self.closed = [], False
+    def __init__(self, counted):
+        self.ends, self.closed, self.counted = [], False, counted
+
+
+class PortReq:
+    __slots__ = ("sock", "buf")
+
+    def __init__(self, sock):
+        self.sock, self.buf = sock, b""
 
 
 idle = collections.deque()
@@ -91,7 +102,8 @@ def close_pair(p):
     if p.closed:
         return
     p.closed = True
-    state["paired"] -= 1
+    if p.counted:
+        state["paired"] -= 1
     for e in p.ends:
         set_mask(e, 0)
         e.sock.close()
@@ -118,14 +130,15 @@ def done(e):
         close_pair(e.pair)
 
 
-def pair(client, host):
+def pair(client, host, counted=True):
     try:
         host.send(b"P")
     except OSError:
         host.close()
         return False
-    state["paired"] += 1
-    p = Pair()
+    if counted:
+        state["paired"] += 1
+    p = Pair(counted)
     a, b = End(client, p), End(host, p)
     a.peer, b.peer = b, a
     p.ends = [a, b]
@@ -190,6 +203,66 @@ def accept_clients(cl, hl):
                 refuse(c)
 
 
+def accept_ports(pl):
+    while True:
+        try:
+            h, _ = pl.accept()
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            return
+        h.setblocking(False)
+        sel.register(h, R, PortReq(h))
+
+
+def dial_local(port):
+    err = None
+    for fam, addr in ((socket.AF_INET, ("127.0.0.1", port)), (socket.AF_INET6, ("::1", port, 0, 0))):
+        s = socket.socket(fam, socket.SOCK_STREAM)
+        s.settimeout(5)
+        try:
+            s.connect(addr)
+            return s
+        except OSError as e:
+            s.close()
+            err = e
+    raise err
+
+
+def port_request(q):
+    try:
+        data = q.sock.recv(16)
+    except (BlockingIOError, InterruptedError):
+        return
+    except OSError:
+        data = b""
+    q.buf += data
+    if b"\n" not in q.buf:
+        if data and len(q.buf) < 16:
+            return
+        sel.unregister(q.sock)
+        q.sock.close()
+        return
+    sel.unregister(q.sock)
+    try:
+        port = int(q.buf.split(b"\n", 1)[0])
+        if not 0 < port < 65536:
+            raise ValueError("port %d is out of range" % port)
+        c = dial_local(port)
+    except (ValueError, OSError) as e:
+        try:
+            q.sock.setblocking(True)
+            q.sock.settimeout(5)
+            q.sock.sendall(b"E" + str(e).encode()[:200].replace(b"\n", b" ") + b"\n")
+        except OSError:
+            pass
+        q.sock.close()
+        return
+    c.setblocking(False)
+    nodelay(c)
+    pair(c, q.sock, False)
+
+
 def readable(e):
     try:
         data = e.sock.recv(BUF)
@@ -237,6 +310,12 @@ def writable(e):
 
 def main():
     hl = listen(sys.argv[1])
+    # The ports endpoint listens before PROXY does: once a process can
+    # reach PROXY, the host can reach a port.
+    pl = None
+    if sys.argv[1].startswith("unix:"):
+        pl = listen(sys.argv[1] + ".ports")
+        sel.register(pl, R, "ports")
     cl = listen(("tcp:" + sys.argv[2]) if len(sys.argv) > 2 else ("tcp:%s:%d" % PROXY))
     sel.register(hl, R, "hosts")
     sel.register(cl, R, "clients")
@@ -247,6 +326,10 @@ def main():
                 accept_hosts(hl)
             elif d == "clients":
                 accept_clients(cl, hl)
+            elif d == "ports":
+                accept_ports(pl)
+            elif isinstance(d, PortReq):
+                port_request(d)
             elif d == "idle":
                 # The host never writes on an idle connection: this is
                 # its end (or garbage), and the connection goes.

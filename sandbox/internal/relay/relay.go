@@ -14,9 +14,11 @@
 package relay
 
 import (
+	"bufio"
 	"context"
 	_ "embed"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"strings"
@@ -255,4 +257,38 @@ func (l *Link) Close() error {
 	l.mu.Unlock()
 	l.wg.Wait()
 	return nil
+}
+
+// PortsSuffix names the forwarder's ports endpoint beside a unix host
+// endpoint: PATH+PortsSuffix, where the host asks for a port of the
+// sandbox (getHost). A tcp host endpoint has none: the host reaches a
+// pod's ports by port-forward.
+const PortsSuffix = ".ports"
+
+// DialPort connects, through the forwarder's ports endpoint (dial), to port
+// on the sandbox's loopback, as a process in the sandbox would: the
+// sandbox's network stays closed. A port nothing listens on fails with an
+// error wrapping sandbox.ErrNoListener.
+func DialPort(ctx context.Context, dial func(ctx context.Context) (net.Conn, error), port int) (net.Conn, error) {
+	c, err := dial(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("the sandbox's forwarder does not answer: %w", err)
+	}
+	stop := context.AfterFunc(ctx, func() { c.Close() })
+	defer stop()
+	if _, err := fmt.Fprintf(c, "%d\n", port); err != nil {
+		c.Close()
+		return nil, fmt.Errorf("ask the sandbox's forwarder for port %d: %w", port, err)
+	}
+	var b [1]byte
+	if _, err := io.ReadFull(c, b[:]); err != nil {
+		c.Close()
+		return nil, fmt.Errorf("ask the sandbox's forwarder for port %d: %w", port, err)
+	}
+	if b[0] == bytePaired {
+		return c, nil
+	}
+	why, _ := bufio.NewReader(io.LimitReader(c, 256)).ReadString('\n')
+	c.Close()
+	return nil, fmt.Errorf("port %d in the sandbox: %s: %w", port, strings.TrimSpace(why), sandbox.ErrNoListener)
 }

@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"os/exec"
@@ -223,4 +224,57 @@ func TestClose(t *testing.T) {
 		t.Errorf("Ready after Close: %v, want ErrClosed", err)
 	}
 	l.Close()
+}
+
+// TestDialPort: the host reaches a port on the sandbox's loopback through
+// the forwarder's ports socket, bytes both ways, with the half-close passed
+// on; a port nothing listens on, and a request that is no port, fail with
+// ErrNoListener and a reason.
+func TestDialPort(t *testing.T) {
+	t.Parallel()
+	f := startForwarder(t, filepath.Join(t.TempDir(), "egress"), freePort(t))
+	srv, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	go func() {
+		for {
+			c, err := srv.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				_, _ = io.Copy(c, c)
+			}()
+		}
+	}()
+	port := srv.Addr().(*net.TCPAddr).Port
+	dial := unixDial(f.sock + PortsSuffix)
+	// The forwarder listens once it has started: wait for its socket.
+	dialProxy(t, f.proxy).Close()
+	c, err := DialPort(t.Context(), dial, port)
+	if err != nil {
+		t.Fatal(err)
+	}
+	msg := bytes.Repeat([]byte("getHost "), 1<<14)
+	go func() {
+		c.Write(msg)
+		c.(*net.UnixConn).CloseWrite()
+	}()
+	got, err := io.ReadAll(c)
+	c.Close()
+	if err != nil || !bytes.Equal(got, msg) {
+		t.Errorf("echo through the ports socket: got %d bytes (%v), want %d", len(got), err, len(msg))
+	}
+	closed := freePort(t)
+	_, p, _ := net.SplitHostPort(closed)
+	var n int
+	fmt.Sscan(p, &n)
+	for _, port := range []int{n, 0, 70000} {
+		if _, err := DialPort(t.Context(), dial, port); !errors.Is(err, sandbox.ErrNoListener) {
+			t.Errorf("port %d: got %v, want ErrNoListener", port, err)
+		}
+	}
 }
