@@ -694,14 +694,6 @@ func (k *Kernel) teardown() error {
 // cpuUsed is the CPU time the kernel's container has used, as the engine
 // reports it (its cgroup, under either runtime).
 func (k *Kernel) cpuUsed(ctx context.Context) (time.Duration, error) {
-	r, err := k.b.cli.ContainerStatsOneShot(ctx, k.containerID)
-	if err != nil {
-		return 0, err
-	}
-	defer r.Body.Close()
-	var st container.StatsResponse
-	if err := json.NewDecoder(r.Body).Decode(&st); err != nil {
-		return 0, err
-	}
-	return time.Duration(st.CPUStats.CPUUsage.TotalUsage), nil
+	st, err := k.stats(ctx, k.containerID, true)
+	return time.Duration(st.CPUStats.CPUUsage.TotalUsage), err
 }

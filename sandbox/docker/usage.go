@@ -50,14 +50,9 @@ func (k *Kernel) Usage(ctx context.Context) (sandbox.Usage, error) {
 	if id == "" || k.isClosing() {
 		return sandbox.Usage{}, sandbox.ErrClosed
 	}
-	rd, err := k.b.cli.ContainerStats(ctx, id, false)
+	st, err := k.stats(ctx, id, false)
 	if err != nil {
-		return sandbox.Usage{}, fmt.Errorf("stats of container %s: %w", shortID(id), err)
-	}
-	defer rd.Body.Close()
-	var st container.StatsResponse
-	if err := json.NewDecoder(rd.Body).Decode(&st); err != nil {
-		return sandbox.Usage{}, fmt.Errorf("stats of container %s: %w", shortID(id), err)
+		return sandbox.Usage{}, err
 	}
 	u := sandbox.Usage{At: st.Read, CPUTime: time.Duration(st.CPUStats.CPUUsage.TotalUsage), CPUs: k.limits.CPUs,
 		MemoryLimitBytes: int64(st.MemoryStats.Limit)}
@@ -85,4 +80,25 @@ func (k *Kernel) Usage(ctx context.Context) (sandbox.Usage, error) {
 		u.MemoryBytes = int64(st.MemoryStats.Usage - cache)
 	}
 	return u, nil
+}
+
+// stats is the engine's stats of the container id: one sample (oneShot),
+// or two about a second apart, for a CPU share.
+func (k *Kernel) stats(ctx context.Context, id string, oneShot bool) (container.StatsResponse, error) {
+	var st container.StatsResponse
+	var rd container.StatsResponseReader
+	var err error
+	if oneShot {
+		rd, err = k.b.cli.ContainerStatsOneShot(ctx, id)
+	} else {
+		rd, err = k.b.cli.ContainerStats(ctx, id, false)
+	}
+	if err != nil {
+		return st, fmt.Errorf("stats of container %s: %w", shortID(id), err)
+	}
+	defer rd.Body.Close()
+	if err := json.NewDecoder(rd.Body).Decode(&st); err != nil {
+		return st, fmt.Errorf("stats of container %s: %w", shortID(id), err)
+	}
+	return st, nil
 }
