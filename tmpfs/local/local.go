@@ -32,7 +32,7 @@ import (
 
 // Blobs stores blobs as files.
 type Blobs struct {
-	dir string
+	dir  string
 	fps  *fingerprints
 	ext  extents    // appended blobs; see extents.go
 	pins tmpfs.Pins // what a collection must not remove; see collect.go
