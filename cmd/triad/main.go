@@ -52,6 +52,9 @@ Usage:
   triad fsck [--dry-run] [--rate BYTES]
                           re-hash every stored blob and quarantine those whose bytes no longer
                           match their sha256, listing the runs and paths that held them
+  triad gc [--grace DURATION]
+                          remove the blobs no run holds (a deleted run's, once no other run
+                          holds the same bytes), stored longer than --grace (6h) ago
   triad image build       build the sandbox image (offline, from Debian packages)
   triad image tag [--image server]
                           print the sandbox (or Triad server) image tag for this build
@@ -81,6 +84,8 @@ func main() {
 		err = keysCmd(ctx, os.Args[2:])
 	case "fsck":
 		err = fsckCmd(ctx, os.Args[2:])
+	case "gc":
+		err = gcCmd(ctx, os.Args[2:])
 	case "run":
 		err = runCmd(ctx, os.Args[2:])
 	case "replay":
