@@ -202,6 +202,7 @@ func apiProbes(run string) map[string]req {
 		"POST /runs/{id}/share":           id("POST", "/runs/{id}/share", `{"path": "secret.csv"}`),
 		"GET /runs/{id}/shares":           id("GET", "/runs/{id}/shares", ""),
 		"PATCH /runs/{id}":                id("PATCH", "/runs/{id}", `{"name": "b was here"}`),
+		"DELETE /runs/{id}":               id("DELETE", "/runs/{id}", ""),
 		"POST /run":                       {"POST", "/run", nil, `{"run_id": "` + run + `", "recipe": "market-scan"}`},
 		"GET /cel":                        rh("GET", "/cel", ""),
 		"POST /cel/note":                  rh("POST", "/cel/note", `{"text": "b was here"}`),

@@ -274,6 +274,18 @@ func (s *Server) runLabels(w http.ResponseWriter, r *http.Request) error {
 	return writeJSON(w, http.StatusOK, out)
 }
 
+// runDelete is DELETE /runs/{id}.
+func (s *Server) runDelete(w http.ResponseWriter, r *http.Request) error {
+	id, err := runid.Parse(mux.Vars(r)["id"])
+	if err != nil {
+		return err
+	}
+	if err := s.orch.DeleteRun(r.Context(), id); err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusOK, wire.OK{OK: true})
+}
+
 // runsList is GET /runs: the caller's runs from its tenant's run index.
 func (s *Server) runsList(w http.ResponseWriter, r *http.Request) error {
 	cursor, err := query(r, "cursor", false)

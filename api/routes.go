@@ -209,6 +209,8 @@ func (s *Server) table() []*route {
 			{Name: "sort", Tag: `enum:"created|oldest|updated|name" doc:"created (newest first, the default), oldest, updated (latest activity first) or name."`},
 		}, Answer: wire.RunList{}, h: s.runsList},
 		{Methods: patch, Path: "/runs/{id}", Scope: auth.Runs, PathParams: []param{runIDParam}, Summary: "Name or tag a run (absent fields are left as they are); the answer is the run as GET /runs lists it", Body: wire.RunLabels{}, Answer: wire.RunSummary{}, h: s.runLabels},
+		{Methods: del, Path: "/runs/{id}", Scope: auth.Runs, PathParams: []param{runIDParam}, Summary: "Delete a run: its kernel is stopped, its files, journal, share links and records are removed, and from then on it is not found anywhere (its id is never a run again); " +
+			"its blobs are removed by the next collection once no other run holds them", Answer: wire.OK{}, h: s.runDelete},
 		{Methods: get, Path: "/runs/{id}", Scope: auth.Read, PathParams: []param{runIDParam}, Summary: "A run: its steps, verdicts, artifacts, recipe state and who started it", Answer: wire.RunView{}, h: s.runGet},
 		{Methods: get, Path: "/runs/{id}/events", Scope: auth.Read, PathParams: []param{runIDParam}, Summary: "A run's progress as Server-Sent Events: a call event (wire.CallEvent, id = step) for every journaled call so far and each one after, " +
 			"a verdict event (the call again) when an UNGRADED call gets its late verdict, a journal event for each note and summary; a recipe run's stream also has state (first), step and run events, and ends with end", AnswerType: "text/event-stream", h: s.runEvents},

@@ -48,6 +48,8 @@ type Core interface {
 	Runs(ctx context.Context, q orchestrator.RunsQuery) (wire.RunList, error)
 	// SetLabels names and tags a run (PATCH /runs/{id}).
 	SetLabels(ctx context.Context, run runid.ID, in wire.RunLabels) (wire.RunSummary, error)
+	// DeleteRun deletes a run (DELETE /runs/{id}).
+	DeleteRun(ctx context.Context, run runid.ID) error
 	Limits() orchestrator.Limits
 	Ping(ctx context.Context) error
 	// CheckSetup checks a run's setup before the run is made (POST /runs).

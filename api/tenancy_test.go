@@ -103,6 +103,7 @@ func TestTenantsSeeOnlyTheirRuns(t *testing.T) {
 			return b.do("POST", "/runs/"+runA+"/share", "", body(map[string]any{"path": "artifacts/secret.csv"}))
 		},
 		"PATCH /runs/{id}":      func() answer { return b.do("PATCH", "/runs/"+runA, "", body(map[string]any{"name": "b was here"})) },
+		"DELETE /runs/{id}":     func() answer { return b.do("DELETE", "/runs/"+runA, "", nil) },
 		"GET /runs/{id}/shares": func() answer { return b.do("GET", "/runs/"+runA+"/shares", "", nil) },
 		"DELETE /shares/{id}":   func() answer { return b.do("DELETE", "/shares/"+sh.ID, "", nil) },
 		"POST /run":             func() answer { return b.do("POST", "/run", "", body(map[string]any{"run_id": runA})) },

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net"
 	"net/http"
 	"os"
@@ -32,6 +33,7 @@ import (
 	"github.com/chromedp/chromedp/kb"
 
 	"github.com/triadhq/triad/internal/testenv"
+	"github.com/triadhq/triad/wire"
 )
 
 // The console is tested in a real browser (Debian's chromium, driven
@@ -70,6 +72,8 @@ func dockerUp(t *testing.T) {
 type server struct {
 	url  string
 	logs *testenv.Buffer
+	// bin is the triad binary, data its data directory.
+	bin, data string
 	// keyA (tenant acme, runs) and keyB (tenant globex, runs); keyR
 	// (tenant acme, read only); keyAdmin (admin).
 	keyA, keyB, keyR, keyAdmin string
@@ -101,7 +105,7 @@ func startServer(t *testing.T) *server {
 		return strings.TrimSpace(string(out))
 	}
 	s := &server{keyA: key("alice", "acme", "runs"), keyB: key("bob", "globex", "runs"), keyR: key("carol", "acme", "read"),
-		keyAdmin: key("root", "ops", "admin"), logs: &testenv.Buffer{}}
+		keyAdmin: key("root", "ops", "admin"), logs: &testenv.Buffer{}, bin: bin, data: data}
 	addr := freeAddr(t)
 	cmd := exec.Command(bin, "serve", "--addr", addr, "--data", data, "--sandbox", "docker", "--warm", "1")
 	cmd.Env = append(os.Environ(), "TAVILY_API_KEY=")
@@ -1190,6 +1194,74 @@ func TestConsole(t *testing.T) {
 		a.until(30*time.Second, `!!document.querySelector('`+row+` .share-box .revoked')`, "the revocation")
 		if st := fresh.open(strings.TrimPrefix(link, s.url)); st != 404 {
 			t.Errorf("the revoked link: got %d, want 404", st)
+		}
+	})
+
+	t.Run("delete and collect", func(t *testing.T) {
+		a.t = t
+		// Two runs hold the same bytes; one of them also holds its own.
+		gone, stays := "r-console-delete-gone", "r-console-delete-stays"
+		var only, shared wire.FileRef
+		for _, w := range []struct {
+			run, path, text string
+			out             *wire.FileRef
+		}{
+			{gone, "only.txt", "bytes only the deleted run holds", &only},
+			{gone, "shared.txt", "bytes both runs hold", &shared},
+			{stays, "shared.txt", "bytes both runs hold", nil},
+		} {
+			var out wire.FileRef
+			if st := s.api(t, s.keyA, "POST", "/tmp/write", w.run, map[string]string{"path": w.path, "text": w.text}, &out); st != 200 {
+				t.Fatalf("write %s: %d", w.path, st)
+			}
+			if w.out != nil {
+				*w.out = out
+			}
+		}
+		a.open("/console/runs/" + gone)
+		a.do(chromedp.Click(chromedp.CSS(`#delete-btn`)))
+		a.until(10*time.Second, `document.querySelector('#delete-dialog').open`, "the confirmation")
+		a.do(chromedp.Click(chromedp.CSS(`#delete-confirm`)))
+		a.until(30*time.Second, `location.pathname === '/'`, "the runs list after the delete")
+		if st := s.api(t, s.keyA, "GET", "/runs/"+gone, "", nil, nil); st != 404 {
+			t.Errorf("the deleted run: got %d, want 404", st)
+		}
+		a.open("/console/runs/" + gone)
+		if a.path() == "/console/runs/"+gone && eval[bool](a, `!!document.querySelector('#delete-btn')`) {
+			t.Error("the deleted run's page still shows the run")
+		}
+		// Time passes (the blobs are made an hour old, past --gc-grace),
+		// then a collection runs beside the server, as its keeper would.
+		blob := func(d string) string { return filepath.Join(s.data, "store", "blobs", "sha256", d[:2], d) }
+		old := time.Now().Add(-time.Hour)
+		if _, err := os.Stat(blob(only.SHA256.String())); err != nil {
+			t.Fatalf("the deleted run's own blob before the collection: %v, want it stored", err)
+		}
+		filepath.WalkDir(filepath.Join(s.data, "store", "blobs"), func(p string, e fs.DirEntry, err error) error {
+			if err == nil && !e.IsDir() {
+				os.Chtimes(p, old, old)
+			}
+			return nil
+		})
+		if out, err := exec.Command(s.bin, "gc", "--data", s.data, "--grace", "10m").CombinedOutput(); err != nil {
+			t.Fatalf("triad gc: %v\n%s", err, out)
+		}
+		if _, err := os.Stat(blob(only.SHA256.String())); !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("the deleted run's own blob after the collection: %v, want it removed", err)
+		}
+		if _, err := os.Stat(blob(shared.SHA256.String())); err != nil {
+			t.Errorf("the blob the other run holds: %v, want it kept", err)
+		}
+		if st := s.api(t, s.keyA, "GET", "/tmp/files/shared.txt", stays, nil, nil); st != 200 {
+			t.Errorf("the other run's file after the collection: got %d, want 200", st)
+		}
+		// A scratch run opened and left untouched leaves nothing.
+		a.open("/")
+		a.submit("#new-scratch")
+		a.until(time.Minute, `document.body.dataset.page === 'scratch'`, "a new scratch run")
+		untouched := eval[string](a, `document.body.dataset.run`)
+		if st := s.api(t, s.keyA, "GET", "/runs/"+untouched, "", nil, nil); st != 404 {
+			t.Errorf("an untouched scratch run: got %d, want 404 (no run made)", st)
 		}
 	})
 

@@ -382,7 +382,12 @@ func (c *Console) runPage(r *http.Request, v viewer, d *pageData) error {
 
 func (c *Console) scratchPage(r *http.Request, v viewer, d *pageData) error {
 	id, err := c.runOf(r)
-	if err != nil {
+	// "New scratch run" opens the page for an id it minted: the run is
+	// made by its first cell or upload (as any tool call naming a fresh
+	// id makes it), so a scratch run left untouched leaves nothing. The
+	// page shows nothing of a run before that, so it tells nothing about
+	// an id either.
+	if err != nil && !(r.URL.Query().Get("new") == "1" && fault.From(err).Kind == fault.NotFound && v.p.Has(auth.Runs)) {
 		return err
 	}
 	d.Title, d.Page, d.RunID = "Scratch "+id.String(), "scratch", id.String()

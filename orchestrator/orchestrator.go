@@ -66,6 +66,11 @@ type Orchestrator struct {
 	// sb is the runs' sandboxes: templates, and the egress sessions of
 	// runs whose kernels reach the network (egress.go).
 	sb *sandboxes
+
+	// deleteHooks are the surfaces' parts of deleting a run, and keep the
+	// background retention and collection (delete.go); nil when off.
+	deleteHooks []DeleteHook
+	keep        *keeper
 }
 
 // Limits bound what a single call may move.
@@ -192,6 +197,7 @@ func New(c Config) *Orchestrator {
 // is safe to call twice.
 func (o *Orchestrator) Close() error {
 	o.closeOnce.Do(func() {
+		o.keep.close()
 		o.sb.close()
 		o.stopAll()
 		o.commands.Wait()

@@ -90,7 +90,7 @@ func (s *Store) Write(ctx context.Context, run runid.ID, path string, r io.Reade
 	if err != nil {
 		return File{}, fmt.Errorf("store %s: %w", p, err)
 	}
-	return s.Link(ctx, run, p, d, n)
+	return s.link(ctx, run, p, d, n, false)
 }
 
 // WriteBytes is Write for bytes already in memory.
@@ -102,6 +102,11 @@ func (s *Store) WriteBytes(ctx context.Context, run runid.ID, path string, b []b
 // bytes had been written. It is how a blob is reused without copying: a file
 // named by hash, a journal checkpoint.
 func (s *Store) Link(ctx context.Context, run runid.ID, path string, d Digest, size int64) (File, error) {
+	return s.link(ctx, run, path, d, size, true)
+}
+
+// link is Link; touch is false for a blob the caller has just stored.
+func (s *Store) link(ctx context.Context, run runid.ID, path string, d Digest, size int64, touch bool) (File, error) {
 	p, err := safepath.Clean(path)
 	if err != nil {
 		return File{}, err
@@ -110,6 +115,13 @@ func (s *Store) Link(ctx context.Context, run runid.ID, path string, d Digest, s
 	defer unlock()
 	if err := s.checkTree(ctx, run, p); err != nil {
 		return File{}, err
+	}
+	// The blob may be one no run holds (a files_in by hash): touched, a
+	// collection keeps it (see Collect).
+	if touch {
+		if err := s.touch(ctx, d); err != nil {
+			return File{}, fmt.Errorf("link %s: %w", p, err)
+		}
 	}
 	f := File{Path: p, Size: size, SHA256: d, ModifiedAt: s.now().UTC()}
 	if err := s.putIndex(ctx, run, f); err != nil {

@@ -2,6 +2,7 @@ package e2b
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -637,4 +638,17 @@ func runSetupFor(in newSandboxBody) (wire.RunSetup, error) {
 func isAddr(s string) bool {
 	_, err := netip.ParseAddr(s)
 	return err == nil
+}
+
+// ForgetRun drops the sandbox whose run was deleted (an
+// orchestrator.DeleteHook): its record, its processes and its watches, so
+// the sandbox is not found from then on. A run that was no sandbox, or one
+// forgotten already, has nothing to drop.
+func (s *Server) ForgetRun(ctx context.Context, run runid.ID) error {
+	if err := s.reg.remove(ctx, run); err != nil {
+		return err
+	}
+	s.procs.killAll(run)
+	s.watch.endAll(run, errSandboxGone(run, "deleted"))
+	return nil
 }

@@ -283,6 +283,28 @@ func (s *Links) Revoke(ctx context.Context, id string) error {
 	return nil
 }
 
+// RevokeRun revokes every link of the run (a deleted run's): each record
+// and listing entry. Revoking again finds nothing to do.
+func (s *Links) RevokeRun(ctx context.Context, run runid.ID) error {
+	keys, err := s.meta.ListMeta(ctx, byRunPrefix+run.String()+"/", "", 0)
+	if err != nil {
+		return err
+	}
+	for _, k := range keys {
+		id := k[strings.LastIndexByte(k, '-')+1:]
+		if err := s.meta.DeleteMeta(ctx, recordPrefix+id); err != nil && !errors.Is(err, tmpfs.ErrNotFound) {
+			return err
+		}
+		s.mu.Lock()
+		delete(s.cache, id)
+		s.mu.Unlock()
+		if err := s.meta.DeleteMeta(ctx, k); err != nil && !errors.Is(err, tmpfs.ErrNotFound) {
+			return err
+		}
+	}
+	return nil
+}
+
 // List returns the run's live links, newest first (the listing's order). Entries of links that
 // expired or whose record is gone are dropped from the listing as they
 // are found.

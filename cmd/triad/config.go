@@ -14,6 +14,8 @@ import (
 
 	"github.com/triadhq/triad/auth/seal"
 	"github.com/triadhq/triad/metrics"
+	"github.com/triadhq/triad/orchestrator"
+	"github.com/triadhq/triad/tmpfs"
 )
 
 // config is the binary's one flat configuration, filled from flags and their
@@ -61,6 +63,11 @@ type config struct {
 	BodyTimeout time.Duration
 
 	scrubRate int64
+	// Retain, GCEvery and GCGrace are the keeper's: the retention of
+	// runs and the collection of blobs no run holds.
+	Retain  time.Duration
+	GCEvery time.Duration
+	GCGrace time.Duration
 
 	// metrics, when set, receives what the stack does (triad serve).
 	metrics *metrics.Metrics
@@ -121,6 +128,9 @@ func (c *config) serveFlags(f *flagSet) {
 	f.int(&c.Quotas.Uploads, "quota-uploads", 4, "most streamed uploads one tenant may have in flight at once (0: no limit)")
 	f.duration(&c.BodyIdle, "body-idle", time.Minute, "cut a request body no byte of which arrived for this long (408 body_timeout); 0: never")
 	f.duration(&c.BodyTimeout, "body-timeout", time.Hour, "cut a request body still arriving after this long (408 body_timeout); 0: never")
+	f.duration(&c.Retain, "retain", 0, "delete runs whose last activity is older than this, like 720h, as DELETE /runs/{id} does (0: keep every run)")
+	f.duration(&c.GCEvery, "gc-every", time.Hour, "how often to finish interrupted run deletions, apply --retain and remove blobs no run holds (0: never)")
+	f.duration(&c.GCGrace, "gc-grace", orchestrator.DefaultGrace, "how long a blob no run holds is kept before it is removed: longer than any write takes between storing a blob and linking it (at least 10m)")
 	f.str(&c.ScrubRate, "scrub-rate", "0", "re-hash every stored blob in the background at this many bytes a second, like 20MiB, quarantining those that fail (as triad fsck); 0: off")
 }
 
@@ -163,6 +173,12 @@ func (c *config) validateServe() error {
 		if c.Quotas.storedBytes, err = parseBytes(c.Quotas.StoredBytes); err != nil {
 			return fmt.Errorf("--quota-stored-bytes: %w", err)
 		}
+	}
+	if c.Retain < 0 || c.GCEvery < 0 {
+		return fmt.Errorf("--retain and --gc-every must be 0 (off) or positive")
+	}
+	if c.GCGrace < 10*tmpfs.FreshenAge {
+		return fmt.Errorf("--gc-grace %s: want at least %s (blobs found again refresh their stored time once a minute)", c.GCGrace, 10*tmpfs.FreshenAge)
 	}
 	if strings.TrimSpace(c.ScrubRate) != "0" {
 		var err error

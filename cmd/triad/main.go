@@ -18,6 +18,7 @@ import (
 
 	"github.com/triadhq/triad/api"
 	"github.com/triadhq/triad/api/e2b"
+	"github.com/triadhq/triad/api/e2b/metarecords"
 	"github.com/triadhq/triad/api/mcp"
 	"github.com/triadhq/triad/auth/keys"
 	"github.com/triadhq/triad/auth/session"
@@ -26,6 +27,7 @@ import (
 	"github.com/triadhq/triad/internal/compress"
 	"github.com/triadhq/triad/internal/version"
 	"github.com/triadhq/triad/metrics"
+	"github.com/triadhq/triad/orchestrator"
 	"github.com/triadhq/triad/tmpfs"
 	"github.com/triadhq/triad/tmpfs/local"
 	"github.com/triadhq/triad/tmpfs/s3"
@@ -50,6 +52,9 @@ Usage:
   triad fsck [--dry-run] [--rate BYTES]
                           re-hash every stored blob and quarantine those whose bytes no longer
                           match their sha256, listing the runs and paths that held them
+  triad gc [--grace DURATION]
+                          remove the blobs no run holds (a deleted run's, once no other run
+                          holds the same bytes), stored longer than --grace (6h) ago
   triad image build       build the sandbox image (offline, from Debian packages)
   triad image tag [--image server]
                           print the sandbox (or Triad server) image tag for this build
@@ -84,6 +89,8 @@ func main() {
 		err = keysCmd(ctx, os.Args[2:])
 	case "fsck":
 		err = fsckCmd(ctx, os.Args[2:])
+	case "gc":
+		err = gcCmd(ctx, os.Args[2:])
 	case "run":
 		err = runCmd(ctx, os.Args[2:])
 	case "replay":
@@ -204,6 +211,8 @@ func serve(ctx context.Context, args []string) error {
 	// The API's and the console's text answers are gzipped for clients
 	// that accept it; E2B's surface (envd's own encodings) is outside.
 	handler = compress.Handler(handler)
+	// A deleted run's share links go with it, and its E2B sandbox.
+	st.orch.OnDelete(shares.RevokeRun)
 	if c.E2B.Enabled {
 		e, err := openE2B(ctx, &c, st, ks, open, log)
 		if err != nil {
@@ -211,7 +220,9 @@ func serve(ctx context.Context, args []string) error {
 		}
 		defer e.Close()
 		handler = e.Handler(handler)
+		st.orch.OnDelete(e.ForgetRun)
 	} else {
+		st.orch.OnDelete(metarecords.New(st.store.Meta()).Delete)
 		// The surface is off, but its old records still leave the runs.
 		ec, err := e2bRecords(ctx, &c, st, log)
 		if err == nil {
@@ -221,6 +232,10 @@ func serve(ctx context.Context, args []string) error {
 			return err
 		}
 	}
+	if c.GCEvery > 0 {
+		log.Info("keeping the store in the background", "every", c.GCEvery, "retain", c.Retain, "grace", c.GCGrace)
+	}
+	st.orch.StartKeeper(orchestrator.KeepConfig{Retain: c.Retain, Every: c.GCEvery, Grace: c.GCGrace})
 	srv := &http.Server{
 		Handler: handler,
 		// A client that sends its headers slowly is cut after 10 s, and a

@@ -257,13 +257,19 @@ export async function* sse(resp) {
 }
 
 // newScratch starts a manual run and opens its cells.
-export async function newScratch() {
-  try {
-    const r = await api('POST', '/runs');
-    location.href = scratchPage(r.run_id);
-  } catch (e) {
-    toast(e.text || String(e));
-  }
+// freshRunId mints a run id as POST /runs does (r-<uuid v4>), in the
+// browser: a scratch run comes into being with its first cell or upload,
+// so one opened and left untouched leaves nothing behind.
+function freshRunId() {
+  const b = crypto.getRandomValues(new Uint8Array(16));
+  b[6] = (b[6] & 0x0f) | 0x40;
+  b[8] = (b[8] & 0x3f) | 0x80;
+  const h = [...b].map((x) => x.toString(16).padStart(2, '0')).join('');
+  return `r-${h.slice(0, 8)}-${h.slice(8, 12)}-${h.slice(12, 16)}-${h.slice(16, 20)}-${h.slice(20)}`;
+}
+
+export function newScratch() {
+  location.href = `${scratchPage(freshRunId())}?new=1`;
 }
 
 // Keyboard shortcuts; none fires while typing in a field.

@@ -269,6 +269,23 @@ $('#finalize-btn')?.addEventListener('click', async (e) => {
   }
 });
 
+// ---- delete -------------------------------------------------------------
+
+$('#delete-btn')?.addEventListener('click', () => {
+  const d = $('#delete-dialog');
+  d.returnValue = '';
+  d.showModal();
+  d.addEventListener('close', async () => {
+    if (d.returnValue !== 'delete') return;
+    try {
+      await api('DELETE', `/runs/${encodeURIComponent(RUN)}`);
+      location.href = '/?deleted=' + encodeURIComponent(RUN);
+    } catch (err) {
+      toast(err.text || String(err));
+    }
+  }, { once: true });
+});
+
 // ---- name and tags ------------------------------------------------------
 
 const labels = $('#labels-form');

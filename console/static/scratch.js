@@ -2,13 +2,14 @@
 // through sandbox.exec with its output streamed (POST /sandbox/exec with
 // Accept: text/event-stream), a files panel, and a kernel restart.
 import {
-  $, CAN_WRITE, NONCE, RUN, api, apiHeaders, el, errorOf, fileURL, fmtBytes, fmtDur, isRecord, sse, toast,
+  $, ApiError, CAN_WRITE, NONCE, RUN, api, apiHeaders, el, errorOf, fileURL, fmtBytes, fmtDur, isRecord, sse, toast,
 } from './lib.js';
 import { bundle as renderBundle, errorBlock, stream } from './cells.js';
 import { createEditor } from './vendor/editor.js';
 
 const cellsEl = $('#cells');
 const KEY = `triad-cells-${RUN}`;
+const NEW = new URLSearchParams(location.search).get('new') === '1';
 const cells = []; // {root, ed, out, count, saved}
 const bundle = (data) => renderBundle(RUN, data);
 
@@ -156,7 +157,13 @@ const hidden = (p) => /^CEL\.step_\d+\.md$/.test(p) || p.startsWith('outputs/');
 
 async function refreshFiles() {
   try {
-    const { files } = await api('GET', `/runs/${RUN}/files`);
+    let files = [];
+    try {
+      ({ files } = await api('GET', `/runs/${RUN}/files`));
+    } catch (e) {
+      // A new scratch run is made by its first cell or upload.
+      if (!(e instanceof ApiError && e.status === 404 && NEW)) throw e;
+    }
     const shown = files.filter((f) => !hidden(f.path));
     // The cells' files first, Triad's records after them.
     shown.sort((x, y) => isRecord(x.path) - isRecord(y.path) || x.path.localeCompare(y.path));

@@ -32,6 +32,7 @@ import (
 	"time"
 
 	"github.com/triadhq/triad/auth"
+	"github.com/triadhq/triad/internal/fault"
 	"github.com/triadhq/triad/internal/runid"
 	"github.com/triadhq/triad/tmpfs"
 	"github.com/triadhq/triad/wire"
@@ -64,6 +65,9 @@ type Owner struct {
 	// snapshot's files never change (docs/DECISIONS.md, "Snapshots and
 	// forks").
 	SnapshotOf string `json:"snapshot_of,omitempty"`
+	// Deleted is when the run was deleted: its owner record stays as a
+	// tombstone, so the id is never a run again (DeleteRun).
+	Deleted *time.Time `json:"deleted,omitempty"`
 }
 
 // Caller is who started the run, as run views show it.
@@ -212,7 +216,19 @@ func (t *Tenancy) Lookup(ctx context.Context, run runid.ID) (Owner, bool, error)
 	if err := json.Unmarshal(b, &ow); err != nil {
 		return Owner{}, false, fmt.Errorf("owner of run %s: %w", run, err)
 	}
+	if ow.Deleted != nil {
+		return Owner{}, false, deleted(run)
+	}
 	return ow, true, nil
+}
+
+// ErrDeleted means the run was deleted: it is not found, and its id is
+// never a run again. Lookup and Create answer it as a not_found fault.
+var ErrDeleted = errors.New("tenancy: the run was deleted")
+
+func deleted(run runid.ID) error {
+	return fault.Wrap(fault.NotFound, ErrDeleted, fmt.Sprintf("no run %s", run),
+		"check the run id; GET /runs lists your runs, POST /runs gives a fresh id")
 }
 
 // Create makes p the owner of run, within p's runs-per-hour quota, with a

@@ -85,6 +85,7 @@ func (b *Blobs) Append(ctx context.Context, base tmpfs.Digest, baseSize int64, t
 	if len(tail) == 0 {
 		return tmpfs.Digest{}, 0, fmt.Errorf("%w: nothing to append", errors.ErrUnsupported)
 	}
+	defer b.pins.Write()()
 	key := chainKey(chain)
 	b.ext.mu.Lock()
 	if b.ext.chains == nil {
@@ -218,12 +219,13 @@ func (b *Blobs) resume(ctx context.Context, key string, base tmpfs.Digest, baseS
 // small, and a torn one, from a crash mid-write, does not parse and is
 // written again), then its directory is synced.
 func (b *Blobs) writeRef(d tmpfs.Digest, r ref) error {
+	b.pins.Note(d)
 	if _, err := os.Stat(b.path(d)); err == nil {
-		return nil
+		return b.freshen(d)
 	}
 	p := b.refPath(d)
 	if _, err := b.readRef(d); err == nil {
-		return nil
+		return b.freshen(d)
 	}
 	data, err := json.Marshal(r)
 	if err != nil {

@@ -32,9 +32,10 @@ import (
 
 // Blobs stores blobs as files.
 type Blobs struct {
-	dir string
-	fps *fingerprints
-	ext extents // appended blobs; see extents.go
+	dir  string
+	fps  *fingerprints
+	ext  extents    // appended blobs; see extents.go
+	pins tmpfs.Pins // what a collection must not remove; see collect.go
 }
 
 var (
@@ -119,6 +120,9 @@ func (b *Blobs) Put(ctx context.Context, r io.Reader, limit int64) (tmpfs.Digest
 	if err := os.Chmod(tmp.Name(), 0o400); err != nil {
 		return tmpfs.Digest{}, 0, err
 	}
+	// A collection's removals wait while the blob is put in place and
+	// noted (see collect.go); the body, written before, held nothing.
+	defer b.pins.Write()()
 	if err := os.MkdirAll(filepath.Dir(dst), 0o700); err != nil {
 		return tmpfs.Digest{}, 0, err
 	}
@@ -126,6 +130,7 @@ func (b *Blobs) Put(ctx context.Context, r io.Reader, limit int64) (tmpfs.Digest
 		return tmpfs.Digest{}, 0, fmt.Errorf("rename blob into place: %w", err)
 	}
 	done = true
+	b.pins.Note(d)
 	if err := syncDir(filepath.Dir(dst)); err != nil {
 		return tmpfs.Digest{}, 0, err
 	}

@@ -540,3 +540,8 @@ func appendLines(t *testing.T, s *tmpfs.Store, run runid.ID, path string, n int,
 	}
 	return vs
 }
+
+func TestCollect(t *testing.T) {
+	dir := t.TempDir()
+	tmpfstest.RunCollect(t, func(t *testing.T) *tmpfs.Store { return open(t, dir) })
+}

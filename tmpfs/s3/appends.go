@@ -74,6 +74,7 @@ func (b *Blobs) Append(ctx context.Context, base tmpfs.Digest, baseSize int64, t
 	if len(tail) == 0 {
 		return tmpfs.Digest{}, 0, fmt.Errorf("%w: nothing to append", errors.ErrUnsupported)
 	}
+	defer b.pins.Write()()
 	b.chains.mu.Lock()
 	if b.chains.m == nil {
 		b.chains.m = map[string]*chainState{}
@@ -127,7 +128,7 @@ func (b *Blobs) compact(ctx context.Context, st *chainState) error {
 		defer o.Close()
 		src = io.MultiReader(io.LimitReader(o, st.baseSize), src)
 	}
-	d, n, err := b.Put(ctx, src, 0)
+	d, n, err := b.put(ctx, src, 0, func() func() { return func() {} })
 	if err != nil {
 		return err
 	}
@@ -155,11 +156,18 @@ func (b *Blobs) putTail(ctx context.Context, st *chainState) error {
 		DisableContentSha256: true,
 	}
 	opts.SetMatchETagExcept("*")
+	b.pins.Note(st.digest)
 	tctx, cancel := b.c.withTimeout(ctx)
 	defer cancel()
 	_, err := b.c.core.PutObject(tctx, b.c.bucket, appendKey(st.digest), bytes.NewReader(st.tail), int64(len(st.tail)), "", "", opts)
 	if er := minio.ToErrorResponse(err); er.StatusCode == http.StatusPreconditionFailed {
-		return nil
+		sctx, cancel := b.c.withTimeout(ctx)
+		info, err := b.c.core.StatObject(sctx, b.c.bucket, appendKey(st.digest), minio.StatObjectOptions{})
+		cancel()
+		if err != nil {
+			return b.c.fail(ctx, "stat appended blob "+st.digest.Short(), err)
+		}
+		return b.freshen(ctx, appendKey(st.digest), info)
 	}
 	return b.c.fail(ctx, "upload appended blob "+st.digest.Short(), err)
 }

@@ -21,7 +21,8 @@ import (
 // Blobs stores blobs as objects under blobs/ in the bucket.
 type Blobs struct {
 	c      *conn
-	chains chains // appended blobs; see appends.go
+	chains chains     // appended blobs; see appends.go
+	pins   tmpfs.Pins // what a collection must not remove; see collect.go
 }
 
 var (
@@ -51,6 +52,13 @@ const metaSHA256 = "X-Amz-Meta-Sha256"
 // changed on the way. A bigger body is uploaded in parts as it arrives
 // and named by a manifest once its hash is known (putLarge).
 func (b *Blobs) Put(ctx context.Context, r io.Reader, limit int64) (tmpfs.Digest, int64, error) {
+	return b.put(ctx, r, limit, b.pins.Write)
+}
+
+// put is Put; gate holds off a collection's removals while the blob is
+// looked for and stored (a no-op when the caller holds it already: an
+// Append's compaction). A body still arriving holds nothing.
+func (b *Blobs) put(ctx context.Context, r io.Reader, limit int64, gate func() func()) (tmpfs.Digest, int64, error) {
 	src := io.Reader(ctxReader{ctx, r})
 	if limit > 0 {
 		src = io.LimitReader(src, limit+1)
@@ -60,7 +68,7 @@ func (b *Blobs) Put(ctx context.Context, r io.Reader, limit int64) (tmpfs.Digest
 		return tmpfs.Digest{}, 0, fmt.Errorf("read body: %w", err)
 	}
 	if !eof {
-		return b.putLarge(ctx, head, src, limit)
+		return b.putLarge(ctx, head, src, limit, gate)
 	}
 	if pooled {
 		defer putPart(head)
@@ -70,6 +78,8 @@ func (b *Blobs) Put(ctx context.Context, r io.Reader, limit int64) (tmpfs.Digest
 	}
 	d, size := tmpfs.DigestOf(head), int64(len(head))
 	key := blobKey(d)
+	defer gate()()
+	b.pins.Note(d)
 
 	sctx, cancel := b.c.withTimeout(ctx)
 	info, err := b.c.core.StatObject(sctx, b.c.bucket, key, minio.StatObjectOptions{})
@@ -79,6 +89,9 @@ func (b *Blobs) Put(ctx context.Context, r io.Reader, limit int64) (tmpfs.Digest
 	case err == nil && b.intact(ctx, info, d, size):
 		// Content addressing makes a second copy redundant.
 		b.c.log.DebugContext(ctx, "blob already stored", "sha256", hexsum, "size", size)
+		if err := b.freshen(ctx, key, info); err != nil {
+			return tmpfs.Digest{}, 0, err
+		}
 		return d, size, nil
 	case err == nil:
 		// The object under this name was not written by Put (it lacks the

@@ -845,3 +845,11 @@ func TestFsckAppendedBase(t *testing.T) {
 		}
 	}
 }
+
+func TestCollect(t *testing.T) {
+	srv := miniotest.Shared(t)
+	tmpfstest.RunCollect(t, func(t *testing.T) *tmpfs.Store {
+		s, _ := open(t, srv)
+		return s
+	})
+}

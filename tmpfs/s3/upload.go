@@ -68,7 +68,7 @@ var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 // buffer it takes over (more bytes follow in src): parts go up as they
 // fill, hashed in order on a goroutine of their own, with at most
 // partBuffers buffers alive.
-func (b *Blobs) putLarge(ctx context.Context, head []byte, src io.Reader, limit int64) (tmpfs.Digest, int64, error) {
+func (b *Blobs) putLarge(ctx context.Context, head []byte, src io.Reader, limit int64, gate func() func()) (tmpfs.Digest, int64, error) {
 	ps := partSizeFor(limit)
 	upKey := uploadsPrefix + time.Now().UTC().Format("20060102T150405Z") + "-" + randomHex(8)
 	octx, cancel := b.c.withTimeout(ctx)
@@ -242,7 +242,10 @@ func (b *Blobs) putLarge(ctx context.Context, head []byte, src io.Reader, limit 
 		return tmpfs.Digest{}, 0, b.c.fail(ctx, "complete upload of blob "+d.Short(), err)
 	}
 	done = true
-	if err := b.name(ctx, d, total, upKey, info.ETag); err != nil {
+	unlock := gate()
+	err = b.name(ctx, d, total, upKey, info.ETag)
+	unlock()
+	if err != nil {
 		b.removeUpload(ctx, upKey)
 		return tmpfs.Digest{}, 0, err
 	}
@@ -278,6 +281,7 @@ func (b *Blobs) uploadPart(ctx context.Context, key, uploadID string, p *part) (
 // there already, in which case the upload is removed.
 func (b *Blobs) name(ctx context.Context, d tmpfs.Digest, size int64, upKey, upETag string) error {
 	key := blobKey(d)
+	b.pins.Note(d)
 	sctx, cancel := b.c.withTimeout(ctx)
 	info, err := b.c.core.StatObject(sctx, b.c.bucket, key, minio.StatObjectOptions{})
 	cancel()
@@ -286,7 +290,7 @@ func (b *Blobs) name(ctx context.Context, d tmpfs.Digest, size int64, upKey, upE
 	case err == nil && b.intact(ctx, info, d, size):
 		b.c.log.DebugContext(ctx, "blob already stored", "sha256", d.String(), "size", size)
 		b.removeUpload(ctx, upKey)
-		return nil
+		return b.freshen(ctx, key, info)
 	case err == nil:
 		b.c.log.WarnContext(ctx, "replacing a stored blob that was not written by this store, or whose bytes are gone",
 			"sha256", d.String(), "stored_size", info.Size, "size", size)
