@@ -5,7 +5,7 @@
 import { test, after } from 'node:test'
 import assert from 'node:assert/strict'
 import { Sandbox } from '@e2b/code-interpreter'
-import { SLOW, assertJournal, triad, patient, PATIENCE } from './helpers.mjs'
+import { SLOW, assertJournal, triad } from './helpers.mjs'
 
 const sandboxes = []
 after(async () => {
@@ -14,10 +14,10 @@ after(async () => {
 
 // A language's first cell starts its kernel: give it longer than the
 // SDK's default on a loaded machine.
-const FIRST = { timeoutMs: PATIENCE - 10_000 }
+const FIRST = { timeoutMs: 170_000 }
 
 async function create(opts) {
-  const s = await Sandbox.create(patient(opts))
+  const s = await Sandbox.create(opts)
   sandboxes.push(s)
   return s
 }

@@ -3,7 +3,7 @@
 import { test, after } from 'node:test'
 import assert from 'node:assert/strict'
 import { Sandbox } from '@e2b/code-interpreter'
-import { SLOW, assertJournal, patient } from './helpers.mjs'
+import { SLOW, assertJournal } from './helpers.mjs'
 
 const sandboxes = []
 after(async () => {
@@ -11,7 +11,7 @@ after(async () => {
 })
 
 async function create(opts) {
-  const s = await Sandbox.create(patient(opts))
+  const s = await Sandbox.create(opts)
   sandboxes.push(s)
   return s
 }
