@@ -555,6 +555,25 @@ type Detacher interface {
 	Detach() error
 }
 
+// Meter is a Kernel that can say what its sandbox uses now: an optional
+// ability, found by type assertion, for the tenant's list of live kernels
+// (Docker: the container's cgroup through the engine's stats; wasm: the
+// interpreter's linear memory and the time its cells ran). A backend
+// reports what it can measure and leaves the rest unknown.
+type Meter interface {
+	Usage(ctx context.Context) (Usage, error)
+}
+
+// Usage is what a kernel's sandbox uses at one moment. A field the
+// backend cannot measure is negative (unknown), never a guessed zero.
+type Usage struct {
+	// CPUSeconds is the processor time the sandbox's processes used since
+	// it started, in seconds.
+	CPUSeconds float64
+	// MemoryBytes is the memory the sandbox holds now.
+	MemoryBytes int64
+}
+
 // Losable is a WorkDir that can lose its contents with its kernel: a pod
 // evicted for its disk use takes its working directory with it, and the
 // kernel that replaces it starts empty. Losses counts how often that has
