@@ -356,7 +356,7 @@ func TestKernelQuota(t *testing.T) {
 		t.Errorf("another tenant's first kernel: %d %s", ans.status, ans.body)
 	}
 	// A read-only key lists but does not act.
-	reader := c.as(c.newKey(auth.DefaultTenant, auth.Read))
+	reader := c.as(c.newKey(kl.Kernels[0].Tenant, auth.Read))
 	if kl := kernels(reader); len(kl.Kernels) != n {
 		t.Errorf("a read key's GET /kernels: %+v, want the tenant's %d kernels", kl, n)
 	}
@@ -385,5 +385,5 @@ func TestKernelQuota(t *testing.T) {
 		t.Errorf("after stopping r-k-extra's kernel: %+v, want only r-k0's", kl)
 	}
 	wantErr(t, c.do(http.MethodDelete, "/kernels/r-k-extra", "", nil), 404, "not_found")
-	wantErr(t, c.do(http.MethodPost, "/kernels/not a run/restart", "", nil), 400, "")
+	wantErr(t, c.do(http.MethodPost, "/kernels/not%20a%20run/restart", "", nil), 400, "invalid_run_id")
 }
