@@ -30,14 +30,15 @@ function row(k) {
     type: 'button', class: `btn btn-quiet small ${cls}`.trim(), text: label, dataset: { action },
     'aria-label': `${label} ${k.run_id}'s kernel`, disabled: !CAN_WRITE, onclick: () => act(k, action),
   });
+  // data-label names each cell where a narrow screen stacks the row.
   return el('tr', { dataset: { run: k.run_id } },
-    el('td', {}, el('a', { class: 'runlink mono', href: runPage(k.run_id), text: k.run_id }), k.contexts ? el('div', { class: 'muted small', text: `${k.contexts} context${k.contexts > 1 ? 's' : ''}` }) : null),
-    el('td', {}, k.busy ? badge('busy', 'running') : badge('idle', 'open')),
-    el('td', {}, time(k.started)),
-    el('td', {}, time(k.last_used)),
-    el('td', { class: 'num' }, cpu(k)),
-    el('td', { class: 'num' }, mem(k)),
-    el('td', { class: 'actions-cell' }, btn('interrupt', 'Interrupt'), btn('restart', 'Restart'), btn('stop', 'Stop', 'btn-danger')));
+    el('td', { class: 'k-run' }, el('a', { class: 'runlink mono', href: runPage(k.run_id), text: k.run_id }), k.contexts ? el('div', { class: 'muted small', text: `${k.contexts} context${k.contexts > 1 ? 's' : ''}` }) : null),
+    el('td', { dataset: { label: 'State' } }, k.busy ? badge('busy', 'running') : badge('idle', 'open')),
+    el('td', { dataset: { label: 'Started' } }, time(k.started)),
+    el('td', { dataset: { label: 'Last used' } }, time(k.last_used)),
+    el('td', { class: 'num', dataset: { label: 'CPU' } }, cpu(k)),
+    el('td', { class: 'num', dataset: { label: 'Memory' } }, mem(k)),
+    el('td', { class: 'k-actions' }, el('div', { class: 'kactions' }, btn('interrupt', 'Interrupt'), btn('restart', 'Restart'), btn('stop', 'Stop', 'btn-danger'))));
 }
 
 async function load() {
