@@ -11,6 +11,7 @@ import (
 	"github.com/triadhq/triad/auth"
 	"github.com/triadhq/triad/internal/crashpoint"
 	"github.com/triadhq/triad/internal/runid"
+	"github.com/triadhq/triad/orchestrator"
 	"github.com/triadhq/triad/wire"
 )
 
@@ -287,6 +288,12 @@ func (s *Server) table() []*route {
 				"journal": {Op: "get_cel", Params: map[string]any{"header." + RunHeader: "$request.header." + RunHeader}, Description: "The run's journal, with this call's Step Block"},
 			}},
 		{Methods: post, Path: "/sandbox/restart", Scope: auth.Runs, RunHeader: true, Summary: "Restart the run's kernel (its files stay)", Answer: wire.RestartResponse{}, h: s.sandboxRestart},
+
+		{Methods: get, Path: "/kernels", Scope: auth.Read, Summary: "The caller's live kernels (run, age, last use, busy or idle, CPU and memory as the backend reports them) and its kernel quota's use: " +
+			"only busy kernels are in use, and a new kernel at the limit reclaims the least recently used idle one", Answer: wire.KernelList{}, h: s.kernelsList},
+		{Methods: post, Path: "/kernels/{id}/interrupt", Scope: auth.Runs, PathParams: []param{runIDParam}, Summary: "Interrupt the cells running in the run's kernel (it keeps its state if they stop in time)", Answer: wire.KernelAction{}, h: s.kernelAction(orchestrator.KernelInterrupt)},
+		{Methods: post, Path: "/kernels/{id}/restart", Scope: auth.Runs, PathParams: []param{runIDParam}, Summary: "Restart the run's kernel, interrupting its cells first (its files stay)", Answer: wire.KernelAction{}, h: s.kernelAction(orchestrator.KernelRestart)},
+		{Methods: del, Path: "/kernels/{id}", Scope: auth.Runs, PathParams: []param{runIDParam}, Summary: "Stop the run's kernel, interrupting its cells first: its files stay, and its next cell starts a fresh kernel", Answer: wire.KernelAction{}, h: s.kernelAction(orchestrator.KernelStop)},
 
 		{Methods: get, Path: "/keys", Scope: auth.Admin, Summary: "Every API key (never its secret), with its last use", Answer: wire.KeyList{}, h: s.keysList},
 		{Methods: post, Path: "/keys", Scope: auth.Admin, Summary: "Create an API key; the answer is the only time it is shown", Body: wire.NewKeyRequest{}, OK: http.StatusCreated, Answer: wire.NewKey{}, h: s.keysCreate,

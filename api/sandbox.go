@@ -10,6 +10,8 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/gorilla/mux"
+
 	"github.com/triadhq/triad/internal/runid"
 	"github.com/triadhq/triad/orchestrator"
 	"github.com/triadhq/triad/wire"
@@ -121,4 +123,29 @@ func (e *eventStream) comment(text string) {
 	defer e.mu.Unlock()
 	fmt.Fprintf(e.w, ": %s\n\n", text)
 	e.fl.Flush()
+}
+
+// kernelsList is GET /kernels.
+func (s *Server) kernelsList(w http.ResponseWriter, r *http.Request) error {
+	out, err := s.orch.Kernels(r.Context())
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusOK, out)
+}
+
+// kernelAction is an action on the live kernel of the run the path
+// names (POST /kernels/{id}/interrupt and restart, DELETE /kernels/{id}).
+func (s *Server) kernelAction(action string) handlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) error {
+		id, err := runid.Parse(mux.Vars(r)["id"])
+		if err != nil {
+			return err
+		}
+		out, err := s.orch.KernelAction(r.Context(), id, action)
+		if err != nil {
+			return err
+		}
+		return writeJSON(w, http.StatusOK, out)
+	}
 }

@@ -57,6 +57,10 @@ type Core interface {
 	// Offer is what the sandbox offers runs: GET /templates and the
 	// OpenAPI document state it.
 	Offer() orchestrator.Offer
+	// Kernels lists the caller's live kernels and its kernel quota's use
+	// (GET /kernels); KernelAction interrupts, restarts or stops one.
+	Kernels(ctx context.Context) (wire.KernelList, error)
+	KernelAction(ctx context.Context, run runid.ID, action string) (wire.KernelAction, error)
 }
 
 var _ Core = (*orchestrator.Orchestrator)(nil)

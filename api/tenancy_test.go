@@ -1,6 +1,7 @@
 package api_test
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -256,42 +257,138 @@ func TestTenantsSeeOnlyTheirRuns(t *testing.T) {
 	}
 }
 
-// The (N+1)th concurrent kernel of a tenant is refused with 429 quota; the
-// N kernels keep working, and another tenant has a quota of its own.
+// At its kernel quota, a tenant's new kernel reclaims the least recently
+// used idle one (its files stay, its journal says so); GET /kernels lists
+// the tenant's kernels and quota use, and only its own; when every kernel
+// is busy the new one is refused with 429 quota and a suggestion the
+// caller can act on, and the kernels' interrupt and stop free one.
+// Another tenant has a quota of its own.
 func TestKernelQuota(t *testing.T) {
 	const n = 2
-	s := orchestratortest.New(t, orchestratortest.Options{Sandbox: "docker", Quotas: orchestrator.Quotas{Kernels: n}})
+	s := orchestratortest.New(t, orchestratortest.Options{Sandbox: "docker", Quotas: orchestrator.Quotas{Kernels: n}, InterruptGrace: 30 * time.Second})
 	c := apiServer(t, api.Config{Orchestrator: s.Orch, Keys: s.Keys})
-	var wg sync.WaitGroup
 	for i := range n {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if out, ans := c.exec(fmt.Sprintf("r-k%d", i), map[string]any{"code": fmt.Sprintf("x = %d", i)}); !out.OK {
-				t.Errorf("kernel %d: %d %s", i, ans.status, ans.body)
-			}
-		}()
-	}
-	wg.Wait()
-	_, ans := c.exec("r-k-extra", map[string]any{"code": "x = 99"})
-	e := wantErr(t, ans, 429, "quota")
-	if !strings.Contains(e.Message, "concurrent kernels") || !strings.Contains(e.Suggestion, "--quota-kernels") {
-		t.Errorf("quota answer %+v does not name the limit and what to do", e)
-	}
-	for i := range n {
-		out, ans := c.exec(fmt.Sprintf("r-k%d", i), map[string]any{"code": "x"})
-		if out.Result == nil || out.Result.Data["text/plain"] != fmt.Sprint(i) {
-			t.Errorf("kernel %d after the refusal: %d %s", i, ans.status, ans.body)
+		if out, ans := c.exec(fmt.Sprintf("r-k%d", i), map[string]any{"code": fmt.Sprintf("x = %d\nopen('mine.txt', 'w').write('%d')", i, i)}); !out.OK {
+			t.Fatalf("kernel %d: %d %s", i, ans.status, ans.body)
 		}
 	}
+	if out, ans := c.exec("r-k-extra", map[string]any{"code": "x = 99"}); !out.OK {
+		t.Fatalf("a third kernel at a quota of 2: %d %s, want r-k0's idle kernel reclaimed", ans.status, ans.body)
+	}
+	kernels := func(c *client) wire.KernelList {
+		t.Helper()
+		ans := c.do(http.MethodGet, "/kernels", "", nil)
+		if ans.status != 200 {
+			t.Fatalf("GET /kernels: %d %s", ans.status, ans.body)
+		}
+		var kl wire.KernelList
+		ans.json(t, &kl)
+		return kl
+	}
+	kl := kernels(c)
+	var runs []string
+	for _, k := range kl.Kernels {
+		runs = append(runs, k.RunID)
+		if k.Busy || k.CPUSeconds == nil || *k.CPUSeconds <= 0 || k.MemoryBytes == nil || *k.MemoryBytes <= 0 {
+			t.Errorf("kernel %+v: want idle, with the container's CPU time and memory", k)
+		}
+	}
+	if want := (wire.KernelQuota{Limit: n, Live: n}); kl.Quota != want || kl.Backend != "docker" || strings.Join(runs, ",") != "r-k1,r-k-extra" {
+		t.Errorf("GET /kernels: quota %+v on %s, kernels of %v; want %+v on docker, r-k1 and r-k-extra", kl.Quota, kl.Backend, runs, want)
+	}
+	out, ans := c.exec("r-k0", map[string]any{"code": "print(open('mine.txt').read())\nx"})
+	if out.Stdout != "0\n" || out.Error == nil || out.Error.Ename != "NameError" {
+		t.Errorf("the reclaimed run's next cell: %d %s; want its file read and x gone", ans.status, ans.body)
+	}
+	cel := string(c.do(http.MethodGet, "/cel", "r-k0", nil).body)
+	if sec := strings.Index(cel, "### Kernel state reclaimed"); sec < 0 || sec > strings.Index(cel, "## Step 2: ") || !strings.Contains(cel[sec:], "r-k-extra") {
+		t.Errorf("the reclaimed run's journal does not say, before step 2, that its kernel went to r-k-extra:\n%s", cel)
+	}
+
+	// Both kernels busy: the next is refused, with what to do.
+	type streamed struct {
+		status int
+		body   string
+	}
+	ended := map[string]chan streamed{}
+	for _, run := range []string{"r-k0", "r-k-extra"} {
+		ended[run] = make(chan streamed, 1)
+		running := make(chan struct{})
+		go func() {
+			b, _ := json.Marshal(map[string]any{"code": "import time\nprint('running', flush=True)\ntime.sleep(3600)", "timeout_s": 7200})
+			req, _ := http.NewRequestWithContext(t.Context(), http.MethodPost, c.url+"/sandbox/exec", strings.NewReader(string(b)))
+			req.Header.Set(api.RunHeader, run)
+			req.Header.Set("Accept", "text/event-stream")
+			req.Header.Set("Authorization", "Bearer "+c.key)
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				close(running)
+				ended[run] <- streamed{body: err.Error()}
+				return
+			}
+			defer resp.Body.Close()
+			var all strings.Builder
+			sc := bufio.NewScanner(resp.Body)
+			sc.Buffer(make([]byte, 1<<20), 16<<20)
+			once := sync.Once{}
+			for sc.Scan() {
+				all.WriteString(sc.Text() + "\n")
+				if sc.Text() == "event: stdout" {
+					once.Do(func() { close(running) })
+				}
+			}
+			once.Do(func() { close(running) })
+			ended[run] <- streamed{status: resp.StatusCode, body: all.String()}
+		}()
+		<-running
+	}
+	if kl := kernels(c); kl.Quota.Busy != n {
+		t.Fatalf("GET /kernels while both cells run: %+v, want %d busy", kl.Quota, n)
+	}
+	_, ans = c.exec("r-k-new", map[string]any{"code": "1"})
+	e := wantErr(t, ans, 429, "quota")
+	if !strings.Contains(e.Message, "in use") || !strings.Contains(e.Suggestion, "/kernels") || !strings.Contains(e.Suggestion, "--quota-kernels") {
+		t.Errorf("quota answer %+v does not say the kernels are in use and how to free one", e)
+	}
+	// Another tenant sees none of them, cannot act on them, and has its
+	// own quota.
 	other := c.as(c.newKey("globex", auth.Runs))
+	if kl := kernels(other); len(kl.Kernels) != 0 || kl.Quota.Live != 0 {
+		t.Errorf("another tenant's GET /kernels: %+v, want none", kl)
+	}
+	wantErr(t, other.do(http.MethodDelete, "/kernels/r-k0", "", nil), 404, "not_found")
 	if out, ans := other.exec("r-globex", map[string]any{"code": "1+1"}); !out.OK {
 		t.Errorf("another tenant's first kernel: %d %s", ans.status, ans.body)
 	}
-	// A live kernel's run is never refused, and when one goes, a new one
-	// may start.
-	s.Kernels.Drop(runid.Must("r-k0"))
-	if out, ans := c.exec("r-k-extra", map[string]any{"code": "x = 99"}); !out.OK {
-		t.Errorf("after a kernel stopped: %d %s", ans.status, ans.body)
+	// A read-only key lists but does not act.
+	reader := c.as(c.newKey(kl.Kernels[0].Tenant, auth.Read))
+	if kl := kernels(reader); len(kl.Kernels) != n {
+		t.Errorf("a read key's GET /kernels: %+v, want the tenant's %d kernels", kl, n)
 	}
+	wantErr(t, reader.do(http.MethodPost, "/kernels/r-k0/interrupt", "", nil), 403, "forbidden")
+
+	// Interrupt one cell, stop the other kernel: both cells end.
+	var act wire.KernelAction
+	a := c.do(http.MethodPost, "/kernels/r-k0/interrupt", "", nil)
+	a.json(t, &act)
+	if a.status != 200 || !act.OK || act.Interrupted != 1 {
+		t.Errorf("interrupt: %d %s, want one cell interrupted", a.status, a.body)
+	}
+	a = c.do(http.MethodDelete, "/kernels/r-k-extra", "", nil)
+	if a.status != 200 {
+		t.Errorf("stop: %d %s", a.status, a.body)
+	}
+	for run, ch := range ended {
+		if got := <-ch; got.status != 200 || !strings.Contains(got.body, `"kind":"interrupted"`) {
+			t.Errorf("%s's long cell: %d %s, want it interrupted", run, got.status, got.body)
+		}
+	}
+	if out, ans := c.exec("r-k0", map[string]any{"code": "x = 5\nx"}); !out.OK {
+		t.Errorf("r-k0 after its interrupt: %d %s", ans.status, ans.body)
+	}
+	if kl := kernels(c); kl.Quota.Live != 1 || kl.Kernels[0].RunID != "r-k0" {
+		t.Errorf("after stopping r-k-extra's kernel: %+v, want only r-k0's", kl)
+	}
+	wantErr(t, c.do(http.MethodDelete, "/kernels/r-k-extra", "", nil), 404, "not_found")
+	wantErr(t, c.do(http.MethodPost, "/kernels/not%20a%20run/restart", "", nil), 400, "invalid_run_id")
 }

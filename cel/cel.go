@@ -153,6 +153,30 @@ func FormatLate(l Late) string {
 	return w.String()
 }
 
+// Reclaim records that Triad stopped a run's idle kernel to start another
+// run's at their tenant's kernel quota: the run's interpreter state (its
+// variables) is gone, its files stay.
+type Reclaim struct {
+	When time.Time
+	// For is the run whose new kernel it made room for.
+	For    runid.ID
+	Tenant string
+	// Limit is the tenant's kernel quota; Idle how long the kernel had
+	// sat unused.
+	Limit int
+	Idle  time.Duration
+}
+
+// FormatReclaim renders a kernel reclaim section.
+func FormatReclaim(r Reclaim) string {
+	var w strings.Builder
+	fmt.Fprintf(&w, "\n### Kernel state reclaimed — %s\n", r.When.UTC().Format(time.RFC3339))
+	fmt.Fprintf(&w, "Triad stopped this run's kernel to start one for run %s: tenant %s was at its kernel quota (%d), and this kernel was its least recently used idle one (idle for %s).\n",
+		codeSpan(r.For.String()), inline(r.Tenant), r.Limit, r.Idle.Round(time.Second))
+	w.WriteString("The run's files stay; its next cell runs in a fresh kernel, without the variables of earlier cells.\n")
+	return w.String()
+}
+
 // Header is the journal's opening section.
 type Header struct {
 	Run       runid.ID
@@ -356,7 +380,7 @@ var (
 	// summaryRE matches the summary section as FormatSummary writes it.
 	summaryRE = regexp.MustCompile(`(?m)^## Summary\n\*\*When:\*\* \S+\n(?:\*\*Status:\*\* (.*)\n)?\*\*Steps:\*\* (\d+) `)
 	// sectionRE matches the start of any section a Journal appends.
-	sectionRE = regexp.MustCompile(`(?m)^(?:## Step \d+: |### Operator note|### Late verdict|## Summary\n)`)
+	sectionRE = regexp.MustCompile(`(?m)^(?:## Step \d+: |### Operator note|### Late verdict|### Kernel state reclaimed|## Summary\n)`)
 )
 
 func (j *Journal) state(ctx context.Context, run runid.ID) (*state, error) {
@@ -563,6 +587,21 @@ func (j *Journal) AppendLate(ctx context.Context, run runid.ID, l Late) ([]Write
 		return nil, fmt.Errorf("journal of run %s: late verdict of step %d, which it does not have", run, l.N)
 	}
 	files, err := j.append(ctx, run, "", FormatLate(l))
+	if err != nil {
+		return nil, err
+	}
+	st.summary = nil
+	return files, nil
+}
+
+// AppendReclaim appends a kernel reclaim section (FormatReclaim). It is
+// no step: the next Step Block's number and notes are unchanged.
+func (j *Journal) AppendReclaim(ctx context.Context, run runid.ID, r Reclaim) ([]Write, error) {
+	st, err := j.state(ctx, run)
+	if err != nil {
+		return nil, err
+	}
+	files, err := j.append(ctx, run, "", FormatReclaim(r))
 	if err != nil {
 		return nil, err
 	}

@@ -107,7 +107,7 @@ func startServer(t *testing.T) *server {
 	s := &server{keyA: key("alice", "acme", "runs"), keyB: key("bob", "globex", "runs"), keyR: key("carol", "acme", "read"),
 		keyAdmin: key("root", "ops", "admin"), logs: &testenv.Buffer{}, bin: bin, data: data}
 	addr := freeAddr(t)
-	cmd := exec.Command(bin, "serve", "--addr", addr, "--data", data, "--sandbox", "docker", "--warm", "1")
+	cmd := exec.Command(bin, "serve", "--addr", addr, "--data", data, "--sandbox", "docker", "--warm", "1", "--quota-kernels", "4")
 	cmd.Env = append(os.Environ(), "TAVILY_API_KEY=")
 	cmd.Stdout, cmd.Stderr = s.logs, s.logs
 	if err := cmd.Start(); err != nil {
@@ -1482,6 +1482,113 @@ func TestConsole(t *testing.T) {
 			t.Error("the browser logged no refusal: the payloads were not put to the test")
 		}
 		t.Logf("console errors (the browser refusing the payloads): %d\n%s", len(blocked), strings.Join(blocked, "\n"))
+	})
+
+	// At the kernel quota (4), the 5th kernel reclaims the least recently
+	// used idle one, and that run's journal says so; the kernels view
+	// lists the tenant's kernels and stops one; the launch page and the
+	// scratch path show the quota's use.
+	t.Run("kernels", func(t *testing.T) {
+		a.t = t
+		type kernelList struct {
+			Kernels []struct {
+				RunID string `json:"run_id"`
+				Busy  bool   `json:"busy"`
+			} `json:"kernels"`
+			Quota struct{ Limit, Live, Busy int } `json:"quota"`
+		}
+		kernels := func() kernelList {
+			var kl kernelList
+			if st := s.api(t, s.keyA, "GET", "/kernels", "", nil, &kl); st != 200 {
+				t.Fatalf("GET /kernels: %d", st)
+			}
+			return kl
+		}
+		// A known start: none of acme's earlier kernels live.
+		for _, k := range kernels().Kernels {
+			s.api(t, s.keyA, "DELETE", "/kernels/"+k.RunID, "", nil, nil)
+		}
+		var runs []string
+		for i := range 4 {
+			var nr struct {
+				RunID string `json:"run_id"`
+			}
+			s.api(t, s.keyA, "POST", "/runs", "", nil, &nr)
+			var out struct{ OK bool }
+			if st := s.api(t, s.keyA, "POST", "/sandbox/exec", nr.RunID, map[string]any{"code": fmt.Sprintf("x = %d", i)}, &out); st != 200 || !out.OK {
+				t.Fatalf("kernel %d: %d %+v", i, st, out)
+			}
+			runs = append(runs, nr.RunID)
+		}
+		a.emulate(1280, 800, false, "light")
+		a.open("/console/kernels")
+		a.until(30*time.Second, `document.querySelectorAll('#kernels tbody tr').length === 4`, "the kernels view")
+		if q := eval[string](a, `document.querySelector('#kernel-quota').textContent`); !strings.Contains(q, "4 live kernels, 0 busy, of 4") || !strings.Contains(q, "least recently used idle") {
+			t.Errorf("the kernels view's quota line: %q", q)
+		}
+		if got := eval[string](a, `[...document.querySelectorAll('#kernels tbody tr')].map(r => r.dataset.run).join(' ')`); got != strings.Join(runs, " ") {
+			t.Errorf("the kernels view lists %q, want the 4 runs oldest first", got)
+		}
+		a.until(30*time.Second, `[...document.querySelectorAll('#kernels tbody td.num')].every(td => /\d/.test(td.textContent))`, "each kernel's CPU and memory")
+		a.shot("kernels-1280x800-light")
+		a.audit("the kernels view")
+		a.open("/console/launch")
+		a.until(30*time.Second, `document.querySelector('#kernel-quota').textContent.includes('of 4')`, "the launch page's kernel quota")
+
+		// The 5th: a new scratch run's first cell gets a kernel.
+		a.open("/")
+		a.submit("#new-scratch")
+		a.until(time.Minute, `document.body.dataset.page === 'scratch'`, "a new scratch run")
+		fifth := eval[string](a, `document.body.dataset.run`)
+		a.until(30*time.Second, `document.querySelector('#kernel-quota').textContent.includes('least recently used idle')`, "the scratch page's kernel quota")
+		a.cell(1, "y = 5\ny * 2")
+		if out := a.cellOut(1); !strings.Contains(out, "10") {
+			t.Fatalf("the 5th kernel's cell shows %q, want 10", out)
+		}
+		kl := kernels()
+		var live []string
+		for _, k := range kl.Kernels {
+			live = append(live, k.RunID)
+		}
+		if want := append(slices.Clone(runs[1:]), fifth); !slices.Equal(live, want) || kl.Quota.Live != 4 {
+			t.Errorf("live kernels after the 5th: %q (quota %+v), want %q", live, kl.Quota, want)
+		}
+		// The reclaimed run's journal says so, in the console.
+		a.open("/console/runs/" + runs[0])
+		a.until(time.Minute, `(document.querySelector('#cel')?.textContent || '').includes('Kernel state reclaimed')`, "the reclaim in the journal")
+		if j := eval[string](a, `document.querySelector('#cel').textContent`); !strings.Contains(j, fifth) || !strings.Contains(j, "kernel quota (4)") || !strings.Contains(j, "files stay") {
+			t.Errorf("the reclaimed run's journal: %q; want it to name %s, the quota and that the files stay", j, fifth)
+		}
+		a.do(chromedp.Evaluate[chromedp.Void](`[...document.querySelectorAll('#cel h3')].find(h => h.textContent.includes('Kernel state reclaimed')).scrollIntoView()`))
+		time.Sleep(300 * time.Millisecond)
+		a.shot("kernel-reclaimed-journal-1280x800-light")
+
+		// Stop one from the kernels view.
+		a.open("/console/kernels")
+		a.until(30*time.Second, `document.querySelectorAll('#kernels tbody tr').length === 4`, "the kernels view")
+		a.do(chromedp.Click(chromedp.CSS(fmt.Sprintf(`#kernels tr[data-run=%q] button[data-action=stop]`, runs[1]))))
+		a.until(30*time.Second, fmt.Sprintf(`!document.querySelector('#kernels tr[data-run=%q]') && document.querySelectorAll('#kernels tbody tr').length === 3`, runs[1]), "the stopped kernel gone from the view")
+		if q := eval[string](a, `document.querySelector('#kernel-quota').textContent`); !strings.Contains(q, "3 live kernels, 0 busy, of 4") {
+			t.Errorf("the quota line after a stop: %q", q)
+		}
+		for _, k := range kernels().Kernels {
+			if k.RunID == runs[1] {
+				t.Errorf("GET /kernels still lists %s's kernel after the view stopped it", runs[1])
+			}
+		}
+		a.shot("kernels-after-stop-1280x800-light")
+		a.emulate(390, 844, true, "dark")
+		a.open("/console/kernels")
+		a.until(30*time.Second, `document.querySelectorAll('#kernels tbody tr').length === 3`, "the kernels view on a phone")
+		a.shot("kernels-390x844-dark")
+		a.audit("the kernels view at 390x844, dark")
+		for _, p := range eval[[]string](a, touchAudit) {
+			t.Errorf("the kernels view at 390x844: a touch target under 44 px: %s", p)
+		}
+		a.emulate(1280, 800, false, "light")
+		if ex := a.exceptions(); len(ex) > 0 {
+			t.Errorf("script errors: %q", ex)
+		}
 	})
 
 	t.Run("screenshots", func(t *testing.T) {

@@ -106,7 +106,7 @@ func New(c Config) (*Console, error) {
 	}
 	con := &Console{c: c, o: c.Orchestrator, log: c.Logger, pages: map[string]*template.Template{}}
 	funcs := template.FuncMap{"asset": func(name string) string { return Prefix + "static/" + name + "?v=" + con.assets }}
-	for _, p := range []string{"signin", "runs", "run", "launch", "scratch", "keys", "notfound"} {
+	for _, p := range []string{"signin", "runs", "run", "launch", "scratch", "keys", "kernels", "notfound"} {
 		t, err := template.New("layout.html").Funcs(funcs).ParseFS(files, "templates/layout.html", "templates/"+p+".html")
 		if err != nil {
 			return nil, fmt.Errorf("console: template %s: %w", p, err)
@@ -139,6 +139,7 @@ func New(c Config) (*Console, error) {
 	m.HandleFunc("POST "+Prefix+"signout", con.signout)
 	m.HandleFunc("GET "+Prefix+"launch", con.page(con.launchPage))
 	m.HandleFunc("GET "+Prefix+"keys", con.page(con.keysPage))
+	m.HandleFunc("GET "+Prefix+"kernels", con.page(con.kernelsPage))
 	m.HandleFunc("GET "+Prefix+"runs/{id}", con.page(con.runPage))
 	m.HandleFunc("GET "+Prefix+"runs/{id}/scratch", con.page(con.scratchPage))
 	m.HandleFunc("GET "+Prefix+"runs/{id}/cel", con.fragment(con.celFragment))
@@ -345,6 +346,13 @@ func (c *Console) runsPage(r *http.Request, v viewer, d *pageData) error {
 func (c *Console) launchPage(r *http.Request, v viewer, d *pageData) error {
 	d.Title, d.Page = "Launch a recipe", "launch"
 	d.Recipe = r.URL.Query().Get("recipe")
+	return nil
+}
+
+// kernelsPage lists the tenant's live kernels and frees them (GET
+// /kernels and its actions, from the page).
+func (c *Console) kernelsPage(r *http.Request, v viewer, d *pageData) error {
+	d.Title, d.Page = "Kernels", "kernels"
 	return nil
 }
 

@@ -46,6 +46,7 @@ type Metrics struct {
 	searchErrors *prometheus.CounterVec
 	runs         *prometheus.CounterVec
 	quota        *prometheus.CounterVec
+	reclaims     prometheus.Counter
 	egressConns  *prometheus.CounterVec
 	egressBytes  *prometheus.CounterVec
 	egressOpen   prometheus.Gauge
@@ -88,13 +89,15 @@ func New() *Metrics {
 		Help: "Runs entering each status: open (a new run), and a recipe run's queued, running, succeeded, failed."}, []string{"status"})
 	m.quota = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "triad_quota_refusals_total",
 		Help: "Calls refused by a tenant quota, by limit."}, []string{"limit"})
+	m.reclaims = prometheus.NewCounter(prometheus.CounterOpts{Name: "triad_kernels_reclaimed_total",
+		Help: "Idle kernels stopped to start another run's kernel at its tenant's kernel quota."})
 	m.egressConns = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "triad_egress_connections_total",
 		Help: "Sandbox connections and requests through the egress proxy, by verdict (allowed, denied, failed) and code (why)."}, []string{"verdict", "code"})
 	m.egressBytes = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "triad_egress_bytes_total",
 		Help: "Bytes the egress proxy moved for sandboxes, by direction (sent upstream, received from upstream)."}, []string{"direction"})
 	m.egressOpen = prometheus.NewGauge(prometheus.GaugeOpts{Name: "triad_egress_open_connections", Help: "Upstream connections the egress proxy holds open."})
 	for _, c := range []prometheus.Collector{m.egressConns, m.egressBytes, m.egressOpen, m.toolCalls, m.toolLatency, m.httpRequests, m.httpLatency, m.kernelStarts, m.kernelStart,
-		m.cellsRunning, m.evaluations, m.evalLatency, m.storeOps, m.storeErrors, m.storeBytes, m.searches, m.searchErrors, m.runs, m.quota,
+		m.cellsRunning, m.evaluations, m.evalLatency, m.storeOps, m.storeErrors, m.storeBytes, m.searches, m.searchErrors, m.runs, m.quota, m.reclaims,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})} {
 		f(c)
 	}
@@ -134,6 +137,9 @@ func (m *Metrics) RunStatus(status string) { m.runs.WithLabelValues(status).Inc(
 
 // QuotaRefused implements orchestrator.Metrics.
 func (m *Metrics) QuotaRefused(limit string) { m.quota.WithLabelValues(limit).Inc() }
+
+// KernelReclaimed implements orchestrator.Metrics.
+func (m *Metrics) KernelReclaimed() { m.reclaims.Inc() }
 
 // CellRunning implements orchestrator.Metrics.
 func (m *Metrics) CellRunning(delta int) { m.cellsRunning.Add(float64(delta)) }

@@ -305,6 +305,7 @@ func (o *Orchestrator) lockRun(ctx context.Context, r *run) (Held, error) {
 	looked := r.recovered
 	r.mu.Unlock()
 	if looked {
+		o.writeReclaims(context.WithoutCancel(ctx), r)
 		return h, nil
 	}
 	wctx := context.WithoutCancel(ctx)
@@ -331,6 +332,7 @@ func (o *Orchestrator) lockRun(ctx context.Context, r *run) (Held, error) {
 	if p, err := o.j.Ungraded(wctx, r.id); err == nil && len(p) > 0 {
 		o.regrade.add(r.id)
 	}
+	o.writeReclaims(wctx, r)
 	return h, nil
 }
 

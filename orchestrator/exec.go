@@ -292,17 +292,9 @@ func (x *cell) session(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	release := func() {}
-	if o.kernels.Peek(x.run) == nil {
-		release, err = o.t.ReserveKernel(x.who, x.owner, func() map[runid.ID]string { return liveTenants(o) })
-		if err != nil {
-			return err
-		}
-	}
-	sess, err := o.kernels.Acquire(ctx, x.run, spec)
-	release()
+	sess, err := o.kernels.Acquire(ctx, x.run, spec, o.claim(x.who, x.owner))
 	if err != nil {
-		return sandboxErr(err)
+		return sandboxErr(err) // a quota's refusal passes through
 	}
 	if err := o.setups.prepare(ctx, x.r, sess, x.oc); err != nil {
 		o.kernels.Release(sess)
@@ -310,20 +302,6 @@ func (x *cell) session(ctx context.Context) error {
 	}
 	x.kernel = sess
 	return nil
-}
-
-// liveTenants lists the tenants of the runs whose kernels are live, by
-// run, for the kernels quota.
-func liveTenants(o *Orchestrator) map[runid.ID]string {
-	out := map[runid.ID]string{}
-	for _, id := range o.kernels.Runs() {
-		r, done := o.runs.use(id)
-		if ow, ok, _ := o.ownerOf(context.Background(), r); ok {
-			out[id] = ow.Tenant
-		}
-		done()
-	}
-	return out
 }
 
 // python runs a Python cell in the run's kernel (or the context it
@@ -376,16 +354,24 @@ func (x *cell) python(ctx context.Context) error {
 	// caller's callback, if any, sees every event as it arrives.
 	outp := newOutput(o.exec.StreamCap, o.exec.SpoolDir, x.on)
 	defer outp.close()
+	// The cell's own context: GET /kernels' interrupt cancels it, which
+	// the kernel takes as a hang-up (it interrupts the cell and keeps its
+	// state if the cell stops in time).
+	cellCtx, interrupt := context.WithCancel(ctx)
+	defer interrupt()
+	running := o.kernels.Running(sess, interrupt)
 	o.metrics.cellRunning(1)
-	res, err := k.Execute(ctx, sandbox.Cell{Code: in.Code, Timeout: x.timeout, Output: outp.add})
+	res, err := k.Execute(cellCtx, sandbox.Cell{Code: in.Code, Timeout: x.timeout, Output: outp.add})
 	o.metrics.cellRunning(-1)
+	running()
 	if err != nil {
 		// The interpreter was unusable before the cell ran: drop it so
 		// the next call starts fresh (unless the caller had already
-		// gone, which says nothing about the interpreter). A caller who
-		// hangs up while the cell runs gets a Result, not an error, and
-		// the kernel is kept (sandbox.Kernel's hang-up contract).
-		if ctx.Err() == nil {
+		// gone, or the cell was interrupted, which says nothing about the
+		// interpreter). A caller who hangs up while the cell runs gets a
+		// Result, not an error, and the kernel is kept (sandbox.Kernel's
+		// hang-up contract).
+		if cellCtx.Err() == nil {
 			if in.Context != "" {
 				o.kernels.DropContext(sess, in.Context)
 			} else {
@@ -728,7 +714,11 @@ func (o *Orchestrator) Restart(ctx context.Context, run runid.ID) error {
 		if err != nil {
 			return err
 		}
-		if sess, err = o.kernels.Acquire(ctx, run, spec); err != nil {
+		ow, _, err := o.ownerOf(ctx, r)
+		if err != nil {
+			return err
+		}
+		if sess, err = o.kernels.Acquire(ctx, run, spec, o.claim(auth.From(ctx), ow)); err != nil {
 			return sandboxErr(err)
 		}
 		defer o.kernels.Release(sess)
@@ -793,7 +783,7 @@ func (o *Orchestrator) NewContext(ctx context.Context, run runid.ID, cwd, langua
 		if err != nil {
 			return err
 		}
-		k, err := o.kernels.NewContext(ctx, run, cwd, language, spec)
+		k, err := o.kernels.NewContext(ctx, run, cwd, language, spec, o.claim(c.who, c.owner))
 		if err != nil {
 			return contextErr(err, run, "")
 		}

@@ -20,6 +20,9 @@ type Metrics interface {
 	// QuotaRefused is a call refused by a tenant quota ("kernels",
 	// "stored_bytes", "runs_per_hour").
 	QuotaRefused(limit string)
+	// KernelReclaimed is a tenant's idle kernel reclaimed to start
+	// another of its runs' at its kernel quota.
+	KernelReclaimed()
 	// CellRunning is a cell starting (+1) or ending (-1).
 	CellRunning(delta int)
 }

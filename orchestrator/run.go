@@ -53,6 +53,10 @@ type run struct {
 	// nil when nothing is pending (see call).
 	recording chan struct{}
 	subs      map[chan Update]struct{}
+	// reclaims are the journal sections of kernels reclaimed from the
+	// run, not yet written: whoever next holds the run's lock writes
+	// them (lockRun), before anything else it does.
+	reclaims []cel.Reclaim
 
 	// journal is used only by the call that holds the run's lock.
 	journal journal.Cache

@@ -63,16 +63,26 @@ func (o *Orchestrator) Note(ctx context.Context, run runid.ID, text, author stri
 	}
 	defer held.Unlock()
 	now := time.Now().UTC()
-	files, err := o.j.Start(ctx, run, func(ctx context.Context) (cel.Header, error) { return o.setups.header(ctx, r, now) })
+	return o.appendSection(ctx, r, now, "note", func(ctx context.Context) ([]cel.Write, error) {
+		return o.j.CEL().AddNote(ctx, run, cel.Note{When: now, Author: author, Text: text})
+	})
+}
+
+// appendSection writes a journal section that is no step (an operator
+// note, a kernel reclaim) with the run's lock held: the journal's header
+// first if the run has none, then the section (add), the live kernel's
+// copy and the run's feed (a journal event of kind).
+func (o *Orchestrator) appendSection(ctx context.Context, r *run, when time.Time, kind string, add func(context.Context) ([]cel.Write, error)) error {
+	files, err := o.j.Start(ctx, r.id, func(ctx context.Context) (cel.Header, error) { return o.setups.header(ctx, r, when) })
 	if err != nil {
-		return storeErr(err, run, cel.Path)
+		return storeErr(err, r.id, cel.Path)
 	}
-	more, err := o.j.CEL().AddNote(ctx, run, cel.Note{When: now, Author: author, Text: text})
+	more, err := add(ctx)
 	if err != nil {
-		return storeErr(err, run, cel.Path)
+		return storeErr(err, r.id, cel.Path)
 	}
-	r.publishJournal("note")
-	o.files.journal(ctx, run, append(files, more...))
+	r.publishJournal(kind)
+	o.files.journal(ctx, r.id, append(files, more...))
 	return nil
 }
 

@@ -603,13 +603,16 @@ type Ports interface {
 }
 
 // Meter is a Kernel that can say what its sandbox uses now: an optional
-// ability, found by type assertion.
+// ability, found by type assertion, for E2B's metrics and the tenant's
+// list of live kernels (Docker: the container's cgroup through the
+// engine's stats; wasm: the interpreter's linear memory).
 type Meter interface {
-	// Usage reads the sandbox's CPU and memory from its cgroup.
+	// Usage reads the sandbox's CPU and memory.
 	Usage(ctx context.Context) (Usage, error)
 }
 
-// Usage is what a sandbox uses, read from its cgroup at one moment.
+// Usage is what a sandbox uses at one moment. A measure the backend cannot
+// take is negative (unknown), never a guessed zero.
 type Usage struct {
 	// At is when it was read.
 	At time.Time

@@ -431,7 +431,8 @@ type CallEvent struct {
 }
 
 // JournalEvent says a run's journal changed without a call: an operator
-// note ("note") or the closing summary ("summary"). GET /runs/{id}/events
+// note ("note"), a kernel reclaimed from the run ("reclaim") or the
+// closing summary ("summary"). GET /runs/{id}/events
 // streams it as a "journal" event.
 type JournalEvent struct {
 	Kind string    `json:"kind"`

@@ -73,6 +73,8 @@ type stackOptions struct {
 	// recipes adds the real recipe runner with the standard recipes and
 	// testdata/*.md; it needs the sandbox.
 	recipes bool
+	// kernels is the tenants' kernel quota (0: none).
+	kernels int
 }
 
 func newStack(t testing.TB, o stackOptions) *stack {
@@ -100,7 +102,8 @@ func newStack(t testing.TB, o stackOptions) *stack {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { search.Close() })
-	orch := orchestrator.New(orchestrator.Config{Store: store, Kernels: km, Journal: cel.New(store), Search: search})
+	orch := orchestrator.New(orchestrator.Config{Store: store, Kernels: km, Journal: cel.New(store), Search: search,
+		Quotas: orchestrator.Quotas{Kernels: o.kernels}})
 	t.Cleanup(func() { orch.Close() })
 	var rn *runner.Runner
 	var recipeRunner *runner.Runner

@@ -654,3 +654,27 @@ func property(s *jsonschema.Schema, path string) *jsonschema.Schema {
 	}
 	return s
 }
+
+// An MCP session whose tenant is at its kernel quota gets a kernel: the
+// least recently used idle one is reclaimed, and that session's next cell
+// finds its variables gone, its files there and its journal saying why.
+func TestKernelReclaim(t *testing.T) {
+	s := newStack(t, stackOptions{sandbox: true, kernels: 2})
+	a, b, c := connectHTTP(t, s), connectHTTP(t, s), connectHTTP(t, s)
+	ok[wire.ExecResponse](t, call(t, a, ToolExec, map[string]any{"code": "x = 1\nopen('kept.txt', 'w').write('kept')"}))
+	ok[wire.ExecResponse](t, call(t, b, ToolExec, map[string]any{"code": "x = 2"}))
+	res := call(t, c, ToolExec, map[string]any{"code": "x = 3"})
+	runC := runOf(t, res)
+	if res.IsError {
+		t.Fatalf("the third session's kernel at a quota of 2: %+v, want an idle one reclaimed", res.Content)
+	}
+	res = call(t, a, ToolExec, map[string]any{"code": "print(open('kept.txt').read())\nx"})
+	if out := decode[wire.ExecResponse](t, res); !res.IsError || out.Error == nil || out.Error.Ename != "NameError" || out.Stdout != "kept\n" {
+		t.Errorf("the reclaimed session's next cell: %+v; want its file read and x gone", out)
+	}
+	cel := text(call(t, a, ToolJournal, map[string]any{}))
+	sec := strings.Index(cel, "### Kernel state reclaimed")
+	if sec < 0 || sec > strings.Index(cel, "## Step 2: ") || !strings.Contains(cel[sec:], runC) {
+		t.Errorf("the reclaimed session's journal does not say, before step 2, that its kernel went to %s:\n%s", runC, cel)
+	}
+}

@@ -186,7 +186,7 @@ func main() {
 		pprof.StopCPUProfile()
 	}
 	// The kernel alone, without HTTP or the orchestrator.
-	sess, err := pooled.Acquire(ctx, rb, sandbox.Spec{})
+	sess, err := pooled.Acquire(ctx, rb, sandbox.Spec{}, nil)
 	check(err)
 	var tk []time.Duration
 	for range *n {

@@ -122,7 +122,7 @@ func (c *config) serveFlags(f *flagSet) {
 	f.duration(&c.ShareMaxTTL, "share-max-ttl", 30*24*time.Hour, "the longest lifetime a share link may ask for")
 	f.boolean(&c.Console, "console", true, "serve the web console at / (sign in with an API key)")
 	f.duration(&c.SessionTTL, "session-ttl", 12*time.Hour, "how long a console sign-in lasts")
-	f.int(&c.Quotas.Kernels, "quota-kernels", 4, "most kernels one tenant's runs may have live at once (0: no limit)")
+	f.int(&c.Quotas.Kernels, "quota-kernels", 4, "most kernels one tenant's runs may have in use (busy or starting) at once; at the limit a new kernel reclaims the least recently used idle one (0: no limit)")
 	f.str(&c.Quotas.StoredBytes, "quota-stored-bytes", "10GiB", "most bytes one tenant's runs may hold (0: no limit)")
 	f.int(&c.Quotas.RunsPerHour, "quota-runs-per-hour", 200, "most runs one tenant may start in an hour (0: no limit)")
 	f.int(&c.Quotas.Uploads, "quota-uploads", 4, "most streamed uploads one tenant may have in flight at once (0: no limit)")

@@ -1,7 +1,7 @@
 // Launch a recipe: a form built from the recipe's params (types,
 // defaults, descriptions) and input files (upload, or the default), then
 // POST /run and on to the run's live page.
-import { $, CAN_WRITE, api, el, runPage } from './lib.js';
+import { $, CAN_WRITE, api, el, runPage, showQuota } from './lib.js';
 
 const box = $('#recipes');
 const form = $('#launch-form');
@@ -167,3 +167,4 @@ form.addEventListener('submit', async (e) => {
 });
 
 list();
+showQuota($('#kernel-quota'));

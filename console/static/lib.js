@@ -256,7 +256,6 @@ export async function* sse(resp) {
   }
 }
 
-// newScratch starts a manual run and opens its cells.
 // freshRunId mints a run id as POST /runs does (r-<uuid v4>), in the
 // browser: a scratch run comes into being with its first cell or upload,
 // so one opened and left untouched leaves nothing behind.
@@ -268,7 +267,38 @@ function freshRunId() {
   return `r-${h.slice(0, 8)}-${h.slice(8, 12)}-${h.slice(12, 16)}-${h.slice(16, 20)}-${h.slice(20)}`;
 }
 
-export function newScratch() {
+// quotaText says how much of the tenant's kernel quota is in use
+// (GET /kernels' answer) and what a new kernel will do.
+export function quotaText(kl) {
+  const q = kl.quota;
+  const inUse = q.busy + q.starting;
+  const live = `${q.live} live kernel${q.live === 1 ? '' : 's'}, ${q.busy} busy`;
+  if (!q.limit) return `Kernels: ${live}; no kernel quota.`;
+  if (inUse >= q.limit) return `Kernels: ${live}, of ${q.limit}. Every kernel is in use: a new one is refused until a cell ends, or you interrupt or stop one under Kernels.`;
+  if (q.live >= q.limit) return `Kernels: ${live}, of ${q.limit}. A new kernel stops the least recently used idle one (its run keeps its files; its journal says so).`;
+  return `Kernels: ${live}, of ${q.limit}.`;
+}
+
+// showQuota fills the element with the kernel quota's use, if the key
+// may read it.
+export async function showQuota(target) {
+  if (!target) return;
+  try {
+    target.textContent = quotaText(await api('GET', '/kernels'));
+  } catch {
+    target.textContent = '';
+  }
+}
+
+// newScratch opens a new manual run's cells. When every kernel of the
+// tenant is in use, it says so first: the run's first cell would be
+// refused.
+export async function newScratch() {
+  const kl = await api('GET', '/kernels').catch(() => null);
+  if (kl && kl.quota.limit && kl.quota.busy + kl.quota.starting >= kl.quota.limit) {
+    toast(quotaText(kl), 8000);
+    return;
+  }
   location.href = `${scratchPage(freshRunId())}?new=1`;
 }
 

@@ -2,7 +2,7 @@
 // through sandbox.exec with its output streamed (POST /sandbox/exec with
 // Accept: text/event-stream), a files panel, and a kernel restart.
 import {
-  $, ApiError, CAN_WRITE, NONCE, RUN, api, apiHeaders, el, errorOf, fileURL, fmtBytes, fmtDur, isRecord, sse, toast,
+  $, ApiError, CAN_WRITE, NONCE, RUN, api, apiHeaders, el, errorOf, fileURL, fmtBytes, fmtDur, isRecord, sse, toast, showQuota,
 } from './lib.js';
 import { bundle as renderBundle, errorBlock, stream } from './cells.js';
 import { createEditor } from './vendor/editor.js';
@@ -226,3 +226,4 @@ try {
 restored.forEach((s) => addCell(s));
 addCell().ed.focus();
 refreshFiles();
+showQuota($('#kernel-quota'));

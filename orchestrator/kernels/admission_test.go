@@ -67,7 +67,7 @@ func TestStartAdmissionIsFIFO(t *testing.T) {
 			runs := make([]runid.ID, n)
 			errs := make(chan error, n+1)
 			acquire := func(ctx context.Context, run runid.ID) {
-				s, err := m.Acquire(ctx, run, sandbox.Spec{})
+				s, err := m.Acquire(ctx, run, sandbox.Spec{}, nil)
 				if err == nil {
 					m.Release(s)
 				}
@@ -147,7 +147,7 @@ func TestWaitingRunTakesPooledKernel(t *testing.T) {
 	waitFor(t, "the filler's start", func() bool { return len(g.started()) == 1 })
 	done := make(chan error, 1)
 	go func() {
-		s, err := m.Acquire(t.Context(), runid.New(), sandbox.Spec{})
+		s, err := m.Acquire(t.Context(), runid.New(), sandbox.Spec{}, nil)
 		if err == nil {
 			m.Release(s)
 		}

@@ -15,9 +15,9 @@ import (
 
 // NewContext makes a code context for the run: an interpreter of language
 // in the run's kernel (started from spec if need be) that begins its cells
-// in cwd, a path relative to the run's files. Callers serialize it with
-// Acquire per run.
-func (m *Manager) NewContext(ctx context.Context, run runid.ID, cwd, language string, spec sandbox.Spec) (Context, error) {
+// in cwd, a path relative to the run's files. A kernel it starts is
+// claimed as Acquire's is. Callers serialize it with Acquire per run.
+func (m *Manager) NewContext(ctx context.Context, run runid.ID, cwd, language string, spec sandbox.Spec, claim Claim) (Context, error) {
 	m.mu.Lock()
 	n := 0
 	for _, c := range m.contexts[run] {
@@ -29,7 +29,7 @@ func (m *Manager) NewContext(ctx context.Context, run runid.ID, cwd, language st
 	if n >= m.c.MaxContexts {
 		return Context{}, fmt.Errorf("run %s has %d contexts: %w", run, n, ErrTooManyContexts)
 	}
-	s, err := m.Acquire(ctx, run, spec)
+	s, err := m.Acquire(ctx, run, spec, claim)
 	if err != nil {
 		return Context{}, err
 	}

@@ -108,10 +108,39 @@ type Session struct {
 	// cell has run in it yet.
 	Fresh bool
 
+	// Started is when the kernel became the run's.
+	Started time.Time
+
 	// Guarded by Manager.mu.
 	busy     int                       // uses between Acquire and Release
-	lastUsed time.Time                 // when it was last released
+	lastUsed time.Time                 // when it was last released (Started until then)
 	contexts map[string]sandbox.Kernel // the run's contexts live in this kernel
+	// running are the cells running in it, by token: Interrupt cancels
+	// them.
+	running map[uint64]context.CancelFunc
+	token   uint64
+}
+
+// Claim is what Acquire calls when the run has no live kernel, before it
+// starts one: it counts the start against the caller's kernel quota (it
+// may make room by reclaiming another run's idle kernel, see
+// TakeIdle), or refuses it with an error Acquire returns. release ends
+// the claim once the start is over; by then the live kernel counts by
+// itself. A nil Claim claims nothing (the operator, tests).
+type Claim func(ctx context.Context) (release func(), err error)
+
+// Info is one live kernel as the manager sees it.
+type Info struct {
+	Run    runid.ID
+	Kernel sandbox.Kernel
+	// Started is when it became the run's; LastUsed when its last use
+	// ended (Started before any).
+	Started, LastUsed time.Time
+	// Busy is true while a use runs in it: a cell, its harvest, a
+	// command.
+	Busy bool
+	// Contexts counts its live code contexts.
+	Contexts int
 }
 
 // Manager maps runs to kernels.
@@ -203,7 +232,12 @@ func (m *Manager) Runtime() string {
 // and never reaped, until Release; each Acquire needs its own Release (a
 // command that outlives its call holds one). Callers serialize Acquire per
 // run.
-func (m *Manager) Acquire(ctx context.Context, run runid.ID, spec sandbox.Spec) (*Session, error) {
+//
+// A kernel is started only after claim (if not nil) allowed it, and the
+// claim is released once the session is in the map: a kernel the run is
+// starting counts against its tenant's quota through the claim, a live
+// one through the map, never neither.
+func (m *Manager) Acquire(ctx context.Context, run runid.ID, spec sandbox.Spec, claim Claim) (*Session, error) {
 	m.mu.Lock()
 	if m.closed {
 		m.mu.Unlock()
@@ -217,6 +251,13 @@ func (m *Manager) Acquire(ctx context.Context, run runid.ID, spec sandbox.Spec) 
 	}
 	m.mu.Unlock()
 
+	if claim != nil {
+		release, err := claim(ctx)
+		if err != nil {
+			return nil, err
+		}
+		defer release() // after the session is in the map (below)
+	}
 	k, err := m.kernel(ctx, run, spec)
 	if err != nil {
 		return nil, err
@@ -227,7 +268,8 @@ func (m *Manager) Acquire(ctx context.Context, run runid.ID, spec sandbox.Spec) 
 		k.Close()
 		return nil, fmt.Errorf("materialise run %s into its kernel: %w", run, err)
 	}
-	s := &Session{Kernel: k, Dir: dir, Fresh: true, busy: 1}
+	now := time.Now()
+	s := &Session{Kernel: k, Dir: dir, Fresh: true, busy: 1, Started: now, lastUsed: now}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.closed {
@@ -322,6 +364,70 @@ func (m *Manager) Drop(run runid.ID) {
 	if s != nil {
 		s.Kernel.Close()
 	}
+}
+
+// TakeIdle takes the run's kernel out of the manager if it is idle (no
+// Acquire without its Release), in one step under the manager's lock, so
+// a kernel that became busy since the caller chose it is never taken. The
+// caller stops it (Kernel.Close); its files stay in the store. It
+// returns nil when the run has no kernel or it is busy.
+func (m *Manager) TakeIdle(run runid.ID) *Session {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	s := m.sessions[run]
+	if s == nil || s.busy > 0 {
+		return nil
+	}
+	delete(m.sessions, run)
+	return s
+}
+
+// List returns the live kernels.
+func (m *Manager) List() []Info {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := make([]Info, 0, len(m.sessions))
+	for run, s := range m.sessions {
+		out = append(out, Info{Run: run, Kernel: s.Kernel, Started: s.Started, LastUsed: s.lastUsed, Busy: s.busy > 0, Contexts: len(s.contexts)})
+	}
+	return out
+}
+
+// Running marks a cell running in s until done is called: Interrupt
+// cancels it with cancel (the cell's context, so the kernel interrupts
+// it as on a hang-up and keeps its state if it stops in time).
+func (m *Manager) Running(s *Session, cancel context.CancelFunc) (done func()) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if s.running == nil {
+		s.running = map[uint64]context.CancelFunc{}
+	}
+	s.token++
+	t := s.token
+	s.running[t] = cancel
+	return func() {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		delete(s.running, t)
+	}
+}
+
+// Interrupt cancels the cells running in the run's kernel and returns
+// how many there were.
+func (m *Manager) Interrupt(run runid.ID) int {
+	m.mu.Lock()
+	s := m.sessions[run]
+	var cancels []context.CancelFunc
+	if s != nil {
+		for _, c := range s.running {
+			cancels = append(cancels, c)
+		}
+	}
+	m.mu.Unlock()
+	for _, c := range cancels {
+		c()
+	}
+	return len(cancels)
 }
 
 // Live returns the number of runs with a live kernel.

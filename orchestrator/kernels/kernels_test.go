@@ -182,7 +182,7 @@ func TestPoolAndMaterialise(t *testing.T) {
 	if _, err := store.WriteBytes(ctx, run, "in/data.csv", []byte("a\n1\n")); err != nil {
 		t.Fatal(err)
 	}
-	s, err := m.Acquire(ctx, run, sandbox.Spec{})
+	s, err := m.Acquire(ctx, run, sandbox.Spec{}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -196,7 +196,7 @@ func TestPoolAndMaterialise(t *testing.T) {
 		t.Fatalf("the materialised file is not readable: %+v %+v", res, col.Value)
 	}
 	m.Release(s)
-	s2, err := m.Acquire(ctx, run, sandbox.Spec{})
+	s2, err := m.Acquire(ctx, run, sandbox.Spec{}, nil)
 	if err != nil || s2.Kernel != s.Kernel || s2.Fresh {
 		t.Fatalf("a second Acquire got another kernel: %v", err)
 	}
@@ -228,7 +228,7 @@ func TestBackendOwnPool(t *testing.T) {
 		t.Fatalf("Pooled() = %d, want the backend's 7", got)
 	}
 	run := runid.New()
-	s, err := m.Acquire(t.Context(), run, sandbox.Spec{})
+	s, err := m.Acquire(t.Context(), run, sandbox.Spec{}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -245,7 +245,7 @@ func TestIdleReaper(t *testing.T) {
 	m, store, _ := setup(t, "wasm", 0, 300*time.Millisecond)
 	ctx := t.Context()
 	run := runid.New()
-	s, err := m.Acquire(ctx, run, sandbox.Spec{})
+	s, err := m.Acquire(ctx, run, sandbox.Spec{}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -258,7 +258,7 @@ func TestIdleReaper(t *testing.T) {
 	if _, err := store.Stat(ctx, run, "kept.txt"); err != nil {
 		t.Fatalf("the run's file went with its kernel: %v", err)
 	}
-	s2, err := m.Acquire(ctx, run, sandbox.Spec{})
+	s2, err := m.Acquire(ctx, run, sandbox.Spec{}, nil)
 	if err != nil || !s2.Fresh {
 		t.Fatalf("got %v fresh=%v, want a fresh kernel", err, s2 != nil && s2.Fresh)
 	}
@@ -286,7 +286,7 @@ func TestBusyKernelIsNotReaped(t *testing.T) {
 			m, store, _ := setup(t, backend, 0, ttl)
 			ctx := t.Context()
 			run := runid.New()
-			s, err := m.Acquire(ctx, run, sandbox.Spec{})
+			s, err := m.Acquire(ctx, run, sandbox.Spec{}, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -328,7 +328,7 @@ func TestSparseFileNotHarvested(t *testing.T) {
 			m, store, _ := setup(t, backend, 0, 0)
 			ctx := t.Context()
 			run := runid.New()
-			s, err := m.Acquire(ctx, run, sandbox.Spec{})
+			s, err := m.Acquire(ctx, run, sandbox.Spec{}, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -362,7 +362,7 @@ func TestHarvestInterruptedByClose(t *testing.T) {
 	m, store, _ := setup(t, "wasm", 0, 0)
 	ctx := t.Context()
 	run := runid.New()
-	s, err := m.Acquire(ctx, run, sandbox.Spec{})
+	s, err := m.Acquire(ctx, run, sandbox.Spec{}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -411,7 +411,7 @@ func TestHarvestInterruptedByClose(t *testing.T) {
 func TestClose(t *testing.T) {
 	m, _, _ := setup(t, "wasm", 1, 0)
 	waitFor(t, "the pool", func() bool { return m.Pooled() == 1 })
-	if _, err := m.Acquire(t.Context(), runid.New(), sandbox.Spec{}); err != nil {
+	if _, err := m.Acquire(t.Context(), runid.New(), sandbox.Spec{}, nil); err != nil {
 		t.Fatal(err)
 	}
 	if err := m.Close(); err != nil {
@@ -420,7 +420,7 @@ func TestClose(t *testing.T) {
 	if err := m.Close(); err != nil {
 		t.Fatalf("second Close: %v", err)
 	}
-	if _, err := m.Acquire(t.Context(), runid.New(), sandbox.Spec{}); !errors.Is(err, sandbox.ErrClosed) {
+	if _, err := m.Acquire(t.Context(), runid.New(), sandbox.Spec{}, nil); !errors.Is(err, sandbox.ErrClosed) {
 		t.Fatalf("Acquire after Close: got %v, want ErrClosed", err)
 	}
 }

@@ -77,6 +77,9 @@ type Options struct {
 	// evaluator's Config.Timeout (0 its default).
 	EvalFault   func(evaluator.Interpreter) evaluator.Interpreter
 	EvalTimeout time.Duration
+	// WrapBackend, when set, wraps the sandbox backend the kernel manager
+	// starts kernels from: a test's probe (counting live kernels, say).
+	WrapBackend func(sandbox.Backend) sandbox.Backend
 }
 
 // Stack is an assembled orchestrator and its parts.
@@ -197,6 +200,9 @@ func New(t testing.TB, o Options) *Stack {
 	if backend != nil {
 		s.Backend = backend.Name()
 		kb := backend
+		if o.WrapBackend != nil {
+			kb = o.WrapBackend(kb)
+		}
 		if o.Metrics != nil {
 			kb = o.Metrics.Backend(backend)
 		}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/triadhq/triad/auth"
@@ -132,38 +133,112 @@ func (t *Tenancy) addUsage(ctx context.Context, tenant string, delta int64) erro
 	return errors.New("usage: too many concurrent writers")
 }
 
+// Kernel is one live kernel, as ReserveKernel weighs it.
+type Kernel struct {
+	Run    runid.ID
+	Tenant string
+	// Busy is true while a cell or command runs in it: it is in use, and
+	// never reclaimed.
+	Busy     bool
+	LastUsed time.Time
+}
+
+// Reclaimed is a kernel ReserveKernel took from its run to make room for
+// another run's: the fact is decided once, there, and handed to whoever
+// records it in the run's journal.
+type Reclaimed struct {
+	// Run is the run whose kernel was reclaimed; For, the run whose new
+	// kernel it made room for.
+	Run, For runid.ID
+	Tenant   string
+	// Limit is the tenant's kernel quota, which it was at.
+	Limit int
+	// Idle is how long the kernel had sat unused.
+	Idle time.Duration
+	At   time.Time
+}
+
+// KernelLimit is the most kernels one tenant's runs may have live at once
+// (0: no limit). The operator is never limited.
+func (t *Tenancy) KernelLimit() int { return max(t.q.Kernels, 0) }
+
+// Starting is how many kernels the tenant's runs are starting now (each
+// counts against the quota as a busy kernel until it is live).
+func (t *Tenancy) Starting(tenant string) int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return len(t.starts[tenant])
+}
+
 // ReserveKernel counts a kernel a call of p is about to start for run
 // (ow's) against the tenant's concurrent-kernels quota, and returns the
 // release to call when the start is over (the live kernel then counts by
-// itself). live lists the tenants of the runs whose kernels are live, by
-// run; it is called only when the quota applies.
-func (t *Tenancy) ReserveKernel(p auth.Principal, ow Owner, live func() map[runid.ID]string) (func(), error) {
+// itself). live lists the live kernels; it is called only when the quota
+// applies.
+//
+// Only kernels in use count against the quota: a tenant at its limit
+// whose kernels are not all busy gets room by reclaiming the least
+// recently used idle one, which take removes from its run if it is still
+// idle (take reports false for a kernel that became busy meanwhile, and
+// the next one is tried). The reclaimed kernel is returned for the caller
+// to stop and record. When every kernel is busy (or starting), the call
+// is refused with quota. Reservations are serialized, so two runs of one
+// tenant starting at once never both reclaim the same kernel nor go past
+// the limit. See docs/DECISIONS.md, "Idle kernels are reclaimed at the
+// quota".
+func (t *Tenancy) ReserveKernel(p auth.Principal, ow Owner, live func() []Kernel, take func(run runid.ID) bool) (release func(), reclaimed *Reclaimed, err error) {
 	limit := t.q.Kernels
 	if limit <= 0 || p.IsOperator() {
-		return func() {}, nil
+		return func() {}, nil, nil
 	}
-	mine := map[runid.ID]bool{}
-	for r, tenant := range live() {
-		if tenant == ow.Tenant {
-			mine[r] = true
+	t.kmu.Lock()
+	defer t.kmu.Unlock()
+	run := ow.Run
+	mine := map[runid.ID]bool{} // runs holding a slot
+	var idle []Kernel
+	for _, k := range live() {
+		if k.Tenant != ow.Tenant {
+			continue
+		}
+		mine[k.Run] = true
+		if !k.Busy && k.Run != run {
+			idle = append(idle, k)
 		}
 	}
-	run := ow.Run
 	t.mu.Lock()
-	defer t.mu.Unlock()
 	for r := range t.starts[ow.Tenant] {
 		mine[r] = true
 	}
+	t.mu.Unlock()
 	if !mine[run] && len(mine) >= limit {
-		t.refused("kernels")
-		return nil, fault.New(fault.Quota,
-			fmt.Sprintf("tenant %s has %d kernels live, its limit of concurrent kernels", ow.Tenant, len(mine)),
-			"keep working in a run whose kernel is live, or wait until one is stopped after it sits idle (--idle-ttl); the operator can raise --quota-kernels (TRIAD_QUOTA_KERNELS)")
+		// Least recently used first; a run still starting holds its slot.
+		slices.SortFunc(idle, func(a, b Kernel) int { return a.LastUsed.Compare(b.LastUsed) })
+		for _, k := range idle {
+			t.mu.Lock()
+			starting := t.starts[ow.Tenant][k.Run] > 0
+			t.mu.Unlock()
+			if starting || !take(k.Run) {
+				continue
+			}
+			now := time.Now()
+			reclaimed = &Reclaimed{Run: k.Run, For: run, Tenant: ow.Tenant, Limit: limit, Idle: now.Sub(k.LastUsed), At: now.UTC()}
+			delete(mine, k.Run)
+			break
+		}
+		if reclaimed == nil {
+			t.refused("kernels")
+			return nil, nil, fault.New(fault.Quota,
+				fmt.Sprintf("tenant %s has %d kernels in use (a cell or command running, or starting, in each), its limit of concurrent kernels", ow.Tenant, len(mine)),
+				"wait for one of them to finish and retry, or interrupt or stop one (GET /kernels lists them; POST /kernels/{run}/interrupt, DELETE /kernels/{run}); the operator can raise --quota-kernels (TRIAD_QUOTA_KERNELS)")
+		}
+		t.reclaimed()
 	}
+	t.mu.Lock()
 	if t.starts[ow.Tenant] == nil {
 		t.starts[ow.Tenant] = map[runid.ID]int{}
 	}
 	t.starts[ow.Tenant][run]++
+	t.mu.Unlock()
 	return func() {
 		t.mu.Lock()
 		defer t.mu.Unlock()
@@ -173,7 +248,7 @@ func (t *Tenancy) ReserveKernel(p auth.Principal, ow Owner, live func() map[runi
 		if len(t.starts[ow.Tenant]) == 0 {
 			delete(t.starts, ow.Tenant)
 		}
-	}, nil
+	}, reclaimed, nil
 }
 
 func blobMarker(tenant string, d tmpfs.Digest) string {

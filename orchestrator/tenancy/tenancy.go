@@ -91,6 +91,8 @@ type Metrics interface {
 	RunStatus(status string)
 	// QuotaRefused is a call refused by a quota.
 	QuotaRefused(limit string)
+	// KernelReclaimed is an idle kernel reclaimed at the kernel quota.
+	KernelReclaimed()
 }
 
 // Config configures a Tenancy.
@@ -122,6 +124,9 @@ type Tenancy struct {
 	index   map[runid.ID]*entry         // index changes not yet written (index.go)
 	delta   map[string]int64            // usage changes not yet written, per tenant
 	flushMu sync.Mutex                  // one flush at a time
+	// kmu serializes kernel reservations (ReserveKernel): the count, the
+	// choice of a kernel to reclaim and its removal are one step.
+	kmu sync.Mutex
 
 	stop chan struct{}
 	done chan struct{}
@@ -173,6 +178,12 @@ func (t *Tenancy) Quotas() Quotas { return t.q }
 func (t *Tenancy) runStatus(s string) {
 	if t.m != nil {
 		t.m.RunStatus(s)
+	}
+}
+
+func (t *Tenancy) reclaimed() {
+	if t.m != nil {
+		t.m.KernelReclaimed()
 	}
 }
 

@@ -82,6 +82,8 @@ type Core interface {
 	Write(ctx context.Context, run runid.ID, in wire.WriteRequest, opts ...orchestrator.CallOption) (wire.FileRef, error)
 	Note(ctx context.Context, run runid.ID, text, author string) error
 	Finalize(ctx context.Context, run runid.ID, status string) error
+	// Stop stops the run's kernel, if one is live; its files stay.
+	Stop(ctx context.Context, run runid.ID) error
 	// Graded waits for the verdict of a step the evaluator could not
 	// grade yet (UNGRADED), which the orchestrator grades again.
 	Graded(ctx context.Context, run runid.ID, step int) (evaluator.Verdict, error)
@@ -396,6 +398,12 @@ func (r *Runner) execute(ctx context.Context, p *prepared) {
 		}
 		if err := r.o.Finalize(wctx, run, status); err != nil {
 			r.log.Error("finalize journal", "run", run, "err", err)
+		}
+		// A finished run needs its kernel no more: its slot in the
+		// tenant's kernel quota is free at once, not after --idle-ttl.
+		// Its files stay, and a resume starts a fresh kernel.
+		if err := r.o.Stop(wctx, run); err != nil {
+			r.log.Error("release the run's kernel", "run", run, "err", err)
 		}
 		st.Status, st.Error = status, msg
 		now := time.Now().UTC()

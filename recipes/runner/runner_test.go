@@ -55,6 +55,10 @@ func TestStandardRecipesEndToEnd(t *testing.T) {
 				cel, _ := s.Orch.Journal(ctx, run)
 				t.Fatalf("status %s: %s\n%+v\n%s", st.Status, st.Error, st.Steps, cel)
 			}
+			// A finished recipe run frees its slot in the kernel quota.
+			if s.Kernels.Peek(run) != nil {
+				t.Errorf("the finished run still holds its kernel; want it released at the run's end")
+			}
 			for _, o := range rc.Outputs {
 				f, err := s.Store.Stat(ctx, run, o.Path)
 				if err != nil || f.Size == 0 {

@@ -9,6 +9,7 @@ import (
 	"runtime"
 	"time"
 
+	cerrdefs "github.com/containerd/errdefs"
 	"github.com/docker/docker/api/types/container"
 
 	"github.com/triadhq/triad/sandbox"
@@ -92,6 +93,9 @@ func (k *Kernel) stats(ctx context.Context, id string, oneShot bool) (container.
 		rd, err = k.b.cli.ContainerStatsOneShot(ctx, id)
 	} else {
 		rd, err = k.b.cli.ContainerStats(ctx, id, false)
+	}
+	if cerrdefs.IsNotFound(err) {
+		return st, fmt.Errorf("stats of container %s: %w", shortID(id), sandbox.ErrClosed)
 	}
 	if err != nil {
 		return st, fmt.Errorf("stats of container %s: %w", shortID(id), err)

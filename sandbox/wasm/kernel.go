@@ -522,3 +522,12 @@ func lastLines(s string, n int) string {
 	}
 	return strings.Join(lines, "\n")
 }
+
+var _ sandbox.Meter = (*Kernel)(nil)
+
+// Usage implements sandbox.Meter: the interpreter's linear memory. The
+// interpreter runs on the host's goroutines, whose CPU time Go does not
+// attribute, so CPUTime is unknown (-1).
+func (k *Kernel) Usage(context.Context) (sandbox.Usage, error) {
+	return sandbox.Usage{At: time.Now(), CPUTime: -1, CPUs: 1, MemoryBytes: int64(k.MemoryBytes())}, nil
+}
