@@ -155,10 +155,13 @@ async function runCell(cell) {
 
 const hidden = (p) => /^CEL\.step_\d+\.md$/.test(p) || p.startsWith('outputs/');
 
-async function refreshFiles() {
+// refreshFiles lists the run's files; a new scratch run that no cell or
+// upload has made yet has none, and is not asked (a 404 the browser would
+// log as an error).
+async function refreshFiles(ask = true) {
   try {
     let files = [];
-    try {
+    if (ask) try {
       ({ files } = await api('GET', `/runs/${RUN}/files`));
     } catch (e) {
       // A new scratch run is made by its first cell or upload.
@@ -225,5 +228,5 @@ try {
 }
 restored.forEach((s) => addCell(s));
 addCell().ed.focus();
-refreshFiles();
+refreshFiles(!NEW);
 showQuota($('#kernel-quota'));
