@@ -2,6 +2,7 @@ package orchestrator
 
 import (
 	"context"
+	"strings"
 
 	"github.com/triadhq/triad/auth"
 	"github.com/triadhq/triad/internal/runid"
@@ -71,7 +72,7 @@ func (o *Orchestrator) WorkingFiles(ctx context.Context, run runid.ID, prefix st
 	}
 	inDir := make(map[string]bool, len(l.Files))
 	for _, e := range l.Files {
-		if p != "" && !hasPrefix(e.Path, p) {
+		if p != "" && !strings.HasPrefix(e.Path, p) {
 			continue
 		}
 		inDir[e.Path] = true
@@ -86,5 +87,3 @@ func (o *Orchestrator) WorkingFiles(ctx context.Context, run runid.ID, prefix st
 	}
 	return out, nil
 }
-
-func hasPrefix(s, prefix string) bool { return len(s) >= len(prefix) && s[:len(prefix)] == prefix }

@@ -79,9 +79,12 @@ func isToken(s string) bool {
 
 // metaOf is the metadata of the run file f: what was set at its path, if
 // the file still has the bytes it was set with.
-func (sb Sandbox) metaOf(f wire.FileInfo) map[string]string {
-	m, ok := sb.FileMeta[f.Path]
-	if !ok || m.SHA256 != f.SHA256 {
+func (sb Sandbox) metaOf(f wire.FileInfo) map[string]string { return sb.metaAt(f.Path, f.SHA256) }
+
+// metaAt is the metadata set at path, if it was set on these bytes.
+func (sb Sandbox) metaAt(path string, sha tmpfs.Digest) map[string]string {
+	m, ok := sb.FileMeta[path]
+	if !ok || m.SHA256 != sha {
 		return nil
 	}
 	return maps.Clone(m.Meta)

@@ -204,12 +204,7 @@ func (s *Server) moveFile(ctx context.Context, sb Sandbox, src, dst string) (*fs
 		return nil, err
 	}
 	// The metadata moves with the bytes (see Move).
-	f := listed(ref)
-	var meta map[string]string
-	if m, ok := sb.FileMeta[src]; ok && m.SHA256 == ref.SHA256 {
-		meta = m.Meta
-	}
-	return fileEntry(f, meta), nil
+	return fileEntry(listed(ref), sb.metaAt(src, ref.SHA256)), nil
 }
 
 // connectCode maps a fault kind to the Connect code the SDKs turn into the

@@ -106,21 +106,14 @@ type Sealer interface {
 func (g *registry) encode(s Sandbox) ([]byte, error) {
 	r := record{ID: s.ID, Template: s.Template, Metadata: s.Metadata, TimeoutS: s.TimeoutS, StartedAt: s.StartedAt,
 		EndAt: s.EndAt, State: s.State, TokenSHA256: s.TokenSHA256, FileMeta: s.FileMeta, Internet: s.Internet}
+	var err error
 	if len(s.Envs) > 0 {
-		b, err := json.Marshal(s.Envs)
-		if err != nil {
-			return nil, err
-		}
-		if r.EnvsSealed, err = g.seal.Seal(b, []byte(s.ID.String())); err != nil {
+		if r.EnvsSealed, err = g.sealJSON(s.Envs, []byte(s.ID.String())); err != nil {
 			return nil, err
 		}
 	}
 	if len(s.Tokens) > 0 {
-		b, err := json.Marshal(s.Tokens)
-		if err != nil {
-			return nil, err
-		}
-		if r.TokensSealed, err = g.seal.Seal(b, tokensAD(s.ID)); err != nil {
+		if r.TokensSealed, err = g.sealJSON(s.Tokens, tokensAD(s.ID)); err != nil {
 			return nil, err
 		}
 	}
@@ -135,24 +128,34 @@ func (g *registry) decode(b []byte) (Sandbox, error) {
 	s := Sandbox{ID: r.ID, Template: r.Template, Metadata: r.Metadata, TimeoutS: r.TimeoutS, StartedAt: r.StartedAt,
 		EndAt: r.EndAt, State: r.State, TokenSHA256: r.TokenSHA256, FileMeta: r.FileMeta, Internet: r.Internet}
 	if r.EnvsSealed != "" {
-		plain, err := g.seal.Open(r.EnvsSealed, []byte(r.ID.String()))
-		if err != nil {
-			return Sandbox{}, fmt.Errorf("open the sandbox's envs: %w", err)
-		}
-		if err := json.Unmarshal(plain, &s.Envs); err != nil {
+		if err := g.openJSON(r.EnvsSealed, []byte(r.ID.String()), "envs", &s.Envs); err != nil {
 			return Sandbox{}, err
 		}
 	}
 	if r.TokensSealed != "" {
-		plain, err := g.seal.Open(r.TokensSealed, tokensAD(r.ID))
-		if err != nil {
-			return Sandbox{}, fmt.Errorf("open the sandbox's tokens: %w", err)
-		}
-		if err := json.Unmarshal(plain, &s.Tokens); err != nil {
+		if err := g.openJSON(r.TokensSealed, tokensAD(r.ID), "tokens", &s.Tokens); err != nil {
 			return Sandbox{}, err
 		}
 	}
 	return s, nil
+}
+
+// sealJSON seals v's JSON for a record, bound to ad.
+func (g *registry) sealJSON(v any, ad []byte) (string, error) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return "", err
+	}
+	return g.seal.Seal(b, ad)
+}
+
+// openJSON opens what sealJSON sealed (the sandbox's what) into v.
+func (g *registry) openJSON(sealed string, ad []byte, what string, v any) error {
+	plain, err := g.seal.Open(sealed, ad)
+	if err != nil {
+		return fmt.Errorf("open the sandbox's %s: %w", what, err)
+	}
+	return json.Unmarshal(plain, v)
 }
 
 func (s Sandbox) clone() Sandbox {

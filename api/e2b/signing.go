@@ -99,18 +99,6 @@ var (
 	errExpiredLink  = envdAuthError{"signature is already expired"}
 )
 
-// checkLink admits a signed request for sandbox sb: the signature must be
-// one of its tokens', and unexpired.
-func checkLink(l signedLink, sb Sandbox, now time.Time) error {
-	if !l.signedBy(sb) {
-		return errBadSignature
-	}
-	if l.expired(now) {
-		return errExpiredLink
-	}
-	return nil
-}
-
 // admitSigned resolves a signed files request that names no sandbox: the
 // sandbox is the one whose token made the signature, looked for among this
 // replica's sandboxes first, then among every replica's records.

@@ -199,6 +199,28 @@ func (s *Server) openWatch(ctx context.Context, sb Sandbox, path string, recursi
 	return watchSpec{dir: p, recursive: recursive, includeEntry: includeEntry}, nil
 }
 
+// beginWatch opens a watch of path (openWatch), takes its first snapshot
+// and starts its watcher: the stream's form (streamed: events go to the
+// watcher's channel) or the polling form (they wait in pending).
+func (s *Server) beginWatch(ctx context.Context, sb Sandbox, path string, recursive, includeEntry, streamed bool) (*watcher, error) {
+	spec, err := s.openWatch(ctx, sb, path, recursive, includeEntry)
+	if err != nil {
+		return nil, err
+	}
+	base, err := s.snap(ctx, sb.ID, spec)
+	if err != nil {
+		return nil, err
+	}
+	w := &watcher{id: newWatcherID(), run: sb.ID, spec: spec, stop: make(chan struct{}), done: make(chan struct{})}
+	if streamed {
+		w.events = make(chan []*fspb.FilesystemEvent)
+	}
+	if err := s.startWatcher(ctx, w, base); err != nil {
+		return nil, err
+	}
+	return w, nil
+}
+
 // watcher follows one watch until it is stopped: the stream's, or a
 // polling watcher's. Its loop is owned by the server's watchers table,
 // which stops it when the sandbox is killed or paused, or the server
@@ -290,7 +312,7 @@ type watchers struct {
 
 func newWatchers() *watchers { return &watchers{m: map[runid.ID]map[string]*watcher{}} }
 
-// start makes w live and runs its loop from base; it fails when the
+// startWatcher makes w live and runs its loop from base; it fails when the
 // sandbox has too many polling watchers already.
 func (s *Server) startWatcher(ctx context.Context, w *watcher, base snapshot) error {
 	t := s.watch
@@ -385,17 +407,8 @@ func newWatcherID() string {
 // with an error when the sandbox is killed or paused.
 func (f *filesystemService) WatchDir(ctx context.Context, req *connect.Request[fspb.WatchDirRequest], stream *connect.ServerStream[fspb.WatchDirResponse]) error {
 	s, sb := f.s, sandboxOf(ctx)
-	spec, err := s.openWatch(ctx, sb, req.Msg.GetPath(), req.Msg.GetRecursive(), req.Msg.GetIncludeEntry())
+	w, err := s.beginWatch(ctx, sb, req.Msg.GetPath(), req.Msg.GetRecursive(), req.Msg.GetIncludeEntry(), true)
 	if err != nil {
-		return connectErr(err)
-	}
-	base, err := s.snap(ctx, sb.ID, spec)
-	if err != nil {
-		return connectErr(err)
-	}
-	w := &watcher{id: newWatcherID(), run: sb.ID, spec: spec, events: make(chan []*fspb.FilesystemEvent),
-		stop: make(chan struct{}), done: make(chan struct{})}
-	if err := s.startWatcher(ctx, w, base); err != nil {
 		return connectErr(err)
 	}
 	defer s.watch.remove(sb.ID, w.id)
@@ -427,17 +440,8 @@ func (f *filesystemService) WatchDir(ctx context.Context, req *connect.Request[f
 // CreateWatcher is the polling form of files.watchDir: the watcher keeps
 // the events until GetWatcherEvents takes them.
 func (f *filesystemService) CreateWatcher(ctx context.Context, req *connect.Request[fspb.CreateWatcherRequest]) (*connect.Response[fspb.CreateWatcherResponse], error) {
-	s, sb := f.s, sandboxOf(ctx)
-	spec, err := s.openWatch(ctx, sb, req.Msg.GetPath(), req.Msg.GetRecursive(), req.Msg.GetIncludeEntry())
+	w, err := f.s.beginWatch(ctx, sandboxOf(ctx), req.Msg.GetPath(), req.Msg.GetRecursive(), req.Msg.GetIncludeEntry(), false)
 	if err != nil {
-		return nil, connectErr(err)
-	}
-	base, err := s.snap(ctx, sb.ID, spec)
-	if err != nil {
-		return nil, connectErr(err)
-	}
-	w := &watcher{id: newWatcherID(), run: sb.ID, spec: spec, stop: make(chan struct{}), done: make(chan struct{})}
-	if err := s.startWatcher(ctx, w, base); err != nil {
 		return nil, connectErr(err)
 	}
 	return connect.NewResponse(&fspb.CreateWatcherResponse{WatcherId: w.id}), nil

@@ -10,6 +10,7 @@ import (
 	"mime/multipart"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -128,8 +129,8 @@ func TestWatchDir(t *testing.T) {
 			}
 		}
 		want := []watchEvent{{"zz-marker", fspb.EventType_EVENT_TYPE_CREATE}, {"zz-marker", fspb.EventType_EVENT_TYPE_WRITE}, {"sub2", fspb.EventType_EVENT_TYPE_CREATE}}
-		slicesSort(got)
-		slicesSort(want)
+		sortEvents(got)
+		sortEvents(want)
 		if fmt.Sprint(got) != fmt.Sprint(want) {
 			t.Fatalf("got %v, want %v (one poll)", got, want)
 		}
@@ -261,14 +262,9 @@ func celSteps(t *testing.T, h *harness, sb sandbox) int {
 	return strings.Count(string(b), "\n## Step ")
 }
 
-func slicesSort(s []watchEvent) {
-	for i := range s {
-		for j := i + 1; j < len(s); j++ {
-			if fmt.Sprint(s[j]) < fmt.Sprint(s[i]) {
-				s[i], s[j] = s[j], s[i]
-			}
-		}
-	}
+// sortEvents orders events as fmt prints them, to compare two sets.
+func sortEvents(s []watchEvent) {
+	slices.SortFunc(s, func(a, b watchEvent) int { return strings.Compare(fmt.Sprint(a), fmt.Sprint(b)) })
 }
 
 // TestWatchCommand: a command still running is seen writing, before its

@@ -153,7 +153,6 @@ func (x *Index) load(run runid.ID) (*runIndex, error) {
 		}
 		data = data[i+1:]
 		r.records++
-		_, had := r.files[rec.Path]
 		switch rec.Op {
 		case "put":
 			r.put(rec.File)
@@ -162,10 +161,7 @@ func (x *Index) load(run runid.ID) (*runIndex, error) {
 				r.put(f)
 			}
 		case "del":
-			delete(r.files, rec.Path)
-			if had {
-				r.dirs.Add(rec.Path, -1)
-			}
+			r.del(rec.Path)
 		}
 	}
 	x.runs[run] = r
@@ -246,6 +242,14 @@ func (r *runIndex) put(f tmpfs.File) {
 		r.dirs.Add(f.Path, 1)
 	}
 	r.files[f.Path] = f
+}
+
+// del removes the file at path, if the index has it.
+func (r *runIndex) del(path string) {
+	if _, had := r.files[path]; had {
+		delete(r.files, path)
+		r.dirs.Add(path, -1)
+	}
 }
 
 // compact rewrites the log as one put per live file, atomically.
@@ -357,8 +361,7 @@ func (x *Index) Delete(ctx context.Context, run runid.ID, path string) error {
 	if err := x.append(run, r, record{Op: "del", File: tmpfs.File{Path: path}}); err != nil {
 		return err
 	}
-	delete(r.files, path)
-	r.dirs.Add(path, -1)
+	r.del(path)
 	return nil
 }
 
