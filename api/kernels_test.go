@@ -2,6 +2,7 @@ package api_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"regexp"
 	"strings"
 	"testing"
@@ -140,5 +141,29 @@ func (c *client) blobJSON(run string, ref any, v any) {
 	}
 	if err := json.Unmarshal(a.body, v); err != nil {
 		c.t.Fatalf("%s: %v: %s", m["path"], err, a.body)
+	}
+}
+
+// Deno's kernel queues console output to a task of its own, which may
+// publish a cell's line after the cell's idle (on a loaded machine, a few
+// cells in a hundred): every JavaScript and TypeScript cell here must come
+// back with all it printed, on stdout and stderr, in order. A cell that
+// breaks console (so the barrier Triad runs after each cell raises) still
+// completes. DECISIONS, "A cell's late stdout".
+func TestExecDenoOutputEveryCell(t *testing.T) {
+	t.Parallel()
+	c := sandboxServer(t, "docker")
+	for i, lang := range []string{wire.LanguageJavaScript, wire.LanguageTypeScript, wire.LanguageJavaScript, wire.LanguageTypeScript} {
+		run := fmt.Sprintf("r-deno-%d", i)
+		for j := 1; j <= 6; j++ {
+			code := fmt.Sprintf("console.log(%d * 6); console.error('e%d'); console.log('done')", j, j)
+			out, a := c.exec(run, map[string]any{"code": code, "language": lang})
+			if want := fmt.Sprintf("%d\ndone\n", j*6); !out.OK || out.Stdout != want || out.Stderr != fmt.Sprintf("e%d\n", j) {
+				t.Errorf("%s %s cell %d: got stdout %q stderr %q (%d %+v), want %q and e%d", run, lang, j, out.Stdout, out.Stderr, a.status, out.Error, want, j)
+			}
+		}
+	}
+	if out, a := c.exec("r-deno-0", map[string]any{"code": "console.log('before'); globalThis.console = undefined", "language": "javascript"}); !out.OK || out.Stdout != "before\n" {
+		t.Errorf("a cell that breaks console: got %q (%d %+v %s), want before", out.Stdout, a.status, out.Error, a.body)
 	}
 }

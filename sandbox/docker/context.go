@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strconv"
 	"time"
 
 	"github.com/docker/docker/api/types/container"
@@ -62,6 +63,18 @@ var languageKernels = map[string]string{
 	sandbox.LanguageJavaScript: `python3 -m triad_deno_kernel "$TRIAD_CONN"`,
 	sandbox.LanguageTypeScript: `python3 -m triad_deno_kernel "$TRIAD_CONN"`,
 }
+
+// stdioBarriers are the jupyter.Options.StdioBarrier of the languages
+// whose kernel may publish a cell's console output after the cell's idle:
+// Deno's (DECISIONS, "A cell's late stdout").
+var stdioBarriers = map[string]func(token string) string{
+	sandbox.LanguageJavaScript: denoBarrier,
+	sandbox.LanguageTypeScript: denoBarrier,
+}
+
+// denoBarrier writes token with console.log, which Deno's kernel queues
+// behind every line a cell wrote before it.
+func denoBarrier(token string) string { return "console.log(" + strconv.Quote(token) + ")" }
 
 // Languages implements sandbox.Languages.
 func (k *Kernel) Languages() []string { return k.b.Languages() }

@@ -458,7 +458,7 @@ func (k *Kernel) sockPrefix() string { return filepath.Join(k.sockDir, k.sockNam
 // message it reads is bounded by the kernel's output limit plus headroom
 // (kernelLimits), for boots and redials alike.
 func (k *Kernel) dialOptions() jupyter.Options {
-	return jupyter.Options{Logger: k.b.log.With("kernel", k.ID()), Limits: kernelLimits(k.limits.OutputBytes)}
+	return jupyter.Options{Logger: k.b.log.With("kernel", k.ID()), Limits: kernelLimits(k.limits.OutputBytes), StdioBarrier: stdioBarriers[k.language]}
 }
 
 // phase notes the time since *t under name and resets *t.

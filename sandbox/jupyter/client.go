@@ -61,6 +61,15 @@ type Options struct {
 	// here. A connection that ends is never redialled: it means the kernel
 	// is dead.
 	Dial func(ctx context.Context, channel string, port int) (net.Conn, error)
+	// StdioBarrier, for a kernel that may publish a cell's stdout and
+	// stderr after the cell's status idle (Deno's does: its console
+	// output goes through a queue of its own), returns code whose only
+	// output is a line of stdout holding token, written through that same
+	// queue. A cell then completes only once that line has arrived, after
+	// every earlier line: see stdioBarrier and docs/DECISIONS.md, "A
+	// cell's late stdout". Nil is a kernel that publishes a cell's output
+	// before its idle, as ipykernel does.
+	StdioBarrier func(token string) string
 }
 
 // hbLimits bound the heartbeat socket, which only ever carries the echo
@@ -72,8 +81,9 @@ var hbLimits = zmtp.Limits{MaxMessage: 1 << 10, MaxFrames: 4}
 // shell, control, iopub and hb sockets. Its methods are safe for concurrent
 // use; the kernel itself runs one cell at a time, queueing the rest.
 type Client struct {
-	log  *slog.Logger
-	sess session
+	log     *slog.Logger
+	sess    session
+	barrier func(token string) string // Options.StdioBarrier
 
 	shell, control, iopub, hb *zmtp.Conn // each one connection, written under its own lock
 
@@ -149,6 +159,7 @@ func Dial(ctx context.Context, info ConnInfo, hostPrefix string, opts Options) (
 
 	c := &Client{
 		log:          log,
+		barrier:      opts.StdioBarrier,
 		sess:         session{id: uuid.NewString(), username: username, signer: signer{key: []byte(info.Key)}},
 		pending:      make(map[string]handler),
 		hbReq:        make(chan hbPing),

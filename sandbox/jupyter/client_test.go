@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"runtime"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -576,4 +577,52 @@ kc.stop_channels()
 			b.Fatalf("jupyter_client baseline: got %q %v, want done", lines.Text(), lines.Err())
 		}
 	})
+}
+
+// TestStdioBarrier stands a real ipykernel in for a kernel that publishes
+// a cell's line after the cell's idle, as Deno's does: the first cell
+// leaves a thread that prints only once the barrier's code releases it, so
+// its line comes under the barrier's parent, ahead of the token (both may
+// share one stream message). The cell's output has the line, without the
+// token; the barrier adds nothing to the execution count; and a barrier
+// whose code raises completes the cell instead of holding it.
+func TestStdioBarrier(t *testing.T) {
+	_, c := startKernel(t, Options{StdioBarrier: func(token string) string {
+		return "_release.set(); _late.join(); print(" + strconv.Quote(token) + ")"
+	}})
+	run := func(code string) Output {
+		t.Helper()
+		ex, err := c.Execute(context.Background(), code, ExecOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		out, err := ex.Wait(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !out.Complete {
+			t.Fatalf("%q: not complete after Wait", code)
+		}
+		return out
+	}
+	first := run(`import threading
+_release = threading.Event()
+_late = threading.Thread(target=lambda: (_release.wait(), print("late", flush=True)))
+_late.start()
+print("early")`)
+	if first.Stdout != "early\nlate\n" {
+		t.Errorf("first cell: got stdout %q, want %q (the line its thread printed at the barrier)", first.Stdout, "early\nlate\n")
+	}
+	second := run(`print("next")`)
+	if second.Stdout != "next\n" || strings.Contains(second.Stdout, "triad-barrier") {
+		t.Errorf("second cell: got stdout %q, want %q", second.Stdout, "next\n")
+	}
+	if second.ExecutionCount != first.ExecutionCount+1 {
+		t.Errorf("execution counts %d then %d: the barrier counted", first.ExecutionCount, second.ExecutionCount)
+	}
+	// The cell deletes what the barrier needs: the barrier raises
+	// NameError, and the cell completes with its own output.
+	if broken := run("del _release\nprint('gone')"); broken.Stdout != "gone\n" || broken.Status != StatusOK {
+		t.Errorf("cell whose barrier raises: got %q, status %q", broken.Stdout, broken.Status)
+	}
 }

@@ -229,7 +229,18 @@ type Execution struct {
 	out      Output // the reply's fields and Error; col holds the rest
 	gotReply bool
 	gotIdle  bool
+	barrier  barrierState // Options.StdioBarrier's progress for this cell
 }
+
+// barrierState is how far a cell of a kernel with Options.StdioBarrier is
+// from complete once its reply and idle are in.
+type barrierState uint8
+
+const (
+	barrierNone   barrierState = iota // not sent (or the kernel needs none)
+	barrierSent                       // sent; the cell waits for its line
+	barrierPassed                     // its line arrived: every earlier line is in
+)
 
 func newExecution(c *Client, msgID string, opts ExecOptions) *Execution {
 	e := &Execution{c: c, msgID: msgID, done: make(chan struct{}), over: make(chan struct{}), onOutput: opts.OnOutput, max: opts.MaxOutput}
@@ -354,19 +365,40 @@ func (e *Execution) onIOPub(m message) (complete bool, err error) {
 		}
 		return e.completeLocked(), nil
 	}
-	if counted[t] && e.max > 0 && e.used >= e.max {
-		// Past the budget nothing is decoded: the flood costs the host
-		// one message's read at a time, and the caller stops the cell.
-		if !e.dropping {
-			e.dropping = true
-			close(e.over)
-		}
-		return false, nil
+	return false, e.handOn(m)
+}
+
+// handOn decodes one output message of this cell, counts it against
+// MaxOutput and hands it to OnOutput. It runs on the iopub reader only.
+func (e *Execution) handOn(m message) error {
+	if counted[m.Header.MsgType] && e.pastBudget() {
+		return nil
 	}
 	msg, err := decodeOutput(m)
 	if err != nil || msg.Kind == 0 {
-		return false, err
+		return err
 	}
+	e.take(msg)
+	return nil
+}
+
+// pastBudget reports whether the cell's output is past MaxOutput; past it
+// nothing is decoded: the flood costs the host one message's read at a
+// time, and the caller stops the cell.
+func (e *Execution) pastBudget() bool {
+	if e.max == 0 || e.used < e.max {
+		return false
+	}
+	if !e.dropping {
+		e.dropping = true
+		close(e.over)
+	}
+	return true
+}
+
+// take hands one decoded output message on. It runs on the iopub reader
+// only.
+func (e *Execution) take(msg Msg) {
 	e.used += msg.Size()
 	if msg.Kind == MsgError {
 		e.mu.Lock()
@@ -375,7 +407,6 @@ func (e *Execution) onIOPub(m message) (complete bool, err error) {
 		e.mu.Unlock()
 	}
 	e.onOutput(msg)
-	return false, nil
 }
 
 // decodeOutput decodes an output message; its Kind is 0 for a type that
@@ -445,9 +476,22 @@ func (e *Execution) onShell(m message) (complete bool, err error) {
 	return e.completeLocked(), nil
 }
 
-// completeLocked closes done the first time both halves have arrived.
+// completeLocked closes done the first time both halves have arrived
+// (and, for a kernel with Options.StdioBarrier, the barrier's line after
+// them).
 func (e *Execution) completeLocked() bool {
 	if !e.gotReply || !e.gotIdle {
+		return false
+	}
+	switch {
+	case e.c.barrier == nil || e.barrier == barrierPassed:
+	case e.barrier == barrierNone:
+		e.barrier = barrierSent
+		// Not on this reader: the send may wait for the kernel to read,
+		// and the kernel may be waiting for this reader.
+		go e.sendBarrier()
+		return false
+	default:
 		return false
 	}
 	if !e.out.Complete {
