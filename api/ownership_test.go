@@ -219,6 +219,9 @@ func apiProbes(run string) map[string]req {
 		"POST /browser/search":            rh("POST", "/browser/search", `{"query": "acme"}`),
 		"POST /sandbox/exec":              rh("POST", "/sandbox/exec", `{"code": "open('secret.csv').read()"}`),
 		"POST /sandbox/restart":           rh("POST", "/sandbox/restart", ""),
+		"POST /kernels/{id}/interrupt":    id("POST", "/kernels/{id}/interrupt", ""),
+		"POST /kernels/{id}/restart":      id("POST", "/kernels/{id}/restart", ""),
+		"DELETE /kernels/{id}":            id("DELETE", "/kernels/{id}", ""),
 	}
 }
 
@@ -227,6 +230,7 @@ var apiExempt = map[string]string{
 	"GET /recipes": "the catalog", "GET /recipes/{name}": "the catalog", "GET /templates": "the server's templates, the same for every tenant",
 	"POST /runs":                    "mints a fresh run for the caller",
 	"GET /runs":                     "checked by probe: B's list lacks the run",
+	"GET /kernels":                  "checked by probe: B's list lacks the run's kernel",
 	"DELETE /shares/{id}":           "names a share link, not a run (TestTenantsSeeOnlyTheirRuns)",
 	"GET /share/{token}":            "the link is the credential (TestShareLinks)",
 	"HEAD /share/{token}":           "the link is the credential (TestShareLinks)",
@@ -346,6 +350,15 @@ func (w *world) probe(a, b *tenant, run string) int {
 		for _, r := range list.Runs {
 			if r.RunID == run {
 				t.Errorf("GET /runs as %s's %s lists %s's run", b.name, auth.name, a.name)
+			}
+		}
+		var kl wire.KernelList
+		if ans := w.send(req{"GET", "/kernels", auth.hdr, ""}); ans.status != 200 || json.Unmarshal(ans.body, &kl) != nil {
+			t.Errorf("GET /kernels as %s: %d %s", b.name, ans.status, ans.body)
+		}
+		for _, k := range kl.Kernels {
+			if k.RunID == run {
+				t.Errorf("GET /kernels as %s's %s lists %s's kernel", b.name, auth.name, a.name)
 			}
 		}
 	}
