@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/netip"
 	"net/url"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -174,7 +175,7 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) error {
 				"omit it; Triad's sandboxes have no MCP gateway or volumes")}
 		}
 	}
-	setup, err := runSetupFor(in)
+	setup, network, err := runSetupFor(in)
 	if err != nil {
 		return err
 	}
@@ -187,7 +188,8 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) error {
 	}
 	now := time.Now().UTC()
 	sb := Sandbox{ID: runid.New(), Template: in.TemplateID, Metadata: in.Metadata, Envs: in.EnvVars,
-		TimeoutS: int64(life / time.Second), StartedAt: now, EndAt: now.Add(life), State: StateRunning}
+		TimeoutS: int64(life / time.Second), StartedAt: now, EndAt: now.Add(life), State: StateRunning,
+		PublicTraffic: network.AllowPublicTraffic != nil && *network.AllowPublicTraffic, MaskHost: network.MaskRequestHost}
 	// The run's sandbox is chosen here, once: an unknown template is a
 	// 400 naming the server's, network options beyond the template's
 	// egress policy a 403; checked before the run exists, so a refused
@@ -576,6 +578,22 @@ var defaultTemplates = map[string]bool{"base": true, "code-interpreter-v1": true
 type e2bNetwork struct {
 	AllowOut []string `json:"allowOut"`
 	DenyOut  []string `json:"denyOut"`
+	// AllowPublicTraffic true opens the sandbox's getHost URLs to
+	// requests without a credential; false (and, on Triad, absent)
+	// demands the sandbox's token or a key (DECISIONS, "getHost").
+	AllowPublicTraffic *bool `json:"allowPublicTraffic"`
+	// MaskRequestHost is the Host header the sandbox's servers see on
+	// proxied requests, ${PORT} replaced by the port.
+	MaskRequestHost string `json:"maskRequestHost"`
+}
+
+// maskHostRE is what a maskRequestHost may be once ${PORT} is replaced:
+// a host name or address, with an optional port.
+var maskHostRE = regexp.MustCompile(`^[A-Za-z0-9]([A-Za-z0-9.-]{0,251}[A-Za-z0-9])?(:[0-9]{1,5})?$`)
+
+// maskHost is the Host a request to port carries under mask.
+func maskHost(mask string, port int) string {
+	return strings.ReplaceAll(mask, "${PORT}", strconv.Itoa(port))
 }
 
 // allTraffic is E2B's ALL_TRAFFIC: every destination.
@@ -589,7 +607,7 @@ const allTraffic = "0.0.0.0/0"
 // name: an address in allowOut is refused); other denyOut addresses are
 // refused after resolution. A name beyond the template's policy is the
 // core's 403. See docs/e2b-protocol.md §5.
-func runSetupFor(in newSandboxBody) (wire.RunSetup, error) {
+func runSetupFor(in newSandboxBody) (wire.RunSetup, e2bNetwork, error) {
 	setup := wire.RunSetup{Template: in.TemplateID}
 	if defaultTemplates[in.TemplateID] {
 		setup.Template = ""
@@ -599,10 +617,21 @@ func runSetupFor(in newSandboxBody) (wire.RunSetup, error) {
 		dec := json.NewDecoder(bytes.NewReader(in.Network))
 		dec.DisallowUnknownFields()
 		if err := dec.Decode(&n); err != nil {
-			return setup, fault.New(fault.Unsupported, "Triad reads network.allowOut and network.denyOut only: "+err.Error(),
-				"send network as {\"allowOut\": [\"pypi.org\"], \"denyOut\": [\"0.0.0.0/0\"]}")
+			return setup, n, fault.New(fault.Unsupported, "Triad reads network.allowOut, denyOut, allowPublicTraffic and maskRequestHost only: "+err.Error(),
+				"send network as {\"allowOut\": [\"pypi.org\"], \"denyOut\": [\"0.0.0.0/0\"], \"allowPublicTraffic\": false}")
 		}
 	}
+	if m := n.MaskRequestHost; m != "" && !maskHostRE.MatchString(maskHost(m, 1)) {
+		return setup, n, fault.New(fault.BadInput, fmt.Sprintf("network.maskRequestHost %q is not a host", m),
+			"send a host name with an optional port, ${PORT} standing for the port: ${PORT}-app.example.com")
+	}
+	setup, err := egressSetup(setup, in, n)
+	return setup, n, err
+}
+
+// egressSetup maps create's internet and network options onto the run's
+// egress policy.
+func egressSetup(setup wire.RunSetup, in newSandboxBody, n e2bNetwork) (wire.RunSetup, error) {
 	if in.AllowInternetAccess != nil && !*in.AllowInternetAccess {
 		if len(n.AllowOut) > 0 {
 			return setup, fault.New(fault.BadInput, "allow_internet_access is false, and network.allowOut names destinations",

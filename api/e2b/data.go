@@ -83,7 +83,7 @@ func (s *Server) dataRoutes() http.Handler {
 		ctx := auth.With(context.WithValue(r.Context(), sandboxKey{}, sb), p)
 		if port, ok := otherPort(r.Header.Get(HeaderSandboxPort)); ok {
 			// A port of the sandbox's own processes, as getHost's.
-			s.proxyPort(w, r.WithContext(ctx), sb.ID, port, "E2b-Sandbox-Port")
+			s.proxyPort(w, r.WithContext(ctx), sb, port, "E2b-Sandbox-Port")
 			return
 		}
 		mux.ServeHTTP(w, r.WithContext(ctx))

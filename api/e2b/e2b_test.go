@@ -771,6 +771,45 @@ func TestExecute(t *testing.T) {
 		}
 	})
 
+	t.Run("a kill during runCode ends the cell and breaks the stream off", func(t *testing.T) {
+		// As E2B's does when its sandbox goes: the SDK then finds the
+		// sandbox gone and raises its TimeoutError. The cell sleeps far
+		// past the test's own deadline, so only the kill can end it.
+		doomed := h.create(t, map[string]any{})
+		b, _ := json.Marshal(map[string]any{"code": "import time\nprint('sleeping', flush=True)\ntime.sleep(3600)"})
+		req, _ := http.NewRequestWithContext(t.Context(), http.MethodPost, h.url+"/execute", bytes.NewReader(b))
+		for k, v := range interp(doomed) {
+			req.Header.Set(k, v)
+		}
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer res.Body.Close()
+		sc := bufio.NewScanner(res.Body)
+		for sc.Scan() && !strings.Contains(sc.Text(), "sleeping") {
+		}
+		if st, body := h.control(t, http.MethodDelete, "/sandboxes/"+doomed.SandboxID, nil); st != 204 {
+			t.Fatalf("kill: got %d %s", st, body)
+		}
+		var rest []string
+		for sc.Scan() {
+			rest = append(rest, sc.Text())
+		}
+		if sc.Err() == nil {
+			t.Fatalf("the stream ended cleanly after the kill (%q); want it broken off", rest)
+		}
+		for _, l := range rest {
+			if strings.Contains(l, "end_of_execution") {
+				t.Errorf("the stream ended the execution after the kill: %q", rest)
+			}
+		}
+		_, _, cel := h.do(t, http.MethodGet, "/cel", map[string]string{"X-Run-Id": doomed.SandboxID}, nil)
+		if !strings.Contains(string(cel), "the call was abandoned while the cell ran") {
+			t.Errorf("the killed cell's Step Block does not say it was interrupted:\n%s", cel)
+		}
+	})
+
 	t.Run("contexts", func(t *testing.T) {
 		hdr := interp(sb)
 		// The SDKs send no X-Access-Token for contexts, but the traffic

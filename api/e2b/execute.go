@@ -1,6 +1,7 @@
 package e2b
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -99,7 +100,15 @@ func (s *Server) execute(w http.ResponseWriter, r *http.Request) error {
 	// cell only; their values go to the kernel in Triad's setup cells, so
 	// neither the cell's kept source nor its journal ever holds them.
 	env := orchestrator.WithEnv(orchestrator.CellEnv{Kernel: sb.Envs, Call: in.EnvVars})
-	ctx := r.Context()
+	// A kill or a pause of the sandbox ends the call (interrupting the
+	// cell), and the stream breaks off as E2B's does when its sandbox
+	// goes: the SDK's health check then finds the sandbox gone and
+	// raises its TimeoutError, "the sandbox was killed while the request
+	// was in progress".
+	ctx, cancel := context.WithCancel(r.Context())
+	defer cancel()
+	ex, ended := s.procs.addExec(sb.ID, cancel)
+	defer ended()
 	w.Header().Set("Content-Type", "application/x-ndjson")
 	w.WriteHeader(http.StatusOK)
 	lw := &lineWriter{w: w, rc: http.NewResponseController(w)}
@@ -133,6 +142,9 @@ func (s *Server) execute(w http.ResponseWriter, r *http.Request) error {
 				lw.line(liveResult(e.Data, true))
 			}
 		}, env)
+	if ex.gone.Load() {
+		panic(http.ErrAbortHandler)
+	}
 	if err != nil {
 		fe, _ := classify(err)
 		lw.line(errorLine{Type: "error", Name: string(fe.Kind), Value: sdkMessage(fe), Traceback: ""})

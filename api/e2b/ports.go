@@ -116,6 +116,13 @@ func (s *Server) servePortHost(w http.ResponseWriter, r *http.Request, port int,
 			return
 		}
 		p = kp
+	case sb.PublicTraffic:
+		// Created with network.allowPublicTraffic true: the URL is
+		// public, and the request acts as the sandbox's creator.
+		if p, err = s.c.Core.Creator(r.Context(), id); err != nil {
+			s.writePortError(w, r, raw, unknown)
+			return
+		}
 	default:
 		s.writePortError(w, r, raw, unknown)
 		return
@@ -125,13 +132,14 @@ func (s *Server) servePortHost(w http.ResponseWriter, r *http.Request, port int,
 			"Sandbox.connect resumes it; start the server again"))
 		return
 	}
-	s.proxyPort(w, r.WithContext(auth.With(r.Context(), p)), id, port, "getHost")
+	s.proxyPort(w, r.WithContext(auth.With(r.Context(), p)), sb, port, "getHost")
 }
 
 // proxyPort proxies r to port in sandbox id's sandbox, one connection per
 // request, each a sandbox.port step; the caller admitted r and put its
 // principal in its context.
-func (s *Server) proxyPort(w http.ResponseWriter, r *http.Request, id runid.ID, port int, via string) {
+func (s *Server) proxyPort(w http.ResponseWriter, r *http.Request, sb Sandbox, port int, via string) {
+	id := sb.ID
 	request := r.Method + " " + r.URL.EscapedPath()
 	if len(request) > 200 {
 		request = request[:200] + "…"
@@ -145,6 +153,9 @@ func (s *Server) proxyPort(w http.ResponseWriter, r *http.Request, id runid.ID, 
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.Out.URL.Scheme, pr.Out.URL.Host = "http", net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 			pr.Out.Host = pr.In.Host
+			if sb.MaskHost != "" {
+				pr.Out.Host = maskHost(sb.MaskHost, port)
+			}
 			// Triad's credentials stay with Triad.
 			for _, h := range []string{HeaderAccessToken, HeaderTrafficToken, HeaderAPIKey, HeaderSandboxID, HeaderSandboxPort} {
 				pr.Out.Header.Del(h)

@@ -103,15 +103,44 @@ func (c *command) sendTo(a *attached, e *procpb.ProcessEvent) error {
 	return a.send(e)
 }
 
-// processes tracks each sandbox's commands in flight.
+// processes tracks each sandbox's commands and runCode executions in
+// flight, so a kill or a pause ends them all.
 type processes struct {
-	mu   sync.Mutex
-	next map[runid.ID]uint32
-	m    map[runid.ID]map[uint32]*command
+	mu    sync.Mutex
+	next  map[runid.ID]uint32
+	m     map[runid.ID]map[uint32]*command
+	execs map[runid.ID]map[*execution]struct{}
 }
 
 func newProcesses() *processes {
-	return &processes{next: map[runid.ID]uint32{}, m: map[runid.ID]map[uint32]*command{}}
+	return &processes{next: map[runid.ID]uint32{}, m: map[runid.ID]map[uint32]*command{}, execs: map[runid.ID]map[*execution]struct{}{}}
+}
+
+// execution is one runCode (POST /execute) in flight.
+type execution struct {
+	cancel context.CancelFunc // ends the call, which interrupts its cell
+	// gone is set when the sandbox was killed or paused under it.
+	gone atomic.Bool
+}
+
+// addExec makes a runCode in flight endable by killAll; cancel ends its
+// call. Call the returned func when it has ended.
+func (p *processes) addExec(run runid.ID, cancel context.CancelFunc) (*execution, func()) {
+	e := &execution{cancel: cancel}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.execs[run] == nil {
+		p.execs[run] = map[*execution]struct{}{}
+	}
+	p.execs[run][e] = struct{}{}
+	return e, func() {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		delete(p.execs[run], e)
+		if len(p.execs[run]) == 0 {
+			delete(p.execs, run)
+		}
+	}
 }
 
 // pid numbers the sandbox's next command.
@@ -166,11 +195,22 @@ func (p *processes) list(run runid.ID) []*command {
 	return out
 }
 
-// killAll kills every command of the sandbox: it was killed or paused.
+// killAll kills every command of the sandbox and ends every runCode in
+// flight (interrupting its cell): the sandbox was killed or paused.
 func (p *processes) killAll(run runid.ID) {
 	for _, c := range p.list(run) {
 		c.gone.Store(true)
 		c.c.Kill()
+	}
+	p.mu.Lock()
+	var execs []*execution
+	for e := range p.execs[run] {
+		execs = append(execs, e)
+	}
+	p.mu.Unlock()
+	for _, e := range execs {
+		e.gone.Store(true)
+		e.cancel()
 	}
 }
 

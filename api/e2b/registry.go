@@ -60,6 +60,12 @@ type Sandbox struct {
 	// Internet is true when the sandbox's run has an egress policy that
 	// allows something: getInfo's allowInternetAccess.
 	Internet bool
+	// PublicTraffic is create's network.allowPublicTraffic true: its
+	// getHost URLs need no credential. MaskHost is network.maskRequestHost:
+	// the Host the sandbox's servers see (${PORT} the port). See
+	// docs/DECISIONS.md, "getHost".
+	PublicTraffic bool
+	MaskHost      string
 }
 
 // record is a Sandbox as Records keep it: the envs, which are secrets,
@@ -79,6 +85,8 @@ type record struct {
 	TokensSealed string              `json:"tokens_sealed,omitempty"`
 	FileMeta     map[string]fileMeta `json:"file_meta,omitempty"`
 	Internet     bool                `json:"internet,omitempty"`
+	Public       bool                `json:"public_traffic,omitempty"`
+	MaskHost     string              `json:"mask_request_host,omitempty"`
 }
 
 // legacyRecord is a record as Triad kept it before the core owned every
@@ -105,7 +113,8 @@ type Sealer interface {
 
 func (g *registry) encode(s Sandbox) ([]byte, error) {
 	r := record{ID: s.ID, Template: s.Template, Metadata: s.Metadata, TimeoutS: s.TimeoutS, StartedAt: s.StartedAt,
-		EndAt: s.EndAt, State: s.State, TokenSHA256: s.TokenSHA256, FileMeta: s.FileMeta, Internet: s.Internet}
+		EndAt: s.EndAt, State: s.State, TokenSHA256: s.TokenSHA256, FileMeta: s.FileMeta, Internet: s.Internet,
+		Public: s.PublicTraffic, MaskHost: s.MaskHost}
 	var err error
 	if len(s.Envs) > 0 {
 		if r.EnvsSealed, err = g.sealJSON(s.Envs, []byte(s.ID.String())); err != nil {
@@ -126,7 +135,8 @@ func (g *registry) decode(b []byte) (Sandbox, error) {
 		return Sandbox{}, err
 	}
 	s := Sandbox{ID: r.ID, Template: r.Template, Metadata: r.Metadata, TimeoutS: r.TimeoutS, StartedAt: r.StartedAt,
-		EndAt: r.EndAt, State: r.State, TokenSHA256: r.TokenSHA256, FileMeta: r.FileMeta, Internet: r.Internet}
+		EndAt: r.EndAt, State: r.State, TokenSHA256: r.TokenSHA256, FileMeta: r.FileMeta, Internet: r.Internet,
+		PublicTraffic: r.Public, MaskHost: r.MaskHost}
 	if r.EnvsSealed != "" {
 		if err := g.openJSON(r.EnvsSealed, []byte(r.ID.String()), "envs", &s.Envs); err != nil {
 			return Sandbox{}, err

@@ -5,6 +5,7 @@ import { test, after } from 'node:test'
 import assert from 'node:assert/strict'
 import http from 'node:http'
 import { Sandbox } from 'e2b'
+import { Sandbox as CodeSandbox } from '@e2b/code-interpreter'
 import { SLOW, API_KEY, assertJournal, triad } from './helpers.mjs'
 
 const sandboxes = []
@@ -121,4 +122,47 @@ test('getHost proxies HTTP to a port in the sandbox, authenticated and journaled
   assert.equal(JSON.parse(anon.body).message, 'The sandbox was not found')
   await srv.kill()
   await assertJournal(sbx.sandboxId, { 'sandbox.port': 1 })
+})
+
+test('network options: allowPublicTraffic false demands a credential; true with maskRequestHost is public and masks the Host', SLOW, async () => {
+  const secure = await CodeSandbox.create({ secure: true, network: { allowPublicTraffic: false } })
+  sandboxes.push(secure)
+  // The code interpreter works as E2B's secure tests use it.
+  assert.equal((await secure.runCode('x = 1; x')).text, '1')
+  const server = `import http.server as h
+class H(h.BaseHTTPRequestHandler):
+    def do_GET(s):
+        b = s.headers['Host'].encode()
+        s.send_response(200); s.end_headers(); s.wfile.write(b)
+h.HTTPServer(('127.0.0.1', 8001), H).serve_forever()`
+  await secure.files.write('host.py', server)
+  const own = await secure.commands.run('python3 host.py', { background: true })
+  let r
+  for (let i = 0; i < 100; i++) {
+    r = await getVia(secure.getHost(8001), { 'E2B-Traffic-Access-Token': secure.trafficAccessToken })
+    if (r.status === 200) break
+    await new Promise((res) => setTimeout(res, 200))
+  }
+  assert.equal(r.status, 200, r.body)
+  assert.equal((await getVia(secure.getHost(8001))).status, 502)
+  await own.kill()
+
+  const open = await Sandbox.create({ network: { allowPublicTraffic: true, maskRequestHost: '${PORT}-app.example.test' } })
+  sandboxes.push(open)
+  await open.files.write('host.py', server)
+  const pub = await open.commands.run('python3 host.py', { background: true })
+  for (let i = 0; i < 100; i++) {
+    r = await getVia(open.getHost(8001))
+    if (r.status === 200) break
+    await new Promise((res) => setTimeout(res, 200))
+  }
+  assert.equal(r.status, 200, r.body)
+  assert.equal(r.body, '8001-app.example.test')
+  await pub.kill()
+  await assertJournal(open.sandboxId, { 'sandbox.port': 1 })
+
+  // A mask that is no host, and network options Triad does not read, are
+  // refused with what to send.
+  await assert.rejects(Sandbox.create({ network: { maskRequestHost: 'a b' } }), /400|maskRequestHost/)
+  await assert.rejects(Sandbox.create({ network: { httpsPorts: [8443] } }), /422|httpsPorts/)
 })
