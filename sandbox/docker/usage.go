@@ -76,7 +76,7 @@ func (k *Kernel) usage(ctx context.Context, oneShot bool) (sandbox.Usage, error)
 		// empty sample: zeros, which accounting must not take for a
 		// reading. (E2B's metrics report them: a stopped sandbox uses
 		// nothing.)
-		return sandbox.Usage{}, fmt.Errorf("stats of container %s: not running", shortID(id))
+		return sandbox.Usage{}, fmt.Errorf("stats of container %s: not running: %w", shortID(id), sandbox.ErrClosed)
 	}
 	u := sandbox.Usage{At: st.Read, CPUTime: time.Duration(st.CPUStats.CPUUsage.TotalUsage), CPUs: k.limits.CPUs,
 		Since: since, MemoryLimitBytes: int64(st.MemoryStats.Limit), CPUPercent: -1}
