@@ -128,7 +128,10 @@ func TestTenantsSeeOnlyTheirRuns(t *testing.T) {
 		"POST /sandbox/exec": func() answer {
 			return b.do("POST", "/sandbox/exec", runA, body(map[string]any{"code": "open('artifacts/secret.csv').read()"}))
 		},
-		"POST /sandbox/restart": func() answer { return b.do("POST", "/sandbox/restart", runA, nil) },
+		"POST /sandbox/restart":        func() answer { return b.do("POST", "/sandbox/restart", runA, nil) },
+		"POST /kernels/{id}/interrupt": func() answer { return b.do("POST", "/kernels/"+runA+"/interrupt", "", nil) },
+		"POST /kernels/{id}/restart":   func() answer { return b.do("POST", "/kernels/"+runA+"/restart", "", nil) },
+		"DELETE /kernels/{id}":         func() answer { return b.do("DELETE", "/kernels/"+runA, "", nil) },
 	}
 	// Routes that name no run, with the reason they need no probe.
 	exempt := map[string]string{
@@ -136,6 +139,8 @@ func TestTenantsSeeOnlyTheirRuns(t *testing.T) {
 		"GET /recipes": "the catalog", "GET /recipes/{name}": "the catalog", "GET /templates": "the server's templates, the same for every tenant",
 		"POST /runs":                    "mints a fresh run for the caller (and GET /runs is checked below)",
 		"GET /runs":                     "checked below: B's list lacks A's run",
+		"GET /kernels":                  "checked below: B's list lacks A's kernel",
+		"GET /usage":                    "checked below: B's usage is its own, and A's is forbidden to B",
 		"GET /share/{token}":            "the link is the credential (TestShareLinks)",
 		"HEAD /share/{token}":           "the link is the credential (TestShareLinks)",
 		"GET /share/{token}/{path:.+}":  "the link is the credential (TestShareLinks)",
@@ -204,6 +209,19 @@ func TestTenantsSeeOnlyTheirRuns(t *testing.T) {
 			t.Error("GET /runs as B lists A's run")
 		}
 	}
+	var kl wire.KernelList
+	b.do("GET", "/kernels", "", nil).json(t, &kl)
+	for _, k := range kl.Kernels {
+		if k.RunID == runA {
+			t.Error("GET /kernels as B lists A's kernel")
+		}
+	}
+	var bu wire.TenantUsage
+	b.do("GET", "/usage", "", nil).json(t, &bu)
+	if bu.Tenant != "globex" {
+		t.Errorf("GET /usage as B: got tenant %q's, want its own", bu.Tenant)
+	}
+	wantErr(t, b.do("GET", "/usage?tenant=acme", "", nil), 403, "forbidden")
 
 	// MCP over HTTP with B's key: every tool that takes a run.
 	cs, err := sdk.NewClient(&sdk.Implementation{Name: "tenant-b", Version: "0"}, nil).Connect(t.Context(),
