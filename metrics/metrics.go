@@ -4,9 +4,9 @@
 // implements the hooks the orchestrator and the HTTP API declare
 // (orchestrator.Metrics, api.Metrics), and wraps the store's seams and the
 // sandbox backend to count what passes through them. Labels are small,
-// fixed sets (tool names, outcomes, route templates, backends): never a
-// run id, a path or a key, so the number of series stays bounded however
-// many runs there are.
+// fixed sets (tool names, outcomes, route templates, backends, and the
+// tenants of the usage families): never a run id, a path or a key, so the
+// number of series stays bounded however many runs there are.
 package metrics
 
 import (
