@@ -30,7 +30,9 @@ import (
 // the changes not yet written to the stored usage. A crash loses at most
 // FlushEvery of index updates (see docs/DECISIONS.md, "Tenants").
 
-// Summary is a run's entry in its tenant's run index.
+// Summary is a run's entry in its tenant's run index. Its Usage is what
+// the run used (Use); its stored bytes are Bytes, not kept twice:
+// Listed puts them in the usage it hands out.
 type Summary struct {
 	wire.RunSummary
 	// Bytes is what the run's files hold, for the tenant's usage.
