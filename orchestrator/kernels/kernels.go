@@ -540,17 +540,21 @@ func (m *Manager) tend() {
 	if m.c.MeterEvery > 0 {
 		every = min(m.c.MeterEvery, every)
 	}
-	tick := time.NewTicker(max(every, 100*time.Millisecond))
+	every = max(every, 100*time.Millisecond)
+	tick := time.NewTicker(every)
 	defer tick.Stop()
 	metered := time.Now()
 	for {
+		var now time.Time
 		select {
 		case <-m.stop:
 			return
-		case <-tick.C:
+		case now = <-tick.C:
 		}
-		if m.c.MeterEvery > 0 && time.Since(metered) >= m.c.MeterEvery {
-			metered = time.Now()
+		// By the ticks' times, with half a tick's slack: a tick a little
+		// early must not put the reading off by a whole period.
+		if m.c.MeterEvery > 0 && now.Sub(metered) >= m.c.MeterEvery-every/2 {
+			metered = now
 			m.MeterAll(context.Background())
 		}
 		if m.c.IdleTTL <= 0 {
