@@ -231,6 +231,7 @@ var apiExempt = map[string]string{
 	"POST /runs":                    "mints a fresh run for the caller",
 	"GET /runs":                     "checked by probe: B's list lacks the run",
 	"GET /kernels":                  "checked by probe: B's list lacks the run's kernel",
+	"GET /usage":                    "the caller's own tenant's sum (TestTenantsSeeOnlyTheirRuns: B reads its own, A's is 403)",
 	"DELETE /shares/{id}":           "names a share link, not a run (TestTenantsSeeOnlyTheirRuns)",
 	"GET /share/{token}":            "the link is the credential (TestShareLinks)",
 	"HEAD /share/{token}":           "the link is the credential (TestShareLinks)",

@@ -328,3 +328,17 @@ func (s *Server) runsList(w http.ResponseWriter, r *http.Request) error {
 	}
 	return writeJSON(w, http.StatusOK, out)
 }
+
+// usageGet is GET /usage: what the caller's tenant's runs used (another
+// tenant's, for an admin).
+func (s *Server) usageGet(w http.ResponseWriter, r *http.Request) error {
+	tenant, err := query(r, "tenant", false)
+	if err != nil {
+		return err
+	}
+	out, err := s.orch.TenantUsage(r.Context(), tenant)
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusOK, out)
+}

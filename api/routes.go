@@ -209,6 +209,9 @@ func (s *Server) table() []*route {
 			{Name: "q", Tag: `maxLength:"500" doc:"Only runs that match every word in their id, name, objective, recipe or tags (tag:x needs the tag x), ignoring case."`},
 			{Name: "sort", Tag: `enum:"created|oldest|updated|name" doc:"created (newest first, the default), oldest, updated (latest activity first) or name."`},
 		}, Answer: wire.RunList{}, h: s.runsList},
+		{Methods: get, Path: "/usage", Scope: auth.Read, Summary: "What the caller's tenant's runs used (CPU, memory over time, egress), summed, runs since deleted included, and the bytes they store now; each run's own is its usage in GET /runs/{id}", Query: []param{
+			{Name: "tenant", Tag: `pattern:"^[a-z0-9][a-z0-9-]{0,62}$" doc:"Another tenant's usage (admin keys only)."`},
+		}, Answer: wire.TenantUsage{}, h: s.usageGet},
 		{Methods: patch, Path: "/runs/{id}", Scope: auth.Runs, PathParams: []param{runIDParam}, Summary: "Name or tag a run (absent fields are left as they are); the answer is the run as GET /runs lists it", Body: wire.RunLabels{}, Answer: wire.RunSummary{}, h: s.runLabels},
 		{Methods: del, Path: "/runs/{id}", Scope: auth.Runs, PathParams: []param{runIDParam}, Summary: "Delete a run: its kernel is stopped, its files, journal, share links and records are removed, and from then on it is not found anywhere (its id is never a run again); " +
 			"its blobs are removed by the next collection once no other run holds them", Answer: wire.OK{}, h: s.runDelete},

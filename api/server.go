@@ -50,6 +50,8 @@ type Core interface {
 	SetLabels(ctx context.Context, run runid.ID, in wire.RunLabels) (wire.RunSummary, error)
 	// DeleteRun deletes a run (DELETE /runs/{id}).
 	DeleteRun(ctx context.Context, run runid.ID) error
+	// TenantUsage is what a tenant's runs used and store (GET /usage).
+	TenantUsage(ctx context.Context, tenant string) (wire.TenantUsage, error)
 	Limits() orchestrator.Limits
 	Ping(ctx context.Context) error
 	// CheckSetup checks a run's setup before the run is made (POST /runs).

@@ -140,6 +140,7 @@ func TestTenantsSeeOnlyTheirRuns(t *testing.T) {
 		"POST /runs":                    "mints a fresh run for the caller (and GET /runs is checked below)",
 		"GET /runs":                     "checked below: B's list lacks A's run",
 		"GET /kernels":                  "checked below: B's list lacks A's kernel",
+		"GET /usage":                    "checked below: B's usage is its own, and A's is forbidden to B",
 		"GET /share/{token}":            "the link is the credential (TestShareLinks)",
 		"HEAD /share/{token}":           "the link is the credential (TestShareLinks)",
 		"GET /share/{token}/{path:.+}":  "the link is the credential (TestShareLinks)",
@@ -215,6 +216,12 @@ func TestTenantsSeeOnlyTheirRuns(t *testing.T) {
 			t.Errorf("GET /kernels as B lists A's kernel: %+v", k)
 		}
 	}
+	var bu wire.TenantUsage
+	b.do("GET", "/usage", "", nil).json(t, &bu)
+	if bu.Tenant != "globex" {
+		t.Errorf("GET /usage as B: got tenant %q's, want its own", bu.Tenant)
+	}
+	wantErr(t, b.do("GET", "/usage?tenant=acme", "", nil), 403, "forbidden")
 
 	// MCP over HTTP with B's key: every tool that takes a run.
 	cs, err := sdk.NewClient(&sdk.Implementation{Name: "tenant-b", Version: "0"}, nil).Connect(t.Context(),

@@ -15,6 +15,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -903,6 +904,10 @@ func TestConsole(t *testing.T) {
 				t.Errorf("the artifacts panel lacks %s", art.Path)
 			}
 		}
+		// The usage card: Docker measures CPU time and memory; the bytes
+		// the run stores are always known.
+		a.until(30*time.Second, `(() => { const u = document.querySelector('#usage').innerText; return /CPU\s+[\d.]+ s/.test(u) && /Stored\s+[\d.]+ (B|KiB|MiB)/.test(u) && !/not measured/.test(u) })()`,
+			"the run's usage")
 		if got := eval[string](a, `document.querySelector('#tree li.file[data-path="artifacts/channel_kpis.csv"] .file-meta').innerText`); !strings.Contains(got, "step ") {
 			t.Errorf("the CSV's row does not name the step that made it: %q", got)
 		}
@@ -974,6 +979,9 @@ func TestConsole(t *testing.T) {
 		a.until(30*time.Second, `document.querySelectorAll('#runs tbody tr').length > 0`, "the search by tag")
 		if ids := eval[[]string](a, `[...document.querySelectorAll('#runs tbody tr')].map(r => r.dataset.run)`); len(ids) != 1 || ids[0] != recipeRun {
 			t.Errorf("runs tagged console-test: %v, want the recipe run", ids)
+		}
+		if used := eval[string](a, fmt.Sprintf(`document.querySelector('#runs tr[data-run=%q] .used')?.innerText || ''`, recipeRun)); !regexp.MustCompile(`^[\d.]+ (s|min|h)[^—]* CPU · [\d.]+ [KMG]iB peak · [\d.]+ (B|KiB|MiB) stored$`).MatchString(used) {
+			t.Errorf("the runs list shows the run's usage as %q, want CPU, peak memory and stored bytes", used)
 		}
 		a.clear("f-q")
 		a.do(chromedp.SendKeys(chromedp.ID("f-q"), "reallocation q3"))

@@ -141,6 +141,9 @@ type Session struct {
 	close   context.CancelFunc
 
 	bytes atomic.Int64 // moved, both ways, over the run
+	// sent and received are what this session moved, for the run's
+	// accounting (Moved).
+	sent, received atomic.Int64
 
 	mu      sync.Mutex
 	cond    *sync.Cond // signalled when active drops
@@ -182,6 +185,12 @@ func (s *Session) Charge(bytes int64, conns int) {
 	s.mu.Lock()
 	s.seq += conns
 	s.mu.Unlock()
+}
+
+// Moved returns the bytes this session's connections sent upstream and
+// received from upstreams so far (Charge's earlier use not included).
+func (s *Session) Moved() (sent, received int64) {
+	return s.sent.Load(), s.received.Load()
 }
 
 // Policy returns the session's policy.
@@ -374,9 +383,11 @@ func (r *rec) set(fn func(c *wire.Connection)) {
 func (r *rec) moved(sent, received int64) bool {
 	if sent > 0 {
 		r.sent.Add(sent)
+		r.s.sent.Add(sent)
 	}
 	if received > 0 {
 		r.received.Add(received)
+		r.s.received.Add(received)
 	}
 	r.s.p.cfg.Metrics.EgressBytes(sent, received)
 	if r.s.bytes.Add(sent+received) > r.s.maxBytes {

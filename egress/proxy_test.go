@@ -115,6 +115,16 @@ func TestAllowed(t *testing.T) {
 	if again := s.Take(); len(again) != 0 {
 		t.Errorf("a second Take got %+v, want nothing", again)
 	}
+	// What the session moved, for the run's accounting, is what its
+	// records moved, earlier use it was charged with aside.
+	s.Charge(1000, 5)
+	sent, received := s.Moved()
+	if want := recs[0].Sent + recs[1].Sent; sent != want {
+		t.Errorf("Moved sent %d, want the records' %d", sent, want)
+	}
+	if want := recs[0].Received + recs[1].Received; received != want {
+		t.Errorf("Moved received %d, want the records' %d", received, want)
+	}
 }
 
 // TestRefused: each way to reach what the policy does not allow is

@@ -4,9 +4,9 @@
 // implements the hooks the orchestrator and the HTTP API declare
 // (orchestrator.Metrics, api.Metrics), and wraps the store's seams and the
 // sandbox backend to count what passes through them. Labels are small,
-// fixed sets (tool names, outcomes, route templates, backends): never a
-// run id, a path or a key, so the number of series stays bounded however
-// many runs there are.
+// fixed sets (tool names, outcomes, route templates, backends, and the
+// tenants of the usage families): never a run id, a path or a key, so the
+// number of series stays bounded however many runs there are.
 package metrics
 
 import (
@@ -50,6 +50,10 @@ type Metrics struct {
 	egressConns  *prometheus.CounterVec
 	egressBytes  *prometheus.CounterVec
 	egressOpen   prometheus.Gauge
+	tenantCPU    *prometheus.CounterVec
+	tenantMemory *prometheus.CounterVec
+	tenantEgress *prometheus.CounterVec
+	tenantStored *prometheus.GaugeVec
 }
 
 // New returns Metrics registered in a registry of their own, with the Go
@@ -96,7 +100,17 @@ func New() *Metrics {
 	m.egressBytes = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "triad_egress_bytes_total",
 		Help: "Bytes the egress proxy moved for sandboxes, by direction (sent upstream, received from upstream)."}, []string{"direction"})
 	m.egressOpen = prometheus.NewGauge(prometheus.GaugeOpts{Name: "triad_egress_open_connections", Help: "Upstream connections the egress proxy holds open."})
-	for _, c := range []prometheus.Collector{m.egressConns, m.egressBytes, m.egressOpen, m.toolCalls, m.toolLatency, m.httpRequests, m.httpLatency, m.kernelStarts, m.kernelStart,
+	// Per-run accounting, summed by tenant: a run's own figures are in
+	// GET /runs/{id}, never in a label.
+	m.tenantCPU = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "triad_tenant_cpu_seconds_total",
+		Help: "CPU time the tenant's kernels used, where the sandbox backend measures it, as this process read them."}, []string{"tenant"})
+	m.tenantMemory = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "triad_tenant_memory_byte_seconds_total",
+		Help: "Memory the tenant's kernels held over time, in byte-seconds, where the sandbox backend measures it, as this process read them."}, []string{"tenant"})
+	m.tenantEgress = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "triad_tenant_egress_bytes_total",
+		Help: "Bytes the tenant's sandboxes moved through the egress proxy of this process, by direction (out, in)."}, []string{"tenant", "direction"})
+	m.tenantStored = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "triad_tenant_stored_bytes",
+		Help: "Bytes the tenant's runs store, as this process last read or wrote its usage record."}, []string{"tenant"})
+	for _, c := range []prometheus.Collector{m.tenantCPU, m.tenantMemory, m.tenantEgress, m.tenantStored, m.egressConns, m.egressBytes, m.egressOpen, m.toolCalls, m.toolLatency, m.httpRequests, m.httpLatency, m.kernelStarts, m.kernelStart,
 		m.cellsRunning, m.evaluations, m.evalLatency, m.storeOps, m.storeErrors, m.storeBytes, m.searches, m.searchErrors, m.runs, m.quota, m.reclaims,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})} {
 		f(c)
@@ -140,6 +154,19 @@ func (m *Metrics) QuotaRefused(limit string) { m.quota.WithLabelValues(limit).In
 
 // KernelReclaimed implements orchestrator.Metrics.
 func (m *Metrics) KernelReclaimed() { m.reclaims.Inc() }
+
+// TenantUsed implements orchestrator.Metrics.
+func (m *Metrics) TenantUsed(tenant string, cpuSeconds, memoryByteSeconds float64, egressOut, egressIn int64) {
+	m.tenantCPU.WithLabelValues(tenant).Add(max(cpuSeconds, 0))
+	m.tenantMemory.WithLabelValues(tenant).Add(max(memoryByteSeconds, 0))
+	m.tenantEgress.WithLabelValues(tenant, "out").Add(float64(max(egressOut, 0)))
+	m.tenantEgress.WithLabelValues(tenant, "in").Add(float64(max(egressIn, 0)))
+}
+
+// TenantStored implements orchestrator.Metrics.
+func (m *Metrics) TenantStored(tenant string, bytes int64) {
+	m.tenantStored.WithLabelValues(tenant).Set(float64(bytes))
+}
 
 // CellRunning implements orchestrator.Metrics.
 func (m *Metrics) CellRunning(delta int) { m.cellsRunning.Add(float64(delta)) }

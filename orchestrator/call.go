@@ -201,12 +201,14 @@ func (o *Orchestrator) resolve(ctx context.Context, id runid.ID, out Outcome, op
 	return c, nil
 }
 
-// record records a step that ran: its Step Block with the evaluator's
+// record records a step that ran: what the run's kernel used, if the
+// step ran in it (meterStep), its Step Block with the evaluator's
 // verdict, trace and evaluation lines and artifact index (journal.Record),
 // the live kernel's copies of them, the run's feed, then the run's entry
 // in its tenant's index. Failures are logged, not returned: the tool's
 // effect happened.
 func (o *Orchestrator) record(ctx context.Context, r *run, ow tenancy.Owner, s *journal.Step, n int, notes []cel.Note, who auth.Principal, info journal.Info) {
+	o.meterStep(ctx, r.id, s.Outcome)
 	if o.j != nil {
 		writes, ev, err := o.j.Record(ctx, journal.Recording{Step: s, N: n, Notes: notes, Info: info, Who: who, Cache: &r.journal,
 			Header: func(ctx context.Context) (cel.Header, error) { return o.setups.header(ctx, r, s.Started) }})

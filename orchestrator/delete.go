@@ -59,6 +59,10 @@ func (o *Orchestrator) deleteRun(ctx context.Context, r *run, ow tenancy.Owner) 
 		return err
 	}
 	defer held.Unlock()
+	if o.kernels != nil {
+		// What it used until now stays in its tenant's sums.
+		o.kernels.Meter(ctx, r.id)
+	}
 	if err := o.t.MarkDeleted(ctx, ow); err != nil {
 		return storeErr(err, r.id, "")
 	}

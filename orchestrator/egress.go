@@ -69,6 +69,9 @@ type sandboxes struct {
 type egressRun struct {
 	sess    *egress.Session
 	serving map[sandbox.Egress]bool
+	// sent and received are what the session had moved when the run's
+	// accounting last took it (moved); guarded by sandboxes.mu.
+	sent, received int64
 }
 
 // Offer is what this server's sandbox offers runs, for the surfaces that
@@ -282,6 +285,21 @@ func (b *sandboxes) take(run runid.ID) []wire.Connection {
 		return nil
 	}
 	return er.sess.Take()
+}
+
+// moved returns the bytes the run's egress sent and received since the
+// last call, for the run's accounting.
+func (b *sandboxes) moved(run runid.ID) (sent, received int64) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	er := b.runs[run]
+	if er == nil {
+		return 0, 0
+	}
+	s, r := er.sess.Moved()
+	sent, received = s-er.sent, r-er.received
+	er.sent, er.received = s, r
+	return sent, received
 }
 
 // drop closes the run's session: its kernels are gone or another process

@@ -248,6 +248,34 @@ print("FOUND", found)`, needle))
 		}
 	})
 
+	// The run's usage counts the bytes its egress moved: what its
+	// connections' records say, each counted once (a connection still
+	// open at its last record has moved at least that).
+	tr, err := s.Trace(s.Ctx(t), run)
+	if err != nil {
+		t.Fatal(err)
+	}
+	last := map[int]wire.Connection{}
+	for _, rec := range tr {
+		for _, c := range rec.Egress {
+			last[c.ID] = c
+		}
+	}
+	var sent, received int64
+	open := false
+	for _, c := range last {
+		sent, received, open = sent+c.Sent, received+c.Received, open || c.Open
+	}
+	view, err := s.Orch.Status(s.Ctx(t), run)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("connections' records: %d bytes out, %d in (one still open: %v); usage: %v out, %v in", sent, received, open, ptrVal(view.Usage.EgressBytesOut), ptrVal(view.Usage.EgressBytesIn))
+	if u := view.Usage; u == nil || u.EgressBytesOut == nil || u.EgressBytesIn == nil || received == 0 ||
+		*u.EgressBytesOut < sent || *u.EgressBytesIn < received || !open && (*u.EgressBytesOut != sent || *u.EgressBytesIn != received) {
+		t.Errorf("usage %+v, want egress of %d bytes out and %d in, as its connections' records", u, sent, received)
+	}
+
 	// The journal lists the connections in the steps that made them.
 	b, _, err := s.Store.ReadAll(s.Ctx(t), run, "CEL.md")
 	if err != nil {
@@ -315,4 +343,11 @@ func TestEgressChoice(t *testing.T) {
 	if !strings.Contains(got, "allowed.test is not allowed") {
 		t.Errorf("a narrowed run reached allowed.test: %s", got)
 	}
+}
+
+func ptrVal[T any](p *T) any {
+	if p == nil {
+		return nil
+	}
+	return *p
 }

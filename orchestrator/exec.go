@@ -723,6 +723,7 @@ func (o *Orchestrator) Restart(ctx context.Context, run runid.ID) error {
 		}
 		defer o.kernels.Release(sess)
 	}
+	o.kernels.Meter(ctx, run) // what it used before its count starts again
 	if err := sess.Kernel.Restart(ctx); err != nil {
 		o.kernels.Drop(run)
 		return sandboxErr(err)
@@ -836,6 +837,7 @@ func (o *Orchestrator) RestartContext(ctx context.Context, run runid.ID, id stri
 			if sess == nil {
 				return nil // nothing running: the next cell starts fresh anyway
 			}
+			o.kernels.Meter(ctx, run)
 			if err := sess.Kernel.Restart(ctx); err != nil {
 				o.kernels.Drop(run)
 				return sandboxErr(err)

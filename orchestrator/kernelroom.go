@@ -41,7 +41,7 @@ func (o *Orchestrator) claim(who auth.Principal, ow tenancy.Owner) kernels.Claim
 				"run", rec.Run, "for", rec.For, "tenant", rec.Tenant, "idle", rec.Idle)
 			// Stopped before the new kernel starts, so the tenant's
 			// sandboxes never outnumber its quota.
-			taken.Kernel.Close()
+			o.kernels.Retire(rec.Run, taken)
 			o.reclaimed(rec)
 		}
 		return release, nil

@@ -80,7 +80,7 @@ func (o *Orchestrator) SetLabels(ctx context.Context, run runid.ID, in wire.RunL
 				s.Tags = nil
 			}
 		}
-		out = s.RunSummary
+		out = s.Listed()
 		out.Tags = slices.Clone(s.Tags)
 	})
 	return out, nil

@@ -25,6 +25,13 @@ type Metrics interface {
 	KernelReclaimed()
 	// CellRunning is a cell starting (+1) or ending (-1).
 	CellRunning(delta int)
+	// TenantUsed is what a tenant's run used since its last reading:
+	// CPU seconds and memory byte-seconds where known (zero otherwise),
+	// and egress bytes out and in. Labelled by tenant, never by run.
+	TenantUsed(tenant string, cpuSeconds, memoryByteSeconds float64, egressOut, egressIn int64)
+	// TenantStored is the bytes a tenant's runs store, whenever this
+	// process reads or writes its usage record.
+	TenantStored(tenant string, bytes int64)
 }
 
 // hooks calls Metrics when one is configured.

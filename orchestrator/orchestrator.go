@@ -185,11 +185,14 @@ func New(c Config) *Orchestrator {
 		}
 	}
 	o.runs = newTable(c.RunIdle, keep, evicted)
+	if o.kernels != nil {
+		o.kernels.OnUsed(o.used)
+	}
 	return o
 }
 
-// Close closes the runs' egress sessions and waits for their serve
-// loops, kills the background commands still running (their ends are
+// Close reads the live kernels for their runs' accounting, closes the
+// runs' egress sessions and waits for their serve loops, kills the background commands still running (their ends are
 // recorded), waits for the calls being recorded, stops the run table's
 // sweep and writes what calls left pending in the tenants' index; call
 // it before closing the store. The orchestrator's calls still work after
@@ -197,6 +200,11 @@ func New(c Config) *Orchestrator {
 // is safe to call twice.
 func (o *Orchestrator) Close() error {
 	o.closeOnce.Do(func() {
+		if o.kernels != nil {
+			// What the live kernels used since their last reading, while
+			// it can still be recorded (the kernels outlive this).
+			o.kernels.MeterAll(context.Background())
+		}
 		o.keep.close()
 		o.sb.close()
 		o.stopAll()

@@ -288,6 +288,8 @@ func (rr *RunReader) Status(ctx context.Context) (wire.RunView, error) {
 	created := rr.owner.Created
 	st.StartedBy, st.Created = &by, &created
 	st.Name, st.Tags = rr.o.t.Labels(ctx, rr.owner)
+	u := rr.Usage(ctx)
+	st.Usage = &u
 	trace, err := rr.Trace(ctx)
 	if err != nil {
 		return st, err

@@ -603,12 +603,19 @@ type Ports interface {
 }
 
 // Meter is a Kernel that can say what its sandbox uses now: an optional
-// ability, found by type assertion, for E2B's metrics and the tenant's
-// list of live kernels (Docker: the container's cgroup through the
-// engine's stats; wasm: the interpreter's linear memory).
+// ability, found by type assertion, for E2B's metrics, the tenant's list
+// of live kernels and each run's accounting (Docker: the container's
+// cgroup through the engine's stats; wasm: the interpreter's linear
+// memory).
 type Meter interface {
-	// Usage reads the sandbox's CPU and memory.
+	// Usage reads the sandbox's CPU and memory, with its CPU share over
+	// the backend's sampling window (Docker: two samples about a second
+	// apart).
 	Usage(ctx context.Context) (Usage, error)
+	// Sample reads the sandbox's CPU time and memory once, at once,
+	// without the CPU share (CPUPercent is -1): what a run's accounting
+	// folds in after each step, which must not wait a second.
+	Sample(ctx context.Context) (Usage, error)
 }
 
 // Usage is what a sandbox uses at one moment. A measure the backend cannot
@@ -621,11 +628,17 @@ type Usage struct {
 	// host's).
 	CPUTime time.Duration
 	CPUs    float64
+	// Since is when CPUTime began counting: the sandbox's last start. A
+	// restart that starts the count again (Docker's kernel restart starts
+	// its container anew) moves it, so a reading is compared only with
+	// one of the same Since. Zero when the backend does not say.
+	Since time.Time
 	// CPUPercent is the share of CPUs the sandbox used over the backend's
-	// last sampling window (about a second), 0 to 100.
+	// last sampling window (about a second), 0 to 100; -1 from Sample.
 	CPUPercent float64
-	// MemoryBytes is the memory in use (without the page cache),
-	// MemoryCacheBytes the page cache, MemoryLimitBytes the limit.
+	// MemoryBytes is the memory in use, without the page cache the
+	// kernel can reclaim at once (MemoryCacheBytes); MemoryLimitBytes is
+	// the limit.
 	MemoryBytes      int64
 	MemoryCacheBytes int64
 	MemoryLimitBytes int64

@@ -96,14 +96,15 @@ go vet ./...
 # their concurrency and tenancy (race_tests: concurrent calls on one run,
 # the run lock shared by replicas, crash recovery, idle reclaim, the
 # one-owner checks of every surface, quotas and the reclaim of idle
-# kernels at the kernel quota, uploads, keys and sessions).
+# kernels at the kernel quota, uploads, keys and sessions, per-run
+# accounting).
 # Each runs once, under -race, instead of once without it. The rest of the
 # core's and the API's tests run wasm kernels and the WASI evaluator in
 # the test process for minutes each; under the detector they took 42
 # minutes on two cores, past CI's budget. See docs/DECISIONS.md, "The race
 # detector in CI".
 race_pkgs="./orchestrator/kernels/ ./orchestrator/workspace/ ./orchestrator/kubelease/ ./tmpfs/... ./sandbox/jupyter/... ./sandbox/internal/..."
-race_tests='^(TestConcurrentCallsAreSerialized|TestSharedRunLock|TestCrashWithLeaseAndMarker|TestStoreErrorKinds|TestIdleRunForgottenAndRecovered|TestWarmExecResolvesOnce|TestArtifactIndexAgrees|TestBackgroundThreadFiles|TestContexts|TestRunIsolation|TestOwnerDecidedAtCreation|TestE2BSandboxIsItsCreators|TestSurfaceStateOutOfToolsReach|TestTenantsSeeOnlyTheirRuns|TestStalledUploadHoldsNoRun|TestUploadsPerTenant|TestKeys|TestRevokedKeyOnSecondServer|TestShareLinks|TestRunsList|TestByteAndRunQuotas|TestKernelQuota|TestIdleKernelReclaimedAtQuota|TestOnlyBusyKernelsCount|TestKernelReclaimRace|TestRunEventsForEveryRun|TestSessionCookies|TestStreamedUploadDedupAndRestart)$'
+race_tests='^(TestConcurrentCallsAreSerialized|TestSharedRunLock|TestCrashWithLeaseAndMarker|TestStoreErrorKinds|TestIdleRunForgottenAndRecovered|TestWarmExecResolvesOnce|TestArtifactIndexAgrees|TestBackgroundThreadFiles|TestContexts|TestRunIsolation|TestOwnerDecidedAtCreation|TestE2BSandboxIsItsCreators|TestSurfaceStateOutOfToolsReach|TestTenantsSeeOnlyTheirRuns|TestStalledUploadHoldsNoRun|TestUploadsPerTenant|TestKeys|TestRevokedKeyOnSecondServer|TestShareLinks|TestRunsList|TestByteAndRunQuotas|TestKernelQuota|TestIdleKernelReclaimedAtQuota|TestOnlyBusyKernelsCount|TestKernelReclaimRace|TestRunEventsForEveryRun|TestSessionCookies|TestStreamedUploadDedupAndRestart|TestRunUsage)$'
 
 # The whole suite runs under runc (the host's kernel behind Triad's seccomp
 # profile); the sandbox suites, the E2B SDK suite and the exec paths

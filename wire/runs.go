@@ -82,6 +82,38 @@ type RunView struct {
 	// Name and Tags label the run (PATCH /runs/{id}).
 	Name string   `json:"name,omitempty"`
 	Tags []string `json:"tags,omitempty"`
+	// Usage is what the run has used: its kernels as of their last
+	// reading (each call's end, and periodically while one lives), what
+	// it stores now.
+	Usage *RunUsage `json:"usage,omitempty" doc:"What the run has used: CPU, memory, stored bytes, egress."`
+}
+
+// RunUsage is what a run has used, kept with its record by Triad alone:
+// its kernels' CPU time and memory as the sandbox backend measures them,
+// the bytes its files hold, and the bytes its egress moved. A measure the
+// backend cannot take is absent (unknown), never a guessed zero: wasm
+// and Kubernetes kernels do not report CPU time, Kubernetes ones not
+// memory either; a run whose kernel never ran has only stored_bytes. See
+// docs/DECISIONS.md, "Per-run accounting (issue 27)".
+type RunUsage struct {
+	CPUSeconds        *float64 `json:"cpu_seconds,omitempty" doc:"CPU time the run's kernels used, in seconds, each from its start (its boot included). Absent when unknown."`
+	MemoryPeakBytes   *int64   `json:"memory_peak_bytes,omitempty" doc:"The most memory a kernel of the run held at a reading (after each call, and periodically while it lives), page cache aside. Absent when unknown."`
+	MemoryByteSeconds *float64 `json:"memory_byte_seconds,omitempty" doc:"Memory held over time, in byte-seconds: trapezoids between readings, while the run's kernels lived. Absent when unknown."`
+	StoredBytes       int64    `json:"stored_bytes" doc:"The bytes the run's files hold (the sum of their sizes in its index; Triad's own records included)."`
+	EgressBytesOut    *int64   `json:"egress_bytes_out,omitempty" doc:"Bytes the run's sandbox sent out through the egress proxy. Absent before its first kernel reading."`
+	EgressBytesIn     *int64   `json:"egress_bytes_in,omitempty" doc:"Bytes the run's sandbox received through the egress proxy. Absent before its first kernel reading."`
+}
+
+// TenantUsage is GET /usage's answer: what a tenant's runs have used,
+// summed (runs since deleted included: what was used stays used), and
+// what they store now. A run's measure that is unknown adds nothing.
+type TenantUsage struct {
+	Tenant            string  `json:"tenant" doc:"The tenant."`
+	CPUSeconds        float64 `json:"cpu_seconds" doc:"CPU time its runs' kernels used, in seconds, where the backend measures it."`
+	MemoryByteSeconds float64 `json:"memory_byte_seconds" doc:"Memory its runs' kernels held over time, in byte-seconds, where the backend measures it."`
+	StoredBytes       int64   `json:"stored_bytes" doc:"The bytes its runs' files hold now."`
+	EgressBytesOut    int64   `json:"egress_bytes_out" doc:"Bytes its runs' sandboxes sent out through the egress proxy."`
+	EgressBytesIn     int64   `json:"egress_bytes_in" doc:"Bytes its runs' sandboxes received through the egress proxy."`
 }
 
 // RunSandbox names the sandbox a run's cells run in.
@@ -301,6 +333,9 @@ type RunSummary struct {
 	// (PATCH /runs/{id}); GET /runs searches them.
 	Name string   `json:"name,omitempty"`
 	Tags []string `json:"tags,omitempty"`
+	// Usage is what the run has used, as of its last call or kernel
+	// reading (RunUsage).
+	Usage *RunUsage `json:"usage,omitempty"`
 }
 
 // RunLabels is PATCH /runs/{id}'s body: a run's name and tags. An absent

@@ -38,6 +38,7 @@ type sandboxConfig struct {
 	MaxCellTimeout time.Duration
 	InterruptGrace time.Duration
 	IdleTTL        time.Duration
+	UsageEvery     time.Duration
 	Warm           int
 	Starts         int
 	StartShares    int64
@@ -70,6 +71,7 @@ func (c *sandboxConfig) flags(f *flagSet) {
 	f.duration(&c.MaxCellTimeout, "max-cell-timeout", 10*time.Minute, "largest deadline a cell may ask for")
 	f.duration(&c.InterruptGrace, "interrupt-grace", docker.DefaultGrace, "how long a stopped cell (past its deadline, abandoned by its caller, or over its output limit) has to end after an interrupt before its kernel is restarted and its state lost")
 	f.duration(&c.IdleTTL, "idle-ttl", 30*time.Minute, "stop a run's kernel after this long unused (its files stay)")
+	f.duration(&c.UsageEvery, "usage-every", 30*time.Second, "read each live kernel's CPU and memory this often for its run's usage, besides after each cell and before it stops (0: only then)")
 	f.int(&c.Warm, "warm", 2, "ready kernels kept in the warm pool (with --sandbox kube: warm pods this replica adds to the pool all replicas share)")
 	f.int(&c.Starts, "kernel-starts", autoStarts, "kernels starting at once; runs beyond it wait their turn in arrival order (0: no limit; -1: one more than the host's CPUs with --sandbox docker, no limit with wasm and kube)")
 	f.int64(&c.StartShares, "kernel-start-cpu-shares", docker.NormalCPUShares, "CPU weight (cpu.shares, 2 to 1024) of a Docker kernel until it answers, so that starts yield to running cells; 1024, the normal weight, leaves starts unweighted (admission, --kernel-starts, is what spares running cells by default)")
@@ -96,6 +98,9 @@ func (c *sandboxConfig) validate() error {
 	case docker.RuntimeRunsc, docker.RuntimeRunc, docker.RuntimeAuto:
 	default:
 		return fmt.Errorf("--docker-runtime %q: want runsc, runc or auto", c.DockerRuntime)
+	}
+	if c.UsageEvery < 0 {
+		return fmt.Errorf("--usage-every %v: want a positive duration, or 0 to read kernels only after each cell and before they stop", c.UsageEvery)
 	}
 	if c.Backend == "kube" {
 		if c.KubeNamespace == "" {

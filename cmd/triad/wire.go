@@ -74,7 +74,7 @@ func openStack(ctx context.Context, c *config, log *slog.Logger) (*stack, error)
 		}
 		starts := c.Sandbox.startsFor(backend.Name())
 		km = kernels.New(kernels.Config{Backend: counted, Store: store, Warm: c.Sandbox.Warm, Starts: starts, IdleTTL: c.Sandbox.IdleTTL,
-			Limits: c.Sandbox.limits(), Protect: runfiles.IsKept, Omit: runfiles.IsCheckpoint, Logger: log})
+			MeterEvery: c.Sandbox.UsageEvery, Limits: c.Sandbox.limits(), Protect: runfiles.IsKept, Omit: runfiles.IsCheckpoint, Logger: log})
 		if c.metrics != nil {
 			c.metrics.Kernels(backend.Name(), km.Live, km.Pooled)
 		}

@@ -127,6 +127,20 @@ export function fmtBytes(n) {
   return `${n < 10 ? n.toFixed(1) : Math.round(n)} ${u[i]}`;
 }
 
+// fmtCPU shows CPU seconds: hundredths under a minute.
+export function fmtCPU(s) {
+  if (s == null || Number.isNaN(s)) return '—';
+  return s < 60 ? `${s.toFixed(2)} s` : fmtDur(s * 1000);
+}
+
+// fmtByteSeconds shows memory held over time: byte-seconds, or GiB-hours
+// once there are many.
+export function fmtByteSeconds(bs) {
+  if (bs == null || Number.isNaN(bs)) return '—';
+  const gibHour = 3600 * 2 ** 30;
+  return bs >= gibHour ? `${(bs / gibHour).toFixed(2)} GiB·h` : `${fmtBytes(bs)}·s`;
+}
+
 export function fmtDur(ms) {
   if (ms == null || ms < 0 || Number.isNaN(ms)) return '—';
   if (ms < 1000) return `${Math.round(ms)} ms`;

@@ -3,7 +3,7 @@
 // finalize and resume, and its files with previews, downloads and share
 // links.
 import {
-  $, ApiError, CAN_WRITE, RUN, WHO, api, badge, blobURL, copyButton, el, fileURL, fmtBytes, fmtDur, fmtTime, isRecord, time, toast,
+  $, ApiError, CAN_WRITE, RUN, WHO, api, badge, blobURL, copyButton, el, fileURL, fmtByteSeconds, fmtBytes, fmtCPU, fmtDur, fmtTime, isRecord, time, toast,
 } from './lib.js';
 import { code, nbOutput } from './cells.js';
 
@@ -57,8 +57,39 @@ async function loadView() {
       recipeSteps();
     }
     chips();
+    usage(view.usage);
   } catch (e) {
     toast(e.text || String(e));
+  }
+}
+
+// ---- usage --------------------------------------------------------------
+
+// usage shows what the run used (wire.RunUsage). A figure the sandbox
+// backend does not measure is absent from the answer, and says so here:
+// it is unknown, not zero.
+function usage(u) {
+  if (!u) return;
+  const unknown = (what) => el('span', { class: 'muted', text: 'not measured', title: `This server's sandbox backend does not measure ${what}` });
+  const row = (label, value) => [el('dt', { text: label }), el('dd', {}, value)];
+  const egress = u.egress_bytes_out == null ? unknown('egress before a kernel ran')
+    : `${fmtBytes(u.egress_bytes_out)} out · ${fmtBytes(u.egress_bytes_in ?? 0)} in`;
+  $('#usage').replaceChildren(
+    ...row('CPU', u.cpu_seconds == null ? unknown('CPU time') : fmtCPU(u.cpu_seconds)),
+    ...row('Peak memory', u.memory_peak_bytes == null ? unknown('memory') : fmtBytes(u.memory_peak_bytes)),
+    ...row('Memory over time', u.memory_byte_seconds == null ? unknown('memory') : fmtByteSeconds(u.memory_byte_seconds)),
+    ...row('Stored', fmtBytes(u.stored_bytes)),
+    ...row('Egress', egress),
+  );
+}
+
+// refreshUsage re-reads the run's usage after a call (its kernel is read
+// as the call is recorded), leaving the rest of the view as it was.
+async function refreshUsage() {
+  try {
+    usage((await api('GET', `/runs/${RUN}`)).usage);
+  } catch {
+    /* the next call tries again */
   }
 }
 
@@ -143,6 +174,7 @@ function connect() {
     if (news) {
       soon(refreshFiles);
       soon(refreshCEL);
+      soon(refreshUsage, 600);
     }
   });
   es.addEventListener('journal', () => soon(refreshCEL));

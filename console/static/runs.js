@@ -1,6 +1,6 @@
 // The runs list: the tenant's runs, searched, filtered by status and
 // recipe, sorted, a page at a time, kept up to date while runs progress.
-import { $, api, badge, el, fmtDur, onKey, runPage, time, toast } from './lib.js';
+import { $, api, badge, el, fmtBytes, fmtCPU, fmtDur, onKey, runPage, time, toast } from './lib.js';
 
 const tbody = $('#runs tbody');
 const search = $('#f-q');
@@ -48,6 +48,19 @@ function tagButton(t) {
   });
 }
 
+// used is a run's usage in brief: CPU, peak memory, stored bytes. A
+// figure the backend does not measure shows as a dash that says so.
+function used(u) {
+  if (!u) return el('span', { class: 'muted', text: '—' });
+  const fig = (v, fmt, what) => (v == null
+    ? el('span', { class: 'muted', text: `— ${what}`, title: `${what}: not measured by this server's sandbox backend` })
+    : el('span', { text: `${fmt(v)} ${what}` }));
+  return el('span', { class: 'used' },
+    fig(u.cpu_seconds, fmtCPU, 'CPU'), el('span', { class: 'sep', 'aria-hidden': 'true', text: ' · ' }),
+    fig(u.memory_peak_bytes, fmtBytes, 'peak'), el('span', { class: 'sep', 'aria-hidden': 'true', text: ' · ' }),
+    el('span', { text: `${fmtBytes(u.stored_bytes)} stored` }));
+}
+
 function cells(s) {
   const name = s.name ? el('div', { class: 'run-name', text: s.name }) : null;
   const objective = s.objective ? el('div', { class: 'objective', text: s.objective, title: s.objective }) : null;
@@ -61,6 +74,7 @@ function cells(s) {
       el('span', { class: 'p', title: `${s.passed} passed`, text: `✓ ${s.passed}` }), '  ',
       el('span', { class: 'f', title: `${s.failed} failed`, text: `✗ ${s.failed}` })),
     el('td', { 'data-label': 'last' }, s.last_verdict ? badge(s.last_verdict) : el('span', { class: 'muted', text: '—' })),
+    el('td', { class: 'c-used', 'data-label': '' }, used(s.usage)),
     el('td', { 'data-label': '' }, time(s.created)),
     el('td', { class: 'num', 'data-label': 'took' }, duration(s)),
   ];
@@ -75,7 +89,8 @@ function row(s) {
   return tr;
 }
 
-const key = (s) => [s.status, s.steps, s.passed, s.failed, s.last_verdict, s.updated, s.objective, s.name, (s.tags || []).join(',')].join('|');
+const key = (s) => [s.status, s.steps, s.passed, s.failed, s.last_verdict, s.updated, s.objective, s.name, (s.tags || []).join(','),
+  s.usage?.cpu_seconds, s.usage?.memory_peak_bytes, s.usage?.stored_bytes].join('|');
 
 // put shows a summary: a new row, or the row it has, updated in place.
 function put(s, flash) {

@@ -44,6 +44,10 @@ type Config struct {
 	// IdleTTL is how long a run's kernel may sit unused before it is
 	// stopped (0 never).
 	IdleTTL time.Duration
+	// MeterEvery is how often each live kernel is read for its run's
+	// accounting (OnUsed), besides after each step and before it stops;
+	// 0 reads it only then.
+	MeterEvery time.Duration
 	// Limits are passed to every kernel.
 	Limits sandbox.Limits
 	// Protect names run paths a cell may not change (the journal).
@@ -119,6 +123,9 @@ type Session struct {
 	// them.
 	running map[uint64]context.CancelFunc
 	token   uint64
+
+	// meter folds the kernel's readings for the run's accounting.
+	meter meter
 }
 
 // Claim is what Acquire calls when the run has no live kernel, before it
@@ -157,12 +164,14 @@ type Manager struct {
 	sessions map[runid.ID]*Session
 	contexts map[runid.ID][]*contextState // in creation order
 	closed   bool
+	used     func(ctx context.Context, run runid.ID, u Used) // OnUsed
 
 	stop chan struct{}
 	done sync.WaitGroup
 }
 
-// New returns a Manager and starts its pool filler and idle reaper.
+// New returns a Manager and starts its pool filler and the loop that
+// reaps idle kernels and reads live ones (tend).
 func New(c Config) *Manager {
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
@@ -180,9 +189,9 @@ func New(c Config) *Manager {
 		m.done.Add(1)
 		go m.fill()
 	}
-	if c.IdleTTL > 0 {
+	if c.IdleTTL > 0 || c.MeterEvery > 0 {
 		m.done.Add(1)
-		go m.reap()
+		go m.tend()
 	}
 	return m
 }
@@ -335,13 +344,15 @@ func (m *Manager) Peek(run runid.ID) *Session {
 // replica may have used it since this one did, so what this session knows
 // (the working directory's last sync) is stale. The next Acquire adopts the
 // kernel afresh, its interpreter state intact, and materialises the run's
-// files again. A kernel that cannot be detached is stopped.
+// files again. A kernel that cannot be detached is stopped. Either way
+// its last reading is taken first: whoever adopts it reads it afresh.
 func (m *Manager) Forget(run runid.ID) {
 	m.mu.Lock()
 	s := m.sessions[run]
 	delete(m.sessions, run)
 	m.mu.Unlock()
 	if s != nil {
+		m.meter(context.Background(), run, s, true)
 		release(s.Kernel)
 	}
 }
@@ -355,22 +366,30 @@ func release(k sandbox.Kernel) error {
 	return k.Close()
 }
 
-// Drop stops the run's kernel, if any. Its files stay in the store.
+// Drop stops the run's kernel, if any, after its last reading. Its files
+// stay in the store.
 func (m *Manager) Drop(run runid.ID) {
 	m.mu.Lock()
 	s := m.sessions[run]
 	delete(m.sessions, run)
 	m.mu.Unlock()
 	if s != nil {
-		s.Kernel.Close()
+		m.Retire(run, s)
 	}
+}
+
+// Retire takes the last reading of a session's kernel that is out of the
+// manager (TakeIdle's), and stops it.
+func (m *Manager) Retire(run runid.ID, s *Session) {
+	m.meter(context.Background(), run, s, true)
+	s.Kernel.Close()
 }
 
 // TakeIdle takes the run's kernel out of the manager if it is idle (no
 // Acquire without its Release), in one step under the manager's lock, so
 // a kernel that became busy since the caller chose it is never taken. The
-// caller stops it (Kernel.Close); its files stay in the store. It
-// returns nil when the run has no kernel or it is busy.
+// caller stops it (Retire); its files stay in the store. It returns nil
+// when the run has no kernel or it is busy.
 func (m *Manager) TakeIdle(run runid.ID) *Session {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -510,16 +529,36 @@ func (m *Manager) fill() {
 	}
 }
 
-// reap stops kernels idle past the TTL. A busy session is not idle.
-func (m *Manager) reap() {
+// tend stops kernels idle past the TTL (a busy session is not idle) and
+// reads every live kernel each MeterEvery, until Close.
+func (m *Manager) tend() {
 	defer m.done.Done()
-	tick := time.NewTicker(max(min(m.c.IdleTTL/4, 30*time.Second), 100*time.Millisecond))
+	every := 30 * time.Second
+	if m.c.IdleTTL > 0 {
+		every = min(m.c.IdleTTL/4, every)
+	}
+	if m.c.MeterEvery > 0 {
+		every = min(m.c.MeterEvery, every)
+	}
+	every = max(every, 100*time.Millisecond)
+	tick := time.NewTicker(every)
 	defer tick.Stop()
+	metered := time.Now()
 	for {
+		var now time.Time
 		select {
 		case <-m.stop:
 			return
-		case <-tick.C:
+		case now = <-tick.C:
+		}
+		// By the ticks' times, with half a tick's slack: a tick a little
+		// early must not put the reading off by a whole period.
+		if m.c.MeterEvery > 0 && now.Sub(metered) >= m.c.MeterEvery-every/2 {
+			metered = now
+			m.MeterAll(context.Background())
+		}
+		if m.c.IdleTTL <= 0 {
+			continue
 		}
 		var idle []runid.ID
 		m.mu.Lock()
@@ -547,6 +586,7 @@ func (m *Manager) dropIdle(run runid.ID) {
 	delete(m.sessions, run)
 	m.mu.Unlock()
 	m.log.Info("stopping idle kernel; the run's files stay", "run", run)
+	m.meter(context.Background(), run, s, true)
 	// A kernel another process can adopt is only let go of here: its
 	// backend decides when nobody uses it (sandbox/kube sweeps pods idle
 	// across all replicas).
@@ -555,7 +595,9 @@ func (m *Manager) dropIdle(run runid.ID) {
 
 // Close stops every kernel, pooled or live; a live kernel another process
 // can adopt is detached instead, and its backend's Close decides its fate.
-// It is safe to call twice.
+// It takes no last readings: the orchestrator, closed first, read every
+// live kernel (MeterAll) while it could still record them. It is safe to
+// call twice.
 func (m *Manager) Close() error {
 	m.mu.Lock()
 	if m.closed {

@@ -424,3 +424,80 @@ func TestClose(t *testing.T) {
 		t.Fatalf("Acquire after Close: got %v, want ErrClosed", err)
 	}
 }
+
+// usedLog keeps what OnUsed was told, per run.
+type usedLog struct {
+	mu  sync.Mutex
+	got map[runid.ID][]kernels.Used
+}
+
+func (l *usedLog) add(_ context.Context, run runid.ID, u kernels.Used) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.got == nil {
+		l.got = map[runid.ID][]kernels.Used{}
+	}
+	l.got[run] = append(l.got[run], u)
+}
+
+func (l *usedLog) of(run runid.ID) []kernels.Used {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Clone(l.got[run])
+}
+
+// A run's live kernel is read after a step (Meter), every MeterEvery,
+// and once more when it stops; then never again. Docker measures CPU
+// time; wasm does not, and says so (CPUKnown false), with the
+// interpreter's memory.
+func TestMeterReadsRunKernels(t *testing.T) {
+	for _, backend := range []string{"wasm", "docker"} {
+		t.Run(backend, func(t *testing.T) {
+			t.Parallel()
+			store, dir := newStore(t)
+			m := kernels.New(kernels.Config{Backend: backends[backend](t, dir), Store: store, MeterEvery: 50 * time.Millisecond})
+			t.Cleanup(func() { m.Close() })
+			var log usedLog
+			m.OnUsed(log.add)
+			ctx := t.Context()
+			run := runid.New()
+			s, err := m.Acquire(ctx, run, sandbox.Spec{}, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			execute(t, s, "x = 0\nfor i in range(300_000):\n    x += i\nkeep = bytearray(8 << 20)", 60*time.Second)
+			m.Release(s)
+			m.Meter(ctx, run)
+			got := log.of(run)
+			if len(got) == 0 {
+				t.Fatal("Meter read nothing")
+			}
+			var cpu time.Duration
+			var peak int64
+			var byteSeconds float64
+			for _, u := range got {
+				if u.CPUKnown != (backend == "docker") {
+					t.Errorf("CPUKnown %v on %s", u.CPUKnown, backend)
+				}
+				cpu += u.CPU
+				peak = max(peak, u.Memory)
+				byteSeconds += u.MemoryByteSeconds
+			}
+			if backend == "docker" && cpu <= 0 {
+				t.Errorf("CPU time: got %v, want some", cpu)
+			}
+			if peak < 8<<20 || byteSeconds <= 0 {
+				t.Errorf("memory: got peak %d and %v byte-seconds, want at least 8 MiB held for a while", peak, byteSeconds)
+			}
+			n := len(got)
+			waitFor(t, "a periodic reading", func() bool { return len(log.of(run)) > n })
+			m.Drop(run)
+			n = len(log.of(run))
+			m.Meter(ctx, run)
+			m.MeterAll(ctx)
+			if got := len(log.of(run)); got != n {
+				t.Errorf("a stopped kernel was read %d more times", got-n)
+			}
+		})
+	}
+}

@@ -48,7 +48,7 @@ func (t *Tenancy) FinishDelete(ctx context.Context, ow Owner) error {
 	t.mu.Unlock()
 	var sum Summary
 	if b, _, err := t.meta.GetMeta(ctx, indexKey(ow)); err == nil && json.Unmarshal(b, &sum) == nil && sum.Bytes > 0 {
-		if err := t.addUsage(ctx, ow.Tenant, -sum.Bytes); err != nil {
+		if err := t.addUsage(ctx, ow.Tenant, usageRec{Bytes: -sum.Bytes}); err != nil {
 			t.log.WarnContext(ctx, "take a deleted run's bytes off its tenant's usage", "run", ow.Run, "err", err)
 		}
 	}

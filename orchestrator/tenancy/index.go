@@ -30,7 +30,9 @@ import (
 // the changes not yet written to the stored usage. A crash loses at most
 // FlushEvery of index updates (see docs/DECISIONS.md, "Tenants").
 
-// Summary is a run's entry in its tenant's run index.
+// Summary is a run's entry in its tenant's run index. Its Usage is what
+// the run used (Use); its stored bytes are Bytes, not kept twice:
+// Listed puts them in the usage it hands out.
 type Summary struct {
 	wire.RunSummary
 	// Bytes is what the run's files hold, for the tenant's usage.
@@ -88,6 +90,12 @@ func (t *Tenancy) Labels(ctx context.Context, ow Owner) (string, []string) {
 }
 
 func (t *Tenancy) note(ctx context.Context, ow Owner, files []tmpfs.File, all, touch bool, edit func(*Summary)) {
+	t.noteIf(ctx, ow, files, all, touch, false, edit)
+}
+
+// noteIf is note; with listed, only for a run its tenant's index lists
+// (one not deleted meanwhile), and it reports whether it was.
+func (t *Tenancy) noteIf(ctx context.Context, ow Owner, files []tmpfs.File, all, touch, listed bool, edit func(*Summary)) bool {
 	run := ow.Run
 	bytes, lerr := t.store.Usage(ctx, run)
 	t.mu.Lock()
@@ -95,9 +103,13 @@ func (t *Tenancy) note(ctx context.Context, ow Owner, files []tmpfs.File, all, t
 	t.mu.Unlock()
 	if e == nil {
 		e = &entry{ow: ow}
-		if b, _, err := t.meta.GetMeta(ctx, indexKey(ow)); err == nil {
+		b, _, err := t.meta.GetMeta(ctx, indexKey(ow))
+		switch {
+		case err == nil:
 			json.Unmarshal(b, &e.sum)
-		} else {
+		case listed:
+			return false
+		default:
 			e.sum = Summary{RunSummary: firstSummary(ow)}
 		}
 	}
@@ -108,7 +120,9 @@ func (t *Tenancy) note(ctx context.Context, ow Owner, files []tmpfs.File, all, t
 	}
 	t.index[run] = e
 	if lerr == nil {
-		t.delta[ow.Tenant] += bytes - e.sum.Bytes
+		d := t.delta[ow.Tenant]
+		d.Bytes += bytes - e.sum.Bytes
+		t.delta[ow.Tenant] = d
 		e.sum.Bytes = bytes
 	}
 	edit(&e.sum)
@@ -118,6 +132,7 @@ func (t *Tenancy) note(ctx context.Context, ow Owner, files []tmpfs.File, all, t
 		e.sum.Updated = time.Now().UTC()
 	}
 	e.dirty, e.idle = true, 0
+	return true
 }
 
 // Pending reports whether the run has index changes not yet written.
@@ -210,7 +225,7 @@ func (t *Tenancy) Flush(ctx context.Context) bool {
 		}
 	}
 	delta := t.delta
-	t.delta = map[string]int64{}
+	t.delta = map[string]usageRec{}
 	t.mu.Unlock()
 
 	ok := true
@@ -237,14 +252,14 @@ func (t *Tenancy) Flush(ctx context.Context) bool {
 		t.markBlobs(ctx, j.ow.Tenant, files)
 	}
 	for tenant, d := range delta {
-		if d == 0 {
+		if d == (usageRec{}) {
 			continue
 		}
 		if err := t.addUsage(ctx, tenant, d); err != nil {
 			t.log.WarnContext(ctx, "update the tenant's usage; will retry", "tenant", tenant, "err", err)
 			ok = false
 			t.mu.Lock()
-			t.delta[tenant] += d
+			t.delta[tenant] = t.delta[tenant].plus(d)
 			t.mu.Unlock()
 		}
 	}
@@ -499,7 +514,8 @@ func (t *Tenancy) summaries(ctx context.Context, keys []string) ([]*wire.RunSumm
 			}
 			var s Summary
 			if errs[i] = json.Unmarshal(b, &s); errs[i] == nil {
-				sums[i] = &s.RunSummary
+				l := s.Listed()
+				sums[i] = &l
 			}
 		}()
 	}

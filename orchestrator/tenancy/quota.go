@@ -48,8 +48,25 @@ func (t *Tenancy) checkRunsPerHour(ctx context.Context, p auth.Principal) error 
 // usageKey names a tenant's usage record.
 func usageKey(tenant string) string { return "tenants/" + tenant + "/usage" }
 
+// usageRec is a tenant's usage record: the bytes its runs store now, and
+// what they used, summed (wire.TenantUsage). It is also a change to one,
+// not yet written.
 type usageRec struct {
-	Bytes int64 `json:"bytes"`
+	Bytes             int64   `json:"bytes"`
+	CPUSeconds        float64 `json:"cpu_seconds,omitempty"`
+	MemoryByteSeconds float64 `json:"memory_byte_seconds,omitempty"`
+	EgressBytesOut    int64   `json:"egress_bytes_out,omitempty"`
+	EgressBytesIn     int64   `json:"egress_bytes_in,omitempty"`
+}
+
+// plus is u changed by d.
+func (u usageRec) plus(d usageRec) usageRec {
+	u.Bytes += d.Bytes
+	u.CPUSeconds += d.CPUSeconds
+	u.MemoryByteSeconds += d.MemoryByteSeconds
+	u.EgressBytesOut += d.EgressBytesOut
+	u.EgressBytesIn += d.EgressBytesIn
+	return u
 }
 
 // CheckBytes refuses a call by p that would take the run's tenant (ow's)
@@ -64,7 +81,7 @@ func (t *Tenancy) CheckBytes(ctx context.Context, p auth.Principal, ow Owner, ad
 		return err
 	}
 	t.mu.Lock()
-	used += t.delta[ow.Tenant]
+	used += t.delta[ow.Tenant].Bytes
 	t.mu.Unlock()
 	if used < limit && used+add <= limit {
 		return nil
@@ -83,31 +100,43 @@ func (t *Tenancy) used(ctx context.Context, tenant string) (int64, error) {
 	if ok && time.Since(u.at) < time.Second {
 		return u.bytes, nil
 	}
+	rec, err := t.usageOf(ctx, tenant)
+	if err != nil {
+		return 0, err
+	}
+	return rec.Bytes, nil
+}
+
+// usageOf reads a tenant's usage record as stored.
+func (t *Tenancy) usageOf(ctx context.Context, tenant string) (usageRec, error) {
 	b, _, err := t.meta.GetMeta(ctx, usageKey(tenant))
 	var rec usageRec
 	switch {
 	case errors.Is(err, tmpfs.ErrNotFound):
 	case err != nil:
-		return 0, storeerr.Fault(err, runid.ID{}, "")
+		return rec, storeerr.Fault(err, runid.ID{}, "")
 	default:
 		json.Unmarshal(b, &rec)
 	}
 	t.setUsage(tenant, rec.Bytes)
-	return rec.Bytes, nil
+	return rec, nil
 }
 
 func (t *Tenancy) setUsage(tenant string, n int64) {
 	t.mu.Lock()
-	defer t.mu.Unlock()
 	if len(t.usage) >= maxCached {
 		clear(t.usage)
 	}
 	t.usage[tenant] = usageAt{bytes: n, at: time.Now()}
+	t.mu.Unlock()
+	if t.m != nil {
+		t.m.TenantStored(tenant, n)
+	}
 }
 
 // addUsage adds delta to a tenant's usage with a conditional write, so
 // replicas updating at once lose no update.
-func (t *Tenancy) addUsage(ctx context.Context, tenant string, delta int64) error {
+func (t *Tenancy) addUsage(ctx context.Context, tenant string, delta usageRec) error {
 	for range 20 {
 		b, v, err := t.meta.GetMeta(ctx, usageKey(tenant))
 		var rec usageRec
@@ -120,7 +149,9 @@ func (t *Tenancy) addUsage(ctx context.Context, tenant string, delta int64) erro
 		default:
 			json.Unmarshal(b, &rec)
 		}
-		rec.Bytes = max(rec.Bytes+delta, 0)
+		bytes := max(rec.Bytes+delta.Bytes, 0)
+		rec = rec.plus(delta)
+		rec.Bytes = bytes
 		nb, _ := json.Marshal(rec)
 		if _, err := t.meta.PutMeta(ctx, usageKey(tenant), nb, cond); errors.Is(err, tmpfs.ErrPrecondition) {
 			continue

@@ -10,7 +10,8 @@
 //	                                 down from the run's creation), so GET
 //	                                 /runs and the runs-per-hour quota read
 //	                                 one page instead of every run
-//	tenants/<t>/usage                the bytes the tenant's runs hold
+//	tenants/<t>/usage                the bytes the tenant's runs hold, and
+//	                                 what they used (CPU, memory, egress)
 //	tenants/<t>/blobs/<sha256>       a blob some run of the tenant has held
 //
 // The package decides facts from the store and writes them; it keeps no
@@ -93,6 +94,13 @@ type Metrics interface {
 	QuotaRefused(limit string)
 	// KernelReclaimed is an idle kernel reclaimed at the kernel quota.
 	KernelReclaimed()
+	// TenantUsed is what a tenant's run used since its last report: CPU
+	// seconds and memory byte-seconds where known (zero otherwise), and
+	// egress bytes out and in.
+	TenantUsed(tenant string, cpuSeconds, memoryByteSeconds float64, egressOut, egressIn int64)
+	// TenantStored is the bytes a tenant's runs store, whenever this
+	// process reads or writes its usage record.
+	TenantStored(tenant string, bytes int64)
 }
 
 // Config configures a Tenancy.
@@ -122,7 +130,7 @@ type Tenancy struct {
 	starts  map[string]map[runid.ID]int // kernels being started, per tenant
 	uploads map[string]int              // streamed uploads in flight, per tenant
 	index   map[runid.ID]*entry         // index changes not yet written (index.go)
-	delta   map[string]int64            // usage changes not yet written, per tenant
+	delta   map[string]usageRec         // usage changes not yet written, per tenant
 	flushMu sync.Mutex                  // one flush at a time
 	// kmu serializes kernel reservations (ReserveKernel): the count, the
 	// choice of a kernel to reclaim and its removal are one step.
@@ -156,7 +164,7 @@ func New(c Config) *Tenancy {
 	}
 	t := &Tenancy{store: c.Store, meta: c.Store.Meta(), q: c.Quotas, log: c.Logger, m: c.Metrics, every: c.FlushEvery,
 		usage: map[string]usageAt{}, marked: map[string]struct{}{}, starts: map[string]map[runid.ID]int{},
-		uploads: map[string]int{}, index: map[runid.ID]*entry{}, delta: map[string]int64{}, stop: make(chan struct{}), done: make(chan struct{})}
+		uploads: map[string]int{}, index: map[runid.ID]*entry{}, delta: map[string]usageRec{}, stop: make(chan struct{}), done: make(chan struct{})}
 	go t.writer()
 	return t
 }
@@ -324,7 +332,7 @@ func (t *Tenancy) Remove(ctx context.Context, ow Owner) error {
 	t.mu.Unlock()
 	var sum Summary
 	if b, _, err := t.meta.GetMeta(ctx, indexKey(ow)); err == nil && json.Unmarshal(b, &sum) == nil && sum.Bytes > 0 {
-		if err := t.addUsage(ctx, ow.Tenant, -sum.Bytes); err != nil {
+		if err := t.addUsage(ctx, ow.Tenant, usageRec{Bytes: -sum.Bytes}); err != nil {
 			t.log.WarnContext(ctx, "take a removed run's bytes off its tenant's usage", "run", ow.Run, "err", err)
 		}
 	}

@@ -794,3 +794,39 @@ d = docx.Document(); d.add_paragraph("x"); d.save("d.docx")`, 120*time.Second)
 		}
 	}
 }
+
+// TestSampleCountsFromStart: Sample reads the container's CPU time and
+// memory at once, counted from Since; a restart starts the container
+// anew, so its count starts again from a later Since (what a run's
+// accounting relies on not to count twice or lose a restart's CPU).
+func TestSampleCountsFromStart(t *testing.T) {
+	t.Parallel()
+	b := newBackend(t, Config{})
+	k := startKernel(t, b, sandbox.Spec{Owner: "run-sample"})
+	m, ok := k.(sandbox.Meter)
+	if !ok {
+		t.Fatal("a Docker kernel is not a sandbox.Meter")
+	}
+	// A fixed amount of work and 200 MB kept alive.
+	mustOK(t, k, "x = 0\nfor i in range(6_000_000):\n    x += i\nkeep = bytearray(200 << 20)\nfor i in range(0, len(keep), 4096):\n    keep[i] = 1")
+	first, err := m.Sample(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if first.CPUTime <= 200*time.Millisecond || first.MemoryBytes < 200<<20 || first.Since.IsZero() || first.CPUPercent != -1 {
+		t.Fatalf("after the work: got %+v, want CPU time past 0.2 s, 200 MB in use, a Since and no CPU share", first)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	if err := k.Restart(ctx); err != nil {
+		t.Fatal(err)
+	}
+	after, err := m.Sample(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !after.Since.After(first.Since) || after.MemoryBytes >= first.MemoryBytes {
+		t.Errorf("after a restart: got Since %v and %d bytes, want a later Since than %v and less than %d bytes", after.Since, after.MemoryBytes, first.Since, first.MemoryBytes)
+	}
+	t.Logf("CPU before the restart %v, after %v", first.CPUTime, after.CPUTime)
+}

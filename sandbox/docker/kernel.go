@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	cerrdefs "github.com/containerd/errdefs"
@@ -106,6 +107,10 @@ type Kernel struct {
 	bootedAt time.Time
 	ctxMu    sync.Mutex
 	contexts map[*Kernel]struct{}
+
+	// started is when the container last started, read by Usage without
+	// k.mu: its cgroup, and so its CPU count, starts afresh each time.
+	started atomic.Pointer[time.Time]
 
 	closing   chan struct{} // closed by Close; aborts waits in Execute
 	closeOnce sync.Once
@@ -414,6 +419,8 @@ func (k *Kernel) startContainer(ctx context.Context) error {
 		}
 	}()
 	k.exited, k.stopWatch = exited, stop
+	now := time.Now()
+	k.started.Store(&now)
 	sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	if err := b.cli.ContainerStart(sctx, k.containerID, container.StartOptions{}); err != nil {

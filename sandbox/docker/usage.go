@@ -42,8 +42,18 @@ func (k *Kernel) DialPort(ctx context.Context, port int) (net.Conn, error) {
 // stats report it. The engine samples the CPU twice, about a second apart,
 // for the CPU share.
 func (k *Kernel) Usage(ctx context.Context) (sandbox.Usage, error) {
+	return k.usage(ctx, false)
+}
+
+// Sample implements sandbox.Meter: one sample of the engine's stats, at
+// once.
+func (k *Kernel) Sample(ctx context.Context) (sandbox.Usage, error) {
+	return k.usage(ctx, true)
+}
+
+func (k *Kernel) usage(ctx context.Context, oneShot bool) (sandbox.Usage, error) {
 	if k.parent != nil {
-		return k.parent.Usage(ctx)
+		return k.parent.usage(ctx, oneShot)
 	}
 	// Read as ID reads it: k.mu is held while a cell runs, which must not
 	// hold up a reading.
@@ -51,12 +61,25 @@ func (k *Kernel) Usage(ctx context.Context) (sandbox.Usage, error) {
 	if id == "" || k.isClosing() {
 		return sandbox.Usage{}, sandbox.ErrClosed
 	}
-	st, err := k.stats(ctx, id, false)
+	// Since first: a restart moves it before its container starts, so a
+	// reading of the new container never pairs with the old Since.
+	var since time.Time
+	if p := k.started.Load(); p != nil {
+		since = *p
+	}
+	st, err := k.stats(ctx, id, oneShot)
 	if err != nil {
 		return sandbox.Usage{}, err
 	}
+	if st.Read.IsZero() && oneShot {
+		// The engine answers a stopped container (one restarting) with an
+		// empty sample: zeros, which accounting must not take for a
+		// reading. (E2B's metrics report them: a stopped sandbox uses
+		// nothing.)
+		return sandbox.Usage{}, fmt.Errorf("stats of container %s: not running: %w", shortID(id), sandbox.ErrClosed)
+	}
 	u := sandbox.Usage{At: st.Read, CPUTime: time.Duration(st.CPUStats.CPUUsage.TotalUsage), CPUs: k.limits.CPUs,
-		MemoryLimitBytes: int64(st.MemoryStats.Limit)}
+		Since: since, MemoryLimitBytes: int64(st.MemoryStats.Limit), CPUPercent: -1}
 	if u.At.IsZero() {
 		u.At = time.Now()
 	}
@@ -66,15 +89,19 @@ func (k *Kernel) Usage(ctx context.Context) (sandbox.Usage, error) {
 			u.CPUs = float64(runtime.NumCPU())
 		}
 	}
-	if wall := st.Read.Sub(st.PreRead); wall > 0 && !st.PreRead.IsZero() && st.CPUStats.CPUUsage.TotalUsage >= st.PreCPUStats.CPUUsage.TotalUsage {
+	if wall := st.Read.Sub(st.PreRead); !oneShot && wall > 0 && !st.PreRead.IsZero() && st.CPUStats.CPUUsage.TotalUsage >= st.PreCPUStats.CPUUsage.TotalUsage {
 		used := time.Duration(st.CPUStats.CPUUsage.TotalUsage - st.PreCPUStats.CPUUsage.TotalUsage)
 		u.CPUPercent = min(100, 100*used.Seconds()/(wall.Seconds()*u.CPUs))
+	} else if !oneShot {
+		u.CPUPercent = 0
 	}
-	// cgroup v1 calls the page cache "cache", v2 counts its reclaimable
-	// part as "inactive_file"; docker stats subtracts the same.
-	cache := st.MemoryStats.Stats["cache"]
-	if c, ok := st.MemoryStats.Stats["inactive_file"]; ok && cache == 0 {
-		cache = c
+	// What the kernel can reclaim at once is the inactive file pages
+	// (cgroup v1's total_inactive_file, v2's inactive_file), which docker
+	// stats subtracts too. Not v1's whole "cache": under gVisor the
+	// sandbox's own memory is the host's shared file pages, counted there.
+	cache, ok := st.MemoryStats.Stats["total_inactive_file"]
+	if !ok {
+		cache = st.MemoryStats.Stats["inactive_file"]
 	}
 	u.MemoryCacheBytes = int64(cache)
 	if st.MemoryStats.Usage > cache {
