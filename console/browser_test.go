@@ -1227,8 +1227,10 @@ func TestConsole(t *testing.T) {
 			}
 		}
 		a.open("/console/runs/" + gone)
-		a.do(chromedp.Click(chromedp.CSS(`#delete-btn`)))
-		a.until(10*time.Second, `document.querySelector('#delete-dialog').open`, "the confirmation")
+		// The button is in the page's HTML before run.js gives it its
+		// handler: a click that came first did nothing (a CI waited its
+		// whole deadline for the dialog), so the wait clicks again.
+		a.until(10*time.Second, `(() => { const d = document.querySelector('#delete-dialog'); if (d && d.open) return true; document.querySelector('#delete-btn')?.click(); return false })()`, "the confirmation")
 		a.do(chromedp.Click(chromedp.CSS(`#delete-confirm`)))
 		a.until(30*time.Second, `location.pathname === '/'`, "the runs list after the delete")
 		if st := s.api(t, s.keyA, "GET", "/runs/"+gone, "", nil, nil); st != 404 {

@@ -1177,10 +1177,18 @@ func TestCommands(t *testing.T) {
 // a restarted server knows its sandboxes.
 func TestLifecycle(t *testing.T) {
 	h := newHarness(t)
-	sb := h.create(t, map[string]any{"timeout": 1})
+	// The cell runs first, then the timeout is cut to a second: a sandbox
+	// paused during a runCode breaks that call off (as E2B's does), and a
+	// loaded machine can take longer than a second to start the kernel.
+	sb := h.create(t, map[string]any{"timeout": 300})
 	data := []byte("kept across the timeout")
 	upload(t, h, sb, map[string][]byte{"keep.txt": data})
-	h.execute(t, sb, map[string]any{"code": "y = 1"})
+	if st, lines := h.execute(t, sb, map[string]any{"code": "y = 1"}); st != 200 || len(find(lines, "end_of_execution")) != 1 {
+		t.Fatalf("y = 1: got %d %v", st, lines)
+	}
+	if st, b := h.control(t, http.MethodPost, "/sandboxes/"+sb.SandboxID+"/timeout", map[string]any{"timeout": 1}); st != 204 {
+		t.Fatalf("setTimeout 1: got %d %s", st, b)
+	}
 
 	waitState(t, h, sb, "paused")
 	if st, _, b := h.do(t, http.MethodGet, "/files?path=keep.txt", envd(sb), nil); st != 502 {

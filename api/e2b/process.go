@@ -52,6 +52,12 @@ type command struct {
 
 	mu      sync.Mutex
 	streams map[*attached]struct{}
+	// early holds output that came before the start event went out: the
+	// engine may deliver a command's first output before the pid line
+	// its supervisor wrote ahead of it, and the start (which carries the
+	// pid) must come first. Nil once started.
+	early   []*procpb.ProcessEvent
+	started bool
 }
 
 // attached is a stream a command's events go to.
@@ -64,6 +70,15 @@ type attached struct {
 func (c *command) deliver(e *procpb.ProcessEvent) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if !c.started {
+		c.early = append(c.early, e)
+		return
+	}
+	c.sendLocked(e)
+}
+
+// sendLocked sends e to every attached stream; c.mu is held.
+func (c *command) sendLocked(e *procpb.ProcessEvent) {
 	for a := range c.streams {
 		if a.dead {
 			continue
@@ -248,18 +263,18 @@ func (ps *processService) Start(ctx context.Context, req *connect.Request[procpb
 	in.TimeoutS = seconds(timeout)
 	send := func(e *procpb.ProcessEvent) error { return stream.Send(&procpb.StartResponse{Event: e}) }
 	c := &command{cfg: cfg, tag: req.Msg.GetTag(), pty: pty, streams: map[*attached]struct{}{}}
-	// Output is delivered under c.mu: holding it until the start event is
-	// out keeps the command's first output behind it. The backend says
-	// the command's pid before the command runs, so waiting for it here
-	// never waits on the command's output.
-	c.mu.Lock()
+	// Output that comes before the start event is held (command.early)
+	// and sent right after it, so the start always comes first, without
+	// the pid wait ever waiting on the command's output: the engine may
+	// deliver a command's first output before its supervisor's pid line.
 	oc, err := ps.s.c.Core.StartCommand(ctx, sb.ID, in, func(e orchestrator.ExecEvent) { c.deliver(dataEvent(e, c.pty)) }, opts...)
 	if err != nil {
-		c.mu.Unlock()
 		return connectErr(err)
 	}
+	pid, ran := oc.Pid(ctx)
+	c.mu.Lock()
 	c.c = oc
-	if pid, ok := oc.Pid(ctx); ok {
+	if ran {
 		c.pid = uint32(pid) // the command's own pid in the sandbox
 	} else {
 		c.pid = ps.s.procs.pid(sb.ID) // it never ran: a number for its events
@@ -274,6 +289,11 @@ func (ps *processService) Start(ctx context.Context, req *connect.Request[procpb
 		self.dead = true
 	}
 	c.streams[self] = struct{}{}
+	c.started = true
+	for _, e := range c.early {
+		c.sendLocked(e)
+	}
+	c.early = nil
 	c.mu.Unlock()
 	defer c.detach(self)
 	return ps.follow(ctx, req.Header(), c, self)

@@ -58,11 +58,15 @@ test('kill removes the sandbox; its journal and files stay readable through Tria
 })
 
 test('past its timeout the kernel stops and the files stay; connect starts a fresh kernel over them', SLOW, async () => {
-  const sbx = await Sandbox.create({ timeoutMs: 1_000 })
+  // The cell runs first, then the timeout is cut to a second: a sandbox
+  // paused during runCode breaks that call off, as E2B's does, and a loaded
+  // machine can take more than a second to start the kernel.
+  const sbx = await Sandbox.create({ timeoutMs: 300_000 })
   sandboxes.push(sbx)
   const data = 'kept across the timeout\n'
   await sbx.files.write('kept.txt', data)
   await sbx.runCode('y = 1')
+  await sbx.setTimeout(1_000)
   // Wait for the timeout by watching the state, not the clock.
   for (let i = 0; (await Sandbox.getInfo(sbx.sandboxId)).state !== 'paused'; i++) {
     assert.ok(i < 600, 'the sandbox never paused')

@@ -273,17 +273,15 @@ func (k *Kernel) Command(ctx context.Context, cmd sandbox.Command) (*sandbox.Com
 		default:
 		}
 	}
-	gate := &pidGate{limit: k.limits.OutputBytes}
-	stdout := &eventWriter{kind: sandbox.EventStdout, m: m, over: over, gate: gate}
+	stdout := &eventWriter{kind: sandbox.EventStdout, m: m, over: over}
 	stderr := &eventWriter{kind: sandbox.EventStderr, m: m, over: over, marker: func(pid int) {
 		if ctl != nil {
 			ctl.Started(pid, send)
 		}
-		gate.release(stdout)
 	}}
 	_, cerr := stdcopy.StdCopy(stdout, stderr, att.Reader)
-	stderr.flush() // first: a pid line never seen releases the gate
 	stdout.flush()
+	stderr.flush()
 	res := &sandbox.CommandResult{Duration: time.Since(start)}
 	mu.Lock()
 	res.Stopped = why
@@ -336,51 +334,9 @@ type eventWriter struct {
 	// which the stream starts with, and is then cleared.
 	marker func(pid int)
 	head   []byte
-	// gate, on the stdout writer, holds its output until the pid line.
-	gate *pidGate
 }
-
-// pidGate holds a command's stdout until the supervisor's pid line has
-// come in on stderr. The engine copies an exec's stdout and stderr
-// separately, so under load the command's first output can reach the host
-// before the line the supervisor wrote ahead of it; a caller waiting for
-// the pid (sandbox.CommandControl) must never wait behind the command's
-// output. Both writers run on StdCopy's goroutine, so it needs no lock.
-type pidGate struct {
-	limit int64 // the kernel's output limit; held bytes past it stop the command
-	open  bool
-	held  []byte
-}
-
-// release opens the gate and hands what it held to w.
-func (g *pidGate) release(w *eventWriter) {
-	if g.open {
-		return
-	}
-	g.open = true
-	held := g.held
-	g.held = nil
-	if len(held) > 0 {
-		_, _ = w.Write(held)
-	}
-}
-
-// maxHeld bounds what a gate holds when the kernel has no output limit.
-const maxHeld = 1 << 20
 
 func (w *eventWriter) Write(p []byte) (int, error) {
-	if g := w.gate; g != nil && !g.open {
-		limit := g.limit
-		if limit <= 0 {
-			limit = maxHeld
-		}
-		if int64(len(g.held)+len(p)) > limit {
-			w.over()
-			return len(p), nil
-		}
-		g.held = append(g.held, p...)
-		return len(p), nil
-	}
 	if w.marker != nil {
 		w.head = append(w.head, p...)
 		nl := bytes.IndexByte(w.head, '\n')
