@@ -195,7 +195,8 @@ type Output struct {
 	// error. Nil when the cell raised (the kernel then evaluates none).
 	UserExpressions map[string]json.RawMessage
 	// Complete is true when both execute_reply and the iopub status idle for
-	// this cell have arrived: nothing more will be added.
+	// this cell have arrived (and, for a kernel with Options.StdioBarrier,
+	// the barrier's line after them): nothing more will be added.
 	Complete bool
 }
 
@@ -256,7 +257,8 @@ func newExecution(c *Client, msgID string, opts ExecOptions) *Execution {
 func (e *Execution) MsgID() string { return e.msgID }
 
 // Done is closed once the cell is complete (execute_reply and status idle
-// have both arrived). Every output message of the cell has been handed to
+// have both arrived, and the stdio barrier's line when the kernel has one).
+// Every output message of the cell has been handed to
 // ExecOptions.OnOutput, and OnOutput has returned, before it closes.
 func (e *Execution) Done() <-chan struct{} { return e.done }
 
