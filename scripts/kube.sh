@@ -523,7 +523,10 @@ podLogsDir: $RUN/pod-logs
 resolvConf: /etc/resolv.conf
 serializeImagePulls: false
 maxPods: 110
-evictionHard: {memory.available: 100Mi, nodefs.available: 2%, imagefs.available: 2%}
+# Absolute floors, not percentages: on a large shared disk 2% can be gigabytes a CI's own
+# build cache eats, and a DiskPressure taint then evicts the warm pool (DECISIONS "A test
+# cluster on a shared disk").
+evictionHard: {memory.available: 100Mi, nodefs.available: 1Gi, imagefs.available: 1Gi, nodefs.inodesFree: 1%}
 imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
 nodeStatusReportFrequency: 10s
