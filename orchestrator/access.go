@@ -302,10 +302,7 @@ func (o *Orchestrator) access(ctx context.Context, r *run, need auth.Scope, crea
 // run's entry: owners never change.
 func (o *Orchestrator) ownerOf(ctx context.Context, r *run) (tenancy.Owner, bool, error) {
 	o.ownerLookups.add()
-	r.mu.Lock()
-	ow, ok := r.owner, r.owned
-	r.mu.Unlock()
-	if ok {
+	if ow, ok := r.cachedOwner(); ok {
 		return ow, true, nil
 	}
 	ow, ok, err := o.t.Lookup(ctx, r.id)
@@ -316,6 +313,13 @@ func (o *Orchestrator) ownerOf(ctx context.Context, r *run) (tenancy.Owner, bool
 		r.setOwner(ow)
 	}
 	return ow, ok, nil
+}
+
+// cachedOwner is the run's owner if its entry already holds it.
+func (r *run) cachedOwner() (tenancy.Owner, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.owner, r.owned
 }
 
 func (r *run) setOwner(ow tenancy.Owner) {
