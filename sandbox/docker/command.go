@@ -337,11 +337,16 @@ type eventWriter struct {
 }
 
 func (w *eventWriter) Write(p []byte) (int, error) {
+	// The whole chunk is always taken: returning less than len(p) (as
+	// this did once it cut the pid line off the front) is a short write
+	// to stdcopy.StdCopy, which then stops demultiplexing and drops the
+	// rest of the stream (a quick command lost its stdout).
+	n := len(p)
 	if w.marker != nil {
 		w.head = append(w.head, p...)
 		nl := bytes.IndexByte(w.head, '\n')
 		if nl < 0 && len(w.head) < 64 {
-			return len(p), nil
+			return n, nil
 		}
 		rest := w.head
 		pid := 0
@@ -352,7 +357,7 @@ func (w *eventWriter) Write(p []byte) (int, error) {
 		w.marker(pid)
 		w.marker, w.head = nil, nil
 		if len(rest) == 0 {
-			return len(p), nil
+			return n, nil
 		}
 		p = rest
 	}
@@ -368,7 +373,7 @@ func (w *eventWriter) Write(p []byte) (int, error) {
 	}
 	w.carry = append(w.carry[:0:0], b[cut:]...)
 	w.emit(b[:cut])
-	return len(p), nil
+	return n, nil
 }
 
 // flush delivers an incomplete tail the stream ended with.
