@@ -315,6 +315,19 @@ func (o *Orchestrator) ownerOf(ctx context.Context, r *run) (tenancy.Owner, bool
 	return ow, ok, nil
 }
 
+// kernelOwner is the owner of a run with a live kernel, for work that runs
+// beside the run's calls (a usage reading, the kernel quota's list): the
+// call that started the kernel resolved it, so it is read from the run's
+// entry and nothing is looked up (and counted) then. Only an entry that
+// lost it falls back to ownerOf.
+func (o *Orchestrator) kernelOwner(ctx context.Context, r *run) (tenancy.Owner, bool) {
+	if ow, ok := r.cachedOwner(); ok {
+		return ow, true
+	}
+	ow, ok, err := o.ownerOf(ctx, r)
+	return ow, ok && err == nil
+}
+
 // cachedOwner is the run's owner if its entry already holds it.
 func (r *run) cachedOwner() (tenancy.Owner, bool) {
 	r.mu.Lock()

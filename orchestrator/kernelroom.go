@@ -55,11 +55,7 @@ func (o *Orchestrator) liveKernels() []tenancy.Kernel {
 	var out []tenancy.Kernel
 	for _, k := range o.kernels.List() {
 		r, done := o.runs.use(k.Run)
-		ow, ok := r.cachedOwner()
-		if !ok {
-			ow, ok, _ = o.ownerOf(context.Background(), r)
-		}
-		if ok {
+		if ow, ok := o.kernelOwner(context.Background(), r); ok {
 			out = append(out, tenancy.Kernel{Run: k.Run, Tenant: ow.Tenant, Busy: k.Busy, LastUsed: k.LastUsed})
 		}
 		done()

@@ -24,15 +24,9 @@ import (
 func (o *Orchestrator) used(ctx context.Context, run runid.ID, u kernels.Used) {
 	r, done := o.runs.use(run)
 	defer done()
-	// A run with a live kernel has its owner in its entry (the call that
-	// started the kernel resolved it): a reading, which runs beside the
-	// run's next calls, only reads it there and looks nothing up.
-	ow, ok := r.cachedOwner()
+	ow, ok := o.kernelOwner(ctx, r)
 	if !ok {
-		var err error
-		if ow, ok, err = o.ownerOf(ctx, r); err != nil || !ok {
-			return
-		}
+		return
 	}
 	var add tenancy.Used
 	if u.CPUKnown {
