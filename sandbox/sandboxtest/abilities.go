@@ -1,15 +1,20 @@
 package sandboxtest
 
 import (
+	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
+	"io/fs"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/triadhq/triad/sandbox"
+	"github.com/triadhq/triad/sandbox/cmdfs"
 )
 
 // newContext starts a context of k, closed when the test ends.
@@ -316,6 +321,8 @@ func testCommands(t *testing.T, o Options) {
 		}
 	})
 
+	t.Run("FilesOutsideWorkdir", func(t *testing.T) { testCommandFS(t, ctx, cm) })
+
 	t.Run("OutputLimit", func(t *testing.T) {
 		const limit = 1 << 20
 		small := start(t, b, sandbox.Spec{Owner: "commands-limit", Limits: sandbox.Limits{OutputBytes: limit}})
@@ -325,4 +332,72 @@ func testCommands(t *testing.T, o Options) {
 			t.Errorf("yes: got %+v after %d bytes, want Stopped output_limit within %d bytes", r.res, n, limit)
 		}
 	})
+}
+
+// testCommandFS checks cmdfs, the sandbox's own filesystem outside the
+// run's files, on a backend's commands: bytes round-trip, a command sees
+// what it wrote, and the errors a caller maps (missing, read-only root,
+// the working directory itself and a symlink into it).
+func testCommandFS(t *testing.T, ctx context.Context, cm sandbox.Commander) {
+	wd := strings.TrimSpace(command(t, ctx, cm, sandbox.Command{Args: []string{"pwd"}}).stdout.String())
+	if !strings.HasPrefix(wd, "/") {
+		t.Fatalf("pwd: got %q, want an absolute working directory", wd)
+	}
+	f := cmdfs.FS{K: cm, Workdir: wd}
+	dir := fmt.Sprintf("/tmp/cmdfs-%d", time.Now().UnixNano())
+	data := make([]byte, 200<<10) // more than one stdin chunk and one base64 line
+	for i := range data {
+		data[i] = byte(i * 7)
+	}
+	e, err := f.Write(ctx, dir+"/a/b.bin", bytes.NewReader(data))
+	if err != nil || e.Type != cmdfs.File || e.Size != int64(len(data)) || e.Path != dir+"/a/b.bin" {
+		t.Fatalf("Write: got %+v, %v; want a file of %d bytes", e, err, len(data))
+	}
+	got, err := f.Read(ctx, dir+"/a/b.bin")
+	if err != nil || !bytes.Equal(got, data) {
+		t.Fatalf("Read: got %d bytes (equal %v), %v; want the %d bytes written", len(got), bytes.Equal(got, data), err, len(data))
+	}
+	sum := sha256.Sum256(data)
+	r := command(t, ctx, cm, sandbox.Command{Args: []string{"sha256sum", dir + "/a/b.bin"}})
+	if !strings.HasPrefix(r.stdout.String(), hex.EncodeToString(sum[:])) {
+		t.Errorf("a command's sha256sum of the written file: got %s, want %x", r, sum)
+	}
+	if e, err := f.Stat(ctx, dir+"/a"); err != nil || e.Type != cmdfs.Dir {
+		t.Errorf("Stat(dir): got %+v, %v; want a directory", e, err)
+	}
+	if e, err := f.MakeDir(ctx, dir+"/a"); err != nil || e.Made {
+		t.Errorf("MakeDir(existing): got %+v, %v; want it there, not made", e, err)
+	}
+	if e, err := f.MakeDir(ctx, dir+"/c/d"); err != nil || !e.Made || e.Type != cmdfs.Dir {
+		t.Errorf("MakeDir(new): got %+v, %v; want it made", e, err)
+	}
+	es, err := f.List(ctx, dir, 2)
+	var names []string
+	for _, e := range es {
+		names = append(names, strings.TrimPrefix(e.Path, dir+"/")+":"+string(e.Type))
+	}
+	if want := []string{"a:dir", "a/b.bin:file", "c:dir", "c/d:dir"}; err != nil || !slices.Equal(names, want) {
+		t.Errorf("List(depth 2): got %v, %v; want %v", names, err, want)
+	}
+	if e, err := f.Rename(ctx, dir+"/a/b.bin", dir+"/c/b.bin"); err != nil || e.Size != int64(len(data)) {
+		t.Errorf("Rename: got %+v, %v", e, err)
+	}
+	if _, err := f.Read(ctx, dir+"/a/b.bin"); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("Read(renamed away): got %v, want fs.ErrNotExist", err)
+	}
+	command(t, ctx, cm, sandbox.Command{Args: []string{"ln", "-s", wd, dir + "/work"}})
+	for _, p := range []string{wd + "/x.txt", dir + "/work/x.txt", "/etc/triad-cmdfs.txt"} {
+		if _, err := f.Write(ctx, p, strings.NewReader("x")); !errors.Is(err, fs.ErrPermission) {
+			t.Errorf("Write(%s): got %v, want fs.ErrPermission (the run's files, or the read-only root)", p, err)
+		}
+	}
+	if err := f.Remove(ctx, dir); err != nil {
+		t.Errorf("Remove(tree): %v", err)
+	}
+	if _, err := f.Stat(ctx, dir); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("Stat(removed): got %v, want fs.ErrNotExist", err)
+	}
+	if err := f.Remove(ctx, dir); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("Remove(missing): got %v, want fs.ErrNotExist", err)
+	}
 }
