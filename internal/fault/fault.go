@@ -23,6 +23,7 @@ const (
 	TooLarge         Kind = "too_large"         // 413: a body or file over a configured limit.
 	Unsupported      Kind = "unsupported"       // 422: valid, but not possible on this backend.
 	Reserved         Kind = "reserved"          // 403: a path the journal owns.
+	PermissionDenied Kind = "permission_denied" // 403: the sandbox refused a path of its own filesystem (its read-only root, the run's files).
 	Auth             Kind = "auth"              // 401: the caller's API key is missing, malformed, unknown or revoked.
 	Forbidden        Kind = "forbidden"         // 403: the caller's key is valid but its scope does not allow the call.
 	Quota            Kind = "quota"             // 429: a tenant's quota, or an upstream's quota or rate limit, is exhausted.
@@ -44,7 +45,7 @@ const (
 )
 
 // Kinds lists every kind, for documents that enumerate them (OpenAPI).
-var Kinds = []Kind{BadInput, MissingRun, InvalidRun, NotFound, Conflict, TooLarge, Unsupported, Reserved, Auth, Forbidden,
+var Kinds = []Kind{BadInput, MissingRun, InvalidRun, NotFound, Conflict, TooLarge, Unsupported, Reserved, PermissionDenied, Auth, Forbidden,
 	Quota, Timeout, KernelDied, UpstreamAuth, Upstream, NotConfigured, StoreUnavailable, Unavailable, Internal, Corrupt,
 	IncompleteBody, BodyTimeout, MethodNotAllowed, UnsupportedMediaType, RangeNotSatisfiable}
 
@@ -116,7 +117,7 @@ func Status(k Kind) int {
 		return http.StatusUnprocessableEntity
 	case Auth:
 		return http.StatusUnauthorized
-	case Reserved, Forbidden:
+	case Reserved, PermissionDenied, Forbidden:
 		return http.StatusForbidden
 	case Quota:
 		return http.StatusTooManyRequests
