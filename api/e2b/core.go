@@ -61,6 +61,9 @@ type Core interface {
 	WorkingFiles(ctx context.Context, run runid.ID, prefix string) (map[string]orchestrator.FileState, error)
 	// Delete is tmp.delete: files.remove.
 	Delete(ctx context.Context, run runid.ID, path string, opts ...orchestrator.CallOption) (wire.OK, error)
+	// SandboxFS is sandbox.fs: files.* on a path of the sandbox's own
+	// filesystem outside the run's files (/tmp/repo/README.md).
+	SandboxFS(ctx context.Context, run runid.ID, req orchestrator.FSRequest) (orchestrator.FSResult, error)
 	// Stop ends the run's kernel, keeping its files: a sandbox past its
 	// timeout, or killed.
 	Stop(ctx context.Context, run runid.ID) error

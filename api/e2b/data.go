@@ -172,6 +172,9 @@ func (s *Server) envs(w http.ResponseWriter, r *http.Request) error {
 // store as tmp.read.
 func (s *Server) fileGet(w http.ResponseWriter, r *http.Request) error {
 	sb := sandboxOf(r.Context())
+	if op, ok := outside(r.URL.Query().Get("path")); ok {
+		return s.fileGetOutside(w, r, op)
+	}
 	p, err := filePathParam(r)
 	if err != nil {
 		return err
@@ -261,6 +264,13 @@ func (s *Server) filePost(w http.ResponseWriter, r *http.Request) error {
 		if !q.Has("path") {
 			return fault.New(fault.BadInput, "query parameter path is missing", "an octet-stream upload names its file in ?path=")
 		}
+		if op, ok := outside(q.Get("path")); ok {
+			wi, err := s.writeOutside(r.Context(), op, body, meta)
+			if err != nil {
+				return err
+			}
+			return writeJSON(w, http.StatusOK, []writeInfo{wi})
+		}
 		p, err := uploadPath(q.Get("path"))
 		if err != nil {
 			return err
@@ -294,6 +304,15 @@ func (s *Server) filePost(w http.ResponseWriter, r *http.Request) error {
 		name := rawFileName(part)
 		if q.Has("path") {
 			name = q.Get("path")
+		}
+		if op, ok := outside(name); ok {
+			wi, err := s.writeOutside(r.Context(), op, part, meta)
+			part.Close()
+			if err != nil {
+				return err
+			}
+			out = append(out, wi)
+			continue
 		}
 		p, err := uploadPath(name)
 		if err != nil {

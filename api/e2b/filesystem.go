@@ -28,6 +28,9 @@ var _ filesystemconnect.FilesystemHandler = (*filesystemService)(nil)
 
 // Stat is files.exists and files.getInfo: one tmp.list.
 func (f *filesystemService) Stat(ctx context.Context, req *connect.Request[fspb.StatRequest]) (*connect.Response[fspb.StatResponse], error) {
+	if op, ok := outside(req.Msg.GetPath()); ok {
+		return f.statOutside(ctx, op)
+	}
 	sb := sandboxOf(ctx)
 	p, err := runPath(req.Msg.GetPath())
 	if err != nil {
@@ -53,6 +56,9 @@ func noPath(p string) error {
 
 // ListDir is files.list: one tmp.list, seen as a tree down to depth.
 func (f *filesystemService) ListDir(ctx context.Context, req *connect.Request[fspb.ListDirRequest]) (*connect.Response[fspb.ListDirResponse], error) {
+	if op, ok := outside(req.Msg.GetPath()); ok {
+		return f.listOutside(ctx, op, max(int(req.Msg.GetDepth()), 1))
+	}
 	sb := sandboxOf(ctx)
 	p, err := runPath(req.Msg.GetPath())
 	if err != nil {
@@ -79,6 +85,9 @@ func (f *filesystemService) ListDir(ctx context.Context, req *connect.Request[fs
 // MakeDir is files.makeDir: the directory exists once it holds a file, so
 // Triad writes an empty .keep in it (one tmp.write).
 func (f *filesystemService) MakeDir(ctx context.Context, req *connect.Request[fspb.MakeDirRequest]) (*connect.Response[fspb.MakeDirResponse], error) {
+	if op, ok := outside(req.Msg.GetPath()); ok {
+		return f.makeDirOutside(ctx, op)
+	}
 	sb := sandboxOf(ctx)
 	p, err := runPath(req.Msg.GetPath())
 	if err != nil {
@@ -100,6 +109,9 @@ func (f *filesystemService) MakeDir(ctx context.Context, req *connect.Request[fs
 // Remove is files.remove: tmp.delete of the file, or of every file under
 // the directory; a path with nothing there is removed already.
 func (f *filesystemService) Remove(ctx context.Context, req *connect.Request[fspb.RemoveRequest]) (*connect.Response[fspb.RemoveResponse], error) {
+	if op, ok := outside(req.Msg.GetPath()); ok {
+		return f.removeOutside(ctx, op)
+	}
 	sb := sandboxOf(ctx)
 	p, err := runPath(req.Msg.GetPath())
 	if err != nil {
@@ -142,6 +154,14 @@ func (f *filesystemService) Remove(ctx context.Context, req *connect.Request[fsp
 // deleted at its old one (tmp.read, tmp.write, tmp.delete). It is not
 // atomic; a failure part way leaves both paths, never neither.
 func (f *filesystemService) Move(ctx context.Context, req *connect.Request[fspb.MoveRequest]) (*connect.Response[fspb.MoveResponse], error) {
+	osrc, srcOut := outside(req.Msg.GetSource())
+	odst, dstOut := outside(req.Msg.GetDestination())
+	switch {
+	case srcOut && dstOut:
+		return f.moveOutside(ctx, osrc, odst)
+	case srcOut || dstOut:
+		return nil, connectErr(mixedMove(req.Msg.GetSource(), req.Msg.GetDestination()))
+	}
 	sb := sandboxOf(ctx)
 	src, err := runPath(req.Msg.GetSource())
 	if err != nil {
@@ -221,7 +241,7 @@ func connectCode(k fault.Kind) connect.Code {
 		return connect.CodeFailedPrecondition
 	case fault.Unsupported:
 		return connect.CodeUnimplemented
-	case fault.Reserved:
+	case fault.Reserved, fault.PermissionDenied:
 		return connect.CodePermissionDenied
 	case fault.Quota:
 		return connect.CodeResourceExhausted

@@ -24,6 +24,24 @@ const Home = "/home/user"
 
 var roots = []string{Home, "/work"}
 
+// outside reports whether p, as the SDKs send it, names a path of the
+// sandbox's own filesystem outside the run's files (an absolute path not
+// under Home or /work, such as /tmp/repo), and returns it cleaned. Those
+// go to sandbox.fs; the run's files go to the tmp tools. See
+// docs/DECISIONS.md, "E2B files outside /home/user".
+func outside(p string) (string, bool) {
+	if !strings.HasPrefix(p, "/") {
+		return "", false
+	}
+	c := path.Clean(p)
+	for _, root := range roots {
+		if c == root || strings.HasPrefix(c, root+"/") {
+			return "", false
+		}
+	}
+	return c, true
+}
+
 // runPath maps a path as the SDKs send it onto a run path: absolute under
 // Home (or /work), or relative to Home. "" is the root. Anything else, and
 // anything that could leave the run (".."), is refused by the one path
