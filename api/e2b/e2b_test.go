@@ -532,13 +532,34 @@ func TestFiles(t *testing.T) {
 	})
 
 	t.Run("bad input", func(t *testing.T) {
-		for _, p := range []string{"../etc/passwd", "/home/user/../../etc/passwd", "/etc/passwd", "a/../../b"} {
+		for _, p := range []string{"../etc/passwd", "a/../../b", "sub/../../x"} {
 			if st, _, b := h.do(t, http.MethodGet, "/files?path="+url.QueryEscape(p), envd(sb), nil); st != 400 {
 				t.Errorf("read %q: got %d %s, want 400 (InvalidArgumentError)", p, st, b)
 			}
 			if _, err := fs.Stat(ctx, connect.NewRequest(&fspb.StatRequest{Path: p})); codeOf(err) != connect.CodeInvalidArgument {
 				t.Errorf("stat %q: got %v, want invalid_argument", p, err)
 			}
+		}
+		// An absolute path outside /home/user is the sandbox's own
+		// filesystem (sandbox.fs), never the host's: a write there, then
+		// the sandbox's /etc/passwd (its user, not the host's), the
+		// read-only root refused.
+		if st, _, b := h.do(t, http.MethodPost, "/files?path=/tmp/own/a.txt", map[string]string{"E2b-Sandbox-Id": sb.SandboxID, "X-Access-Token": sb.EnvdAccessToken, "Content-Type": "application/octet-stream"}, strings.NewReader("own")); st != 200 || !strings.Contains(string(b), `"/tmp/own/a.txt"`) {
+			t.Errorf("write /tmp/own/a.txt: got %d %s", st, b)
+		}
+		for _, p := range []string{"/tmp/own/a.txt", "/home/user/../../tmp/own/a.txt"} {
+			if st, _, b := h.do(t, http.MethodGet, "/files?path="+url.QueryEscape(p), envd(sb), nil); st != 200 || string(b) != "own" {
+				t.Errorf("read %q: got %d %q, want 200 own", p, st, b)
+			}
+		}
+		if st, _, b := h.do(t, http.MethodGet, "/files?path=/etc/passwd", envd(sb), nil); st != 200 || !strings.Contains(string(b), "root:x:0:0") {
+			t.Errorf("read the sandbox's /etc/passwd: got %d %.200s", st, b)
+		}
+		if st, _, b := h.do(t, http.MethodPost, "/files?path=/etc/x", map[string]string{"E2b-Sandbox-Id": sb.SandboxID, "X-Access-Token": sb.EnvdAccessToken, "Content-Type": "application/octet-stream"}, strings.NewReader("x")); st != 403 || !strings.Contains(string(b), "permission_denied") {
+			t.Errorf("write on the read-only root: got %d %s, want 403 permission_denied", st, b)
+		}
+		if _, err := fs.Stat(ctx, connect.NewRequest(&fspb.StatRequest{Path: "/tmp/own/missing"})); codeOf(err) != connect.CodeNotFound {
+			t.Errorf("stat a missing path outside /home/user: got %v, want not_found", err)
 		}
 		if st, _, b := h.do(t, http.MethodGet, "/files?path=nope.txt", envd(sb), nil); st != 404 {
 			t.Errorf("missing file: got %d %s, want 404 (FileNotFoundError)", st, b)
