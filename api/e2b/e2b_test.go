@@ -555,8 +555,8 @@ func TestFiles(t *testing.T) {
 		if st, _, b := h.do(t, http.MethodGet, "/files?path=/etc/passwd", envd(sb), nil); st != 200 || !strings.Contains(string(b), "root:x:0:0") {
 			t.Errorf("read the sandbox's /etc/passwd: got %d %.200s", st, b)
 		}
-		if st, _, b := h.do(t, http.MethodPost, "/files?path=/etc/x", map[string]string{"E2b-Sandbox-Id": sb.SandboxID, "X-Access-Token": sb.EnvdAccessToken, "Content-Type": "application/octet-stream"}, strings.NewReader("x")); st != 403 || !strings.Contains(string(b), "permission_denied") {
-			t.Errorf("write on the read-only root: got %d %s, want 403 permission_denied", st, b)
+		if st, _, b := h.do(t, http.MethodPost, "/files?path=/etc/x", map[string]string{"E2b-Sandbox-Id": sb.SandboxID, "X-Access-Token": sb.EnvdAccessToken, "Content-Type": "application/octet-stream"}, strings.NewReader("x")); st != 400 || !strings.Contains(string(b), "permission_denied") {
+			t.Errorf("write on the read-only root: got %d %s, want 400 (envd's spec) with kind permission_denied", st, b)
 		}
 		if _, err := fs.Stat(ctx, connect.NewRequest(&fspb.StatRequest{Path: "/tmp/own/missing"})); codeOf(err) != connect.CodeNotFound {
 			t.Errorf("stat a missing path outside /home/user: got %v, want not_found", err)

@@ -2,6 +2,7 @@ package e2b
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"io/fs"
@@ -118,11 +119,33 @@ func mixedMove(src, dst string) error {
 		"read the file and write it at the new path, then remove the old one")
 }
 
+// fileStatus is the status envd's REST routes (GET and POST /files) give
+// what the sandbox refused, among those E2B's spec documents for them: a
+// path the sandbox will not write or read (its read-only root, a symlink
+// into the run's files, a sandbox with no filesystem of its own) is 400,
+// the SDKs' InvalidArgumentError, and a full filesystem 507, their
+// NotEnoughSpaceError. Triad's kind stays in the body. See
+// docs/DECISIONS.md, "E2B files outside /home/user".
+func fileStatus(err error) error {
+	fe := fault.As(err)
+	if fe == nil {
+		return err
+	}
+	var ce *cmdfs.Error
+	switch {
+	case errors.As(err, &ce) && ce.NoSpace():
+		return statusError{status: http.StatusInsufficientStorage, err: fe}
+	case fe.Kind == fault.PermissionDenied, fe.Kind == fault.Unsupported:
+		return statusError{status: http.StatusBadRequest, err: fe}
+	}
+	return err
+}
+
 // fileGetOutside is files.read of a path outside the run's files.
 func (s *Server) fileGetOutside(w http.ResponseWriter, r *http.Request, p string) error {
 	res, err := s.sandboxFS(r.Context(), orchestrator.FSRequest{Op: orchestrator.FSRead, Path: p})
 	if err != nil {
-		return err
+		return fileStatus(err)
 	}
 	w.Header().Set("Content-Type", "application/octet-stream")
 	w.Header().Set("Content-Length", strconv.Itoa(len(res.Data)))
@@ -136,11 +159,11 @@ func (s *Server) fileGetOutside(w http.ResponseWriter, r *http.Request, p string
 // writeOutside is files.write of one file outside the run's files.
 func (s *Server) writeOutside(ctx context.Context, p string, body io.Reader, meta map[string]string) (writeInfo, error) {
 	if len(meta) > 0 {
-		return writeInfo{}, fault.New(fault.Unsupported, fmt.Sprintf("metadata on %q: only the run's files (%s) keep metadata", p, Home),
-			"write it under "+Home+", or without metadata")
+		return writeInfo{}, fileStatus(fault.New(fault.Unsupported, fmt.Sprintf("metadata on %q: only the run's files (%s) keep metadata", p, Home),
+			"write it under "+Home+", or without metadata"))
 	}
 	if _, err := s.sandboxFS(ctx, orchestrator.FSRequest{Op: orchestrator.FSWrite, Path: p, Body: body}); err != nil {
-		return writeInfo{}, err
+		return writeInfo{}, fileStatus(err)
 	}
 	return writeInfo{Path: p, Name: path.Base(p), Type: "file"}, nil
 }

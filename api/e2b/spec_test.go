@@ -189,7 +189,7 @@ func scenario(t *testing.T) []exchange {
 var divergences = []struct{ op, has, why string }{
 	{"openapi.yml POST /sandboxes", `"mcp"`, "Triad's sandboxes have no MCP gateway, network configuration, IAM or volumes: the option cannot be honoured"},
 	{"openapi.yml POST /sandboxes", `"templateID": ""`, "there is no template without a name"},
-	{"envd.yaml POST /files", "path=/etc/", "a sandbox's files are the run's files, under /home/user"},
+	{"envd.yaml POST /files", "path=/etc/", "the sandbox's root is read-only and its user not root (envd would answer 500); the wasm sandbox has no filesystem outside /home/user"},
 	{"envd.yaml GET /files", "path=../", "a sandbox's files are the run's files: no path leaves them"},
 }
 
