@@ -71,12 +71,13 @@ func (k *Kernel) Command(ctx context.Context, cmd sandbox.Command) (*sandbox.Com
 	}
 
 	// The session's stdin is a pipe: the supervisor's control ops go in,
-	// and closing it is the half-close that stops the command. Its
-	// reader is closed when Command returns (before ctl.Ended, deferred
+	// and closing it is the half-close that stops the command. It is
+	// closed when Command returns too (before ctl.Ended, deferred
 	// earlier), which releases a send blocked on a session that went
-	// away, and client-go's copy of stdin with it.
+	// away, and client-go's copy of stdin with it, at an EOF rather than
+	// an error, which client-go would log.
 	inR, inW := io.Pipe()
-	defer inR.CloseWithError(sandbox.ErrCommandEnded)
+	defer inW.Close()
 	sctx, cut := context.WithCancel(context.WithoutCancel(ctx))
 	defer cut()
 
@@ -122,7 +123,7 @@ func (k *Kernel) Command(ctx context.Context, cmd sandbox.Command) (*sandbox.Com
 		// the stopper must not wait behind it. A write the stopper's
 		// Close overtakes fails, and io.Pipe keeps two writes whole.
 		if _, err := inW.Write(b); err != nil {
-			if errors.Is(err, io.ErrClosedPipe) || errors.Is(err, sandbox.ErrCommandEnded) {
+			if errors.Is(err, io.ErrClosedPipe) {
 				return sandbox.ErrCommandEnded
 			}
 			return err
