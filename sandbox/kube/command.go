@@ -69,11 +69,34 @@ func (k *Kernel) Command(ctx context.Context, cmd sandbox.Command) (*sandbox.Com
 	if err != nil {
 		return nil, fmt.Errorf("command on kernel %s: %w", pc.name, err)
 	}
+	res, err := runSession(ctx, ex, cmd, sessionSettings{OutputBytes: k.limits.OutputBytes, Grace: k.b.cfg.InterruptGrace, Closing: k.closing})
+	if k.isClosing() {
+		return nil, sandbox.ErrClosed
+	}
+	if err != nil {
+		return nil, fmt.Errorf("command on kernel %s: %w", pc.name, err)
+	}
+	res.Duration = time.Since(start)
+	return res, nil
+}
 
+// sessionSettings are what runSession takes from the kernel.
+type sessionSettings struct {
+	OutputBytes int64           // the output limit (sandbox.Limits.OutputBytes)
+	Grace       time.Duration   // how long a stopped session may take to end before it is cut
+	Closing     <-chan struct{} // closed when the kernel closes, which stops the command
+}
+
+// runSession runs one supervisor session through ex, whose command line
+// is the supervisor's, and delivers its output and control as
+// sandbox.Commander says. The error is the session's when it failed
+// before an exit status came back.
+func runSession(ctx context.Context, ex remotecommand.Executor, cmd sandbox.Command, set sessionSettings) (*sandbox.CommandResult, error) {
+	ctl := cmd.Control
 	// The session's stdin is a pipe: the supervisor's control ops go in,
 	// and closing it is the half-close that stops the command. It is
-	// closed when Command returns too (before ctl.Ended, deferred
-	// earlier), which releases a send blocked on a session that went
+	// closed when runSession returns too (before Command's deferred
+	// ctl.Ended), which releases a send blocked on a session that went
 	// away, and client-go's copy of stdin with it, at an EOF rather than
 	// an error, which client-go would log.
 	inR, inW := io.Pipe()
@@ -144,7 +167,7 @@ func (k *Kernel) Command(ctx context.Context, cmd sandbox.Command) (*sandbox.Com
 				w = sandbox.KindTimeout
 			}
 		case w = <-stop:
-		case <-k.closing:
+		case <-set.Closing:
 		}
 		mu.Lock()
 		why, closed = w, true
@@ -152,7 +175,7 @@ func (k *Kernel) Command(ctx context.Context, cmd sandbox.Command) (*sandbox.Com
 		_ = inW.Close() // EOF, not an error: client-go logs a copy that fails
 		select {
 		case <-done:
-		case <-time.After(k.b.cfg.InterruptGrace):
+		case <-time.After(set.Grace):
 			mu.Lock()
 			wasCut = true
 			mu.Unlock()
@@ -160,7 +183,7 @@ func (k *Kernel) Command(ctx context.Context, cmd sandbox.Command) (*sandbox.Com
 		}
 	}()
 
-	m := emit.New(k.limits.OutputBytes, cmd.Output)
+	m := emit.New(set.OutputBytes, cmd.Output)
 	over := func() {
 		select {
 		case stop <- sandbox.KindOutputLimit:
@@ -191,14 +214,11 @@ func (k *Kernel) Command(ctx context.Context, cmd sandbox.Command) (*sandbox.Com
 	}
 	stdout.Flush()
 	stderr.Flush()
-	res := &sandbox.CommandResult{Duration: time.Since(start)}
+	res := &sandbox.CommandResult{}
 	mu.Lock()
 	res.Stopped = why
 	c := wasCut
 	mu.Unlock()
-	if k.isClosing() {
-		return nil, sandbox.ErrClosed
-	}
 	var ee utilexec.ExitError
 	switch {
 	case serr == nil:
@@ -213,7 +233,7 @@ func (k *Kernel) Command(ctx context.Context, cmd sandbox.Command) (*sandbox.Com
 		// before it could start.
 		res.ExitCode = 128 + 9
 	default:
-		return nil, fmt.Errorf("command on kernel %s: %w", pc.name, serr)
+		return nil, serr
 	}
 	return res, nil
 }
