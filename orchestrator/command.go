@@ -29,7 +29,7 @@ func commander(backend string, sess *kernels.Session) (sandbox.Commander, error)
 	if !ok {
 		return nil, fault.New(fault.Unsupported,
 			fmt.Sprintf("the %s sandbox cannot run commands: its kernels have no processes", backend),
-			"start triad with --sandbox docker to run bash commands, or do the work in a Python cell")
+			"start triad with --sandbox docker or --sandbox kube to run bash commands, or do the work in a Python cell")
 	}
 	return cm, nil
 }

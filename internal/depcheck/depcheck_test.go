@@ -23,7 +23,7 @@ var layers = [][]string{
 		"internal/miniotest", "internal/procmem", "internal/apifuzz", "internal/bodyread", "internal/depcheck", "sandbox/internal/loopfs", "recipes/sampledata/internal/gen", "recipes/sampledata/internal/regen"},
 	// 1: the contract and the seams: wire types, the records' names, and
 	// the interfaces the tools implement.
-	{"wire", "runfiles", "tmpfs", "sandbox", "sandbox/internal/emit", "sandbox/cmdfs",
+	{"wire", "runfiles", "tmpfs", "sandbox", "sandbox/internal/emit", "sandbox/internal/supervisor", "sandbox/cmdfs",
 		// Generated protocol types of E2B's envd (filesystem and process).
 		"api/e2b/envd", "api/e2b/envd/filesystem", "api/e2b/envd/filesystem/filesystemconnect",
 		"api/e2b/envd/process", "api/e2b/envd/process/processconnect"},
@@ -61,6 +61,7 @@ var sameLayer = map[string][]string{
 	"wire":                                      {"tmpfs"},
 	"sandbox/internal/emit":                     {"sandbox"},
 	"sandbox/cmdfs":                             {"sandbox"},
+	"sandbox/internal/supervisor":               {"sandbox", "sandbox/internal/emit"},
 	"browser/replay":                            {"browser"},
 	"browser/tavily":                            {"browser"},
 	"sandbox/docker":                            {"sandbox/image", "sandbox/jupyter", "sandbox/jupyter/zmtp", "sandbox/hostdir", "sandbox/internal/jupytercell", "sandbox/internal/relay"},

@@ -32,7 +32,9 @@
 // and deletes them; pool.go is this replica's part of the warm pool
 // (sandbox.Pool); replicas.go is the instance Leases that say which
 // replicas live; sweep.go deletes what none will use; network.go is the
-// deny-all NetworkPolicy; kernel.go, execute.go, forward.go, agent.go and
-// workdir.go are one kernel: its pod connection, cells, the Jupyter
-// port-forward, and its working directory through the agent.
+// deny-all NetworkPolicy; kernel.go, execute.go, command.go, forward.go,
+// agent.go and workdir.go are one kernel: its pod connection, cells,
+// commands (pods/exec into the kernel container, under
+// sandbox/internal/supervisor), the Jupyter port-forward, and its working
+// directory through the agent.
 package kube

@@ -32,6 +32,7 @@ func TestConformance(t *testing.T) {
 			return c.newBackend(t, kube.Config{InterruptGrace: 10 * time.Second})
 		},
 		Interrupts: true,
+		Commands:   true, // pods/exec into the kernel container, under the supervisor
 		Egress:     true, // the forwarder on the pod's loopback, by port-forward
 	})
 }
