@@ -3,7 +3,7 @@
 // finalize and resume, and its files with previews, downloads and share
 // links.
 import {
-  $, ApiError, CAN_WRITE, RUN, WHO, api, badge, blobURL, copyButton, el, fileURL, fmtByteSeconds, fmtBytes, fmtCPU, fmtDur, fmtTime, isRecord, time, toast,
+  $, ApiError, CAN_WRITE, errorOf, RUN, WHO, api, badge, blobURL, copyButton, el, fileURL, fmtByteSeconds, fmtBytes, fmtCPU, fmtDur, fmtTime, isRecord, time, toast,
 } from './lib.js';
 import { code, nbOutput } from './cells.js';
 
@@ -220,20 +220,65 @@ function soon(fn, ms = 350) {
 
 // ---- journal ------------------------------------------------------------
 
-async function refreshCEL() {
+// journalSize is how many bytes of CEL.md the page shows: a refresh asks
+// for what was appended after them (?from=), and the server answers the
+// rendered tail with the offsets it covers (X-Journal-From, X-Journal-Size),
+// so an update costs the new sections, not the journal. An answer that
+// starts anywhere else (From 0: the server sent the whole journal) replaces
+// what is shown. See docs/DECISIONS.md, "Live journal updates from an
+// offset".
+let journalSize = 0;
+let celBusy = null;
+function refreshCEL() {
+  // One refresh at a time: two at once would append the same tail twice.
+  celBusy = (celBusy || Promise.resolve()).then(celOnce, celOnce);
+  return celBusy;
+}
+
+async function celOnce() {
   const box = $('#cel');
   const atEnd = box.scrollTop + box.clientHeight >= box.scrollHeight - 20;
-  const resp = await fetch(`/console/runs/${RUN}/cel`, { credentials: 'same-origin' });
-  if (resp.status === 204) {
+  const from = journalSize;
+  const resp = await fetch(`/console/runs/${RUN}/cel${from ? `?from=${from}` : ''}`, { credentials: 'same-origin' });
+  if (resp.status === 400 && from) {
+    journalSize = 0; // not an offset the server knows: start again
+    return celOnce();
+  }
+  if (!resp.ok) return;
+  const got = resp.headers.get('X-Journal-Size');
+  if (got === null) { // 204 with no size: no journal yet
+    journalSize = 0;
     box.replaceChildren(el('p', { class: 'muted', text: 'The journal starts with the run\'s first call.' }));
     return;
   }
-  if (!resp.ok) return;
+  const start = Number(resp.headers.get('X-Journal-From'));
   // Server-rendered Markdown: goldmark's safe renderer (no raw HTML, no
   // dangerous URLs) over a journal that escapes caller text.
-  box.innerHTML = await resp.text();
-  outward(box);
-  if (atEnd) box.scrollTop = box.scrollHeight;
+  const html = resp.status === 204 ? '' : await resp.text();
+  if (start === 0) {
+    box.innerHTML = html;
+    outward(box);
+  } else if (start === from) {
+    const t = document.createElement('template');
+    t.innerHTML = html;
+    uniqueIds(t.content);
+    outward(t.content);
+    box.append(t.content);
+  } else {
+    return; // an answer to an older question
+  }
+  journalSize = Number(got);
+  if (atEnd && html) box.scrollTop = box.scrollHeight;
+}
+
+// uniqueIds gives a heading of an appended tail the id goldmark gives it
+// in the whole journal: its slug, then -1, -2... when the page has it
+// already (a second "Summary").
+function uniqueIds(root) {
+  for (const h of root.querySelectorAll('[id]')) {
+    const base = h.id;
+    for (let i = 1; document.getElementById(h.id); i++) h.id = `${base}-${i}`;
+  }
 }
 
 // outward opens links to other sites (a search's sources) in a new tab,
@@ -550,7 +595,7 @@ async function preview(f) {
         break;
       case 'markdown': {
         const resp = await fetch(`/console/runs/${RUN}/render/${f.path.split('/').map(encodeURIComponent).join('/')}`, { credentials: 'same-origin' });
-        if (!resp.ok) throw new Error(await resp.text());
+        if (!resp.ok) throw await errorOf(resp);
         const art = el('article', { class: 'markdown' });
         art.innerHTML = await resp.text(); // server-rendered, safe (see refreshCEL)
         outward(art);
@@ -609,7 +654,7 @@ async function text(url, f) {
 // by the server, code cells highlighted, with their outputs.
 async function notebook(f) {
   const resp = await fetch(`/console/runs/${RUN}/notebook/${f.path.split('/').map(encodeURIComponent).join('/')}`, { credentials: 'same-origin' });
-  if (!resp.ok) throw new Error(await resp.text());
+  if (!resp.ok) throw await errorOf(resp);
   const nb = await resp.json();
   const root = el('div', { class: 'notebook' });
   let n = 0;
