@@ -84,10 +84,14 @@ function usage(u) {
 }
 
 // refreshUsage re-reads the run's usage after a call (its kernel is read
-// as the call is recorded), leaving the rest of the view as it was.
+// as the call is recorded), leaving the rest of the view as it was. It
+// asks the runs list for this run's summary, whose size does not grow
+// with the run (GET /runs/{id} lists every step).
 async function refreshUsage() {
   try {
-    usage((await api('GET', `/runs/${RUN}`)).usage);
+    const list = await api('GET', `/runs?q=${encodeURIComponent(RUN)}&limit=5`);
+    const s = list.runs.find((r) => r.run_id === RUN);
+    if (s?.usage) usage(s.usage);
   } catch {
     /* the next call tries again */
   }
@@ -172,7 +176,7 @@ function connect() {
     addCall(c, news);
     chips();
     if (news) {
-      soon(refreshFiles);
+      addOutputs(c);
       soon(refreshCEL);
       soon(refreshUsage, 600);
     }
@@ -425,6 +429,10 @@ const kindOf = (p) => PREVIEW[(p.split('.').pop() || '').toLowerCase()];
 // list leaves the tree alone, so an open share box, a folder or the focus
 // is not lost to a redraw.
 let filesSeen = '';
+// recordsStale says a call changed Triad's records (CEL.md, trace.jsonl...)
+// since the list was read: a live call brings only the files it made
+// (addOutputs), so the records are read again when their folder opens.
+let recordsStale = false;
 async function refreshFiles() {
   let got;
   try {
@@ -433,10 +441,27 @@ async function refreshFiles() {
     if (!(e instanceof ApiError)) toast(String(e));
     return;
   }
-  const seen = JSON.stringify(got);
+  recordsStale = false;
+  files = got;
+  drawFiles();
+}
+
+// addOutputs puts the files a live call made into the list, from its call
+// event, without reading the run's whole list again: an update costs the
+// call, not the run (see refreshCEL).
+function addOutputs(c) {
+  if (!(c.outputs || []).length) return;
+  recordsStale = true;
+  const byPath = new Map(files.map((f) => [f.path, f]));
+  for (const o of c.outputs) byPath.set(o.path, { ...byPath.get(o.path), ...o, step: c.step, tool: c.tool });
+  files = [...byPath.values()].sort((a, b) => (a.path < b.path ? -1 : a.path > b.path ? 1 : 0));
+  soon(drawFiles);
+}
+
+function drawFiles() {
+  const seen = JSON.stringify(files);
   if (seen === filesSeen) return;
   filesSeen = seen;
-  files = got;
   $('#dl-ipynb').hidden = !files.some((f) => f.path === 'run.ipynb');
   const deliverables = files.filter((f) => f.path.startsWith('artifacts/') && f.path !== 'artifacts/index.json');
   $('#art-count').textContent = `${deliverables.length} deliverable${deliverables.length === 1 ? '' : 's'} · ${files.length} files`;
@@ -478,7 +503,11 @@ async function refreshFiles() {
 const openDirs = new Set(['artifacts', 'artifacts/charts']);
 function folder(dir, label, list) {
   const d = el('details', { dataset: { dir }, open: openDirs.has(dir) }, el('summary', { text: label }), list);
-  d.addEventListener('toggle', () => (d.open ? openDirs.add(dir) : openDirs.delete(dir)));
+  d.addEventListener('toggle', () => {
+    if (d.open) openDirs.add(dir);
+    else openDirs.delete(dir);
+    if (d.open && dir === '(records)' && recordsStale) refreshFiles();
+  });
   return d;
 }
 
