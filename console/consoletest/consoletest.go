@@ -256,6 +256,7 @@ type Meter struct {
 	started  map[network.RequestID]request
 	last     time.Time
 	fetched  int64
+	busy     time.Duration
 	sse      int64
 	events   int
 	requests []string
@@ -275,7 +276,7 @@ func NewMeter(ctx context.Context) *Meter {
 			}
 			m.mu.Lock()
 			if ev.Type != network.ResourceTypeEventSource {
-				m.started[ev.RequestID] = request{what: ev.Request.Method + " " + ev.Request.URL, counted: m.on}
+				m.started[ev.RequestID] = request{what: ev.Request.Method + " " + ev.Request.URL, counted: m.on, at: float64(ev.Timestamp)}
 			}
 			m.last = time.Now()
 			m.mu.Unlock()
@@ -291,6 +292,7 @@ func NewMeter(ctx context.Context) *Meter {
 				delete(m.started, ev.RequestID)
 				if r.counted && m.on {
 					m.fetched += int64(ev.EncodedDataLength)
+					m.busy += time.Duration((float64(ev.Timestamp) - r.at) * float64(time.Second))
 					m.requests = append(m.requests, fmt.Sprintf("%s %d", r.what, int64(ev.EncodedDataLength)))
 				}
 			}
@@ -344,7 +346,7 @@ func (m *Meter) Start() {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.on, m.since = true, time.Now()
-	m.fetched, m.sse, m.events = 0, 0, 0
+	m.fetched, m.sse, m.events, m.busy = 0, 0, 0, 0
 	m.requests = nil
 	for id, r := range m.started {
 		r.counted = false // started before: not this count's
@@ -357,7 +359,7 @@ func (m *Meter) Stop() Bytes {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.on = false
-	return Bytes{Fetched: m.fetched, SSE: m.sse, Events: m.events, Requests: append([]string(nil), m.requests...)}
+	return Bytes{Fetched: m.fetched, SSE: m.sse, Events: m.events, Busy: m.busy, Requests: append([]string(nil), m.requests...)}
 }
 
 // settled waits until no counted request is in flight and the network
@@ -382,6 +384,7 @@ func (m *Meter) settled(ctx context.Context, quiet time.Duration) error {
 type request struct {
 	what    string
 	counted bool
+	at      float64 // the browser's monotonic clock, in seconds
 }
 
 // Bytes is what a Meter counted.
@@ -390,6 +393,9 @@ type Bytes struct {
 	// of the Events events it received on its open event stream.
 	Fetched, SSE int64
 	Events       int
+	// Busy is the time the counted requests took, each from when the
+	// browser sent it to its last byte (on loopback: the server's time).
+	Busy time.Duration
 	// Requests lists each counted request with its bytes.
 	Requests []string
 }
