@@ -2,6 +2,7 @@ package console_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -129,19 +130,20 @@ func TestScreenshots(t *testing.T) {
 	}
 	cells := []string{
 		"rows = [('search', 120, 4.2), ('social', 80, 3.1), ('email', 45, 6.8)]\nfor name, spend, roas in rows:\n    print(f'{name:8} {spend:5} {roas:4.1f}')",
-		"import json\nwith open('artifacts/summary.json', 'w') as f:\n    json.dump({'channels': len(rows), 'best': max(rows, key=lambda r: r[2])[0]}, f)\nmax(rows, key=lambda r: r[2])",
+		"import json, os\nos.makedirs('artifacts', exist_ok=True)\nwith open('artifacts/summary.json', 'w') as f:\n    json.dump({'channels': len(rows), 'best': max(rows, key=lambda r: r[2])[0]}, f)\nmax(rows, key=lambda r: r[2])",
 		"def share(spend, total):\n    return spend / total\n\ntotal = 0\nshare(rows[0][1], total)",
 		"total = sum(r[1] for r in rows)\n{r[0]: round(share(r[1], total), 3) for r in rows}",
 	}
 	for i, code := range cells {
 		var out struct {
-			OK bool `json:"ok"`
+			OK    bool            `json:"ok"`
+			Error json.RawMessage `json:"error"`
 		}
 		if _, err := cs.Call(cs.KeyA, "POST", "/sandbox/exec", run, map[string]any{"code": code}, &out); err != nil {
 			t.Fatalf("cell %d: %v", i+1, err)
 		}
 		if want := i != 2; out.OK != want {
-			t.Fatalf("cell %d: ok %v, want %v", i+1, out.OK, want)
+			t.Fatalf("cell %d: ok %v, want %v (error %s)", i+1, out.OK, want, out.Error)
 		}
 	}
 	if err := cs.Writes(cs.KeyA, run, 1, 1); err != nil {
@@ -171,8 +173,8 @@ func TestScreenshots(t *testing.T) {
 	pages := []page{
 		{"runs", "/", `document.querySelectorAll('#runs tbody tr').length >= 2`, a, ""},
 		{"run", "/console/runs/" + run, `document.querySelectorAll('#timeline > li').length === 5 && !!document.querySelector('#cel h2') && !!document.querySelector('#tree li.file')`, a, ""},
-		{"run-failure", "/console/runs/" + run, `document.querySelectorAll('#timeline > li').length === 5 && !!document.querySelector('#step-3 .step-error')`, a, "#step-3"},
-		{"journal", "/console/runs/" + run, `[...document.querySelectorAll('#cel h2')].some((h) => h.textContent.startsWith('Step 5:'))`, a, "#cel"},
+		{"run-failure", "/console/runs/" + run, `document.querySelectorAll('#timeline > li').length === 5 && !!document.querySelector('#step-3.v-fail')`, a, "#step-3"},
+		{"journal", "/console/runs/" + run, `[...document.querySelectorAll('#cel h2')].some((h) => h.textContent.startsWith('Step 5:'))`, a, "#step-3-sandboxexec"},
 		{"scratch", "/console/runs/" + scratch + "/scratch", `document.querySelectorAll('.cell').length >= 3 && document.querySelector('.cell[data-n="3"] .traceback') !== null`, a, `.cell[data-n="2"]`},
 		{"kernels", "/console/kernels", `document.querySelectorAll('#kernels tbody tr').length >= 2`, a, ""},
 		{"keys", "/console/keys", `document.querySelectorAll('#keys tbody tr').length >= 2`, admin, ""},
