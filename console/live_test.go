@@ -157,7 +157,7 @@ func TestScreenshots(t *testing.T) {
 	a.until(time.Minute, `document.body.dataset.page === 'scratch'`, "a new scratch run")
 	scratch := eval[string](a, `document.body.dataset.run`)
 	a.cell(1, "import math\nradius = 3\nmath.pi * radius ** 2")
-	a.cell(2, "for i in range(3):\n    print('line', i)")
+	a.cell(2, "for i in range(3):\nprint('line', i)") // the editor indents after the colon
 	a.cell(3, "values = [1, 2, 3]\nvalues[5]")
 	if out := a.cellOut(3); !strings.Contains(out, "IndexError") {
 		t.Fatalf("the failing scratch cell shows %q, want its IndexError", out)
