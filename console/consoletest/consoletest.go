@@ -276,7 +276,7 @@ func NewMeter(ctx context.Context) *Meter {
 			}
 			m.mu.Lock()
 			if ev.Type != network.ResourceTypeEventSource {
-				m.started[ev.RequestID] = request{what: ev.Request.Method + " " + ev.Request.URL, counted: m.on, at: float64(ev.Timestamp)}
+				m.started[ev.RequestID] = request{what: ev.Request.Method + " " + ev.Request.URL, counted: m.on, at: float64(ev.Timestamp), sent: time.Now()}
 			}
 			m.last = time.Now()
 			m.mu.Unlock()
@@ -368,7 +368,17 @@ func (m *Meter) Stop() Bytes {
 func (m *Meter) settled(ctx context.Context, quiet time.Duration) error {
 	for {
 		m.mu.Lock()
-		ok := len(m.started) == 0 && time.Since(m.last) >= quiet
+		inFlight := 0
+		for id, r := range m.started {
+			// A request of a page navigated away from whose end the
+			// browser never reported: not the page's any more.
+			if !r.counted && time.Since(r.sent) > 20*time.Second {
+				delete(m.started, id)
+				continue
+			}
+			inFlight++
+		}
+		ok := inFlight == 0 && time.Since(m.last) >= quiet
 		m.mu.Unlock()
 		if ok {
 			return nil
@@ -385,6 +395,7 @@ type request struct {
 	what    string
 	counted bool
 	at      float64 // the browser's monotonic clock, in seconds
+	sent    time.Time
 }
 
 // Bytes is what a Meter counted.
