@@ -11,6 +11,7 @@
 package console
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
@@ -18,6 +19,7 @@ import (
 	"embed"
 	"encoding/base32"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"html/template"
@@ -27,6 +29,7 @@ import (
 	"net/http"
 	"net/url"
 	"path"
+	"strconv"
 	"strings"
 
 	"github.com/triadhq/triad/auth"
@@ -36,6 +39,7 @@ import (
 	"github.com/triadhq/triad/internal/runid"
 	"github.com/triadhq/triad/internal/version"
 	"github.com/triadhq/triad/orchestrator"
+	"github.com/triadhq/triad/wire"
 )
 
 //go:embed templates static
@@ -409,32 +413,46 @@ func (c *Console) fragment(h func(w http.ResponseWriter, r *http.Request) error)
 	return func(w http.ResponseWriter, r *http.Request) {
 		v, err := c.viewer(r)
 		if errors.Is(err, errSignIn) {
-			http.Error(w, "sign in", http.StatusUnauthorized)
-			return
-		}
-		if err == nil {
+			err = fault.New(fault.Auth, "your session has ended", "sign in again")
+		} else if err == nil {
 			err = h(w, r.WithContext(auth.With(r.Context(), v.p)))
 		}
 		if err != nil {
+			// The API's error body, so a page reads both alike (errorOf
+			// in lib.js).
 			fe := fault.From(err)
 			status := fault.Status(fe.Kind)
 			if status >= 500 {
 				c.log.ErrorContext(r.Context(), "console fragment", "path", r.URL.Path, "err", err)
 			}
-			w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+			w.Header().Set("Content-Type", "application/json")
+			w.Header().Set("Cache-Control", "no-store")
 			w.WriteHeader(status)
-			io.WriteString(w, fe.Message)
+			json.NewEncoder(w).Encode(wire.Error(err))
 		}
 	}
 }
 
-// celFragment renders the run's CEL.md.
+// celFragment renders the run's CEL.md, or with ?from=<byte offset>
+// only what was appended after that offset, so a live page's update
+// costs the new sections, not the journal (see docs/DECISIONS.md, "Live
+// journal updates from an offset"). X-Journal-From and X-Journal-Size
+// say which bytes the fragment renders: the page appends it when From is
+// the offset it asked for, replaces its journal when From is 0, and asks
+// from Size next time.
 func (c *Console) celFragment(w http.ResponseWriter, r *http.Request) error {
 	id, err := c.runOf(r)
 	if err != nil {
 		return err
 	}
-	b, err := c.journal(r.Context(), id)
+	from := int64(0)
+	if q := r.URL.Query().Get("from"); q != "" {
+		from, err = strconv.ParseInt(q, 10, 64)
+		if err != nil || from < 0 {
+			return badFrom(fmt.Sprintf("from=%q is not a byte offset", q))
+		}
+	}
+	size, b, err := c.journalFrom(r.Context(), id, from)
 	if fe := fault.As(err); fe != nil && fe.Kind == fault.NotFound {
 		// The run is the viewer's (runOf) but has made no call yet: no
 		// journal is news for the page, not an error.
@@ -445,21 +463,69 @@ func (c *Console) celFragment(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	if from > size {
+		// Past the end: not this journal's offset (the page is older than
+		// a run deleted and made again, or made up). The whole journal.
+		from = 0
+		if size, b, err = c.journalFrom(r.Context(), id, 0); err != nil {
+			return err
+		}
+	}
+	if from > 0 && from < size && !sectionStart(b) {
+		return badFrom(fmt.Sprintf("from=%d is not where a section of the journal starts", from))
+	}
+	w.Header().Set("X-Journal-From", strconv.FormatInt(from, 10))
+	w.Header().Set("X-Journal-Size", strconv.FormatInt(size, 10))
+	if len(b) == 0 {
+		w.Header().Set("Cache-Control", "no-store")
+		w.WriteHeader(http.StatusNoContent)
+		return nil
+	}
 	return c.writeFragment(w, renderMarkdown(journalBlocks(b), id, ""))
 }
 
-// journal reads the run's CEL.md whole.
-func (c *Console) journal(ctx context.Context, id runid.ID) ([]byte, error) {
+// badFrom is the error of a ?from= the journal cannot start at.
+func badFrom(msg string) error {
+	return fault.New(fault.BadInput, msg, "ask again without from for the whole journal, then from the X-Journal-Size it answered")
+}
+
+// sectionStart reports whether tail starts a section of CEL.md: every
+// write to the journal appends whole sections, each starting with a
+// blank line and a heading only Triad writes (cel.Format and its
+// siblings), so an offset there splits the Markdown between blocks and
+// the tail renders as it does within the whole.
+func sectionStart(tail []byte) bool {
+	return bytes.HasPrefix(tail, []byte("\n## ")) || bytes.HasPrefix(tail, []byte("\n### "))
+}
+
+// journalFrom reads the run's CEL.md from byte from: its size, and its
+// bytes after from (none when from is at or past the end). The bytes
+// before from are read and discarded, not sought past: the store's
+// reader checks the blob's sha256 only over a read from its start, and a
+// rendered journal must never show bytes that do not match it. Hashing
+// runs at about a gigabyte a second; what grew with the journal before
+// was rendering it and sending it.
+func (c *Console) journalFrom(ctx context.Context, id runid.ID, from int64) (int64, []byte, error) {
 	rr, err := c.o.ReadRun(ctx, id)
 	if err != nil {
-		return nil, err
+		return 0, nil, err
 	}
-	_, rd, err := rr.OpenJournal(ctx)
+	f, rd, err := rr.OpenJournal(ctx)
 	if err != nil {
-		return nil, err
+		return 0, nil, err
 	}
 	defer rd.Close()
-	return io.ReadAll(rd)
+	if from > f.Size {
+		return f.Size, nil, nil
+	}
+	if _, err := io.CopyN(io.Discard, rd, from); err != nil {
+		return 0, nil, err
+	}
+	b, err := io.ReadAll(rd)
+	if err != nil {
+		return 0, nil, err
+	}
+	return from + int64(len(b)), b, nil
 }
 
 // renderFragment renders one of the run's Markdown files, its relative

@@ -3,6 +3,7 @@ package console_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/cookiejar"
@@ -317,5 +318,77 @@ func TestRunPages(t *testing.T) {
 	js := get(t, a, s.url+"/console/static/lib.js")
 	if js.status != 200 || !strings.HasPrefix(js.header.Get("Content-Type"), "text/javascript") {
 		t.Errorf("lib.js: %d %s", js.status, js.header.Get("Content-Type"))
+	}
+}
+
+// The journal's fragment from a byte offset renders only what was
+// appended after it: the page's copy plus each tail is the whole journal
+// rendered afresh. An offset past the end answers the whole journal; one
+// inside a section, or no number, is a 400 with the error body; another
+// tenant's run is 404 with or without it.
+func TestJournalFrom(t *testing.T) {
+	s := newSite(t, console.Config{}, true)
+	ctx := context.Background()
+	tok, _, _ := s.keys.Create(ctx, "acme", "acme", []auth.Scope{auth.Runs})
+	p, _ := s.keys.Authenticate(ctx, tok)
+	a := client(t)
+	f := get(t, a, s.url+"/console/signin")
+	post(t, a, s.url+"/console/signin", url.Values{"key": {tok}, "csrf": {csrfOf(t, f)}})
+	tok2, _, _ := s.keys.Create(ctx, "globex", "globex", []auth.Scope{auth.Runs})
+	b := client(t)
+	f = get(t, b, s.url+"/console/signin")
+	post(t, b, s.url+"/console/signin", url.Values{"key": {tok2}, "csrf": {csrfOf(t, f)}})
+
+	run := runid.Must("r-console-from")
+	actx := auth.With(ctx, p)
+	step := func(i int) {
+		text := strings.Repeat("x", i+1)
+		if _, err := s.orch.Write(actx, run, wire.WriteRequest{Path: fmt.Sprintf("artifacts/f%d.md", i), Text: &text}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cel := s.url + "/console/runs/" + run.String() + "/cel"
+	step(0)
+	whole := get(t, a, cel)
+	if whole.status != 200 || whole.header.Get("X-Journal-From") != "0" || whole.header.Get("X-Journal-Size") == "" {
+		t.Fatalf("the whole journal: %d %v", whole.status, whole.header)
+	}
+	shown, size := whole.body, whole.header.Get("X-Journal-Size")
+	if p := get(t, a, cel+"?from="+size); p.status != 204 || p.header.Get("X-Journal-Size") != size || p.header.Get("X-Journal-From") != size {
+		t.Errorf("from the end with nothing new: %d %v, want 204 with the same size", p.status, p.header)
+	}
+	for i := 1; i <= 4; i++ {
+		step(i)
+		if i == 2 {
+			if err := s.orch.Note(actx, run, "use the EU figures", "alice"); err != nil {
+				t.Fatal(err)
+			}
+		}
+		tail := get(t, a, cel+"?from="+size)
+		if tail.status != 200 || tail.header.Get("X-Journal-From") != size {
+			t.Fatalf("from %s after step %d: %d %v", size, i+1, tail.status, tail.header)
+		}
+		if strings.Contains(tail.body, "Step 1:") || !strings.Contains(tail.body, fmt.Sprintf("Step %d:", i+1)) {
+			t.Errorf("the tail from %s has %q; want only the new sections", size, tail.body)
+		}
+		shown += tail.body
+		size = tail.header.Get("X-Journal-Size")
+		now := get(t, a, cel)
+		if now.body != shown || now.header.Get("X-Journal-Size") != size {
+			t.Fatalf("after step %d the page's copy (the first answer and each tail) differs from the whole journal:\n got %s\nwant %s", i+1, shown, now.body)
+		}
+	}
+	if p := get(t, a, cel+"?from=99999999"); p.status != 200 || p.header.Get("X-Journal-From") != "0" || p.body != shown {
+		t.Errorf("from past the end: %d %v; want the whole journal from 0", p.status, p.header)
+	}
+	for _, q := range []string{"1", "-5", "abc", "3.5"} {
+		p := get(t, a, cel+"?from="+q)
+		var e wire.ErrorBody
+		if p.status != 400 || json.Unmarshal([]byte(p.body), &e) != nil || e.Error.Kind != "bad_input" || e.Error.Message == "" || e.Error.Suggestion == "" {
+			t.Errorf("from=%s: %d %s; want 400 with the error body", q, p.status, p.body)
+		}
+	}
+	if p := get(t, b, cel+"?from="+size); p.status != 404 {
+		t.Errorf("another tenant's journal from an offset: %d, want 404", p.status)
 	}
 }

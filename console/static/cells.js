@@ -56,7 +56,10 @@ export function stream(out, kind, s) {
 // errorBlock shows a cell's error: its traceback, or its message and what
 // to do.
 export function errorBlock(err) {
-  const tb = (err.traceback || []).map(stripAnsi).join('\n');
+  // IPython opens a traceback with a ruler of dashes as wide as a
+  // terminal: on a phone it wraps into two lines of noise, and it says
+  // nothing the box around the traceback does not.
+  const tb = (err.traceback || []).map(stripAnsi).join('\n').split('\n').filter((l) => !/^-{20,}$/.test(l.trim())).join('\n');
   const head = err.ename ? `${err.ename}: ${err.evalue || ''}` : err.message || 'The cell failed';
   return el('div', { class: 'error', role: 'group', 'aria-label': 'Error' },
     el('pre', { class: 'traceback', text: tb || head }),

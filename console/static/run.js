@@ -3,7 +3,7 @@
 // finalize and resume, and its files with previews, downloads and share
 // links.
 import {
-  $, ApiError, CAN_WRITE, RUN, WHO, api, badge, blobURL, copyButton, el, fileURL, fmtByteSeconds, fmtBytes, fmtCPU, fmtDur, fmtTime, isRecord, time, toast,
+  $, ApiError, CAN_WRITE, errorOf, RUN, WHO, api, badge, blobURL, copyButton, el, fileURL, fmtByteSeconds, fmtBytes, fmtCPU, fmtDur, fmtTime, isRecord, time, toast,
 } from './lib.js';
 import { code, nbOutput } from './cells.js';
 
@@ -84,10 +84,14 @@ function usage(u) {
 }
 
 // refreshUsage re-reads the run's usage after a call (its kernel is read
-// as the call is recorded), leaving the rest of the view as it was.
+// as the call is recorded), leaving the rest of the view as it was. It
+// asks the runs list for this run's summary, whose size does not grow
+// with the run (GET /runs/{id} lists every step).
 async function refreshUsage() {
   try {
-    usage((await api('GET', `/runs/${RUN}`)).usage);
+    const list = await api('GET', `/runs?q=${encodeURIComponent(RUN)}&limit=5`);
+    const s = list.runs.find((r) => r.run_id === RUN);
+    if (s?.usage) usage(s.usage);
   } catch {
     /* the next call tries again */
   }
@@ -172,7 +176,7 @@ function connect() {
     addCall(c, news);
     chips();
     if (news) {
-      soon(refreshFiles);
+      addOutputs(c);
       soon(refreshCEL);
       soon(refreshUsage, 600);
     }
@@ -220,20 +224,65 @@ function soon(fn, ms = 350) {
 
 // ---- journal ------------------------------------------------------------
 
-async function refreshCEL() {
+// journalSize is how many bytes of CEL.md the page shows: a refresh asks
+// for what was appended after them (?from=), and the server answers the
+// rendered tail with the offsets it covers (X-Journal-From, X-Journal-Size),
+// so an update costs the new sections, not the journal. An answer that
+// starts anywhere else (From 0: the server sent the whole journal) replaces
+// what is shown. See docs/DECISIONS.md, "Live journal updates from an
+// offset".
+let journalSize = 0;
+let celBusy = null;
+function refreshCEL() {
+  // One refresh at a time: two at once would append the same tail twice.
+  celBusy = (celBusy || Promise.resolve()).then(celOnce, celOnce);
+  return celBusy;
+}
+
+async function celOnce() {
   const box = $('#cel');
   const atEnd = box.scrollTop + box.clientHeight >= box.scrollHeight - 20;
-  const resp = await fetch(`/console/runs/${RUN}/cel`, { credentials: 'same-origin' });
-  if (resp.status === 204) {
+  const from = journalSize;
+  const resp = await fetch(`/console/runs/${RUN}/cel${from ? `?from=${from}` : ''}`, { credentials: 'same-origin' });
+  if (resp.status === 400 && from) {
+    journalSize = 0; // not an offset the server knows: start again
+    return celOnce();
+  }
+  if (!resp.ok) return;
+  const got = resp.headers.get('X-Journal-Size');
+  if (got === null) { // 204 with no size: no journal yet
+    journalSize = 0;
     box.replaceChildren(el('p', { class: 'muted', text: 'The journal starts with the run\'s first call.' }));
     return;
   }
-  if (!resp.ok) return;
+  const start = Number(resp.headers.get('X-Journal-From'));
   // Server-rendered Markdown: goldmark's safe renderer (no raw HTML, no
   // dangerous URLs) over a journal that escapes caller text.
-  box.innerHTML = await resp.text();
-  outward(box);
-  if (atEnd) box.scrollTop = box.scrollHeight;
+  const html = resp.status === 204 ? '' : await resp.text();
+  if (start === 0) {
+    box.innerHTML = html;
+    outward(box);
+  } else if (start === from) {
+    const t = document.createElement('template');
+    t.innerHTML = html;
+    uniqueIds(t.content);
+    outward(t.content);
+    box.append(t.content);
+  } else {
+    return; // an answer to an older question
+  }
+  journalSize = Number(got);
+  if (atEnd && html) box.scrollTop = box.scrollHeight;
+}
+
+// uniqueIds gives a heading of an appended tail the id goldmark gives it
+// in the whole journal: its slug, then -1, -2... when the page has it
+// already (a second "Summary").
+function uniqueIds(root) {
+  for (const h of root.querySelectorAll('[id]')) {
+    const base = h.id;
+    for (let i = 1; document.getElementById(h.id); i++) h.id = `${base}-${i}`;
+  }
 }
 
 // outward opens links to other sites (a search's sources) in a new tab,
@@ -380,6 +429,10 @@ const kindOf = (p) => PREVIEW[(p.split('.').pop() || '').toLowerCase()];
 // list leaves the tree alone, so an open share box, a folder or the focus
 // is not lost to a redraw.
 let filesSeen = '';
+// recordsStale says a call changed Triad's records (CEL.md, trace.jsonl...)
+// since the list was read: a live call brings only the files it made
+// (addOutputs), so the records are read again when their folder opens.
+let recordsStale = false;
 async function refreshFiles() {
   let got;
   try {
@@ -388,10 +441,27 @@ async function refreshFiles() {
     if (!(e instanceof ApiError)) toast(String(e));
     return;
   }
-  const seen = JSON.stringify(got);
+  recordsStale = false;
+  files = got;
+  drawFiles();
+}
+
+// addOutputs puts the files a live call made into the list, from its call
+// event, without reading the run's whole list again: an update costs the
+// call, not the run (see refreshCEL).
+function addOutputs(c) {
+  if (!(c.outputs || []).length) return;
+  recordsStale = true;
+  const byPath = new Map(files.map((f) => [f.path, f]));
+  for (const o of c.outputs) byPath.set(o.path, { ...byPath.get(o.path), ...o, step: c.step, tool: c.tool });
+  files = [...byPath.values()].sort((a, b) => (a.path < b.path ? -1 : a.path > b.path ? 1 : 0));
+  soon(drawFiles);
+}
+
+function drawFiles() {
+  const seen = JSON.stringify(files);
   if (seen === filesSeen) return;
   filesSeen = seen;
-  files = got;
   $('#dl-ipynb').hidden = !files.some((f) => f.path === 'run.ipynb');
   const deliverables = files.filter((f) => f.path.startsWith('artifacts/') && f.path !== 'artifacts/index.json');
   $('#art-count').textContent = `${deliverables.length} deliverable${deliverables.length === 1 ? '' : 's'} · ${files.length} files`;
@@ -433,7 +503,11 @@ async function refreshFiles() {
 const openDirs = new Set(['artifacts', 'artifacts/charts']);
 function folder(dir, label, list) {
   const d = el('details', { dataset: { dir }, open: openDirs.has(dir) }, el('summary', { text: label }), list);
-  d.addEventListener('toggle', () => (d.open ? openDirs.add(dir) : openDirs.delete(dir)));
+  d.addEventListener('toggle', () => {
+    if (d.open) openDirs.add(dir);
+    else openDirs.delete(dir);
+    if (d.open && dir === '(records)' && recordsStale) refreshFiles();
+  });
   return d;
 }
 
@@ -550,7 +624,7 @@ async function preview(f) {
         break;
       case 'markdown': {
         const resp = await fetch(`/console/runs/${RUN}/render/${f.path.split('/').map(encodeURIComponent).join('/')}`, { credentials: 'same-origin' });
-        if (!resp.ok) throw new Error(await resp.text());
+        if (!resp.ok) throw await errorOf(resp);
         const art = el('article', { class: 'markdown' });
         art.innerHTML = await resp.text(); // server-rendered, safe (see refreshCEL)
         outward(art);
@@ -609,7 +683,7 @@ async function text(url, f) {
 // by the server, code cells highlighted, with their outputs.
 async function notebook(f) {
   const resp = await fetch(`/console/runs/${RUN}/notebook/${f.path.split('/').map(encodeURIComponent).join('/')}`, { credentials: 'same-origin' });
-  if (!resp.ok) throw new Error(await resp.text());
+  if (!resp.ok) throw await errorOf(resp);
   const nb = await resp.json();
   const root = el('div', { class: 'notebook' });
   let n = 0;

@@ -49,11 +49,12 @@ function tagButton(t) {
 }
 
 // used is a run's usage in brief: CPU, peak memory, stored bytes. A
-// figure the backend does not measure shows as a dash that says so.
+// figure the backend does not measure shows as n/a, as the kernels view
+// shows it, with a title that says why.
 function used(u) {
   if (!u) return el('span', { class: 'muted', text: '—' });
   const fig = (v, fmt, what) => (v == null
-    ? el('span', { class: 'muted', text: `— ${what}`, title: `${what}: not measured by this server's sandbox backend` })
+    ? el('span', { class: 'muted', text: `${what} n/a`, title: `${what}: not measured by this server's sandbox backend` })
     : el('span', { text: `${fmt(v)} ${what}` }));
   return el('span', { class: 'used' },
     fig(u.cpu_seconds, fmtCPU, 'CPU'), el('span', { class: 'sep', 'aria-hidden': 'true', text: ' · ' }),

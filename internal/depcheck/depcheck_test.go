@@ -41,9 +41,9 @@ var layers = [][]string{
 	{"orchestrator", "orchestrator/tenancy", "orchestrator/journal", "orchestrator/internal/storeerr",
 		"orchestrator/kernels", "orchestrator/workspace", "orchestrator/orchestratortest", "orchestrator/replay", "orchestrator/kubelease", "recipes/runner"},
 	// 4: surfaces. They share only the wire contract, never each other.
-	{"api", "api/mcp", "api/e2b", "api/e2b/tmpfsrecords", "api/e2b/metarecords", "api/e2b/recordstest", "console"},
+	{"api", "api/mcp", "api/e2b", "api/e2b/tmpfsrecords", "api/e2b/metarecords", "api/e2b/recordstest", "console", "console/consoletest"},
 	// 5: binaries and benchmarks: wiring only.
-	{"cmd/triad", "bench/sandbox", "bench/store", "bench/neighbour", "bench/scale", "bench/burst", "bench/abexec", "bench/gvisor", "deploy/kubernetes"},
+	{"cmd/triad", "bench/console", "bench/sandbox", "bench/store", "bench/neighbour", "bench/scale", "bench/burst", "bench/abexec", "bench/gvisor", "deploy/kubernetes"},
 }
 
 // sameLayer lists the imports allowed within a layer: an implementation
