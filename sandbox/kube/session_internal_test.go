@@ -195,9 +195,20 @@ func TestSessionOverExecStream(t *testing.T) {
 			t.Fatalf("cancelled: got %+v, %v; want Stopped interrupted and exit 137 from the session's status", g.res, g.err)
 		}
 		// The background sleep was in the command's session: killed
-		// with it (a zombie until this host's init reaps it).
-		if st, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", bg)); err == nil && !strings.Contains(string(st), ") Z ") {
-			t.Errorf("the background sleep %d is still running: %s", bg, st)
+		// with it (a zombie until this host's init reaps it). The
+		// SIGKILL is sent before the answer; the kernel finishes it
+		// asynchronously (state R with the signal pending), so wait for
+		// it to land, bounded far beyond any load.
+		var st []byte
+		for end := time.Now().Add(2 * time.Minute); ; time.Sleep(20 * time.Millisecond) {
+			var err error
+			if st, err = os.ReadFile(fmt.Sprintf("/proc/%d/stat", bg)); err != nil || strings.Contains(string(st), ") Z ") {
+				break
+			}
+			if time.Now().After(end) {
+				t.Errorf("the background sleep %d is still running: %s", bg, st)
+				break
+			}
 		}
 	})
 
