@@ -206,7 +206,7 @@ func checkFSRequest(req FSRequest) error {
 		case !path.IsAbs(p) || path.Clean(p) != p || strings.ContainsRune(p, 0):
 			return fault.Badf("send a clean absolute path such as /tmp/data.txt", "path %q is not a clean absolute path", p)
 		case p == "/":
-			return fault.Badf("name a file or directory under /", "the sandbox's root cannot be %sd", req.Op)
+			return fault.Badf("name a file or directory under /", "sandbox.fs %s cannot take the sandbox's root /", req.Op)
 		case p == image.Work || strings.HasPrefix(p, image.Work+"/"):
 			return fault.New(fault.PermissionDenied, fmt.Sprintf("path %q is in the run's files", p),
 				"read and write the run's files with tmp.read and tmp.write")
