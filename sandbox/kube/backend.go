@@ -70,6 +70,7 @@ func New(ctx context.Context, cfg Config) (*Backend, error) {
 	if err != nil {
 		return nil, err
 	}
+	routeKlog(cfg.Logger)
 	cs, err := kubernetes.NewForConfig(cfg.Rest)
 	if err != nil {
 		return nil, fmt.Errorf("kubernetes client: %w: %w", sandbox.ErrUnavailable, err)

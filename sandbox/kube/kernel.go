@@ -95,30 +95,41 @@ func (pc *podConn) dialOptions() jupyter.Options {
 	}
 }
 
-// dialAttempt bounds one attempt at connecting the Jupyter client: a
-// port-forward whose streams stop being answered is replaced, not waited
-// on (the SPDY library would wait 30 s per stream).
+// dialAttempt bounds the first attempt at connecting the Jupyter client:
+// a port-forward whose streams stop being answered is replaced, not waited
+// on (the SPDY library would wait 30 s per stream). Each later attempt
+// gets twice as long, up to 8×, so that a loaded API server or sentry is
+// waited on rather than given up on.
 const dialAttempt = 10 * time.Second
 
 // dial connects a new Jupyter client to the pod's kernel, over a fresh
-// port-forward connection when an attempt fails.
+// port-forward connection after each failed attempt, until one answers or
+// ctx ends (bootTimeout when ctx has no deadline). A fixed number of
+// attempts was a deadline load could miss: the CI of 92635f5 had all three
+// of its 10-second attempts time out on a restart under gVisor.
 func (pc *podConn) dial(ctx context.Context) (*jupyter.Client, error) {
-	var err error
-	for try := 0; try < 3; try++ {
-		actx, cancel := context.WithTimeout(ctx, dialAttempt)
-		var c *jupyter.Client
-		c, err = jupyter.Dial(actx, pc.info, "", pc.dialOptions())
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, bootTimeout)
+		defer cancel()
+	}
+	attempt := dialAttempt
+	for {
+		actx, cancel := context.WithTimeout(ctx, attempt)
+		c, err := jupyter.Dial(actx, pc.info, "", pc.dialOptions())
 		cancel()
 		if err == nil {
 			return c, nil
 		}
 		if ctx.Err() != nil {
-			break
+			return nil, err
 		}
-		pc.b.log.InfoContext(ctx, "dial kernel over port-forward; retrying on a new connection", "pod", pc.name, "err", err)
+		if attempt < 8*dialAttempt {
+			attempt *= 2
+		}
+		pc.b.log.InfoContext(ctx, "dial kernel over port-forward; retrying on a new connection", "pod", pc.name, "err", err, "next_attempt", attempt)
 		_ = pc.fwd.Close()
 	}
-	return nil, err
 }
 
 // close drops Triad's side of the pod; the pod itself stays.
