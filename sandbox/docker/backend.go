@@ -577,3 +577,11 @@ func shortID(id string) string {
 	}
 	return id
 }
+
+// engineCallTimeout bounds one call to the Docker engine beyond the
+// caller's own deadline. It is there for an engine that hangs, not for one
+// that is slow: 30 s bounds were deadlines load could miss (the CI of
+// 07cf28a saw a container start under gVisor at load 30 run past 30 s and
+// fail a kernel's start). See docs/DECISIONS.md, "Engine calls wait for a
+// slow engine".
+const engineCallTimeout = 5 * time.Minute

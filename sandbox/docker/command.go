@@ -42,7 +42,7 @@ func (k *Kernel) Command(ctx context.Context, cmd sandbox.Command) (*sandbox.Com
 	if ctl != nil {
 		defer ctl.Ended()
 	}
-	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), engineCallTimeout)
 	defer cancel()
 	ex, err := k.b.cli.ContainerExecCreate(cctx, k.containerID, container.ExecOptions{
 		User:         fmt.Sprintf("%d:%d", k.b.cfg.UID, k.b.cfg.GID),
@@ -155,7 +155,7 @@ func (k *Kernel) Command(ctx context.Context, cmd sandbox.Command) (*sandbox.Com
 // exit code. The output stream can end a moment before the engine has
 // noted the exit.
 func (k *Kernel) execExitCode(ctx context.Context, id string) (int, error) {
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	ctx, cancel := context.WithTimeout(ctx, engineCallTimeout)
 	defer cancel()
 	for {
 		in, err := k.b.cli.ContainerExecInspect(ctx, id)

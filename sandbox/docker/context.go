@@ -164,7 +164,7 @@ func (k *Kernel) NewLanguageContext(ctx context.Context, cwd, language string) (
 // writes there is diagnostics, drained and dropped.
 func (k *Kernel) startExec(ctx context.Context) error {
 	b := k.b
-	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	cctx, cancel := context.WithTimeout(ctx, engineCallTimeout)
 	defer cancel()
 	ex, err := b.cli.ContainerExecCreate(cctx, k.containerID, container.ExecOptions{
 		User:         fmt.Sprintf("%d:%d", b.cfg.UID, b.cfg.GID),
@@ -252,7 +252,7 @@ func (k *Kernel) killContext(ctx context.Context) {
 	select {
 	case <-k.exited:
 	default:
-		kctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		kctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), engineCallTimeout)
 		defer cancel()
 		if err := k.signal(kctx, "KILL"); err != nil {
 			k.b.log.WarnContext(ctx, "kill context interpreter", "kernel", k.ID(), "err", err)
@@ -271,7 +271,7 @@ func (k *Kernel) killContext(ctx context.Context) {
 // container restarted under it (its kernel restarted or died), or the
 // interpreter's own exit code.
 func (k *Kernel) contextDeathReason(ctx context.Context) string {
-	ictx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	ictx, cancel := context.WithTimeout(context.WithoutCancel(ctx), engineCallTimeout)
 	defer cancel()
 	if info, err := k.b.cli.ContainerInspect(ictx, k.containerID); err == nil && info.State != nil {
 		started, _ := time.Parse(time.RFC3339Nano, info.State.StartedAt)

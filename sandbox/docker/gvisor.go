@@ -7,7 +7,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"time"
 )
 
 // oomScoreAdj is every kernel's host oom_score_adj: under host memory
@@ -23,7 +22,7 @@ const oomScoreAdj = 500
 // the Sentry, which holds the sandbox's memory, has the score already.
 func (k *Kernel) raiseOOMScores(ctx context.Context) {
 	b := k.b
-	ictx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	ictx, cancel := context.WithTimeout(context.WithoutCancel(ctx), engineCallTimeout)
 	defer cancel()
 	info, err := b.cli.ContainerInspect(ictx, k.containerID)
 	if err != nil || info.State == nil || info.State.Pid == 0 {

@@ -193,7 +193,7 @@ func (k *Kernel) setup(ctx context.Context) error {
 		}
 	}
 	k.phase("workdir", &t)
-	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	cctx, cancel := context.WithTimeout(ctx, engineCallTimeout)
 	defer cancel()
 	resp, err := b.cli.ContainerCreate(cctx, k.containerConfig(), k.hostConfig(), nil, nil, "triad-"+b.rootTag[:8]+"-"+k.id)
 	if err != nil {
@@ -389,7 +389,7 @@ func (k *Kernel) raiseCPUShares(ctx context.Context) error {
 		k.sharesRaised = true
 		return nil
 	}
-	uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), engineCallTimeout)
 	defer cancel()
 	if _, err := b.cli.ContainerUpdate(uctx, k.containerID, container.UpdateConfig{
 		Resources: container.Resources{CPUShares: NormalCPUShares},
@@ -421,7 +421,7 @@ func (k *Kernel) startContainer(ctx context.Context) error {
 	k.exited, k.stopWatch = exited, stop
 	now := time.Now()
 	k.started.Store(&now)
-	sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	sctx, cancel := context.WithTimeout(ctx, engineCallTimeout)
 	defer cancel()
 	if err := b.cli.ContainerStart(sctx, k.containerID, container.StartOptions{}); err != nil {
 		return fmt.Errorf("start container: %w", err)
@@ -493,7 +493,7 @@ func (k *Kernel) deathReason(ctx context.Context) string {
 	if k.parent != nil {
 		return k.contextDeathReason(ctx)
 	}
-	ictx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	ictx, cancel := context.WithTimeout(context.WithoutCancel(ctx), engineCallTimeout)
 	defer cancel()
 	info, err := k.b.cli.ContainerInspect(ictx, k.containerID)
 	if err != nil {
@@ -536,7 +536,7 @@ func (k *Kernel) restartLocked(ctx context.Context) error {
 	if k.parent != nil {
 		return k.restartContext(ctx)
 	}
-	kctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	kctx, cancel := context.WithTimeout(ctx, engineCallTimeout)
 	defer cancel()
 	if err := k.b.cli.ContainerKill(kctx, k.containerID, "KILL"); err != nil && !isNotRunning(err) {
 		return fmt.Errorf("kill kernel container: %w", err)
@@ -674,7 +674,7 @@ func (k *Kernel) teardown() error {
 	}
 	k.stopKernel()
 	if k.containerID != "" {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), engineCallTimeout)
 		err := k.b.cli.ContainerRemove(ctx, k.containerID, container.RemoveOptions{Force: true, RemoveVolumes: true})
 		cancel()
 		if err != nil && !cerrdefs.IsNotFound(err) {

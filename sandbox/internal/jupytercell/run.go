@@ -126,6 +126,11 @@ type shownDisplay struct {
 
 var errCellTimeout = errors.New("cell timeout")
 
+// interruptDelivery bounds an interrupt_request's round trip: a kernel
+// that leaves its control channel unanswered this long is wedged, and is
+// restarted. The grace period starts only after the reply.
+const interruptDelivery = time.Minute
+
 // stopReason says why a running cell is being stopped: the kind and ename
 // its result carries, and how to say it in evalue.
 type stopReason struct {
@@ -395,17 +400,36 @@ func (c *run) dead(ctx context.Context) (*sandbox.Result, error) {
 // caller). If the cell ends within the grace period the kernel keeps its
 // state; if not, the kernel is restarted. Output goes on being delivered,
 // within the limit, while the cell winds down.
+//
+// The grace period runs from the kernel's interrupt_reply, not from the
+// request: on a loaded machine, or over a Kubernetes port-forward, the
+// request alone can take longer than the grace, and a kernel that would
+// have stopped in time was restarted (the CI of 07cf28a, kube under
+// gVisor at load 30). The request itself is bounded by interruptDelivery:
+// a kernel that cannot answer its control channel for that long is
+// wedged. See docs/DECISIONS.md, "The interrupt grace runs from the reply".
 func (c *run) stop(ctx context.Context, why stopReason) (*sandbox.Result, error) {
 	k := c.k
 	grace := c.cfg.Grace
-	gctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), grace)
+	ictx, cancel := context.WithTimeout(context.WithoutCancel(ctx), interruptDelivery)
 	defer cancel()
 	client, exited := k.Client(), k.Exited()
 	ierr := make(chan error, 1)
-	go func() { ierr <- client.Interrupt(gctx) }()
+	go func() { ierr <- client.Interrupt(ictx) }()
+	var interruptErr error
+	var graceOver <-chan time.Time // set once the kernel has replied
 wait:
 	for {
 		select {
+		case interruptErr = <-ierr:
+			if interruptErr != nil {
+				break wait
+			}
+			t := time.NewTimer(grace)
+			defer t.Stop()
+			graceOver = t.C
+		case <-graceOver:
+			break wait
 		case m := <-c.msgs:
 			c.deliver(m)
 			if c.em.Over() {
@@ -435,16 +459,9 @@ wait:
 			return c.dead(ctx)
 		case <-k.Closing():
 			return nil, sandbox.ErrClosed
-		case <-gctx.Done():
-			break wait
 		}
 	}
 	c.release()
-	var interruptErr error
-	select {
-	case interruptErr = <-ierr:
-	default:
-	}
 	c.cfg.Log.WarnContext(ctx, "cell did not stop when interrupted; restarting the kernel", "kernel", c.cfg.ID, "why", why.kind, "interrupt_err", interruptErr)
 	res := c.result(jupyter.Output{})
 	res.OK = false
@@ -453,6 +470,9 @@ wait:
 		Ename:     why.ename,
 		Evalue:    fmt.Sprintf("%s and did not stop within %s of an interrupt; the kernel was restarted and its state is lost", why.what, grace),
 		Traceback: []string{},
+	}
+	if interruptErr != nil {
+		res.Error.Evalue = fmt.Sprintf("%s and the kernel did not take an interrupt (%v); the kernel was restarted and its state is lost", why.what, interruptErr)
 	}
 	if err := k.Restart(context.WithoutCancel(ctx)); err != nil {
 		res.Error.Evalue = fmt.Sprintf("%s and did not stop when interrupted; restarting the kernel failed (%v), the next cell will try again", why.what, err)
