@@ -402,7 +402,8 @@ func (c *run) dead(ctx context.Context) (*sandbox.Result, error) {
 // within the limit, while the cell winds down.
 //
 // The grace period runs from the kernel's interrupt_reply, not from the
-// request: on a loaded machine, or over a Kubernetes port-forward, the
+// request, and is lengthened by the request's round trip (the cell's end
+// comes back over the same path): on a loaded machine, or over a Kubernetes port-forward, the
 // request alone can take longer than the grace, and a kernel that would
 // have stopped in time was restarted (the CI of 07cf28a, kube under
 // gVisor at load 30). The request itself is bounded by interruptDelivery:
@@ -415,8 +416,10 @@ func (c *run) stop(ctx context.Context, why stopReason) (*sandbox.Result, error)
 	defer cancel()
 	client, exited := k.Client(), k.Exited()
 	ierr := make(chan error, 1)
+	sent := time.Now()
 	go func() { ierr <- client.Interrupt(ictx) }()
 	var interruptErr error
+	var rtt time.Duration
 	var graceOver <-chan time.Time // set once the kernel has replied
 wait:
 	for {
@@ -425,7 +428,10 @@ wait:
 			if interruptErr != nil {
 				break wait
 			}
-			t := time.NewTimer(grace)
+			// The cell's end reaches us over the same path the reply
+			// took: its round trip is added to the grace.
+			rtt = time.Since(sent)
+			t := time.NewTimer(grace + rtt)
 			defer t.Stop()
 			graceOver = t.C
 		case <-graceOver:
@@ -462,7 +468,7 @@ wait:
 		}
 	}
 	c.release()
-	c.cfg.Log.WarnContext(ctx, "cell did not stop when interrupted; restarting the kernel", "kernel", c.cfg.ID, "why", why.kind, "interrupt_err", interruptErr)
+	c.cfg.Log.WarnContext(ctx, "cell did not stop when interrupted; restarting the kernel", "kernel", c.cfg.ID, "why", why.kind, "interrupt_err", interruptErr, "interrupt_rtt", rtt)
 	res := c.result(jupyter.Output{})
 	res.OK = false
 	res.Error = &sandbox.ExecError{
